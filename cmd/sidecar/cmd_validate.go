@@ -1,0 +1,15 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+)
+
+func newValidateCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate",
+		Short: "not implemented yet",
+		RunE:  func(*cobra.Command, []string) error { return errors.New("validate: not implemented yet") },
+	}
+}
