@@ -1,0 +1,186 @@
+package proxy
+
+import (
+	"errors"
+
+	"github.com/stormgate/stormgate/proxy/dubbo"
+)
+
+// Errors a Codec's ParseHeader wraps, so the proxy can count and answer them
+// without knowing the protocol.
+var (
+	ErrBadMagic      = errors.New("bad magic")
+	ErrFrameTooLarge = errors.New("frame too large")
+	ErrBadLength     = errors.New("bad length")
+)
+
+// FrameKind is what the proxy needs to know about a frame to route it.
+type FrameKind uint8
+
+// Frame kinds, protocol independent.
+const (
+	FrameInvalid       FrameKind = iota
+	FrameRequest                 // two-way request: forward, expect one response
+	FrameOneWay                  // one-way request: forward, no response
+	FrameEventTwoWay             // event expecting a reply (heartbeat): answer locally
+	FrameEventOneWay             // event without reply (READONLY / WRITEABLE)
+	FrameResponse                // response to a request
+	FrameEventResponse           // response to an event (heartbeat reply)
+)
+
+// Frame is a decoded frame header.
+type Frame struct {
+	Kind   FrameKind
+	ID     int64
+	Len    int  // whole frame length, header included
+	Serial byte // serialization id, echoed in local replies
+	Status byte // responses only
+}
+
+// Failure names why Stormgate answers a request itself; the codec maps it to a
+// protocol status that makes consumers fail over where that is right.
+type Failure uint8
+
+// Failures.
+const (
+	FailUpstreamLost Failure = iota // provider connection died with the request in flight
+	FailNoUpstream                  // no usable provider connection within the hold timeout
+	FailOverloaded                  // a Stormgate limit (hold queue, in-flight cap) refused it
+	FailBadRequest                  // malformed input
+	FailTimeout                     // max request age reached
+)
+
+// Event is the meaning of a one-way event request.
+type Event uint8
+
+// Events.
+const (
+	EventOther     Event = iota
+	EventReadonly        // provider is shutting down: send nothing new on this connection
+	EventWriteable       // provider accepts requests again
+)
+
+// Codec is the seam between the proxy and a wire protocol. Implementations are
+// stateless and safe for concurrent use; Append* methods append to dst and must
+// not allocate when dst has room.
+type Codec interface {
+	HeaderLen() int
+	// ParseHeader decodes a header. On error it wraps ErrBadMagic, ErrFrameTooLarge or
+	// ErrBadLength; except for ErrBadMagic the returned Frame still carries ID and
+	// Serial so the proxy can answer BAD_REQUEST.
+	ParseHeader(hdr []byte, maxFrame int) (Frame, error)
+	SetID(frame []byte, id int64)
+	AppendHeartbeatReply(dst []byte, req Frame) []byte
+	AppendHeartbeatRequest(dst []byte, id int64) []byte
+	AppendErrorReply(dst []byte, req Frame, why Failure, msg string) []byte
+	AppendEvent(dst []byte, id int64, ev Event) []byte
+	EventOf(frame []byte, f Frame) Event
+}
+
+// Dubbo is the Dubbo 2 codec.
+type Dubbo struct{}
+
+var _ Codec = Dubbo{}
+
+// HeaderLen implements Codec.
+func (Dubbo) HeaderLen() int { return dubbo.HeaderLen }
+
+// ParseHeader implements Codec.
+func (Dubbo) ParseHeader(hdr []byte, maxFrame int) (Frame, error) {
+	h, err := dubbo.ParseHeader(hdr, maxFrame)
+	if err != nil {
+		switch {
+		case errors.Is(err, dubbo.ErrBadMagic), errors.Is(err, dubbo.ErrShortHeader):
+			return Frame{}, errors.Join(ErrBadMagic, err)
+		case errors.Is(err, dubbo.ErrTooLarge):
+			err = errors.Join(ErrFrameTooLarge, err)
+		default:
+			err = errors.Join(ErrBadLength, err)
+		}
+		f := Frame{Serial: hdr[2] & dubbo.SerialMask}
+		f.ID = int64(uint64(hdr[4])<<56 | uint64(hdr[5])<<48 | uint64(hdr[6])<<40 | uint64(hdr[7])<<32 |
+			uint64(hdr[8])<<24 | uint64(hdr[9])<<16 | uint64(hdr[10])<<8 | uint64(hdr[11]))
+		return f, err
+	}
+	var k FrameKind
+	switch h.Kind() {
+	case dubbo.KindRequest:
+		k = FrameRequest
+	case dubbo.KindOneWay:
+		k = FrameOneWay
+	case dubbo.KindEventTwoWay:
+		k = FrameEventTwoWay
+	case dubbo.KindEventOneWay:
+		k = FrameEventOneWay
+	case dubbo.KindResponse:
+		k = FrameResponse
+	case dubbo.KindEventResponse:
+		k = FrameEventResponse
+	}
+	return Frame{Kind: k, ID: h.ID, Len: h.FrameLen(), Serial: h.Serial(), Status: h.Status}, nil
+}
+
+// SetID implements Codec.
+func (Dubbo) SetID(frame []byte, id int64) { dubbo.SetID(frame, id) }
+
+// AppendHeartbeatReply implements Codec: the Java form (status 20, body "N").
+func (Dubbo) AppendHeartbeatReply(dst []byte, req Frame) []byte {
+	return dubbo.AppendHeartbeatReply(dst, req.ID, req.Serial)
+}
+
+// AppendHeartbeatRequest implements Codec.
+func (Dubbo) AppendHeartbeatRequest(dst []byte, id int64) []byte {
+	return dubbo.AppendHeartbeatRequest(dst, id)
+}
+
+// AppendErrorReply implements Codec. Status choice (see docs/design.md):
+//   - upstream lost / no upstream: 35 CHANNEL_INACTIVE, what Java's own
+//     DefaultFuture.closeChannel reports when its connection dies. Java consumers turn any
+//     non-OK, non-timeout status into a RemotingException -> RpcException(NETWORK_EXCEPTION),
+//     which FailoverClusterInvoker retries on another provider (it is not a biz exception);
+//     dubbo-go surfaces it as an error that its failover cluster retries.
+//   - overloaded: 100 SERVER_THREADPOOL_EXHAUSTED, Dubbo's own "provider busy" answer.
+//   - bad request: 40 BAD_REQUEST.
+//   - timeout (max request age): 31 SERVER_TIMEOUT.
+func (Dubbo) AppendErrorReply(dst []byte, req Frame, why Failure, msg string) []byte {
+	var status byte
+	switch why {
+	case FailUpstreamLost, FailNoUpstream:
+		status = dubbo.StatusChannelInactive
+	case FailOverloaded:
+		status = dubbo.StatusThreadpoolExhausted
+	case FailBadRequest:
+		status = dubbo.StatusBadRequest
+	case FailTimeout:
+		status = dubbo.StatusServerTimeout
+	default:
+		status = dubbo.StatusServerError
+	}
+	serial := req.Serial
+	if serial == 0 {
+		serial = dubbo.SerialHessian2
+	}
+	return dubbo.AppendErrorResponse(dst, req.ID, serial, status, msg)
+}
+
+// AppendEvent implements Codec.
+func (Dubbo) AppendEvent(dst []byte, id int64, ev Event) []byte {
+	if ev == EventWriteable {
+		return dubbo.AppendWriteableEvent(dst, id)
+	}
+	return dubbo.AppendReadonlyEvent(dst, id)
+}
+
+// EventOf implements Codec.
+func (Dubbo) EventOf(frame []byte, f Frame) Event {
+	if len(frame) < dubbo.HeaderLen {
+		return EventOther
+	}
+	switch dubbo.EventBody(frame[dubbo.HeaderLen:]) {
+	case 'R':
+		return EventReadonly
+	case 'W':
+		return EventWriteable
+	}
+	return EventOther
+}

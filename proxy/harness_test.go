@@ -1,0 +1,138 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
+
+	"github.com/stormgate/stormgate/peer"
+)
+
+// rawListener accepts non-blocking raw fds the way the admission package does,
+// without pacing, so proxy tests do not depend on admission. Its listening socket
+// is blocking and served by one goroutine; shutdown(2) wakes it at cleanup.
+type rawListener struct {
+	fd   int
+	addr string
+	wg   sync.WaitGroup
+}
+
+func listenRaw(t testing.TB, srv *Server) *rawListener {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 4096); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := unix.Getsockname(fd)
+	rl := &rawListener{fd: fd, addr: fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)}
+	rl.wg.Add(1)
+	go func() {
+		defer rl.wg.Done()
+		for {
+			nfd, sa, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+			if err == unix.EINTR || err == unix.ECONNABORTED {
+				continue
+			}
+			if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				return // shut down
+			}
+			_ = unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+			var remote netip.AddrPort
+			if s4, ok := sa.(*unix.SockaddrInet4); ok {
+				remote = netip.AddrPortFrom(netip.AddrFrom4(s4.Addr), uint16(s4.Port))
+			}
+			srv.ServeFD(nfd, remote, netip.AddrPort{})
+		}
+	}()
+	t.Cleanup(func() {
+		_ = unix.Shutdown(fd, unix.SHUT_RDWR)
+		rl.wg.Wait()
+		_ = unix.Close(fd)
+	})
+	return rl
+}
+
+type fixture struct {
+	t        testing.TB
+	provider *peer.Provider
+	srv      *Server
+	reg      *prometheus.Registry
+	ln       *rawListener
+}
+
+// newFixture starts a provider, a Server in front of it and a listener.
+func newFixture(t testing.TB, cfg Config, pcfg peer.ProviderConfig) *fixture {
+	t.Helper()
+	log := zaptest.NewLogger(t)
+	if pcfg.Addr == "" {
+		pcfg.Addr = "127.0.0.1:0"
+	}
+	prov, err := peer.NewProvider(pcfg, log.Named("provider"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go prov.Serve(ctx)
+	if cfg.Upstream == "" {
+		cfg.Upstream = prov.Addr()
+	}
+	reg := prometheus.NewRegistry()
+	srv, err := New(cfg, Options{Logger: log.Named("proxy"), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, provider: prov, srv: srv, reg: reg}
+	f.ln = listenRaw(t, srv)
+	t.Cleanup(func() {
+		srv.Close()
+		prov.Close()
+		cancel()
+	})
+	waitFor(t, 5*time.Second, "upstream connections", func() bool {
+		return srv.Stats().UpstreamConns == int64(srv.Config().UpstreamConns)
+	})
+	return f
+}
+
+func (f *fixture) dial(ctx context.Context) *peer.Client {
+	f.t.Helper()
+	c, err := peer.Dial(ctx, f.ln.addr, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
