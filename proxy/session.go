@@ -40,6 +40,7 @@ type Session struct {
 	idle     keepalive.Idle
 	timer    keepalive.Timer
 	inflight atomic.Int32 // forwarded or held two-way requests not yet answered
+	scratch  [32]byte     // heartbeat replies; used only by onRequest (one at a time per connection)
 
 	closing   atomic.Bool
 	closedCb  atomic.Bool
@@ -97,8 +98,9 @@ func (s *Session) handle(f Frame, frame []byte, cfg *Config) {
 	m := s.srv.m
 	switch f.Kind {
 	case FrameEventTwoWay:
-		var buf [64]byte
-		s.write(s.srv.codec.AppendHeartbeatReply(buf[:0], f))
+		// The reply is built in the session's scratch buffer: a stack buffer would
+		// escape through the Codec interface call and cost an allocation per heartbeat.
+		s.write(s.srv.codec.AppendHeartbeatReply(s.scratch[:0], f))
 		m.hbAnsweredDown.Inc()
 	case FrameRequest:
 		m.requests.Inc()

@@ -1,15 +1,150 @@
 package main
 
 import (
-	"errors"
+	"context"
+	"fmt"
+	"io"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/stormgate/stormgate/admission"
+	"github.com/stormgate/stormgate/loadgen"
+	"github.com/stormgate/stormgate/peer"
+	"github.com/stormgate/stormgate/proxy"
 )
 
+type demoFlags struct {
+	conns     int
+	rate      float64
+	heartbeat time.Duration
+	duration  time.Duration
+	upstreams int
+	verbose   bool
+}
+
 func newDemoCmd() *cobra.Command {
-	return &cobra.Command{
+	var f demoFlags
+	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "not implemented yet",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("demo: not implemented yet") },
+		Short: "See Stormgate work in ~15 s: demo provider, Stormgate, and 2,000 simulated consumers",
+		Long: `demo starts, all inside this process and on 127.0.0.1 only:
+  - a demo Dubbo provider,
+  - Stormgate in front of it (the same code as 'sidecar run'),
+  - simulated consumers: --conns connections, each heartbeating every --heartbeat,
+    plus --rate requests per second spread over them.
+It prints one line per second and a summary, then exits 0. Nothing to install or configure.
+
+Watch two ratios: consumer connections vs provider connections (multiplexing), and
+heartbeats answered by Stormgate vs heartbeats that reached the provider (zero).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), cmd.OutOrStdout(), f) },
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.conns, "conns", 2000, "simulated consumer connections")
+	fl.Float64Var(&f.rate, "rate", 2000, "requests per second across all consumers")
+	fl.DurationVar(&f.heartbeat, "heartbeat", time.Second, "heartbeat interval of each consumer connection")
+	fl.DurationVar(&f.duration, "duration", 12*time.Second, "length of the traffic phase (the connect phase comes first)")
+	fl.IntVar(&f.upstreams, "upstream-conns", 4, "Stormgate's connections to the provider")
+	fl.BoolVar(&f.verbose, "verbose", false, "show Stormgate's logs")
+	return cmd
+}
+
+func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if f.duration <= 0 || f.duration > 10*time.Minute {
+		return fmt.Errorf("--duration must be between 1s and 10m")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	log := zap.NewNop()
+	if f.verbose {
+		log, _, _ = newLogger("info", "console")
+	}
+
+	prov, err := peer.NewProvider(peer.ProviderConfig{Addr: "127.0.0.1:0"}, log.Named("provider"))
+	if err != nil {
+		return err
+	}
+	defer prov.Close()
+	go prov.Serve(ctx) //nolint:errcheck
+
+	reg := prometheus.NewRegistry()
+	acfg := admission.DefaultConfig()
+	acfg.Address = "127.0.0.1:0"
+	acfg.AcceptRate = 0 // the demo's consumers connect politely; pacing is shown by the benchmarks
+	adm, err := admission.Listen(acfg, log.Named("admission"), reg)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	srv, err := proxy.New(proxy.Config{Upstream: prov.Addr(), UpstreamConns: f.upstreams},
+		proxy.Options{Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: adm.ConnClosed})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	go adm.Serve(ctx, admission.HandlerFunc(func(c admission.Conn) { //nolint:errcheck
+		srv.ServeFD(c.FD, c.Remote, c.OrigDst)
+	}))
+
+	fmt.Fprintf(out, "provider  %s   (demo Dubbo provider)\n", prov.Addr())
+	fmt.Fprintf(out, "stormgate %s   (%d connections to the provider)\n", adm.Addr(), f.upstreams)
+	fmt.Fprintf(out, "consumers %d connections, heartbeat every %v, %.0f req/s, %v\n\n", f.conns, f.heartbeat, f.rate, f.duration)
+	fmt.Fprintf(out, "%5s  %9s %8s  %12s %12s  %8s %7s  %9s %9s\n",
+		"t", "consumers", "provider", "hb@stormgate", "hb@provider", "req/s", "errors", "p50", "p99")
+
+	var lastReq uint64
+	start := time.Now()
+	res, err := loadgen.Run(ctx, loadgen.Config{
+		Target:            adm.Addr().String(),
+		Conns:             f.conns,
+		HeartbeatInterval: f.heartbeat,
+		Rate:              f.rate,
+		Duration:          f.duration,
+		Method:            "echo",
+		Arg:               "hello",
+	}, func(s loadgen.Snapshot) {
+		st := srv.Stats()
+		ps := prov.Stats()
+		fmt.Fprintf(out, "%4.0fs  %9d %8d  %12d %12d  %8d %7d  %9s %9s\n",
+			time.Since(start).Seconds(), st.DownstreamConns, ps.ConnsOpen, st.HeartbeatsDownstream,
+			ps.HeartbeatsReceived, s.OK-lastReq, s.Errors+s.Timeouts, fmtDur(s.P50), fmtDur(s.P99))
+		lastReq = s.OK
+	})
+	if err != nil {
+		return err
+	}
+	st := srv.Stats()
+	ps := prov.Stats()
+	fmt.Fprintf(out, "\nsummary\n")
+	fmt.Fprintf(out, "  connections   consumers -> Stormgate: %d    Stormgate -> provider: %d\n", res.ConnsOpened, ps.ConnsAccepted)
+	fmt.Fprintf(out, "  heartbeats    answered by Stormgate: %d    reached the provider: %d    sent by Stormgate upstream: %d\n",
+		st.HeartbeatsDownstream, ps.HeartbeatsReceived, st.HeartbeatsSent)
+	fmt.Fprintf(out, "  requests      sent %d   ok %d   errors %d   timeouts %d   (provider served %d)\n",
+		res.Sent, res.OK, res.Errors+res.Exceptions, res.Timeouts, ps.Requests)
+	fmt.Fprintf(out, "  latency       p50 %s   p99 %s   max %s   (from scheduled send time, through Stormgate)\n",
+		fmtDur(res.Latency.P50), fmtDur(res.Latency.P99), fmtDur(res.Latency.Max))
+	if res.Errors+res.Timeouts+res.Lost > 0 {
+		return fmt.Errorf("demo saw %d errors, %d timeouts, %d lost requests", res.Errors, res.Timeouts, res.Lost)
+	}
+	return nil
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	default:
+		return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000)
 	}
 }

@@ -1,0 +1,136 @@
+package proxy
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stormgate/stormgate/proxy/dubbo"
+)
+
+// hotPath builds a server, a pool with one upstream connection (no socket: its
+// batch buffer is drained by hand) and a session writing to /dev/null, so the
+// benchmarks measure Stormgate's own work on each path.
+type hotPath struct {
+	srv  *Server
+	pool *Pool
+	uc   *upConn
+	sess *Session
+}
+
+func newHotPath(tb testing.TB) *hotPath {
+	tb.Helper()
+	srv, err := New(Config{Upstream: "127.0.0.1:1"}, Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fd, err := unix.Open(os.DevNull, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { unix.Close(fd) })
+	p := &Pool{srv: srv}
+	p.hold.init(p)
+	uc := newUpConn(p, nil, 0)
+	sl := &poolSlot{}
+	sl.uc.Store(uc)
+	p.slots = []*poolSlot{sl}
+	sess := &Session{srv: srv, pool: p, fd: fd}
+	return &hotPath{srv: srv, pool: p, uc: uc, sess: sess}
+}
+
+// flushed simulates the flush loop taking the batch.
+func (h *hotPath) flushed() {
+	h.uc.mu.Lock()
+	h.uc.out, h.uc.frames, h.uc.signaled = h.uc.out[:0], 0, false
+	h.uc.mu.Unlock()
+	select {
+	case <-h.uc.kick:
+	default:
+	}
+}
+
+func (h *hotPath) heartbeat(frame []byte, f Frame, cfg *Config) { h.sess.handle(f, frame, cfg) }
+
+func (h *hotPath) forwardAndRoute(req []byte, f Frame, resp []byte, cfg *Config) {
+	h.sess.handle(f, req, cfg) // forward: new id, pending entry, batched
+	id := h.pool.ids.Load()
+	h.flushed()
+	h.srv.codec.SetID(resp, id)
+	rf, _ := h.srv.codec.ParseHeader(resp, cfg.MaxFrameBytes)
+	h.uc.route(rf, resp, time.Now().UnixNano()) // response: pending lookup, id restored, written
+}
+
+func TestHotPathsDoNotAllocate(t *testing.T) {
+	h := newHotPath(t)
+	cfg := h.srv.cfg.Load()
+	hb := dubbo.AppendHeartbeatRequest(nil, 5)
+	hf, _ := h.srv.codec.ParseHeader(hb, cfg.MaxFrameBytes)
+	req := dubbo.AppendRequest(nil, 9, true, svc, "echo", "hello")
+	rqf, _ := h.srv.codec.ParseHeader(req, cfg.MaxFrameBytes)
+	resp := dubbo.AppendValueResponse(nil, 0, dubbo.SerialHessian2, "hello")
+	// Warm up maps and buffers.
+	for range 100 {
+		h.forwardAndRoute(req, rqf, resp, cfg)
+	}
+	if n := testing.AllocsPerRun(1000, func() { h.heartbeat(hb, hf, cfg) }); n != 0 {
+		t.Errorf("heartbeat reply: %v allocs/op", n)
+	}
+	if n := testing.AllocsPerRun(1000, func() { h.forwardAndRoute(req, rqf, resp, cfg) }); n != 0 {
+		t.Errorf("request forward + response routing: %v allocs/op", n)
+	}
+	if st := h.srv.Stats(); st.Responses < 1000 || st.HeartbeatsDownstream < 1000 {
+		t.Fatalf("paths did not run: %+v", st)
+	}
+}
+
+func BenchmarkHeartbeatReply(b *testing.B) {
+	h := newHotPath(b)
+	cfg := h.srv.cfg.Load()
+	hb := dubbo.AppendHeartbeatRequest(nil, 5)
+	hf, _ := h.srv.codec.ParseHeader(hb, cfg.MaxFrameBytes)
+	b.ReportAllocs()
+	for b.Loop() {
+		h.heartbeat(hb, hf, cfg)
+	}
+}
+
+func BenchmarkRequestForward(b *testing.B) {
+	h := newHotPath(b)
+	cfg := h.srv.cfg.Load()
+	req := dubbo.AppendRequest(nil, 9, true, svc, "echo", "hello")
+	rqf, _ := h.srv.codec.ParseHeader(req, cfg.MaxFrameBytes)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		h.sess.handle(rqf, req, cfg)
+		if n++; n == 256 { // a batch of 256 frames per flush, then clear the pending table
+			h.flushed()
+			h.uc.mu.Lock()
+			clear(h.uc.pending)
+			h.uc.mu.Unlock()
+			h.sess.inflight.Store(0)
+			n = 0
+		}
+	}
+}
+
+func BenchmarkResponseRouting(b *testing.B) {
+	h := newHotPath(b)
+	cfg := h.srv.cfg.Load()
+	resp := dubbo.AppendValueResponse(nil, 0, dubbo.SerialHessian2, "hello")
+	b.ReportAllocs()
+	now := time.Now().UnixNano()
+	for i := 0; b.Loop(); i++ {
+		id := int64(i + 1)
+		h.uc.mu.Lock()
+		h.uc.pending[id] = pendingEntry{sess: h.sess, origID: 9, serial: 2, start: now}
+		h.uc.mu.Unlock()
+		h.sess.inflight.Add(1)
+		h.srv.codec.SetID(resp, id)
+		rf, _ := h.srv.codec.ParseHeader(resp, cfg.MaxFrameBytes)
+		h.uc.route(rf, resp, now)
+	}
+}

@@ -1,0 +1,151 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stormgate/stormgate/peer"
+	"github.com/stormgate/stormgate/proxy/dubbo"
+)
+
+// TestUpstreamLostAnswersInFlight: when the provider connection dies, every
+// request in flight on it gets exactly one error response (CHANNEL_INACTIVE) and
+// consumer connections stay open.
+func TestUpstreamLostAnswersInFlight(t *testing.T) {
+	f := newFixture(t, Config{HoldTimeout: 200 * time.Millisecond}, peer.ProviderConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const n = 50
+	clients := make([]*peer.Client, 5)
+	for i := range clients {
+		clients[i] = f.dial(ctx)
+	}
+	var wg sync.WaitGroup
+	var lost, other atomic.Int64
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := clients[i%len(clients)].Call(ctx, int64(i+1), svc, "sleep", "5s")
+			switch {
+			case err != nil:
+				other.Add(1)
+			case resp.Status == dubbo.StatusChannelInactive:
+				lost.Add(1)
+			default:
+				other.Add(1)
+			}
+		}()
+	}
+	waitFor(t, 5*time.Second, "requests in flight", func() bool { return f.srv.Stats().InFlight == n })
+	f.provider.Close()
+	wg.Wait()
+	if lost.Load() != n || other.Load() != 0 {
+		t.Fatalf("lost=%d other=%d; want %d lost", lost.Load(), other.Load(), n)
+	}
+	for _, c := range clients {
+		select {
+		case <-c.Closed():
+			t.Fatal("a consumer connection was closed")
+		default:
+		}
+		if c.Stats().Unexpected != 0 {
+			t.Fatal("duplicate answers")
+		}
+	}
+	if st := f.srv.Stats(); st.LocalReplies[replyUpstreamLost] != n || st.InFlight != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestProviderHeartbeatsAnswered: the provider's heartbeats (its own id space)
+// are answered by Stormgate and never reach a consumer.
+func TestProviderHeartbeatsAnswered(t *testing.T) {
+	f := newFixture(t, Config{}, peer.ProviderConfig{HeartbeatInterval: 50 * time.Millisecond})
+	waitFor(t, 5*time.Second, "provider heartbeats answered", func() bool {
+		return f.srv.Stats().HeartbeatsUpstream >= 8 && f.provider.Stats().ResponsesReceived >= 8
+	})
+	if st := f.srv.Stats(); st.UnknownIDs != 0 || st.UpstreamConns != 4 || st.HeartbeatsSent != 0 {
+		t.Fatalf("stats %+v (a provider that beats keeps the connection busy: no own heartbeats needed)", st)
+	}
+}
+
+// TestOwnHeartbeatsOnIdleConnections: on a quiet provider connection Stormgate
+// sends its own heartbeats, about one per interval per connection, and they are
+// matched by id (no unknown ids).
+func TestOwnHeartbeatsOnIdleConnections(t *testing.T) {
+	f := newFixture(t, Config{UpstreamInterval: 100 * time.Millisecond}, peer.ProviderConfig{})
+	time.Sleep(1050 * time.Millisecond)
+	st := f.srv.Stats()
+	ps := f.provider.Stats()
+	// 4 connections x ~10 intervals, jittered ±20%; allow wide slack for a loaded machine.
+	if st.HeartbeatsSent < 16 || st.HeartbeatsSent > 60 || ps.HeartbeatsReceived < 16 {
+		t.Fatalf("heartbeats sent %d, provider received %d; want ~40", st.HeartbeatsSent, ps.HeartbeatsReceived)
+	}
+	if st.UnknownIDs != 0 {
+		t.Fatalf("unknown ids %d", st.UnknownIDs)
+	}
+}
+
+// silentProvider accepts connections and reads everything, never answering.
+func silentProvider(t *testing.T) (addr string, accepted *atomic.Int64) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted = new(atomic.Int64)
+	var conns sync.Map
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			conns.Store(c, true)
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		conns.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
+	})
+	return ln.Addr().String(), accepted
+}
+
+// TestDeadProviderDetected: no answer to heartbeats for max_missed intervals
+// declares a connection dead; Stormgate redials.
+func TestDeadProviderDetected(t *testing.T) {
+	addr, accepted := silentProvider(t)
+	f := newFixture(t, Config{Upstream: addr, UpstreamConns: 1, UpstreamInterval: 100 * time.Millisecond,
+		UpstreamMaxMissed: 3, BackoffBase: 10 * time.Millisecond}, peer.ProviderConfig{})
+	waitFor(t, 5*time.Second, "redial after dead peer", func() bool {
+		return accepted.Load() >= 2 && value(f.srv.m.upReconnects) >= 1
+	})
+}
+
+// TestUnknownIDsDroppedAndCounted: a provider response whose id matches nothing is dropped.
+func TestUnknownIDsDroppedAndCounted(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			_, _ = c.Write(dubbo.AppendValueResponse(nil, 424242, dubbo.SerialHessian2, "stray"))
+		}
+	}()
+	f := newFixture(t, Config{Upstream: ln.Addr().String(), UpstreamConns: 2}, peer.ProviderConfig{})
+	waitFor(t, 3*time.Second, "unknown ids counted", func() bool { return f.srv.Stats().UnknownIDs == 2 })
+}
