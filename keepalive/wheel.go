@@ -1,0 +1,362 @@
+package keepalive
+
+import (
+	"context"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults NewWheel uses for a zero or negative tick or slot count.
+const (
+	DefaultTick  = 10 * time.Millisecond
+	DefaultSlots = 4096 // with DefaultTick one revolution is ~41 s
+)
+
+const (
+	maxShards = 64
+	// maxDelay bounds Schedule's d (~73 years) so that elapsed+d cannot overflow int64 nanoseconds for any
+	// clock within a century of the wheel's creation.
+	maxDelay = time.Duration(1 << 61)
+)
+
+// Timer is intrusive: embed it in a long-lived struct; the zero value is ready. Init once with its callback.
+//
+// A Timer belongs to the first Wheel it is scheduled on; using it with another Wheel panics. It must not be
+// copied after first use.
+type Timer struct {
+	fn     func()
+	next   *Timer
+	pprev  **Timer // nil when not scheduled; else the pointer that points at this timer
+	expiry int64   // absolute tick at or after which the timer fires
+	sh     atomic.Pointer[shard]
+}
+
+// Init sets the callback once (one allocation per owner, at creation). Call it before the Timer is shared with
+// other goroutines. Init panics if f is nil or if the Timer was already initialised.
+func (t *Timer) Init(f func()) {
+	if f == nil {
+		panic("keepalive: Timer.Init with nil callback")
+	}
+	if t.fn != nil {
+		panic("keepalive: Timer.Init called twice")
+	}
+	t.fn = f
+}
+
+// Scheduled reports whether the timer is waiting to fire. A timer whose callback is running is not scheduled
+// (unless the callback rescheduled it).
+func (t *Timer) Scheduled() bool {
+	s := t.sh.Load()
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	ok := t.pprev != nil
+	s.mu.Unlock()
+	return ok
+}
+
+// shard is one lock and the slots of the timers homed on it. Timers are spread over shards round-robin at their
+// first Schedule, so Schedule/Stop from many goroutines rarely meet on one mutex.
+type shard struct {
+	mu    sync.Mutex
+	w     *Wheel
+	cur   int64 // last tick expired on this shard; guarded by mu
+	n     int   // timers scheduled on this shard (in slots or due); guarded by mu
+	due   *Timer
+	slots []*Timer
+	_     [64]byte // keep neighbouring shards' mutexes off one cache line
+}
+
+// Wheel is a hashed timing wheel driven by one goroutine (Run) or by Advance in tests.
+// Callbacks run on the driving goroutine, must be short and must not block; they may call Schedule/Stop
+// (including rescheduling their own timer) without deadlock.
+//
+// Each timer stores its absolute expiry tick and sits in slot expiry mod slots, so durations longer than a
+// revolution cost one comparison per revolution and never fire early.
+type Wheel struct {
+	tick   time.Duration
+	mask   int64
+	clock  Clock
+	origin time.Time
+	shards []shard
+	rr     atomic.Uint32
+	coarse atomic.Int64 // unix nanos of the latest Advance
+
+	driveMu sync.Mutex
+	cur     int64 // last tick expired on every shard; guarded by driveMu
+}
+
+// NewWheel returns a Wheel with the given tick (granularity; <=0 means DefaultTick) and number of slots
+// (rounded up to a power of two; <=0 means DefaultSlots). clock nil means real time. Ticks are counted from
+// clock.Now() at creation. The lock is sharded by GOMAXPROCS.
+func NewWheel(tick time.Duration, slots int, clock Clock) *Wheel {
+	return NewWheelShards(tick, slots, 0, clock)
+}
+
+// NewWheelShards is NewWheel with an explicit number of lock shards (rounded up to a power of two, at most 64;
+// <=0 means 2*GOMAXPROCS). Every shard holds its own slots, so memory is about 8*slots*shards bytes.
+func NewWheelShards(tick time.Duration, slots, shards int, clock Clock) *Wheel {
+	if tick <= 0 {
+		tick = DefaultTick
+	}
+	if slots <= 0 {
+		slots = DefaultSlots
+	}
+	if shards <= 0 {
+		shards = 2 * runtime.GOMAXPROCS(0)
+	}
+	slots = pow2(slots, 1<<30)
+	shards = pow2(shards, maxShards)
+	if clock == nil {
+		clock = realClock{}
+	}
+	w := &Wheel{
+		tick:   tick,
+		mask:   int64(slots - 1),
+		clock:  clock,
+		origin: clock.Now(),
+		shards: make([]shard, shards),
+	}
+	w.coarse.Store(w.origin.UnixNano())
+	for i := range w.shards {
+		w.shards[i].w = w
+		w.shards[i].slots = make([]*Timer, slots)
+	}
+	return w
+}
+
+func pow2(n, limit int) int {
+	if n >= limit {
+		return limit
+	}
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// Tick returns the wheel's granularity.
+func (w *Wheel) Tick() time.Duration { return w.tick }
+
+// Revolution returns tick*slots, the span one turn of the wheel covers.
+func (w *Wheel) Revolution() time.Duration { return w.tick * time.Duration(w.mask+1) }
+
+// CoarseNow returns, in unix nanoseconds, the time passed to the latest Advance (creation time before the
+// first). It is one atomic load, for callers that want a timestamp for Idle.Touch without reading the clock;
+// it lags the clock by up to one tick plus the driver's scheduling delay.
+func (w *Wheel) CoarseNow() int64 { return w.coarse.Load() }
+
+// Run ticks until ctx is done, then returns; no goroutine leak. Each tick calls Advance(clock.Now()), so a late
+// wake-up (GC, overloaded host) fires everything that became due in the meantime. Run only one driver per Wheel.
+func (w *Wheel) Run(ctx context.Context) {
+	tk := time.NewTicker(w.tick)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+			w.Advance(w.clock.Now())
+		}
+	}
+}
+
+// Schedule (re)schedules t to fire d from now (clock.Now()); it replaces any earlier schedule, also one whose
+// tick is being expired but whose callback has not started. d <= 0 fires at the next tick. The callback never
+// runs before now+d and, with a timely driver, at most one tick after. 0 allocations.
+func (w *Wheel) Schedule(t *Timer, d time.Duration) {
+	d = min(max(d, 0), maxDelay)
+	w.schedule(t, w.clock.Now().Sub(w.origin)+d)
+}
+
+// ScheduleAt is Schedule with an absolute deadline on the wheel's clock, for callers that already hold the
+// current time (an idle callback that just read it, a hold queue that stamped the arrival) and so save a clock
+// read. A deadline in the past fires at the next tick.
+func (w *Wheel) ScheduleAt(t *Timer, deadline time.Time) {
+	w.schedule(t, min(deadline.Sub(w.origin), maxDelay*2))
+}
+
+// schedule links t at the tick that reaches el (time since origin), never at or before a tick already expired.
+func (w *Wheel) schedule(t *Timer, el time.Duration) {
+	if t.fn == nil {
+		panic("keepalive: Schedule of a Timer without Init")
+	}
+	s := w.home(t)
+	exp := ceilDiv(int64(el), int64(w.tick))
+	s.mu.Lock()
+	if exp <= s.cur {
+		exp = s.cur + 1
+	}
+	if t.pprev != nil {
+		unlink(t)
+	} else {
+		s.n++
+	}
+	t.expiry = exp
+	push(&s.slots[exp&w.mask], t)
+	s.mu.Unlock()
+}
+
+// Stop cancels t. It returns true if t was scheduled; then its callback will not run for that schedule. False
+// means it was not scheduled: never scheduled, already stopped, or already fired or firing (the callback may
+// be running right now on the driving goroutine).
+func (w *Wheel) Stop(t *Timer) bool {
+	s := t.sh.Load()
+	if s == nil {
+		return false
+	}
+	if s.w != w {
+		panic("keepalive: Timer used with two Wheels")
+	}
+	s.mu.Lock()
+	ok := t.pprev != nil
+	if ok {
+		unlink(t)
+		s.n--
+	}
+	s.mu.Unlock()
+	return ok
+}
+
+// Len returns the number of scheduled timers.
+func (w *Wheel) Len() int {
+	n := 0
+	for i := range w.shards {
+		s := &w.shards[i]
+		s.mu.Lock()
+		n += s.n
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Advance fires everything due at or before now (used by Run and tests). Timers fire on tick boundaries: a
+// deadline is due once now reaches it rounded up to the next multiple of tick (counted from creation). Callbacks run on the calling goroutine,
+// one at a time, with no wheel lock held. Advance calls are serialised; a callback must not call Advance.
+// Time going backwards is ignored. Timers fire in tick order, except that a jump of a full revolution or more
+// fires everything due in one sweep, in no particular order.
+func (w *Wheel) Advance(now time.Time) {
+	w.driveMu.Lock()
+	defer w.driveMu.Unlock()
+	w.coarse.Store(now.UnixNano())
+	target := floorDiv(int64(now.Sub(w.origin)), int64(w.tick))
+	if target <= w.cur {
+		return
+	}
+	if target-w.cur > w.mask {
+		for i := range w.shards {
+			w.sweep(&w.shards[i], target)
+		}
+		w.cur = target
+		return
+	}
+	for k := w.cur + 1; k <= target; k++ {
+		for i := range w.shards {
+			w.expire(&w.shards[i], k)
+		}
+		w.cur = k
+	}
+}
+
+// expire moves the timers of tick k to the due list and fires them.
+func (w *Wheel) expire(s *shard, k int64) {
+	s.mu.Lock()
+	s.cur = max(s.cur, k)
+	for t := s.slots[k&w.mask]; t != nil; {
+		next := t.next
+		if t.expiry <= k {
+			unlink(t)
+			push(&s.due, t)
+		}
+		t = next
+	}
+	s.fireDue()
+}
+
+// sweep moves every timer due at or before target to the due list and fires them.
+func (w *Wheel) sweep(s *shard, target int64) {
+	s.mu.Lock()
+	s.cur = max(s.cur, target)
+	for i := range s.slots {
+		for t := s.slots[i]; t != nil; {
+			next := t.next
+			if t.expiry <= target {
+				unlink(t)
+				push(&s.due, t)
+			}
+			t = next
+		}
+	}
+	s.fireDue()
+}
+
+// fireDue pops due timers one at a time and runs each callback with the lock released, so a callback (or any
+// other goroutine) may Schedule or Stop any timer, and a Stop that returns true always wins over the firing.
+// Called with s.mu held; returns with it released.
+func (s *shard) fireDue() {
+	for s.due != nil {
+		t := s.due
+		unlink(t)
+		s.n--
+		f := t.fn
+		s.mu.Unlock()
+		f()
+		s.mu.Lock()
+	}
+	s.mu.Unlock()
+}
+
+// home returns t's shard, choosing one round-robin on first use.
+func (w *Wheel) home(t *Timer) *shard {
+	s := t.sh.Load()
+	if s == nil {
+		c := &w.shards[int(w.rr.Add(1))&(len(w.shards)-1)]
+		if t.sh.CompareAndSwap(nil, c) {
+			return c
+		}
+		s = t.sh.Load()
+	}
+	if s.w != w {
+		panic("keepalive: Timer used with two Wheels")
+	}
+	return s
+}
+
+func push(head **Timer, t *Timer) {
+	t.next = *head
+	if t.next != nil {
+		t.next.pprev = &t.next
+	}
+	t.pprev = head
+	*head = t
+}
+
+func unlink(t *Timer) {
+	*t.pprev = t.next
+	if t.next != nil {
+		t.next.pprev = t.pprev
+	}
+	t.next = nil
+	t.pprev = nil
+}
+
+// ceilDiv and floorDiv divide by a positive d, rounding towards +inf and -inf.
+func ceilDiv(x, d int64) int64 {
+	q := x / d
+	if x%d != 0 && x > 0 {
+		q++
+	}
+	return q
+}
+
+func floorDiv(x, d int64) int64 {
+	q := x / d
+	if x%d != 0 && x < 0 {
+		q--
+	}
+	return q
+}
