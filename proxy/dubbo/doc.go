@@ -1,0 +1,14 @@
+// Package dubbo is Stormgate's Dubbo 2 wire codec: pure functions over bytes that
+// parse and split frame headers, rewrite request ids in place, and build the frames
+// Stormgate sends on its own (heartbeat request and Java-exact reply, READONLY and
+// WRITEABLE events, error responses), plus the hessian2 string encoding and minimal
+// request/response body helpers for test peers. It does no I/O, holds no sockets and
+// does no logging. Every input is treated as hostile: lengths are checked before any
+// slice or allocation, frames are capped (DefaultMaxFrame unless the caller says
+// otherwise), and the parsers never panic; the hot paths (ParseHeader, Split, SetID
+// and the Append builders into a buffer with room) never allocate.
+//
+// Concurrency: the package is stateless; every function is safe for concurrent use.
+// A caller that shares a byte slice between goroutines (SetID writes into it) must
+// synchronise access to that slice itself.
+package dubbo
