@@ -2,14 +2,104 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/stormgate/stormgate/inject"
+	"github.com/stormgate/stormgate/transparent"
 )
 
 func newInjectCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "inject",
-		Short: "not implemented yet",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("inject: not implemented yet") },
+	var (
+		file    string
+		inbound string
+		quiet   bool
+		cfg     inject.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "inject -f FILE|-",
+		Short: "Print a Kubernetes manifest with the Stormgate sidecar injected",
+		Long: `Reads Deployment, StatefulSet and Pod manifests (YAML; several documents separated by ---
+are fine) and prints them with Stormgate added to each pod:
+
+  init container  stormgate-init: 'sidecar iptables' redirects the inbound Dubbo ports to the proxy
+                  port (runs as root with CAP_NET_ADMIN only: iptables needs both)
+  container       stormgate: 'sidecar run --transparent', user 1337, read-only root filesystem, no
+                  capabilities, liveness /healthz and readiness /readyz on the metrics port
+  annotations     prometheus.io/scrape, prometheus.io/port, prometheus.io/path, stormgate.io/injected
+
+Other documents are printed unchanged. Injecting an injected manifest changes nothing.
+Flags set the defaults; stormgate.io/* annotations on a pod template (or its workload) override
+them per workload: inbound-ports, proxy-port, metrics-port, upstream-conns, xds-address,
+log-level, image, init-image, cpu-request, memory-request, cpu-limit, memory-limit,
+native-sidecar, and inject: "false" to opt out. See docs/kubernetes.md.
+
+What was done to each document is reported on standard error.`,
+		Example: `  sidecar inject -f deployment.yaml > deployment.injected.yaml
+  kubectl get deploy provider -o yaml | sidecar inject -f - | kubectl apply -f -
+  sidecar inject -f app.yaml --image registry.example/stormgate:1.0 --inbound-ports 20880,20881`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return errors.New("no input: give -f FILE, or -f - to read standard input")
+			}
+			in, err := readManifest(cmd.InOrStdin(), file)
+			if err != nil {
+				return err
+			}
+			if inbound != "" {
+				if cfg.InboundPorts, err = transparent.ParsePorts(inbound); err != nil {
+					return fmt.Errorf("--inbound-ports: %w", err)
+				}
+			}
+			out, results, err := inject.Manifest(in, cfg)
+			if err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			if !quiet {
+				errw := cmd.ErrOrStderr()
+				for _, r := range results {
+					if r.Kind != "" {
+						fmt.Fprintf(errw, "inject: %s\n", r)
+					}
+					for _, w := range r.Warnings {
+						fmt.Fprintf(errw, "inject: warning: document %d: %s\n", r.Doc, w)
+					}
+				}
+			}
+			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
 	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "filename", "f", "", "manifest to read; - for standard input")
+	f.StringVar(&cfg.Image, "image", inject.DefaultImage, "Stormgate image (annotation "+inject.AnnotationImage+")")
+	f.StringVar(&cfg.InitImage, "init-image", inject.DefaultInitImage, "init image holding the sidecar binary and iptables (nft) (annotation "+inject.AnnotationInitImage+")")
+	f.StringVar(&inbound, "inbound-ports", "", fmt.Sprintf("provider ports to redirect, comma separated; default %d (annotation %s)", inject.DefaultInboundPort, inject.AnnotationInboundPorts))
+	f.Uint16Var(&cfg.ProxyPort, "proxy-port", inject.DefaultProxyPort, "transparent listener port (annotation "+inject.AnnotationProxyPort+")")
+	f.Uint16Var(&cfg.MetricsPort, "metrics-port", inject.DefaultMetricsPort, "metrics, /healthz and /readyz port (annotation "+inject.AnnotationMetricsPort+")")
+	f.IntVar(&cfg.UpstreamConns, "upstream-conns", 0, "connections to the provider per port; 0 keeps sidecar run's default (annotation "+inject.AnnotationUpstreamConns+")")
+	f.StringVar(&cfg.XDSAddress, "xds", "", "control plane host:port; each pod's node id is POD_NAME.POD_NAMESPACE (annotation "+inject.AnnotationXDSAddress+")")
+	f.StringVar(&cfg.LogLevel, "log-level", "", "sidecar log level; empty keeps the default (annotation "+inject.AnnotationLogLevel+")")
+	f.BoolVar(&cfg.NativeSidecar, "native-sidecar", false, "run Stormgate as a native sidecar (restartPolicy: Always init container, Kubernetes >= 1.29) (annotation "+inject.AnnotationNativeSidecar+")")
+	f.BoolVarP(&quiet, "quiet", "q", false, "do not report what was done to each document")
+	return cmd
+}
+
+func readManifest(stdin io.Reader, file string) ([]byte, error) {
+	if file == "-" {
+		return io.ReadAll(stdin)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil, fmt.Errorf("%s is empty", file)
+	}
+	return b, nil
 }

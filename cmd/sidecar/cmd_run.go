@@ -155,6 +155,22 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
+	// Bind the HTTP listeners first: a port clash must fail before consumers are accepted.
+	lns := map[string]net.Listener{}
+	for name, addr := range map[string]string{"metrics": f.metrics, "admin": f.admin} {
+		if addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return fmt.Errorf("--%s %s: %w (pick a free address, or --%s '' to turn it off)", name, addr, err, name)
+		}
+		lns[name] = ln
+	}
+
 	adm, err := admission.Listen(toAdmissionConfig(settings), log.Named("admission"), reg)
 	if err != nil {
 		return fmt.Errorf("listener.address %s: %w", settings.GetListener().GetAddress(), err)
@@ -212,11 +228,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 			}
 			fmt.Fprintln(w, "ready")
 		})
-		hs, err := serveHTTP("metrics", f.metrics, mux, log)
-		if err != nil {
-			return fmt.Errorf("--metrics %s: %w", f.metrics, err)
-		}
-		servers = append(servers, hs)
+		servers = append(servers, serveHTTP("metrics", lns["metrics"], mux, log))
 	}
 	if f.admin != "" {
 		mux := http.NewServeMux()
@@ -240,11 +252,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 			}
 			fmt.Fprintf(w, "level: %s\n", level.Level())
 		})
-		hs, err := serveHTTP("admin", f.admin, mux, log)
-		if err != nil {
-			return fmt.Errorf("--admin %s: %w", f.admin, err)
-		}
-		servers = append(servers, hs)
+		servers = append(servers, serveHTTP("admin", lns["admin"], mux, log))
 	}
 
 	if f.xdsAddr != "" {
@@ -316,21 +324,17 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	return exitErr
 }
 
-func serveHTTP(name, addr string, h http.Handler, log *zap.Logger) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
+func serveHTTP(name string, ln net.Listener, h http.Handler, log *zap.Logger) *http.Server {
 	// Log the bound address: with port 0 (tests, several sidecars per host) it is the
 	// only way to learn it.
 	log.Info("http listener started", zap.String("listener", name), zap.Stringer("address", ln.Addr()))
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http listener failed", zap.String("addr", addr), zap.Error(err))
+			log.Error("http listener failed", zap.Stringer("addr", ln.Addr()), zap.Error(err))
 		}
 	}()
-	return hs, nil
+	return hs
 }
 
 func newLogger(level, format string) (*zap.Logger, zap.AtomicLevel, error) {
@@ -349,6 +353,7 @@ func newLogger(level, format string) (*zap.Logger, zap.AtomicLevel, error) {
 	}
 	cfg.Level = lv
 	cfg.Sampling = nil
+	cfg.DisableStacktrace = true // operators want one line per event; errors carry their cause
 	l, err := cfg.Build()
 	return l, lv, err
 }

@@ -2,14 +2,45 @@ package main
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/stormgate/stormgate/xds"
 )
 
 func newValidateCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "validate",
-		Short: "not implemented yet",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("validate: not implemented yet") },
+		Use:   "validate FILE...",
+		Short: "Check settings files (or control-plane files) before you ship them",
+		Long: `Checks each FILE: YAML syntax, field names, types and, merged over the defaults,
+every range. A control-plane file (top level "default:" / "nodes:") is checked for
+its default and for every node. Prints "FILE: ok", or one line per problem naming
+the field and its allowed range, and exits non-zero.`,
+		Example: "  sidecar validate stormgate.yaml\n  sidecar validate examples/*.yaml",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bad := 0
+			for _, path := range args {
+				err := xds.ValidateFile(path)
+				if err == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", path)
+					continue
+				}
+				bad++
+				var ps xds.Problems
+				if !errors.As(err, &ps) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", path, err)
+					continue
+				}
+				for _, p := range ps {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", path, p.Error())
+				}
+			}
+			if bad > 0 {
+				return fmt.Errorf("%d of %d files invalid", bad, len(args))
+			}
+			return nil
+		},
 	}
 }
