@@ -28,6 +28,9 @@ type Config struct {
 	ConnectTimeout time.Duration // default 1s
 	BackoffBase    time.Duration // default 50ms
 	BackoffMax     time.Duration // default 2s
+	// Warmup ramps the forwarded request rate linearly after the provider comes
+	// back from having no usable connection; 0 disables it.
+	Warmup time.Duration
 
 	HoldTimeout     time.Duration // default 3s; negative disables holding
 	HoldMaxRequests int           // default 10,000

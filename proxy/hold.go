@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +20,7 @@ type HoldQueue struct {
 	bytes   int
 	timer   *time.Timer
 	armedAt int64
+	retry   atomic.Bool
 }
 
 type holdEntry struct {
@@ -112,6 +114,10 @@ func (h *HoldQueue) dispatch() {
 			srv.m.holdOutcome.WithLabelValues("consumer_gone").Inc()
 			continue
 		}
+		if h.pool.warming() && !h.pool.warmAllow() {
+			h.retryLater()
+			return
+		}
 		uc := h.pool.pick()
 		if uc == nil {
 			return
@@ -127,6 +133,16 @@ func (h *HoldQueue) dispatch() {
 		srv.m.holdOutcome.WithLabelValues("sent").Inc()
 	}
 	h.timer.Stop()
+}
+
+// retryLater re-runs dispatch shortly while a warm-up ramp holds requests back.
+func (h *HoldQueue) retryLater() {
+	if h.retry.CompareAndSwap(false, true) {
+		time.AfterFunc(5*time.Millisecond, func() {
+			h.retry.Store(false)
+			h.dispatch()
+		})
+	}
 }
 
 // expire answers every held request whose deadline has passed.

@@ -374,6 +374,9 @@ type Pool struct {
 	hold  HoldQueue
 
 	readonlySent atomic.Bool // PROPAGATE: READONLY broadcast is in effect
+	meter        rateMeter
+	warm         atomic.Pointer[warmup]
+	wasDown      atomic.Bool // no usable connection since the last ready one (warm-up trigger)
 	ctx          context.Context
 	cancel       context.CancelFunc
 	wg           sync.WaitGroup
@@ -470,6 +473,9 @@ func (p *Pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 		srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 		srv.log.Info("connected to provider", zap.String("addr", p.addr), zap.Int("slot", idx))
 		p.updateGauges()
+		if p.wasDown.CompareAndSwap(true, false) {
+			p.startWarmup()
+		}
 		p.onReadonlyChange()
 		p.dispatchHeld()
 
@@ -487,6 +493,9 @@ func (p *Pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 		}
 		sl.uc.CompareAndSwap(uc, nil)
 		p.updateGauges()
+		if p.usable() == 0 {
+			p.wasDown.Store(true)
+		}
 		// Reconnect after a short jittered pause, then with growing backoff.
 		if !sleepCtx(ctx, bo.Next()) {
 			return
@@ -538,7 +547,8 @@ func (p *Pool) pick() *upConn {
 
 // forward sends a two-way request, or holds it while no connection is usable.
 func (p *Pool) forward(s *Session, f Frame, frame []byte, now int64) {
-	if p.hold.Len() == 0 {
+	p.meter.count.Add(1)
+	if p.hold.Len() == 0 && (!p.warming() || p.warmAllow()) {
 		for range 3 {
 			uc := p.pick()
 			if uc == nil {
@@ -634,6 +644,7 @@ func (p *Pool) sweepLoop() {
 			return
 		case <-t.C:
 		}
+		p.meter.sample(time.Second)
 		p.sweep(time.Now().UnixNano())
 	}
 }

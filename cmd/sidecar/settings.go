@@ -29,6 +29,7 @@ func toProxyConfig(s *sg.Settings) proxy.Config {
 		ConnectTimeout:        s.GetUpstream().GetConnectTimeout().AsDuration(),
 		BackoffBase:           s.GetUpstream().GetBackoffBase().AsDuration(),
 		BackoffMax:            s.GetUpstream().GetBackoffMax().AsDuration(),
+		Warmup:                s.GetUpstream().GetWarmup().AsDuration(),
 		HoldTimeout:           holdTimeout,
 		HoldMaxRequests:       int(s.GetHold().GetMaxRequests()),
 		HoldMaxBytes:          int(s.GetHold().GetMaxBytes()),

@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// warmup ramps the rate of requests forwarded to a provider that just came back
+// (like Dubbo's provider warm-up), so a cold JVM is not hit with the full load at
+// once. During upstream.warmup the allowed rate grows linearly from 5% to 100% of
+// the rate observed before the outage; requests over it wait in the hold queue
+// (and expire from it like any held request).
+type warmup struct {
+	start, end int64 // unix nanos
+	target     float64
+	lim        *rate.Limiter
+}
+
+const warmupFloor = 0.05
+
+// rateMeter keeps a smoothed two-way request rate per pool, sampled by sweepLoop.
+type rateMeter struct {
+	count atomic.Uint64
+	last  uint64
+	ewma  atomic.Uint64 // float64 bits of requests/s
+}
+
+func (m *rateMeter) sample(interval time.Duration) {
+	c := m.count.Load()
+	r := float64(c-m.last) / interval.Seconds()
+	m.last = c
+	old := float64frombits(m.ewma.Load())
+	if old == 0 {
+		old = r
+	}
+	m.ewma.Store(float64bits(0.7*old + 0.3*r))
+}
+
+func (m *rateMeter) rate() float64 { return float64frombits(m.ewma.Load()) }
+
+// startWarmup begins a ramp when the pool goes from no usable connection to one.
+func (p *Pool) startWarmup() {
+	d := p.srv.cfg.Load().Warmup
+	if d <= 0 {
+		return
+	}
+	target := p.meter.rate()
+	if target < 100 {
+		target = 100 // too little history to scale from: ramp to a modest floor
+	}
+	now := time.Now().UnixNano()
+	w := &warmup{start: now, end: now + int64(d), target: target,
+		lim: rate.NewLimiter(rate.Limit(target*warmupFloor), int(max(1, target*warmupFloor/10)))}
+	p.warm.Store(w)
+	p.srv.log.Sugar().Infow("provider back: warming up", "duration", d, "target_rps", target)
+}
+
+// warmAllow reports whether one more request may go to the provider now.
+func (p *Pool) warmAllow() bool {
+	w := p.warm.Load()
+	if w == nil {
+		return true
+	}
+	now := time.Now()
+	n := now.UnixNano()
+	if n >= w.end {
+		p.warm.CompareAndSwap(w, nil)
+		return true
+	}
+	frac := max(warmupFloor, float64(n-w.start)/float64(w.end-w.start))
+	lim := rate.Limit(w.target * frac)
+	if w.lim.Limit() != lim {
+		w.lim.SetLimitAt(now, lim)
+		w.lim.SetBurstAt(now, int(max(1, w.target*frac/10)))
+	}
+	return w.lim.AllowN(now, 1)
+}
+
+// warming reports whether a ramp is in progress.
+func (p *Pool) warming() bool { return p.warm.Load() != nil }
+
+func float64bits(f float64) uint64     { return math.Float64bits(f) }
+func float64frombits(b uint64) float64 { return math.Float64frombits(b) }
