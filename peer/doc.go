@@ -1,0 +1,40 @@
+// Package peer is a Dubbo 2 test provider and a simple consumer client, independent of
+// the proxy: the proxy's integration tests, `sidecar demo`, the restart tests (through
+// `stormbench provider`, the provider in its own process) and the benchmarks use it as
+// the far end on each side.
+//
+// Provider listens at NewProvider and serves from Serve. Behaviour by method name:
+// "echo" returns its string argument; "sleep" waits the duration given as its argument
+// ("100ms") and echoes it; "fail" throws a business exception as Java does (status 20,
+// body type WITH_EXCEPTION, then a hessian2 java.lang.RuntimeException object whose
+// detailMessage is "fail: <arg>"); "error" answers status 80 with a message; "big"
+// returns a string of 'x' of the length given as its argument (up to 64 MiB); any other
+// method answers status 60 SERVICE_NOT_FOUND, unless it is named in
+// ProviderConfig.Methods (then it echoes). Heartbeats (two-way event requests) get the
+// Java reply byte for byte; one-way requests and one-way events get nothing; every reply
+// keeps the request's id and serialization id. Undecodable request bodies get status 40;
+// bad magic, a negative or oversize length, or a truncated frame closes that connection
+// only. Close is immediate; Shutdown is Java's graceful sequence (READONLY to every
+// connection, wait for in-flight requests, flush, half-close, close).
+//
+// Client is one consumer connection: Call, CallOneWay, Heartbeat, Roundtrip (a prebuilt
+// frame) and Send (raw bytes), with server heartbeats answered automatically and every
+// server request reported on Events. Responses are matched by id; responses nobody
+// waits for are counted (ClientStats.Unexpected), so tests can assert that none was
+// duplicated or lost.
+//
+// Frames are built and read with proxy/dubbo; wire.go adds only what the codec does not
+// have (the exception body). The package's tests check the bytes that matter (heartbeat
+// reply, READONLY, echo reply) against literal hex, so a codec bug cannot cancel itself
+// out in a test that uses the peer on both sides.
+//
+// Concurrency: the Provider runs one reader goroutine per connection, plus a heartbeat
+// goroutine per connection when HeartbeatInterval > 0, plus one goroutine per request
+// waiting out a delay (bounded by MaxDelayed). All writes to a connection go through a
+// per-connection buffered writer under one lock; the reader flushes when no complete
+// frame is left in its read buffer, delayed replies and events flush at once. Every
+// goroutine is owned by the Provider and waited for by Close (and by Shutdown, which
+// ends with Close). All Provider and Client methods are safe for concurrent use. A
+// Client runs one reader goroutine, ended and waited for by Close or by the connection's
+// end; it never blocks on Events (a full channel drops and counts).
+package peer
