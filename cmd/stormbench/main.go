@@ -1,0 +1,37 @@
+// Command stormbench is Stormgate's benchmark tool: a Dubbo 2 load generator (`stormbench load`)
+// and a test provider (`stormbench provider`), used by `make bench` and by hand.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "stormbench",
+		Short: "Dubbo 2 load generator and test provider for benchmarking Stormgate",
+		Long: `stormbench measures Dubbo 2 servers (a provider, HAProxy, Stormgate) from the consumer side.
+
+  stormbench load      open N consumer connections, heartbeat, send requests at a fixed rate,
+                       and report every outcome with latency percentiles (JSON with --json)
+  stormbench provider  run the project's test provider in its own process
+
+Start here:
+  stormbench provider --listen 127.0.0.1:20880 &
+  stormbench load --target 127.0.0.1:20880 --conns 1000 --rate 5000 --duration 10s`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newLoadCmd(), newWorkerCmd(), newProviderCmd())
+	return root
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stormgate/stormgate/loadgen"
+	"github.com/stormgate/stormgate/peer"
+)
+
+// The worker test re-executes this test binary as `stormbench worker`: with this variable set,
+// TestMain runs the command instead of the tests.
+const runAsMainEnv = "STORMBENCH_TEST_RUN_AS_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runAsMainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func startProvider(t *testing.T) *peer.Provider {
+	t.Helper()
+	p, err := peer.NewProvider(peer.ProviderConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		p.Close()
+		<-done
+	})
+	return p
+}
+
+func runCLI(t *testing.T, args ...string) (stdout, stderr string) {
+	t.Helper()
+	cmd := newRootCmd()
+	var out, errb bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errb)
+	cmd.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		t.Fatalf("stormbench %v: %v\nstderr:\n%s", args, err, errb.String())
+	}
+	return out.String(), errb.String()
+}
+
+// Two worker processes, each with half the connections and half the rate; the parent merges their
+// results exactly.
+func TestWorkersMerge(t *testing.T) {
+	p := startProvider(t)
+	t.Setenv(runAsMainEnv, "1")
+	stdout, stderr := runCLI(t, "load", "--target", p.Addr(), "--conns", "21", "--rate", "400",
+		"--heartbeat", "100ms", "--duration", "1500ms", "--workers", "2", "--json", "-")
+	r, err := loadgen.ParseResult([]byte(stdout))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if r.Workers != 2 || r.Conns != 21 || r.Rate != 400 || r.ConnsOpened != 21 {
+		t.Fatalf("workers %d conns %d rate %v opened %d", r.Workers, r.Conns, r.Rate, r.ConnsOpened)
+	}
+	// 400/s for 1.5 s, split 11/21 and 10/21 of the rate: 315 + 286 requests.
+	if r.Sent != 601 || r.OK != r.Sent || r.Timeouts+r.Lost+r.Errors != 0 {
+		t.Fatalf("sent %d ok %d timeouts %d lost %d errors %d", r.Sent, r.OK, r.Timeouts, r.Lost, r.Errors)
+	}
+	if r.LatencyHist.Count() != r.OK || r.Latency.Count != r.OK || r.Latency.P99 <= 0 {
+		t.Fatalf("merged latency %+v, histogram count %d", r.Latency, r.LatencyHist.Count())
+	}
+	if r.HeartbeatsSent < 21*12 || r.HeartbeatsAnswered != r.HeartbeatsSent {
+		t.Fatalf("heartbeats %d/%d", r.HeartbeatsAnswered, r.HeartbeatsSent)
+	}
+	if r.CPU.RunUser+r.CPU.RunSys <= 0 || r.CPU.PerRequest <= 0 {
+		t.Fatalf("cpu %+v", r.CPU)
+	}
+	st := p.Stats()
+	if st.Requests != r.Sent || st.ConnsAccepted != 21 {
+		t.Fatalf("provider saw %d requests on %d connections", st.Requests, st.ConnsAccepted)
+	}
+	// Progress lines were aggregated over both workers, and the summary names both processes.
+	if !strings.Contains(stderr, "conns 21 ") || !strings.Contains(stderr, "(2 process(es))") {
+		t.Fatalf("stderr:\n%s", stderr)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(stdout), &raw); err != nil || raw["latency_hist"] == nil {
+		t.Fatalf("JSON lacks the merged histogram: %v", err)
+	}
+}
+
+func TestSingleProcessJSONFile(t *testing.T) {
+	p := startProvider(t)
+	path := t.TempDir() + "/out.json"
+	_, stderr := runCLI(t, "load", "--target", p.Addr(), "--conns", "5", "--rate", "100",
+		"--duration", "500ms", "--arg-size", "300", "--json", path, "--quiet")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := loadgen.ParseResult(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Workers != 1 || r.OK != 50 || len(r.Arg) != 300 || strings.Contains(stderr, "[   ") {
+		t.Fatalf("workers %d ok %d arg %d bytes; stderr:\n%s", r.Workers, r.OK, len(r.Arg), stderr)
+	}
+}
+
+func TestSplitConfig(t *testing.T) {
+	cfg := loadgen.Config{Conns: 40_001, Rate: 5000, ConnectRate: 3000, Requests: 1001,
+		SourceAddrs: loopbackSources(3)}
+	parts := splitConfig(cfg, 3)
+	var conns int
+	var rate, crate float64
+	var reqs uint64
+	for _, p := range parts {
+		conns += p.Conns
+		rate += p.Rate
+		crate += p.ConnectRate
+		reqs += p.Requests
+	}
+	if conns != 40_001 || reqs != 1001 || rate < 4999.999 || rate > 5000.001 || crate < 2999.999 || crate > 3000.001 {
+		t.Fatalf("split sums: conns %d rate %v connect rate %v requests %d", conns, rate, crate, reqs)
+	}
+	if parts[1].SourceAddrs[0] != cfg.SourceAddrs[1] || len(parts[1].SourceAddrs) != 3 {
+		t.Fatalf("worker 1 sources %v", parts[1].SourceAddrs)
+	}
+}
+
+func TestParseAddrList(t *testing.T) {
+	got, err := parseAddrList("127.0.0.2-127.0.0.4, 127.0.1.1")
+	if err != nil || len(got) != 4 || got[2].String() != "127.0.0.4" || got[3].String() != "127.0.1.1" {
+		t.Fatalf("%v %v", got, err)
+	}
+	for _, bad := range []string{"127.0.0.5-127.0.0.4", "nope", "127.0.0.1-::1", "10.0.0.0-10.1.0.0"} {
+		if _, err := parseAddrList(bad); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}
+
+func TestLoadRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"load"}, // --target required
+		{"load", "--target", "127.0.0.1:1", "--duration", "31m"},
+		{"load", "--target", "127.0.0.1:1", "--conns", "40000", "--workers", "2"},
+	} {
+		cmd := newRootCmd()
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		cmd.SetArgs(args)
+		if err := cmd.Execute(); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+}
