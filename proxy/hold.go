@@ -53,6 +53,13 @@ func (h *HoldQueue) push(s *Session, f Frame, frame []byte, now int64) {
 		return
 	}
 	h.mu.Lock()
+	if srv.closed.Load() {
+		// Close has run (or is running) failAll: nobody would answer an entry added now.
+		// Checked under h.mu so that an entry is either answered here or by failAll.
+		h.mu.Unlock()
+		s.replyError(f, FailNoUpstream, "stormgate: shutting down", replyDrain)
+		return
+	}
 	if len(h.q)-h.head >= cfg.HoldMaxRequests || h.bytes+len(frame) > cfg.HoldMaxBytes {
 		h.mu.Unlock()
 		srv.m.holdOutcome.WithLabelValues("rejected_full").Inc()

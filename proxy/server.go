@@ -316,7 +316,10 @@ func (s *Server) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	s.sessions.each(func(ss *Session) { ss.closeWith(closeShutdown) })
+	// Pools first: closing them answers every held and in-flight request with an error
+	// while its consumer is still connected (exactly one answer per request, also when
+	// a drain times out). Sessions closed first would make those replies no-ops.
+	// Found by e2e.TestDrainTimeoutAnswersInFlight.
 	s.mu.Lock()
 	pools := s.pools
 	s.pools = map[uint16]*Pool{}
@@ -324,6 +327,7 @@ func (s *Server) Close() error {
 	for _, p := range pools {
 		p.close()
 	}
+	s.sessions.each(func(ss *Session) { ss.closeWith(closeShutdown) })
 	if s.cancel != nil {
 		s.cancel()
 	}

@@ -176,10 +176,10 @@ func (s *Session) write(b []byte) {
 		s.flushing = true
 		startDrain = true
 	}
-	if s.queued+len(b) > s.srv.cfg.Load().MaxQueuedBytesPerConn {
+	if q := s.queued + len(b); q > s.srv.cfg.Load().MaxQueuedBytesPerConn {
 		s.wmu.Unlock()
 		s.srv.log.Warn("closing consumer that does not read its responses",
-			zap.Stringer("peer", s.remote), zap.Int("queued_bytes", s.queued+len(b)))
+			zap.Stringer("peer", s.remote), zap.Int("queued_bytes", q))
 		s.closeWith(closeSlowReader)
 		return
 	}
