@@ -1,0 +1,17 @@
+// Package e2e holds Stormgate's end-to-end acceptance tests for provider restarts,
+// READONLY handling, the hold queue, max request age and graceful drain (issue 3).
+// It has no production code: the tests build the real binaries (`sidecar` and
+// `stormbench`) once per run in TestMain and drive them as separate OS processes on
+// 127.0.0.1 ephemeral ports, with consumers (package peer's Client) in the test
+// process.
+//
+// Every scenario is bounded in time and in count, and waits by polling with a
+// deadline (the sidecar's /metrics, its log lines, process exit), never by sleeping
+// and hoping. Wall-clock pauses that the scenario itself prescribes (the provider
+// stays down for one second) are the only sleeps.
+//
+// Concurrency: each test owns its processes (killed and reaped by t.Cleanup) and its
+// consumer fleet (closed, and its goroutines waited for, by t.Cleanup). Tests do not
+// run in parallel with each other: their timing bounds assume the machine is not
+// also running the rest of this package.
+package e2e
