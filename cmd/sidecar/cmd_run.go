@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -233,6 +234,10 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if f.admin != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/config_dump", store)
+		// Profiling on the admin listener only (loopback by default), as Envoy does.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/drain", func(w http.ResponseWriter, r *http.Request) {
 			if r.Method != http.MethodPost {
 				http.Error(w, "use POST /drain", http.StatusMethodNotAllowed)
@@ -260,8 +265,12 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		if err != nil {
 			return err
 		}
+		// Base and Current (fix found by e2e/xds_live_test.go): a push is partial and
+		// must merge over the startup settings (defaults < file < flags < xDS), not
+		// over the bare defaults; otherwise every push "changes" listener.address
+		// from the --listen value back to the default and is NACKed.
 		cl, err := xds.NewClient(xds.ClientConfig{Address: f.xdsAddr, NodeID: nodeID, ResourceName: f.xdsResource,
-			CA: f.xdsCA, Cert: f.xdsCert, Key: f.xdsKey}, log.Named("xds"), reg)
+			CA: f.xdsCA, Cert: f.xdsCert, Key: f.xdsKey, Base: settings, Current: store.Settings}, log.Named("xds"), reg)
 		if err != nil {
 			return err
 		}
