@@ -66,6 +66,9 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 		log, _, _ = newLogger("info", "console")
 	}
 
+	if err := configureNetpoll(log, defaultNetpollBuffer); err != nil {
+		return err
+	}
 	prov, err := peer.NewProvider(peer.ProviderConfig{Addr: "127.0.0.1:0"}, log.Named("provider"))
 	if err != nil {
 		return err

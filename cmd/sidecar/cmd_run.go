@@ -42,6 +42,7 @@ type runFlags struct {
 	transparent   bool
 	logLevel      string
 	logFormat     string
+	netpollBuffer int
 }
 
 func newRunCmd() *cobra.Command {
@@ -93,6 +94,8 @@ requests finish up to drain.timeout), then exits 0.`,
 	fl.BoolVar(&f.transparent, "transparent", false, "accept iptables-REDIRECTed connections; upstream is 127.0.0.1:<original port>")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (log.level)")
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console (log.format)")
+	fl.IntVar(&f.netpollBuffer, "netpoll-buffer", defaultNetpollBuffer, "initial input buffer per connection in bytes (grows on demand)")
+	_ = fl.MarkHidden("netpoll-buffer")
 	return cmd
 }
 
@@ -145,6 +148,9 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck
+	if err := configureNetpoll(log, f.netpollBuffer); err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -197,6 +203,11 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		}
 		if err := xds.CheckLive(store.Settings(), s); err != nil {
 			return err
+		}
+		// Fix found by e2e/xds_nack_test.go: the logger's encoder is built once, so a
+		// log.format change was ACKed and silently not applied. Refuse it (NACK).
+		if from, to := store.Settings().GetLog().GetFormat(), s.GetLog().GetFormat(); from != to {
+			return fmt.Errorf("log.format: cannot change live (%s -> %s): the logger is built at start; restart the sidecar to change it", from, to)
 		}
 		if err := srv.Update(toProxyConfig(s)); err != nil {
 			return err
