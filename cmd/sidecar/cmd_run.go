@@ -193,7 +193,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		return err
 	}
 	log.Info("stormgate started", zap.String("version", version), zap.Stringer("listen", adm.Addr()),
-		zap.String("upstream", settings.GetUpstream().GetAddress()), zap.Bool("transparent", settings.GetListener().GetTransparent()),
+		zap.String("upstream", upstreamDesc(settings)), zap.Bool("transparent", settings.GetListener().GetTransparent()),
 		zap.String("settings_source", source))
 
 	// apply makes new settings live in every stage, or refuses them whole.
@@ -376,4 +376,12 @@ func newLogger(level, format string) (*zap.Logger, zap.AtomicLevel, error) {
 	cfg.DisableStacktrace = true // operators want one line per event; errors carry their cause
 	l, err := cfg.Build()
 	return l, lv, err
+}
+
+// upstreamDesc says where requests go, for the start-up log line.
+func upstreamDesc(s *sg.Settings) string {
+	if s.GetListener().GetTransparent() {
+		return fmt.Sprintf("127.0.0.1:<original port>, ports %v", s.GetListener().GetInboundPorts())
+	}
+	return s.GetUpstream().GetAddress()
 }
