@@ -1,0 +1,18 @@
+// Package xds owns Stormgate's settings: the stormgate.v1.Settings schema
+// (generated Go in stormgatev1), the one place defaults live (Defaults),
+// validation that names every bad field and its allowed range (Validate),
+// the YAML loader (LoadFile), merging of partial settings (Merge), the
+// live-change guard (CheckLive), the active-settings Store with its
+// /config_dump handler, the ADS client that receives Settings from a control
+// plane (Client), and the reference control plane (ControlPlane).
+//
+// Data flow: file or xDS -> Merge over defaults -> Validate -> CheckLive
+// against the active value -> Store.Update swaps one immutable *Settings in
+// atomically and notifies subscribers; each stage then applies what changed.
+//
+// Concurrency: a *stormgatev1.Settings handed out by this package (Store.Load,
+// Defaults, Merge, LoadFile) is never mutated afterwards by this package;
+// callers must treat values read from a Store as immutable. Store is safe for
+// concurrent use. Client.Run and ControlPlane.Serve block until their context
+// is cancelled and wait for every goroutine they start before returning.
+package xds

@@ -1,0 +1,371 @@
+package xds
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+)
+
+// LoadFile reads a settings file (YAML, or JSON which is YAML) in the
+// stormgate.v1.Settings schema with snake_case names, durations written like
+// "3s" or "500ms". It returns the partial settings the file sets (merge them
+// with WithDefaults before use) or a Problems naming every unknown field or
+// badly typed value with its line. It does not check ranges: see Validate and
+// ValidateFile.
+func LoadFile(path string) (*sg.Settings, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s, _, err := parseSettings(data)
+	return s, err
+}
+
+// ParseYAML is LoadFile on bytes.
+func ParseYAML(data []byte) (*sg.Settings, error) {
+	s, _, err := parseSettings(data)
+	return s, err
+}
+
+// ValidateFile checks a settings file or a control-plane file (one whose top
+// level has "default:" or "nodes:"): syntax, names, types and, after merging
+// over the defaults, every range. It returns nil or a Problems, with line
+// numbers where the file sets the field.
+func ValidateFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	root, err := parseRoot(data)
+	if err != nil {
+		return err
+	}
+	if isControlPlaneDoc(root) {
+		_, err := parseControlPlane(root)
+		return err
+	}
+	s, pos, err := decodeSettings(root, "")
+	if err != nil {
+		return err
+	}
+	return annotate(Validate(WithDefaults(s)), pos, "")
+}
+
+// annotate adds the file line of each problem's field (or its nearest set
+// parent) and a path prefix.
+func annotate(err error, pos map[string]int, prefix string) error {
+	var ps Problems
+	if !errors.As(err, &ps) {
+		return err
+	}
+	out := make(Problems, len(ps))
+	for i, p := range ps {
+		for f := p.Field; f != "" && p.Line == 0; {
+			p.Line = pos[f]
+			if j := strings.LastIndexAny(f, ".["); j >= 0 {
+				f = f[:j]
+			} else {
+				f = ""
+			}
+		}
+		if prefix != "" {
+			p.Field = prefix + p.Field
+		}
+		out[i] = p
+	}
+	return out
+}
+
+func parseRoot(data []byte) (*yaml.Node, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, Problems{{Message: strings.TrimPrefix(err.Error(), "yaml: ")}}
+	}
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		return doc.Content[0], nil
+	}
+	return &doc, nil // empty document
+}
+
+func parseSettings(data []byte) (*sg.Settings, map[string]int, error) {
+	root, err := parseRoot(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return decodeSettings(root, "")
+}
+
+// decodeSettings turns a YAML node into partial Settings, checking names and
+// types against the schema. prefix is prepended to reported field paths. It
+// returns the line of every field set, keyed by path without prefix.
+func decodeSettings(n *yaml.Node, prefix string) (*sg.Settings, map[string]int, error) {
+	d := decoder{prefix: prefix, pos: map[string]int{}}
+	s := &sg.Settings{}
+	d.message(n, s.ProtoReflect(), "")
+	if len(d.ps) > 0 {
+		return nil, nil, d.ps
+	}
+	return s, d.pos, nil
+}
+
+type decoder struct {
+	prefix string
+	ps     Problems
+	pos    map[string]int
+}
+
+func (d *decoder) problem(n *yaml.Node, path, msg string) {
+	d.ps = append(d.ps, Problem{Field: d.prefix + path, Message: msg, Line: n.Line})
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.Tag == "!!null")
+}
+
+func (d *decoder) message(n *yaml.Node, m protoreflect.Message, path string) {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.problem(n, path, "must be a mapping of "+string(m.Descriptor().Name())+" fields")
+		return
+	}
+	fields := m.Descriptor().Fields()
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		name := k.Value
+		fd := fields.ByName(protoreflect.Name(name))
+		if fd == nil {
+			fd = fields.ByJSONName(name)
+		}
+		if fd == nil {
+			msg := "unknown field"
+			if s := closest(name, fields); s != "" {
+				msg += "; did you mean " + s + "?"
+			}
+			d.problem(k, join(path, name), msg)
+			continue
+		}
+		p := join(path, string(fd.Name()))
+		if seen[p] {
+			d.problem(k, p, "set twice")
+			continue
+		}
+		seen[p] = true
+		d.pos[p] = k.Line
+		if v.Kind == yaml.AliasNode {
+			v = v.Alias
+		}
+		if isNull(v) {
+			continue
+		}
+		d.field(v, m, fd, p)
+	}
+}
+
+func (d *decoder) field(n *yaml.Node, m protoreflect.Message, fd protoreflect.FieldDescriptor, path string) {
+	switch {
+	case fd.IsMap():
+		d.problem(n, path, "map fields are not supported")
+	case fd.IsList():
+		if n.Kind != yaml.SequenceNode {
+			d.problem(n, path, "must be a list")
+			return
+		}
+		l := m.Mutable(fd).List()
+		for i, item := range n.Content {
+			if v, ok := d.scalar(item, fd, fmt.Sprintf("%s[%d]", path, i)); ok {
+				l.Append(v)
+			}
+		}
+		if l.Len() == 0 {
+			m.Clear(fd)
+		}
+	case fd.Message() != nil && !isAtomic(fd.Message()):
+		d.message(n, m.Mutable(fd).Message(), path)
+	default:
+		if v, ok := d.scalar(n, fd, path); ok {
+			m.Set(fd, v)
+		}
+	}
+}
+
+// scalar decodes one value of fd's kind (for lists: one element).
+func (d *decoder) scalar(n *yaml.Node, fd protoreflect.FieldDescriptor, path string) (protoreflect.Value, bool) {
+	bad := func(want string) (protoreflect.Value, bool) {
+		shown := n.Value
+		if n.Kind != yaml.ScalarNode {
+			shown = "a " + map[yaml.Kind]string{yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}[n.Kind]
+		} else {
+			shown = strconv.Quote(shown)
+		}
+		d.problem(n, path, shown+" is not "+want)
+		return protoreflect.Value{}, false
+	}
+	if n.Kind != yaml.ScalarNode {
+		return bad(kindName(fd))
+	}
+	switch fd.Kind() {
+	case protoreflect.BoolKind:
+		var b bool
+		if n.Tag != "!!bool" || n.Decode(&b) != nil {
+			return bad("true or false")
+		}
+		return protoreflect.ValueOfBool(b), true
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		i, ok := yamlInt(n)
+		if !ok || i < math.MinInt32 || i > math.MaxInt32 {
+			return bad("a 32-bit integer")
+		}
+		return protoreflect.ValueOfInt32(int32(i)), true
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		i, ok := yamlInt(n)
+		if !ok {
+			return bad("an integer")
+		}
+		return protoreflect.ValueOfInt64(i), true
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		i, ok := yamlInt(n)
+		if !ok || i < 0 || i > math.MaxUint32 {
+			return bad("a non-negative 32-bit integer")
+		}
+		return protoreflect.ValueOfUint32(uint32(i)), true
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		i, ok := yamlInt(n)
+		if !ok || i < 0 {
+			return bad("a non-negative integer")
+		}
+		return protoreflect.ValueOfUint64(uint64(i)), true
+	case protoreflect.DoubleKind, protoreflect.FloatKind:
+		var f float64
+		if (n.Tag != "!!float" && n.Tag != "!!int") || n.Decode(&f) != nil {
+			return bad("a number")
+		}
+		if fd.Kind() == protoreflect.FloatKind {
+			return protoreflect.ValueOfFloat32(float32(f)), true
+		}
+		return protoreflect.ValueOfFloat64(f), true
+	case protoreflect.StringKind:
+		if n.Tag != "!!str" {
+			return bad("a string (quote it)")
+		}
+		return protoreflect.ValueOfString(n.Value), true
+	case protoreflect.EnumKind:
+		names := enumNames(fd.Enum())
+		if n.Tag == "!!str" {
+			if ev := fd.Enum().Values().ByName(protoreflect.Name(n.Value)); ev != nil && slices.Contains(names, n.Value) {
+				return protoreflect.ValueOfEnum(ev.Number()), true
+			}
+		}
+		return bad("one of " + strings.Join(names, ", "))
+	case protoreflect.MessageKind:
+		if fd.Message().FullName() == "google.protobuf.Duration" {
+			dd, ok := yamlDuration(n)
+			if !ok {
+				return bad(`a duration like "3s" or "500ms"`)
+			}
+			return protoreflect.ValueOfMessage(durationpb.New(dd).ProtoReflect()), true
+		}
+	}
+	d.problem(n, path, "fields of type "+kindName(fd)+" are not supported in files")
+	return protoreflect.Value{}, false
+}
+
+func yamlInt(n *yaml.Node) (int64, bool) {
+	var i int64
+	if n.Tag != "!!int" || n.Decode(&i) != nil {
+		return 0, false
+	}
+	return i, true
+}
+
+// yamlDuration accepts Go durations ("3s", "0.05s", "500ms", "1m30s") and a
+// bare 0.
+func yamlDuration(n *yaml.Node) (time.Duration, bool) {
+	if n.Tag == "!!int" && n.Value == "0" {
+		return 0, true
+	}
+	if n.Tag != "!!str" {
+		return 0, false
+	}
+	dd, err := time.ParseDuration(n.Value)
+	return dd, err == nil
+}
+
+func enumNames(ed protoreflect.EnumDescriptor) []string {
+	var out []string
+	for i := 0; i < ed.Values().Len(); i++ {
+		if ev := ed.Values().Get(i); ev.Number() != 0 {
+			out = append(out, string(ev.Name()))
+		}
+	}
+	return out
+}
+
+func kindName(fd protoreflect.FieldDescriptor) string {
+	if fd.IsList() {
+		return "a list"
+	}
+	if fd.Message() != nil {
+		if fd.Message().FullName() == "google.protobuf.Duration" {
+			return "a duration"
+		}
+		return "a mapping"
+	}
+	return "a " + fd.Kind().String()
+}
+
+// closest suggests the field name nearest to a misspelt one, or "".
+func closest(name string, fields protoreflect.FieldDescriptors) string {
+	// Suggest only names within a few edits, fewer for short names.
+	best, bestD := "", min(3, max(1, len(name)/3))+1
+	for i := 0; i < fields.Len(); i++ {
+		c := string(fields.Get(i).Name())
+		if dd := editDistance(name, c); dd < bestD {
+			best, bestD = c, dd
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

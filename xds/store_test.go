@@ -1,0 +1,100 @@
+package xds
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
+
+	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+)
+
+func TestStoreUpdateNotifyAndDump(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	st, err := NewStore(Defaults(), "v0", SourceDefaults, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, cancel := st.Subscribe()
+	defer cancel()
+
+	next := WithDefaults(interval(2 * time.Second))
+	if err := st.Update(next, "v1", SourceXDS); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	default:
+		t.Fatal("subscriber not notified")
+	}
+	if a := st.Load(); a.Version != "v1" || a.Source != SourceXDS || !proto.Equal(a.Settings, next) {
+		t.Fatalf("active %+v", a)
+	}
+	if got := testutil.ToFloat64(st.info.WithLabelValues("v1", SourceXDS)); got != 1 {
+		t.Fatalf("config_info{v1,xds}=%v", got)
+	}
+	if n := testutil.CollectAndCount(st.info); n != 1 {
+		t.Fatalf("config_info must have one series, has %d", n)
+	}
+
+	// Refused updates change nothing and do not notify.
+	bad := WithDefaults(&sg.Settings{Listener: &sg.Listener{Address: proto.String("0.0.0.0:1")}})
+	var ps Problems
+	if err := st.Update(bad, "v2", SourceXDS); !errors.As(err, &ps) || ps[0].Field != "listener.address" {
+		t.Fatalf("want listener.address refused, got %v", err)
+	}
+	if err := st.Update(WithDefaults(interval(-time.Second)), "v3", SourceXDS); err == nil {
+		t.Fatal("invalid settings accepted")
+	}
+	select {
+	case <-ch:
+		t.Fatal("notified for a refused update")
+	default:
+	}
+	if st.Load().Version != "v1" {
+		t.Fatalf("refused update changed the store")
+	}
+
+	rec := httptest.NewRecorder()
+	st.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/config_dump", nil))
+	var dump struct {
+		Version  string                    `json:"version"`
+		Source   string                    `json:"source"`
+		Settings map[string]map[string]any `json:"settings"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &dump); err != nil {
+		t.Fatalf("%v\n%s", err, rec.Body)
+	}
+	if dump.Version != "v1" || dump.Source != "xds" || dump.Settings["keepalive"]["upstream_interval"] != "2s" ||
+		dump.Settings["hold"]["max_bytes"] != float64(64<<20) || dump.Settings["drain"]["readonly_policy"] != "HOLD" {
+		t.Fatalf("config_dump: %s", rec.Body)
+	}
+	if n := len(dump.Settings); n != 8 {
+		t.Fatalf("config_dump has %d sections, want 8", n)
+	}
+
+	rec = httptest.NewRecorder()
+	st.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/config_dump?format=yaml", nil))
+	back, err := ParseYAML(rec.Body.Bytes())
+	if err != nil || !proto.Equal(back, next) {
+		t.Fatalf("yaml dump does not load back: %v\n%s", err, rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	st.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/config_dump", strings.NewReader("")))
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Fatalf("POST: %d", rec.Code)
+	}
+}
+
+func TestNewStoreRejectsInvalid(t *testing.T) {
+	if _, err := NewStore(&sg.Settings{}, "v", SourceFile, nil); err == nil {
+		t.Fatal("empty settings accepted")
+	}
+}

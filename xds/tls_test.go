@@ -1,0 +1,116 @@
+package xds
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+type testCert struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	der  []byte
+}
+
+func newCert(t *testing.T, name string, parent *testCert, server bool) *testCert {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+	}
+	signer, signKey := tmpl, key
+	if parent == nil {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+		tmpl.KeyUsage = x509.KeyUsageCertSign
+	} else {
+		signer, signKey = parent.cert, parent.key
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+		if server {
+			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+		} else {
+			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return &testCert{c, key, der}
+}
+
+func (c *testCert) write(t *testing.T, dir, name string) (certPath, keyPath string) {
+	t.Helper()
+	certPath, keyPath = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	kb, _ := x509.MarshalECPrivateKey(c.key)
+	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certPath, keyPath
+}
+
+func TestClientMTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCert(t, "test-ca", nil, false)
+	srv := newCert(t, "control-plane", ca, true)
+	cli := newCert(t, "sidecar", ca, false)
+	caPath, _ := ca.write(t, dir, "ca")
+	srvCert, srvKey := srv.write(t, dir, "server")
+	cliCert, cliKey := cli.write(t, dir, "client")
+
+	kp, err := tls.LoadX509KeyPair(srvCert, srvKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{kp}, ClientCAs: pool,
+		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
+
+	path := filepath.Join(dir, "cp.yaml")
+	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 9s}\n")
+	cp := startCP(t, "127.0.0.1:0", path, grpc.Creds(creds))
+
+	noCert := startClient(t, cp.addr, "anon", func(c *ClientConfig) { c.CA = caPath })
+	good := startClient(t, cp.addr, "n", func(c *ClientConfig) { c.CA, c.Cert, c.Key = caPath, cliCert, cliKey })
+	waitFor(t, 5*time.Second, "mTLS client applied", func() bool { return good.interval() == 9*time.Second })
+	time.Sleep(300 * time.Millisecond) // give the certificate-less client the same chance, and more
+	if noCert.version() != "" || noCert.connected() != 0 {
+		t.Fatal("a client without a certificate got settings from an mTLS control plane")
+	}
+
+	for _, bad := range []ClientConfig{
+		{Address: "x", NodeID: "n", Cert: cliCert},
+		{Address: "x", NodeID: "n", CA: filepath.Join(dir, "missing.pem")},
+		{Address: "x", NodeID: "n", CA: cliKey},
+		{Address: "", NodeID: "n"},
+		{Address: "x", NodeID: ""},
+	} {
+		if _, err := NewClient(bad, nil, nil); err == nil {
+			t.Errorf("NewClient(%+v) accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,376 @@
+package xds
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+)
+
+// Problem is one thing wrong with a Settings value: the field path in the
+// schema's snake_case names (e.g. "keepalive.upstream_interval") and what is
+// wrong, including the allowed range.
+type Problem struct {
+	Field   string
+	Message string
+	Line    int    // line in the file that set the field; 0 when unknown
+	File    string // file name when several files were read; else ""
+}
+
+func (p Problem) Error() string {
+	s := p.Message
+	if p.Field != "" {
+		s = p.Field + ": " + s
+	}
+	switch {
+	case p.File != "" && p.Line > 0:
+		s += " (" + p.File + " line " + strconv.Itoa(p.Line) + ")"
+	case p.File != "":
+		s += " (" + p.File + ")"
+	case p.Line > 0:
+		s += " (line " + strconv.Itoa(p.Line) + ")"
+	}
+	return s
+}
+
+// Problems is every problem found in one Settings value or file, in schema
+// order. Its Error joins them with "; " (one line, fit for an xDS NACK's
+// error_detail); range over it to print one line per problem.
+type Problems []Problem
+
+func (ps Problems) Error() string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.Error()
+	}
+	return strings.Join(s, "; ")
+}
+
+// Validate checks complete settings (normally WithDefaults of a file or a
+// push) and returns nil or a Problems listing every problem, each naming the
+// field path and its allowed range. A missing field is a problem: validate the
+// merged value, not a partial overlay.
+func Validate(s *sg.Settings) error {
+	if s == nil {
+		return Problems{{Message: "settings missing"}}
+	}
+	var ps Problems
+	m := s.ProtoReflect()
+	for _, r := range fieldRules {
+		v, ok := lookup(m, r.path)
+		if !ok {
+			ps = append(ps, Problem{Field: r.path, Message: "missing; must be " + r.allowed})
+			continue
+		}
+		ps = append(ps, r.check(r, v)...)
+	}
+	for _, c := range crossRules {
+		ps = append(ps, c(s)...)
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps
+}
+
+// FieldInfo documents one leaf setting: the source for docs/configuration.md.
+type FieldInfo struct {
+	Path    string // snake_case path, e.g. "hold.timeout"
+	Help    string // what it does
+	Allowed string // allowed values, e.g. "between 1s and 1h"
+	Live    bool   // whether a change applies without a restart
+	Default string // the default, as /config_dump prints it
+}
+
+// Fields lists every leaf setting in schema order with its meaning, allowed
+// range, default and whether it can change live.
+func Fields() []FieldInfo {
+	d := Defaults().ProtoReflect()
+	out := make([]FieldInfo, 0, len(fieldRules))
+	for _, r := range fieldRules {
+		fi := FieldInfo{Path: r.path, Help: r.help, Allowed: r.allowed, Live: !fixedFields[r.path]}
+		if v, ok := lookup(d, r.path); ok {
+			fi.Default = formatValue(fieldDesc(r.path), v)
+		}
+		out = append(out, fi)
+	}
+	return out
+}
+
+type rule struct {
+	path    string
+	help    string
+	allowed string // human text after "must be "
+	check   func(r rule, v protoreflect.Value) Problems
+}
+
+func (r rule) bad(what string) Problems {
+	return Problems{{Field: r.path, Message: what + "; must be " + r.allowed}}
+}
+
+// lookup returns the value at a dotted path and whether every step is set.
+// Lists count as set when non-empty.
+func lookup(m protoreflect.Message, path string) (protoreflect.Value, bool) {
+	parts := strings.Split(path, ".")
+	for i, name := range parts {
+		fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
+		if fd == nil || !m.Has(fd) {
+			return protoreflect.Value{}, false
+		}
+		v := m.Get(fd)
+		if i == len(parts)-1 {
+			return v, true
+		}
+		m = v.Message()
+	}
+	return protoreflect.Value{}, false
+}
+
+func fieldDesc(path string) protoreflect.FieldDescriptor {
+	md := (&sg.Settings{}).ProtoReflect().Descriptor()
+	var fd protoreflect.FieldDescriptor
+	for _, name := range strings.Split(path, ".") {
+		fd = md.Fields().ByName(protoreflect.Name(name))
+		if fd == nil {
+			return nil
+		}
+		md = fd.Message()
+	}
+	return fd
+}
+
+func intIn(lo, hi int64) func(rule, protoreflect.Value) Problems {
+	return func(r rule, v protoreflect.Value) Problems {
+		n := v.Int()
+		return r.outside(strconv.FormatInt(n, 10), float64(n), float64(lo), float64(hi))
+	}
+}
+
+func floatIn(lo, hi float64) func(rule, protoreflect.Value) Problems {
+	return func(r rule, v protoreflect.Value) Problems {
+		f := v.Float()
+		if f != f { // NaN
+			return r.bad("NaN is not a number")
+		}
+		return r.outside(strconv.FormatFloat(f, 'g', -1, 64), f, lo, hi)
+	}
+}
+
+func (r rule) outside(shown string, v, lo, hi float64) Problems {
+	switch {
+	case v < 0 && lo >= 0:
+		return r.bad(shown + " is negative")
+	case v < lo:
+		return r.bad(shown + " is too small")
+	case v > hi:
+		return r.bad(shown + " is too large")
+	}
+	return nil
+}
+
+// durIn accepts lo..hi; with zeroOff it also accepts exactly 0 (feature off).
+func durIn(lo, hi time.Duration, zeroOff bool) func(rule, protoreflect.Value) Problems {
+	return func(r rule, v protoreflect.Value) Problems {
+		pd := v.Message().Interface().(*durationpb.Duration)
+		if err := pd.CheckValid(); err != nil {
+			return r.bad("invalid duration")
+		}
+		d := pd.AsDuration()
+		if zeroOff && d == 0 {
+			return nil
+		}
+		return r.outside(fmtDur(d), float64(d), float64(lo), float64(hi))
+	}
+}
+
+func oneOf(names ...string) func(rule, protoreflect.Value) Problems {
+	return func(r rule, v protoreflect.Value) Problems {
+		for _, n := range names {
+			if v.String() == n {
+				return nil
+			}
+		}
+		return r.bad(strconv.Quote(v.String()) + " is not allowed")
+	}
+}
+
+func enumIn(names ...string) func(rule, protoreflect.Value) Problems {
+	return func(r rule, v protoreflect.Value) Problems {
+		ed := fieldDesc(r.path).Enum()
+		ev := ed.Values().ByNumber(v.Enum())
+		name := strconv.Itoa(int(v.Enum()))
+		if ev != nil {
+			name = string(ev.Name())
+		}
+		for _, n := range names {
+			if name == n {
+				return nil
+			}
+		}
+		return r.bad(name + " is not allowed")
+	}
+}
+
+func hostPort(allowEmpty bool) func(rule, protoreflect.Value) Problems {
+	return func(r rule, v protoreflect.Value) Problems {
+		s := v.String()
+		if s == "" {
+			if allowEmpty {
+				return nil
+			}
+			return r.bad("empty")
+		}
+		host, port, err := net.SplitHostPort(s)
+		if err != nil {
+			return r.bad(strconv.Quote(s) + " is not host:port")
+		}
+		if strings.ContainsAny(host, " \t/") {
+			return r.bad(strconv.Quote(s) + " has a bad host")
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return r.bad(strconv.Quote(s) + " has a bad port")
+		}
+		return nil
+	}
+}
+
+func anyBool(rule, protoreflect.Value) Problems { return nil }
+
+func portList(r rule, v protoreflect.Value) Problems {
+	var ps Problems
+	l := v.List()
+	seen := map[int64]bool{}
+	for i := 0; i < l.Len(); i++ {
+		p := l.Get(i).Int()
+		field := fmt.Sprintf("%s[%d]", r.path, i)
+		switch {
+		case p < 1 || p > 65535:
+			ps = append(ps, Problem{Field: field, Message: fmt.Sprintf("%d is not a port; must be %s", p, r.allowed)})
+		case seen[p]:
+			ps = append(ps, Problem{Field: field, Message: fmt.Sprintf("%d is listed twice; must be %s", p, r.allowed)})
+		}
+		seen[p] = true
+	}
+	return ps
+}
+
+const (
+	kib = 1 << 10
+	mib = 1 << 20
+	gib = 1 << 30
+)
+
+// fieldRules has one entry per leaf field of Settings, in schema order; a
+// test fails when a field is added to the proto without a rule here.
+var fieldRules = []rule{
+	{"listener.address", "host:port the consumer-facing listener binds.", "host:port", hostPort(false)},
+	{"listener.backlog", "listen(2) backlog; the kernel caps it at net.core.somaxconn.", "between 1 and 4194304", intIn(1, 4194304)},
+	{"listener.transparent", "Transparent mode: iptables REDIRECTs inbound ports here; upstream is 127.0.0.1:<original port>.", "true or false", anyBool},
+	{"listener.inbound_ports", "Inbound Dubbo ports redirected to the listener in transparent mode.", "distinct ports between 1 and 65535", portList},
+	{"admission.accept_rate", "Connections admitted per second (token bucket rate).", "between 1 and 1000000", floatIn(1, 1e6)},
+	{"admission.accept_burst", "Token bucket burst.", "between 1 and 1000000", intIn(1, 1e6)},
+	{"admission.max_connections", "Consumer connections over this are closed at once.", "between 1 and 10000000", intIn(1, 1e7)},
+	{"admission.max_pending", "Accepted-but-not-yet-admitted connections over this are closed at once.", "between 1 and 1000000", intIn(1, 1e6)},
+	{"admission.max_wait", "Longest a connection waits for admission before it is admitted anyway.", "between 0s and 1m", durIn(0, time.Minute, false)},
+	{"admission.per_source_fairness", "Serve the pending queue round robin by source address.", "true or false", anyBool},
+	{"admission.tcp_quickack", "TCP_QUICKACK on accepted connections.", "true or false", anyBool},
+	{"admission.tcp_fastopen", "TCP_FASTOPEN queue length on the listener; 0 turns it off.", "between 0 and 65535", intIn(0, 65535)},
+	{"admission.tcp_keepalive_idle", "SO_KEEPALIVE idle time toward consumers; 0 turns TCP keepalive off.", "0 (off) or between 1s and 2h", durIn(time.Second, 2*time.Hour, true)},
+	{"upstream.address", "Provider host:port (ignored in transparent mode).", "host:port", hostPort(true)},
+	{"upstream.connections", "Connections to the provider.", "between 1 and 64", intIn(1, 64)},
+	{"upstream.connect_timeout", "Timeout of one dial to the provider.", "between 10ms and 1m", durIn(10*time.Millisecond, time.Minute, false)},
+	{"upstream.backoff_base", "First reconnect backoff (exponential, full jitter).", "between 1ms and 1m", durIn(time.Millisecond, time.Minute, false)},
+	{"upstream.backoff_max", "Reconnect backoff cap.", "between 1ms and 10m", durIn(time.Millisecond, 10*time.Minute, false)},
+	{"upstream.warmup", "After a reconnect, ramp traffic onto the new connection over this long; 0 = at once.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
+	{"hold.timeout", "Longest a request waits for the provider to come back; 0 fails it at once.", "between 0s and 1m", durIn(0, time.Minute, false)},
+	{"hold.max_requests", "Requests the hold queue keeps; more get an error response.", "between 0 and 1000000", intIn(0, 1e6)},
+	{"hold.max_bytes", "Bytes the hold queue keeps; more get an error response.", "between 0 and 1073741824", intIn(0, gib)},
+	{"keepalive.downstream_idle_timeout", "A consumer that sent nothing for this long is closed; 0 turns it off.", "0 (off) or between 1s and 24h", durIn(time.Second, 24*time.Hour, true)},
+	{"keepalive.upstream_interval", "Heartbeat an idle upstream connection this often.", "between 1s and 1h", durIn(time.Second, time.Hour, false)},
+	{"keepalive.upstream_jitter", "Fraction of upstream_interval to jitter by (0.2 = +-20%).", "between 0 and 0.5", floatIn(0, 0.5)},
+	{"keepalive.upstream_max_missed", "Heartbeat intervals without an answer before an upstream connection is dead.", "between 1 and 100", intIn(1, 100)},
+	{"limits.max_frame_bytes", "Largest Dubbo frame accepted (header + body).", "between 1024 and 1073741824", intIn(kib, gib)},
+	{"limits.max_inflight_per_connection", "In-flight two-way requests per consumer.", "between 1 and 1000000", intIn(1, 1e6)},
+	{"limits.max_request_age", "A pending request older than this gets an error response.", "between 1s and 1h", durIn(time.Second, time.Hour, false)},
+	{"limits.max_queued_bytes_per_connection", "A consumer whose unread responses exceed this is closed.", "between 65536 and 1073741824", intIn(64*kib, gib)},
+	{"drain.readonly_policy", "On a provider READONLY event: HOLD requests for the provider's return, or PROPAGATE READONLY to consumers.", "HOLD or PROPAGATE", enumIn("HOLD", "PROPAGATE")},
+	{"drain.timeout", "Longest a drain waits for in-flight requests.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
+	{"log.level", "Log level.", "debug, info, warn or error", oneOf("debug", "info", "warn", "error")},
+	{"log.format", "Log encoding.", "json or console", oneOf("json", "console")},
+}
+
+// crossRules check relations between fields.
+var crossRules = []func(*sg.Settings) Problems{
+	func(s *sg.Settings) Problems {
+		b, m := s.GetUpstream().GetBackoffBase(), s.GetUpstream().GetBackoffMax()
+		if b == nil || m == nil || b.AsDuration() <= m.AsDuration() {
+			return nil
+		}
+		return Problems{{Field: "upstream.backoff_max", Message: fmt.Sprintf("%s is below upstream.backoff_base (%s); must be at least upstream.backoff_base",
+			fmtDur(m.AsDuration()), fmtDur(b.AsDuration()))}}
+	},
+	func(s *sg.Settings) Problems {
+		if s.GetListener().GetTransparent() || s.GetUpstream().GetAddress() != "" {
+			return nil
+		}
+		return Problems{{Field: "upstream.address", Message: "empty; must be host:port unless listener.transparent is true"}}
+	},
+}
+
+// fmtDur prints a duration the short way: 1h, 1m30s, 50ms, -1s.
+func fmtDur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// formatValue prints a leaf value as /config_dump and the docs show it.
+func formatValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
+	switch {
+	case fd == nil:
+		return v.String()
+	case fd.IsList():
+		parts := make([]string, v.List().Len())
+		for i := range parts {
+			parts[i] = formatValue(nil, v.List().Get(i))
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case fd.Kind() == protoreflect.EnumKind:
+		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
+			return string(ev.Name())
+		}
+	case fd.Message() != nil:
+		if d, ok := v.Message().Interface().(*durationpb.Duration); ok {
+			return fmtDur(d.AsDuration())
+		}
+	case fd.Kind() == protoreflect.DoubleKind:
+		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
+	}
+	return v.String()
+}
+
+// FieldsMarkdown renders Fields as a Markdown table (setting, default,
+// allowed values, live, meaning) for docs/configuration.md.
+func FieldsMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| Setting | Default | Allowed | Live | Meaning |\n|---|---|---|---|---|\n")
+	for _, f := range Fields() {
+		live := "yes"
+		if !f.Live {
+			live = "no (restart; an xDS push changing it is NACKed)"
+		}
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s |\n", f.Path, f.Default, f.Allowed, live, strings.ReplaceAll(f.Help, "|", `\|`))
+	}
+	return b.String()
+}
