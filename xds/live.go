@@ -11,11 +11,15 @@ import (
 var fixedFields = map[string]bool{
 	"listener.address":     true,
 	"listener.transparent": true,
+	"upstream.address":     true,
+	"log.format":           true,
 }
 
 var fixedReasons = map[string]string{
 	"listener.address":     "the listening socket is bound once at start and consumers are connected to it",
 	"listener.transparent": "transparent mode decides how every connection finds its upstream and is set up with iptables at start",
+	"upstream.address":     "consumers hold requests in flight on connections to this provider; run one sidecar per provider",
+	"log.format":           "the logger is built once at start",
 }
 
 // CheckLive returns nil when next can replace prev on a running sidecar, or a

@@ -22,6 +22,7 @@ import (
 
 	"github.com/stormgate/stormgate/admission"
 	"github.com/stormgate/stormgate/proxy"
+	"github.com/stormgate/stormgate/transparent"
 	"github.com/stormgate/stormgate/xds"
 	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
@@ -40,6 +41,7 @@ type runFlags struct {
 	xdsCert       string
 	xdsKey        string
 	transparent   bool
+	inboundPorts  string
 	logLevel      string
 	logFormat     string
 	netpollBuffer int
@@ -92,6 +94,7 @@ requests finish up to drain.timeout), then exits 0.`,
 	fl.StringVar(&f.xdsCert, "xds-cert", "", "client certificate for mTLS to the control plane")
 	fl.StringVar(&f.xdsKey, "xds-key", "", "client key for mTLS to the control plane")
 	fl.BoolVar(&f.transparent, "transparent", false, "accept iptables-REDIRECTed connections; upstream is 127.0.0.1:<original port>")
+	fl.StringVar(&f.inboundPorts, "inbound-ports", "", "transparent mode: provider ports Stormgate may forward to, e.g. 20880,20881 (listener.inbound_ports)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (log.level)")
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console (log.format)")
 	fl.IntVar(&f.netpollBuffer, "netpoll-buffer", defaultNetpollBuffer, "initial input buffer per connection in bytes (grows on demand)")
@@ -118,6 +121,15 @@ func buildSettings(cmd *cobra.Command, f runFlags) (*sg.Settings, string, error)
 	}
 	if ch("transparent") {
 		over.Listener.Transparent = proto.Bool(f.transparent)
+	}
+	if ch("inbound-ports") {
+		ports, err := transparent.ParsePorts(f.inboundPorts)
+		if err != nil {
+			return nil, "", fmt.Errorf("--inbound-ports: %w", err)
+		}
+		for _, p := range ports {
+			over.Listener.InboundPorts = append(over.Listener.InboundPorts, int32(p))
+		}
 	}
 	if ch("upstream") {
 		over.Upstream.Address = proto.String(f.upstream)
@@ -203,11 +215,6 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		}
 		if err := xds.CheckLive(store.Settings(), s); err != nil {
 			return err
-		}
-		// Fix found by e2e/xds_nack_test.go: the logger's encoder is built once, so a
-		// log.format change was ACKed and silently not applied. Refuse it (NACK).
-		if from, to := store.Settings().GetLog().GetFormat(), s.GetLog().GetFormat(); from != to {
-			return fmt.Errorf("log.format: cannot change live (%s -> %s): the logger is built at start; restart the sidecar to change it", from, to)
 		}
 		if err := srv.Update(toProxyConfig(s)); err != nil {
 			return err

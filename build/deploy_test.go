@@ -1,0 +1,234 @@
+package build
+
+import (
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/stormgate/stormgate/xds"
+)
+
+// TestDeployManifestsParse decodes every document under deploy/ strictly into its Kubernetes type, and
+// the control-plane ConfigMap's file with the control plane's own parser and validator.
+func TestDeployManifestsParse(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("..", "deploy", "*.yaml"))
+	more, _ := filepath.Glob(filepath.Join("..", "deploy", "examples", "*.yaml"))
+	files = append(files, more...)
+	if len(files) < 3 {
+		t.Fatalf("deploy manifests: found only %v", files)
+	}
+	var cpFiles int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range strings.Split(string(b), "\n---\n") {
+			var h struct{ APIVersion, Kind string }
+			if err := yaml.Unmarshal([]byte(doc), &h); err != nil {
+				t.Fatalf("%s doc %d: %v", f, i+1, err)
+			}
+			var obj any
+			switch h.APIVersion + " " + h.Kind {
+			case "v1 Namespace":
+				obj = &corev1.Namespace{}
+			case "v1 Service":
+				obj = &corev1.Service{}
+			case "apps/v1 Deployment":
+				obj = &appsv1.Deployment{}
+			case "v1 ConfigMap":
+				obj = &corev1.ConfigMap{}
+			default:
+				t.Fatalf("%s doc %d: unexpected %s %s", f, i+1, h.APIVersion, h.Kind)
+			}
+			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+				t.Fatalf("%s doc %d (%s): %v", f, i+1, h.Kind, err)
+			}
+			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == "stormgate-control-plane" {
+				cp, err := xds.ParseControlPlaneYAML([]byte(cm.Data["control-plane.yaml"]))
+				if err != nil {
+					t.Fatalf("%s: control-plane.yaml: %v", f, err)
+				}
+				if len(cp.NodeIDs()) == 0 || cp.Default == nil {
+					t.Fatalf("%s: control-plane.yaml has no default or no nodes", f)
+				}
+				cpFiles++
+			}
+		}
+	}
+	if cpFiles != 1 {
+		t.Fatalf("found %d control-plane ConfigMaps, want 1", cpFiles)
+	}
+}
+
+var metricRef = regexp.MustCompile(`stormgate_[a-z0-9_]+`)
+
+// definedMetrics collects every "stormgate_..." string literal in the module's non-test Go sources.
+func definedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	lit := regexp.MustCompile(`"(stormgate_[a-z0-9_]+)"`)
+	names := map[string]bool{}
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != ".." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range lit.FindAllStringSubmatch(string(b), -1) {
+			names[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// checkMetrics fails for each metric referenced in text that no Go source defines (histogram series
+// _bucket/_sum/_count count as their base name).
+func checkMetrics(t *testing.T, what, text string, defined map[string]bool) []string {
+	t.Helper()
+	var used []string
+	for _, m := range metricRef.FindAllString(text, -1) {
+		base := m
+		for _, suf := range []string{"_bucket", "_sum", "_count"} {
+			if b, ok := strings.CutSuffix(m, suf); ok && defined[b] {
+				base = b
+			}
+		}
+		if !defined[base] {
+			t.Errorf("%s uses %s, which no Go source defines", what, m)
+		}
+		used = append(used, base)
+	}
+	return used
+}
+
+func TestDashboardAndAlertsUseRealMetrics(t *testing.T) {
+	defined := definedMetrics(t)
+	if len(defined) < 10 {
+		t.Fatalf("found only %d metric names in the sources", len(defined))
+	}
+
+	b, err := os.ReadFile(filepath.Join("..", "deploy", "grafana", "stormgate-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Title  string
+		Panels []struct {
+			Type, Title string
+			Targets     []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	var exprs strings.Builder
+	for _, p := range dash.Panels {
+		if p.Type != "row" && len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			exprs.WriteString(q.Expr + "\n")
+		}
+	}
+	used := checkMetrics(t, "dashboard", exprs.String(), defined)
+	// The DESIGN §6 names the dashboard is built on.
+	for _, m := range []string{
+		"stormgate_downstream_connections", "stormgate_downstream_accepted_total", "stormgate_downstream_closed_total",
+		"stormgate_upstream_connections", "stormgate_heartbeats_answered_total", "stormgate_upstream_heartbeats_sent_total",
+		"stormgate_requests_total", "stormgate_responses_total", "stormgate_local_replies_total",
+		"stormgate_held_requests", "stormgate_request_duration_seconds", "stormgate_admission_pending",
+		"stormgate_admission_rejected_total", "stormgate_listen_overflows_total", "stormgate_xds_updates_total",
+	} {
+		if !slices.Contains(used, m) {
+			t.Errorf("dashboard does not show %s", m)
+		}
+	}
+
+	b, err = os.ReadFile(filepath.Join("..", "deploy", "prometheus", "stormgate-alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Name  string
+			Rules []struct {
+				Alert, Expr, For string
+				Labels           map[string]string
+				Annotations      map[string]string
+			}
+		}
+	}
+	if err := yaml.UnmarshalStrict(b, &rules); err != nil {
+		t.Fatalf("alert rules: %v", err)
+	}
+	ops, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := headingAnchors(string(ops))
+	var alerts []string
+	var ruleExprs strings.Builder
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			alerts = append(alerts, r.Alert)
+			ruleExprs.WriteString(r.Expr + "\n")
+			if r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+				t.Errorf("alert %s lacks a severity or a summary", r.Alert)
+			}
+			_, anchor, _ := strings.Cut(r.Annotations["runbook"], "#")
+			if !anchors[anchor] {
+				t.Errorf("alert %s: runbook %q is not a heading of docs/operations.md", r.Alert, r.Annotations["runbook"])
+			}
+		}
+	}
+	checkMetrics(t, "alert rules", ruleExprs.String(), defined)
+	for _, want := range []string{`stormgate_listen_overflows_total`, `reason="hold_timeout"`, `stormgate_upstream_connections) == 0`, `result="nack"`} {
+		if !strings.Contains(ruleExprs.String(), want) {
+			t.Errorf("no alert rule on %s", want)
+		}
+	}
+	t.Logf("%d dashboard panels, alerts %v", len(dash.Panels), alerts)
+}
+
+// headingAnchors returns the GitHub-style anchors of a Markdown file's headings.
+func headingAnchors(md string) map[string]bool {
+	out := map[string]bool{}
+	for line := range strings.Lines(md) {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		var b strings.Builder
+		for _, c := range h {
+			switch {
+			case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+				b.WriteRune(c)
+			case c == ' ':
+				b.WriteRune('-')
+			}
+		}
+		out[b.String()] = true
+	}
+	return out
+}

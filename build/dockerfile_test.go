@@ -1,0 +1,295 @@
+package build
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"debug/buildinfo"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// instruction is one Dockerfile instruction with its continuation lines joined.
+type instruction struct {
+	line int
+	op   string // upper case: FROM, RUN, ...
+	args string
+}
+
+func parseDockerfile(t *testing.T, path string) []instruction {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []instruction
+	var cur strings.Builder
+	start, n := 0, 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if cur.Len() == 0 && (line == "" || strings.HasPrefix(line, "#")) {
+			continue
+		}
+		if strings.HasPrefix(line, "#") { // comment inside a continued instruction
+			continue
+		}
+		if cur.Len() == 0 {
+			start = n
+		}
+		if s, ok := strings.CutSuffix(line, `\`); ok {
+			cur.WriteString(s + " ")
+			continue
+		}
+		cur.WriteString(line)
+		op, args, _ := strings.Cut(cur.String(), " ")
+		out = append(out, instruction{start, strings.ToUpper(op), strings.Join(strings.Fields(args), " ")})
+		cur.Reset()
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// stages groups instructions by FROM; the key is the stage name (or the image when unnamed).
+func stages(ins []instruction) (names []string, by map[string][]instruction) {
+	by = map[string][]instruction{}
+	var cur string
+	for _, in := range ins {
+		if in.op == "FROM" {
+			f := strings.Fields(in.args)
+			cur = f[0]
+			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+				cur = f[2]
+			}
+			names = append(names, cur)
+		}
+		by[cur] = append(by[cur], in)
+	}
+	return names, by
+}
+
+func TestDockerfile(t *testing.T) {
+	ins := parseDockerfile(t, filepath.Join("..", "Dockerfile"))
+	names, by := stages(ins)
+	if len(names) < 2 {
+		t.Fatalf("stages %v: want a multi-stage build", names)
+	}
+
+	build := by["build"]
+	if len(build) == 0 || !strings.HasPrefix(build[0].args, "golang:1.26 ") {
+		t.Fatalf("no build stage FROM golang:1.26 AS build")
+	}
+	var runs []string
+	hasArg := false
+	for _, in := range build {
+		switch in.op {
+		case "RUN":
+			runs = append(runs, strings.ReplaceAll(in.args, "${VERSION}", "$VERSION"))
+		case "ARG":
+			hasArg = hasArg || strings.HasPrefix(in.args, "VERSION")
+		}
+	}
+	want := makeBuildCommand(t) + " -o /out/sidecar ./cmd/sidecar"
+	if !slices.Contains(runs, want) {
+		t.Fatalf("build stage RUN lines %q lack the Makefile's command:\n  %s", runs, want)
+	}
+	if strings.Contains(want, "$VERSION") && !hasArg {
+		t.Error("build stage uses $VERSION but declares no ARG VERSION")
+	}
+
+	final := by[names[len(names)-1]]
+	if from := final[0].args; !strings.HasPrefix(from, "gcr.io/distroless/static:nonroot") && !strings.HasPrefix(from, "scratch") {
+		t.Errorf("final stage FROM %s: want distroless static or scratch", from)
+	}
+	var user, entry string
+	copied := false
+	for _, in := range final {
+		switch in.op {
+		case "USER":
+			user = in.args
+		case "ENTRYPOINT":
+			entry = in.args
+		case "COPY":
+			copied = copied || in.args == "--from=build /out/sidecar /sidecar"
+		}
+	}
+	uid, _, _ := strings.Cut(user, ":")
+	if uid != "1337" && uid != "65532" {
+		t.Errorf("final stage USER %q: want a fixed non-root uid (1337 or 65532)", user)
+	}
+	if entry != `["/sidecar"]` {
+		t.Errorf("final stage ENTRYPOINT %s", entry)
+	}
+	if !copied {
+		t.Error("final stage does not COPY --from=build /out/sidecar /sidecar")
+	}
+
+	ignore, err := os.ReadFile(filepath.Join("..", ".dockerignore"))
+	if err != nil || !bytes.Contains(ignore, []byte(".git\n")) {
+		t.Errorf(".dockerignore missing or not excluding .git (%v)", err)
+	}
+}
+
+// makeBuildCommand returns the Makefile's GOBUILD with $(GO) as go and $(VERSION) as $VERSION, after
+// checking that `make build` builds the sidecar with it.
+func makeBuildCommand(t *testing.T) string {
+	t.Helper()
+	mk, err := os.ReadFile(filepath.Join("..", "Makefile"))
+	if err != nil {
+		t.Fatalf("the build command lives in the Makefile: %v", err)
+	}
+	var cmd string
+	for line := range strings.Lines(string(mk)) {
+		name, val, ok := strings.Cut(line, "=")
+		name = strings.TrimRight(strings.TrimSpace(name), ":?")
+		if ok && strings.TrimSpace(name) == "GOBUILD" {
+			cmd = strings.Join(strings.Fields(val), " ")
+		}
+	}
+	if cmd == "" {
+		t.Fatal("Makefile defines no GOBUILD")
+	}
+	if !strings.Contains(string(mk), "$(GOBUILD) -o bin/sidecar ./cmd/sidecar") {
+		t.Fatal("Makefile's build target does not run $(GOBUILD) -o bin/sidecar ./cmd/sidecar")
+	}
+	return strings.NewReplacer("$(GO)", "go", "$(VERSION)", "$VERSION").Replace(cmd)
+}
+
+// splitCommand splits a shell command line of words, double-quoted words and leading VAR=value
+// assignments (all GoBuildCommand uses).
+func splitCommand(cmd string) (env, argv []string, err error) {
+	var words []string
+	var cur strings.Builder
+	inWord, quoted := false, false
+	for _, c := range cmd {
+		switch {
+		case c == '"':
+			quoted, inWord = !quoted, true
+		case c == ' ' && !quoted:
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case strings.ContainsRune(`'\$`+"`", c):
+			return nil, nil, fmt.Errorf("unsupported shell syntax %q in %q", c, cmd)
+		default:
+			cur.WriteRune(c)
+			inWord = true
+		}
+	}
+	if quoted {
+		return nil, nil, fmt.Errorf("unterminated quote in %q", cmd)
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	for len(words) > 0 && strings.Contains(words[0], "=") && !strings.HasPrefix(words[0], "-") {
+		env, words = append(env, words[0]), words[1:]
+	}
+	return env, words, nil
+}
+
+func TestSplitCommand(t *testing.T) {
+	env, argv, err := splitCommand(`CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=1" -o /out/sidecar ./cmd/sidecar`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(env, []string{"CGO_ENABLED=0"}) ||
+		!slices.Equal(argv, []string{"go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=1", "-o", "/out/sidecar", "./cmd/sidecar"}) {
+		t.Fatalf("env %q argv %q", env, argv)
+	}
+	if _, _, err := splitCommand(`go build "x`); err == nil {
+		t.Fatal("unterminated quote accepted")
+	}
+}
+
+// TestStaticBinary runs the Makefile's (and so the Dockerfile's) build command, output redirected to a
+// temporary directory, and checks that the result is a static executable: no PT_INTERP, no PT_DYNAMIC,
+// no .dynamic section, cgo off, stripped, and stamped with the version.
+func TestStaticBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short mode: builds the whole sidecar")
+	}
+	const version = "static-test"
+	command := strings.ReplaceAll(makeBuildCommand(t), "$VERSION", version) + " -o /out/sidecar ./cmd/sidecar"
+	env, argv, err := splitCommand(command)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "sidecar")
+	i := slices.Index(argv, "-o")
+	if i < 0 || i+1 >= len(argv) {
+		t.Fatalf("no -o in %q", argv)
+	}
+	argv[i+1] = out
+	// A cold build of the whole sidecar takes minutes on a busy 2-core machine; `make build` uses the
+	// same flags, so after it the build cache makes this fast. Stop before the test binary's own timeout
+	// so the failure says what happened.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	if dl, ok := t.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-10*time.Second))
+	}
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v (context: %v)\n%s", command, err, ctx.Err(), b)
+	}
+
+	f, err := elf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Type != elf.ET_EXEC {
+		t.Errorf("ELF type %v, want ET_EXEC (a PIE would need a loader)", f.Type)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("program header %v present: the binary is dynamically linked", p.Type)
+		}
+	}
+	if s := f.Section(".dynamic"); s != nil {
+		t.Error(".dynamic section present")
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("imports shared libraries %v", libs)
+	}
+	if f.Section(".symtab") != nil {
+		t.Error(".symtab present: -ldflags -s was not applied")
+	}
+
+	info, err := buildinfo.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	// -ldflags is not recorded under -trimpath; the missing .symtab above and the version below show it.
+	for k, want := range map[string]string{"CGO_ENABLED": "0", "-trimpath": "true"} {
+		if settings[k] != want {
+			t.Errorf("build setting %s = %q, want %q", k, settings[k], want)
+		}
+	}
+	if b, err := exec.Command(out, "version").CombinedOutput(); err != nil || !strings.Contains(string(b), version) {
+		t.Errorf("%s version: %v: %q, want it to name %q", out, err, b, version)
+	}
+	if st, err := os.Stat(out); err == nil {
+		t.Logf("static sidecar binary: %.1f MiB", float64(st.Size())/(1<<20))
+	}
+}

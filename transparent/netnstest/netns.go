@@ -1,0 +1,123 @@
+package netnstest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Namespace is a network namespace that lives until the end of the test that created it.
+type Namespace struct {
+	// Name is the name under /run/netns, unique on the machine while the test runs.
+	Name string
+}
+
+// RequireRoot skips t unless the process runs as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root to create network namespaces and iptables rules; " +
+			"run as root, e.g. `sudo -E go test ./transparent/...` (CI runs as root, so it runs there)")
+	}
+}
+
+// RequireTools fails (under CI) or skips (elsewhere) t unless every named program is on PATH.
+func RequireTools(t testing.TB, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			msg := fmt.Sprintf("%s not found on PATH (Debian: apt-get install -y iptables iproute2)", n)
+			if os.Getenv("CI") != "" {
+				t.Fatal(msg)
+			}
+			t.Skip("skipped: " + msg)
+		}
+	}
+}
+
+// New creates a namespace with its loopback up; it is deleted when t ends. It skips t without root.
+func New(t testing.TB, prefix string) *Namespace {
+	t.Helper()
+	RequireRoot(t)
+	RequireTools(t, "ip")
+	// The pid keeps concurrent test binaries apart, the random part concurrent tests in one binary.
+	name := fmt.Sprintf("%s-%d-%08x", prefix, os.Getpid(), rand.Uint32())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			t.Errorf("ip netns del %s: %v: %s", name, err, out)
+		}
+	})
+	n := &Namespace{Name: name}
+	n.Run(t, "ip", "link", "set", "lo", "up")
+	return n
+}
+
+// Command returns `ip netns exec <name> argv...`, ready to start.
+func (n *Namespace) Command(ctx context.Context, argv ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name}, argv...)...)
+}
+
+// Run runs argv inside the namespace and returns its standard output; t fails if it exits non-zero.
+func (n *Namespace) Run(t testing.TB, argv ...string) string {
+	t.Helper()
+	cmd := n.Command(context.Background(), argv...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("in netns %s: %s: %v: %s", n.Name, strings.Join(argv, " "), err, stderr.String())
+	}
+	return string(out)
+}
+
+// Do runs fn on an OS thread switched into the namespace and returns fn's error. Sockets fn creates
+// belong to the namespace for their whole life.
+func (n *Namespace) Do(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: when this goroutine returns, the runtime ends the thread instead of reusing it,
+		// so no other goroutine ever runs in this namespace.
+		runtime.LockOSThread()
+		f, err := os.Open("/run/netns/" + n.Name)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns %s: %w", n.Name, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// Link connects a and b with a veth pair, gives a the address aAddr and b the address bAddr (same
+// prefix, e.g. 198.18.0.1/30 and 198.18.0.2/30), and brings both ends up. The pair disappears with the
+// namespaces.
+func Link(t testing.TB, a, b *Namespace, aAddr, bAddr netip.Prefix) {
+	t.Helper()
+	// Interface names are at most 15 bytes; random so parallel tests never collide.
+	id := rand.Uint32()
+	aIf, bIf := fmt.Sprintf("sg%08xa", id), fmt.Sprintf("sg%08xb", id)
+	if out, err := exec.Command("ip", "link", "add", aIf, "netns", a.Name, "type", "veth",
+		"peer", "name", bIf, "netns", b.Name).CombinedOutput(); err != nil {
+		t.Fatalf("ip link add veth: %v: %s", err, out)
+	}
+	a.Run(t, "ip", "addr", "add", aAddr.String(), "dev", aIf)
+	a.Run(t, "ip", "link", "set", aIf, "up")
+	b.Run(t, "ip", "addr", "add", bAddr.String(), "dev", bIf)
+	b.Run(t, "ip", "link", "set", bIf, "up")
+}
