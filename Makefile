@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 # The one build command: the Dockerfile's build stage runs the same line.
 GOBUILD    = CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 
-.PHONY: all build test unit race fuzz interop demo-smoke vet fmt-check bench proto clean
+.PHONY: all build test unit race storm fuzz interop demo-smoke vet fmt-check bench proto clean
 
 all: build
 
@@ -14,7 +14,7 @@ build:
 	$(GOBUILD) -o bin/stormbench ./cmd/stormbench
 
 ## test: everything CI checks, on a clean clone (about 10-15 minutes on 2 cores).
-test: fmt-check vet race fuzz demo-smoke interop
+test: fmt-check vet race storm fuzz demo-smoke interop
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
@@ -26,6 +26,11 @@ vet:
 # Unit, integration (real sockets, 1,000+ connections) and root-only namespace tests, race detector on.
 race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+# The accept-storm acceptance test measures timing, so it runs without the race
+# detector (under -race it skips). Root only: it creates network namespaces.
+storm:
+	$(GO) test -count=1 -run 'TestAcceptanceStorm' -v ./admission/
 
 unit:
 	$(GO) test -count=1 -timeout 15m $(PKGS)

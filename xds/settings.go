@@ -22,7 +22,7 @@ func Defaults() *sg.Settings {
 			InboundPorts: []int32{20880},
 		},
 		Admission: &sg.Admission{
-			AcceptRate:        proto.Float64(2000),
+			AcceptRate:        proto.Float64(5000),
 			AcceptBurst:       proto.Int32(500),
 			MaxConnections:    proto.Int32(100000),
 			MaxPending:        proto.Int32(10000),

@@ -320,7 +320,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	case <-drainCh:
 		log.Info("drain requested on the admin endpoint")
 	case err := <-serveErr:
-		if err != nil && !errors.Is(err, net.ErrClosed) {
+		if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, context.Canceled) {
 			exitErr = err
 			log.Error("listener stopped", zap.Error(err))
 		}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package admission_test
+
+const raceEnabled = false
