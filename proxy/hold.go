@@ -160,8 +160,9 @@ func (h *HoldQueue) expire() {
 	defer h.mu.Unlock()
 	for h.head < len(h.q) && h.q[h.head].deadline <= now {
 		e := h.popLocked()
-		h.answerLocked(e, "stormgate: no usable provider connection within hold.timeout", replyHoldTimeout)
+		// Count before answering: whoever sees the reply must also see the counter.
 		srv.m.holdOutcome.WithLabelValues("expired").Inc()
+		h.answerLocked(e, "stormgate: no usable provider connection within hold.timeout", replyHoldTimeout)
 	}
 	if h.head < len(h.q) {
 		h.armLocked(h.q[h.head].deadline)

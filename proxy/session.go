@@ -145,8 +145,8 @@ func (s *Session) badInput(f Frame, err error) {
 // replyError sends Stormgate's own error response for request f.
 func (s *Session) replyError(f Frame, why Failure, msg, reason string) {
 	var buf [256]byte
+	s.srv.m.localReplies.WithLabelValues(reason).Inc() // counted before the consumer can see the reply
 	s.write(s.srv.codec.AppendErrorReply(buf[:0], f, why, msg))
-	s.srv.m.localReplies.WithLabelValues(reason).Inc()
 }
 
 // write sends b to the consumer without ever blocking the caller: it tries a

@@ -255,9 +255,9 @@ func (uc *upConn) route(f Frame, frame []byte, now int64) {
 		return
 	}
 	uc.pool.srv.codec.SetID(frame, e.origID)
-	e.sess.write(frame)
-	m.responses.Inc()
+	m.responses.Inc() // counted before the consumer can see the response
 	m.duration.Observe(float64(now-e.start) / 1e9)
+	e.sess.write(frame)
 	if uc.state.Load() == stateReadonly && uc.npending.Load() == 0 {
 		uc.pool.readonlyDrained(uc)
 	}
