@@ -1,6 +1,10 @@
-// Package e2e holds Stormgate's end-to-end acceptance tests for provider restarts,
-// READONLY handling, the hold queue, max request age and graceful drain (issue 3).
-// It has no production code: the tests build the real binaries (`sidecar` and
+// Package e2e holds Stormgate's end-to-end acceptance tests that need the real
+// binaries: provider restarts, READONLY handling, the hold queue, max request age
+// and graceful drain (restart_test, readonly_test, drain_test, maxage_test); live
+// settings over xDS with the reference control plane (xds_*_test, which also keeps
+// docs/configuration.md in sync: `go test ./e2e -run TestXDSConfigurationDocs
+// -update`); and transparent interception in network namespaces (transparent_*_test,
+// root only, skipped with a message elsewhere). It has no production code: the tests build the real binaries (`sidecar` and
 // `stormbench`) once per run in TestMain and drive them as separate OS processes on
 // 127.0.0.1 ephemeral ports, with consumers (package peer's Client) in the test
 // process.
