@@ -17,13 +17,17 @@
 //     serializes them (direct non-blocking write, then a single drain goroutine
 //     for what the kernel did not take), so no caller ever blocks on a slow
 //     consumer.
-//   - An upstream connection is written only by its flushLoop goroutine; other
-//     goroutines append to its batch under upConn.mu.
+//   - An upstream connection has one writer at a time (write combining): the
+//     goroutine that queues a frame while nobody writes becomes the writer and
+//     writes the whole batch with a non-blocking write(2), looping while others
+//     queue more; a full socket hands the role to the connection's flushLoop.
 //   - Every two-way request has exactly one owner at a time: the hold queue
 //     (under HoldQueue.mu) or one pending table (under upConn.mu). Whoever removes
 //     it answers it: the provider's response, hold expiry, connection loss,
 //     max_request_age, or shutdown.
-//   - Lock order: HoldQueue.mu -> Pool.mu -> upConn.mu -> Session.wmu.
+//   - Lock order: HoldQueue.mu -> Pool.mu -> upConn.mu -> Session.wmu. The
+//     write locks (upConn.wmu/nmu, Session.wmu/nmu) are never held while
+//     calling netpoll's Close, whose close callbacks take them.
 //   - Settings are an immutable *Config behind an atomic pointer; Update swaps it
 //     and re-arms what depends on it.
 package proxy

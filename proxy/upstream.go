@@ -9,6 +9,7 @@ import (
 
 	"github.com/cloudwego/netpoll"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/keepalive"
 )
@@ -31,8 +32,9 @@ type pendingEntry struct {
 // upConn is one provider connection. Lock order: Pool.hold.mu -> upConn.mu -> Session.wmu.
 //
 //	| step        | who runs it                          | notes
-//	| send        | consumer onRequest, hold dispatcher  | registers pending + appends to out under mu
-//	| flushLoop   | its own goroutine                    | swaps out and writes the whole batch with one Flush
+//	| send        | consumer onRequest, hold dispatcher  | registers pending + appends to out under mu; the
+//	|             |                                      | goroutine that finds no writer writes (writeOut)
+//	| flushLoop   | its own goroutine                    | takes over writing when the socket is full
 //	| onRequest   | netpoll, one at a time               | routes responses, answers provider heartbeats, READONLY
 //	| onBeat      | keepalive wheel goroutine            | sends a heartbeat when idle; declares death after max missed
 //	| fail        | anyone, once                         | answers every pending request with an error, closes
@@ -47,16 +49,20 @@ type upConn struct {
 	beat     keepalive.Timer
 	done     chan struct{}
 
-	mu       sync.Mutex
-	pending  map[int64]pendingEntry
-	out      []byte
-	frames   int
-	signaled bool
+	mu      sync.Mutex
+	pending map[int64]pendingEntry
+	out     []byte
+	frames  int
+	writing bool // a goroutine owns writing to the socket (inline writer or flushLoop)
 
-	kick  chan struct{}
-	spare []byte     // flushLoop only
-	wmu   sync.Mutex // serializes the netpoll Writer (flushLoop vs close)
-	once  sync.Once
+	fd       int           // the socket, for non-blocking direct writes
+	kick     chan struct{} // hands the writer role to flushLoop when the socket is full
+	tail     []byte        // bytes the kernel did not take, for flushLoop; guarded by the writer role
+	spare    []byte        // guarded by the writer role
+	wmu      sync.Mutex    // held around every direct write(2); guards fdClosed
+	fdClosed bool          // no more writes: set before netpoll closes the fd
+	nmu      sync.Mutex    // held by flushLoop while it uses netpoll's Writer; the close callback waits on it
+	once     sync.Once
 }
 
 func newUpConn(p *Pool, conn netpoll.Connection, slot int) *upConn {
@@ -64,9 +70,13 @@ func newUpConn(p *Pool, conn netpoll.Connection, slot int) *upConn {
 		pool:    p,
 		conn:    conn,
 		slot:    slot,
+		fd:      -1,
 		done:    make(chan struct{}),
 		pending: make(map[int64]pendingEntry, 256),
 		kick:    make(chan struct{}, 1),
+	}
+	if c, ok := conn.(interface{ Fd() int }); ok {
+		uc.fd = c.Fd()
 	}
 	uc.lastRead.Store(time.Now().UnixNano())
 	uc.beat.Init(uc.onBeat)
@@ -89,11 +99,11 @@ func (uc *upConn) send(s *Session, f Frame, frame []byte, start int64) bool {
 	n := len(uc.out)
 	uc.out = append(uc.out, frame...)
 	p.srv.codec.SetID(uc.out[n:], id)
-	kick := uc.queueLocked()
+	write := uc.claimLocked()
 	uc.mu.Unlock()
 	p.srv.m.inflight.Inc()
-	if kick {
-		uc.wake()
+	if write {
+		uc.writeOut()
 	}
 	return true
 }
@@ -111,32 +121,82 @@ func (uc *upConn) sendRaw(frame []byte, newID int64) bool {
 	if newID != 0 {
 		uc.pool.srv.codec.SetID(uc.out[n:], newID)
 	}
-	kick := uc.queueLocked()
+	write := uc.claimLocked()
 	uc.mu.Unlock()
-	if kick {
-		uc.wake()
+	if write {
+		uc.writeOut()
 	}
 	return true
 }
 
-func (uc *upConn) queueLocked() bool {
+// claimLocked counts a queued frame and reports whether the caller must write
+// the batch: true when no other goroutine is writing to this connection.
+func (uc *upConn) claimLocked() bool {
 	uc.frames++
-	if uc.signaled {
+	if uc.writing {
 		return false
 	}
-	uc.signaled = true
+	uc.writing = true
 	return true
 }
 
-func (uc *upConn) wake() {
-	select {
-	case uc.kick <- struct{}{}:
-	default:
+// writeOut is write combining: the goroutine that found the connection idle
+// writes the batch itself with a non-blocking write(2); frames queued by others
+// meanwhile go out with the next write of the same loop. Under load many frames
+// share one system call (stormgate_upstream_write_batch_frames); at low load a
+// request costs no goroutine hand-off. When the kernel's send buffer is full the
+// rest goes to flushLoop, which waits for writability through netpoll, so a
+// consumer's goroutine never blocks on the provider.
+func (uc *upConn) writeOut() {
+	m := uc.pool.srv.m
+	for {
+		uc.mu.Lock()
+		if len(uc.out) == 0 || uc.state.Load() == stateClosed {
+			uc.writing = false
+			uc.mu.Unlock()
+			return
+		}
+		buf, frames := uc.out, uc.frames
+		uc.out, uc.frames = uc.spare[:0], 0
+		uc.mu.Unlock()
+		m.upBatch.Observe(float64(frames))
+
+		uc.wmu.Lock()
+		if uc.fdClosed || uc.fd < 0 {
+			uc.wmu.Unlock()
+			uc.releaseWriter()
+			return
+		}
+		n, err := writeFD(uc.fd, buf)
+		uc.wmu.Unlock()
+		if n == len(buf) {
+			uc.spare = buf[:0]
+			continue
+		}
+		if err != nil && err != unix.EAGAIN {
+			uc.releaseWriter()
+			go uc.fail("write failed: " + err.Error())
+			return
+		}
+		// Socket full: flushLoop keeps the writer role and finishes through netpoll.
+		uc.tail = buf[n:]
+		select {
+		case uc.kick <- struct{}{}:
+		default:
+		}
+		return
 	}
 }
 
-// flushLoop writes batches: everything queued since the last flush goes out
-// with one Flush (one sendmsg in the common case).
+func (uc *upConn) releaseWriter() {
+	uc.mu.Lock()
+	uc.writing = false
+	uc.mu.Unlock()
+}
+
+// flushLoop takes over the writer role when the socket was full: it writes the
+// tail and every batch queued meanwhile through netpoll's Writer, whose Flush
+// waits for writability, then hands the role back to the direct path.
 func (uc *upConn) flushLoop() {
 	m := uc.pool.srv.m
 	for {
@@ -145,31 +205,43 @@ func (uc *upConn) flushLoop() {
 		case <-uc.done:
 			return
 		}
-		uc.mu.Lock()
-		buf, frames := uc.out, uc.frames
-		uc.out, uc.frames, uc.signaled = uc.spare[:0], 0, false
-		uc.mu.Unlock()
-		if len(buf) == 0 {
-			uc.spare = buf
-			continue
-		}
-		uc.wmu.Lock()
-		var err error
-		if uc.state.Load() != stateClosed && uc.conn.IsActive() {
-			w := uc.conn.Writer()
-			if _, err = w.WriteBinary(buf); err == nil {
-				err = w.Flush()
+		buf := uc.tail
+		uc.tail = nil
+		for len(buf) > 0 {
+			// Not under wmu: Flush may wait long for writability, and close must not wait
+			// for it (netpoll wakes a waiting Flush before it runs close callbacks).
+			uc.nmu.Lock()
+			uc.wmu.Lock()
+			closed := uc.fdClosed
+			uc.wmu.Unlock()
+			var err error
+			if !closed && uc.state.Load() != stateClosed && uc.conn.IsActive() {
+				w := uc.conn.Writer()
+				if _, err = w.WriteBinary(buf); err == nil {
+					err = w.Flush()
+				}
+			} else {
+				err = netpoll.ErrConnClosed
 			}
-		} else {
-			err = netpoll.ErrConnClosed
+			uc.nmu.Unlock()
+			if err != nil {
+				uc.releaseWriter()
+				uc.fail("write failed: " + err.Error())
+				return
+			}
+			// netpoll may keep a reference to buf until Flush returns; it has.
+			uc.mu.Lock()
+			if len(uc.out) == 0 {
+				uc.writing = false
+				uc.mu.Unlock()
+				break
+			}
+			next, frames := uc.out, uc.frames
+			uc.out, uc.frames = buf[:0], 0
+			uc.mu.Unlock()
+			m.upBatch.Observe(float64(frames))
+			buf = next
 		}
-		uc.wmu.Unlock()
-		m.upBatch.Observe(float64(frames))
-		if err != nil {
-			uc.fail("write failed: " + err.Error())
-			return
-		}
-		uc.spare = buf
 	}
 }
 
@@ -331,8 +403,11 @@ func (uc *upConn) fail(why string) {
 		srv.wheel.Stop(&uc.beat)
 		close(uc.done)
 		uc.wmu.Lock()
-		_ = uc.conn.Close()
+		uc.fdClosed = true
 		uc.wmu.Unlock()
+		if uc.conn != nil {
+			_ = uc.conn.Close() // runs the close callback, which takes wmu and nmu: hold neither here
+		}
 		p.updateGauges()
 
 		n := 0
@@ -454,6 +529,13 @@ func (p *Pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 		}
 		uc := newUpConn(p, conn, idx)
 		_ = conn.AddCloseCallback(func(netpoll.Connection) error {
+			// Synchronously, before netpoll closes the fd: no direct write may reach a
+			// reused fd number, and netpoll's writer is left before its buffers go.
+			uc.wmu.Lock()
+			uc.fdClosed = true
+			uc.wmu.Unlock()
+			uc.nmu.Lock()
+			uc.nmu.Unlock() //nolint:staticcheck // waiting for flushLoop to leave the writer
 			go uc.fail("closed by provider")
 			return nil
 		})
