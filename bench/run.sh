@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `make bench`: builds the binaries once, runs Stormgate's benchmark scenarios side by side
+# (direct to the provider, HAProxy in TCP mode, Stormgate) in one run, and regenerates
+# docs/benchmarks.md and docs/img/*.svg from what it measured.
+#
+#   bash bench/run.sh                          the full run (about 13 minutes on 2 cores)
+#   bash bench/run.sh --quick                  every scenario at about a tenth of its size
+#   bash bench/run.sh --scenarios idle,storm   a subset (see: bench/out/bin/suite run -h)
+#
+# Needs root for the accept-storm scenario (it creates a network namespace) and for installing
+# HAProxy with apt-get when it is missing. Logs, per-run JSON and results.json go to bench/out
+# (BENCH_OUT overrides); `bench/out/bin/suite render` rewrites the doc from results.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${BENCH_OUT:-$ROOT/bench/out}
+BIN=$OUT/bin
+mkdir -p "$BIN"
+
+if ! command -v haproxy >/dev/null 2>&1; then
+  echo "bench: installing haproxy (Debian package)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null
+fi
+if ! command -v ip >/dev/null 2>&1; then
+  echo "bench: installing iproute2 (Debian package)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
+fi
+
+echo "bench: building sidecar, stormbench, suite and the dubbo-go provider into $BIN"
+go build -o "$BIN/sidecar" ./cmd/sidecar
+go build -o "$BIN/stormbench" ./cmd/stormbench
+go build -o "$BIN/suite" ./bench/suite
+(cd interop && go build -o "$BIN/dgprovider" ./cmd/dgprovider)
+
+# Every process may hold up to its hard fd limit (the load tool and the proxies need ~10,000+).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+# The whole run is bounded: SIGINT after 20 minutes (the suite then kills its children, removes its
+# network namespace and keeps the partial results.json), SIGKILL a minute later.
+timeout --signal=INT --kill-after=60s 20m \
+  "$BIN/suite" run --bin "$BIN" --out "$OUT" --doc docs/benchmarks.md --img docs/img "$@"

@@ -1,0 +1,31 @@
+// Command suite is the driver behind `make bench` (bench/run.sh): it runs Stormgate's benchmark
+// scenarios side by side against three targets — consumers connected directly to the provider,
+// through HAProxy in TCP mode, and through Stormgate — in one run, and regenerates
+// docs/benchmarks.md and the plots in docs/img from what it measured.
+//
+// It drives separate processes only: providers (`stormbench provider`, the real dubbo-go provider
+// from the interop module, or the suite's own slow-accept baseline listener), proxies (`sidecar run`,
+// `haproxy`), and the load tool (`stormbench load`, whose JSON result and progress lines it reads).
+// It measures them from the outside: CPU from /proc/PID/stat (utime+stime), RSS from
+// /proc/PID/status, Stormgate's Prometheus metrics, kernel TcpExt counters from /proc/PID/net/netstat.
+// Accept storms run inside a network namespace the suite creates (net.core.somaxconn is set there,
+// never on the host).
+//
+// Subcommands:
+//
+//	suite run       run the scenarios, save results.json, write the doc and the plots
+//	suite render    rewrite the doc and plots from a saved results.json (layout work)
+//	suite baseline  the accept-storm baseline: a Dubbo listener with a small backlog and a slow
+//	                accept loop, like the incident's provider (run by `suite run` in the namespace)
+//	suite storm-client  opens N connections at once from one thread (non-blocking connect, epoll),
+//	                sends a heartbeat on each and times the answers (run by `suite run`, twice)
+//
+// Concurrency and lifetimes: the run is sequential, one scenario and one target at a time, so that
+// measurements do not share the two cores. Every child process is started through a Suite, which
+// records it; each scenario stops what it started before returning, and the Suite kills and reaps
+// whatever is left (and removes its network namespace) on every exit path, signals included. Every
+// child runs under a context with a deadline, so a hung process cannot hold the run past its bound.
+// The only goroutines are per-process pipe readers and exit waiters, owned by their Proc (Wait and
+// Kill wait for them), and the baseline listener's per-connection goroutines, which it closes and
+// waits for before returning. storm-client runs on one locked OS thread with no goroutines.
+package main

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Options are the run's knobs; the defaults are the published run (it fits in the 15-minute
+// budget of `make bench` on 2 cores). Every scenario size is a flag.
+type Options struct {
+	Scenarios []string `json:"scenarios"`
+
+	IdleConns    int           `json:"idle_conns"`
+	IdleWindow1s time.Duration `json:"idle_window_1s_ns"`  // sampled window at the 1 s period
+	IdleWindow30 time.Duration `json:"idle_window_30s_ns"` // sampled window at the 30 s period
+	IdleSettle   time.Duration `json:"idle_settle_ns"`
+
+	// ConnectRate paces the connect phase of the idle and latency runs (connections per second).
+	ConnectRate float64 `json:"connect_rate"`
+
+	LatConns    int           `json:"lat_conns"`
+	LatRate     float64       `json:"lat_rate"`
+	LatDuration time.Duration `json:"lat_duration_ns"`
+
+	TPConns  []int         `json:"tp_conns"`
+	TPStart  float64       `json:"tp_start"`
+	TPMax    float64       `json:"tp_max"`
+	TPStep   time.Duration `json:"tp_step_ns"`
+	TPWarmup time.Duration `json:"tp_warmup_ns"`
+	TPRefine int           `json:"tp_refine"`
+	TPMaxP99 time.Duration `json:"tp_max_p99_ns"`
+
+	RestartConns    int           `json:"restart_conns"`
+	RestartRate     float64       `json:"restart_rate"`
+	RestartDuration time.Duration `json:"restart_duration_ns"`
+	RestartKill     time.Duration `json:"restart_kill_after_ns"`
+	RestartDown     time.Duration `json:"restart_down_ns"`
+	RestartTimeout  time.Duration `json:"restart_timeout_ns"`
+
+	StormConns       int           `json:"storm_conns"`
+	StormSomaxconn   int           `json:"storm_somaxconn"`
+	StormBacklog     int           `json:"storm_baseline_backlog"`
+	StormAcceptDelay time.Duration `json:"storm_accept_delay_ns"`
+
+	MicroBenchtime string `json:"micro_benchtime"`
+}
+
+var allScenarios = []string{"micro", "idle", "latency", "throughput", "restart", "storm"}
+
+// Bins are the executables the suite drives.
+type Bins struct {
+	sidecar, stormbench, dgprovider, haproxy, self string
+}
+
+// Suite runs scenarios and owns every process it starts.
+type Suite struct {
+	opt  Options
+	bins Bins
+	out  string // output directory: logs, per-run JSON, configs, results.json
+	root string // repository root (micro-benchmarks run there)
+	log  io.Writer
+
+	mu    sync.Mutex
+	seq   int
+	procs []*Proc
+}
+
+func (s *Suite) logf(format string, args ...any) {
+	fmt.Fprintf(s.log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = cmdRun(os.Args[2:])
+	case "render":
+		err = cmdRender(os.Args[2:])
+	case "baseline":
+		err = cmdBaseline(os.Args[2:])
+	case "storm-client":
+		err = cmdStormClient(os.Args[2:])
+	case "-h", "--help", "help":
+		usage()
+		return
+	default:
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "suite:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage: suite run|render|baseline [flags]   (see bench/run.sh; -h on each for flags)
+  run       run the benchmark scenarios and regenerate the doc and plots
+  render    regenerate the doc and plots from a results.json
+  baseline  the accept-storm baseline listener (backlog 50, slow accept)
+  storm-client  open connections at once and time their first answers (accept storm)
+`)
+}
+
+type docFlags struct{ doc, img, results string }
+
+func (d *docFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.doc, "doc", "docs/benchmarks.md", "markdown file to write")
+	fs.StringVar(&d.img, "img", "docs/img", "directory for the SVG plots")
+	fs.StringVar(&d.results, "results", "", "results.json path (default OUT/results.json)")
+}
+
+func cmdRender(args []string) error {
+	fs := flag.NewFlagSet("render", flag.ExitOnError)
+	var d docFlags
+	d.register(fs)
+	out := fs.String("out", "bench/out", "output directory of the run")
+	_ = fs.Parse(args)
+	if d.results == "" {
+		d.results = filepath.Join(*out, "results.json")
+	}
+	r, err := loadResults(d.results)
+	if err != nil {
+		return err
+	}
+	return writeReport(r, d.doc, d.img)
+}
+
+func cmdRun(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	var d docFlags
+	d.register(fs)
+	var o Options
+	var scen, tpConns string
+	bin := fs.String("bin", "bench/out/bin", "directory holding sidecar, stormbench and dgprovider")
+	out := fs.String("out", "bench/out", "output directory: logs, per-run JSON, results.json")
+	command := fs.String("command", "make bench", "the command line the doc says produced it")
+	quick := fs.Bool("quick", false, "development: every scenario at about a tenth of its size")
+	fs.StringVar(&scen, "scenarios", strings.Join(allScenarios, ","), "comma-separated subset of "+strings.Join(allScenarios, ","))
+	fs.IntVar(&o.IdleConns, "idle-conns", 10000, "idle: consumer connections")
+	fs.DurationVar(&o.IdleWindow1s, "idle-window", 10*time.Second, "idle: sampled window at the 1 s heartbeat period")
+	fs.DurationVar(&o.IdleWindow30, "idle-window-30s", 20*time.Second, "idle: sampled window at the 30 s heartbeat period")
+	fs.DurationVar(&o.IdleSettle, "idle-settle", 3*time.Second, "idle: wait after the connect phase before sampling")
+	fs.Float64Var(&o.ConnectRate, "connect-rate", 2000, "idle and latency: connections opened per second")
+	fs.IntVar(&o.LatConns, "lat-conns", 10000, "latency: consumer connections")
+	fs.Float64Var(&o.LatRate, "lat-rate", 5000, "latency: requests per second")
+	fs.DurationVar(&o.LatDuration, "lat-duration", 10*time.Second, "latency: request phase per method and target")
+	fs.StringVar(&tpConns, "tp-conns", "1000,10000", "throughput: connection counts")
+	fs.Float64Var(&o.TPStart, "tp-start", 5000, "throughput: first rate of the doubling ladder")
+	fs.Float64Var(&o.TPMax, "tp-max", 320000, "throughput: highest rate tried")
+	fs.DurationVar(&o.TPStep, "tp-step", 6*time.Second, "throughput: request phase of each step")
+	fs.DurationVar(&o.TPWarmup, "tp-warmup", 2500*time.Millisecond, "throughput: start of each step not judged or sampled")
+	fs.IntVar(&o.TPRefine, "tp-refine", 2, "throughput: bisection steps after the ladder's first failure")
+	fs.DurationVar(&o.TPMaxP99, "tp-max-p99", 50*time.Millisecond, "throughput: a step fails when p99 exceeds this")
+	fs.IntVar(&o.RestartConns, "restart-conns", 2000, "restart: consumer connections")
+	fs.Float64Var(&o.RestartRate, "restart-rate", 2000, "restart: requests per second")
+	fs.DurationVar(&o.RestartDuration, "restart-duration", 12*time.Second, "restart: request phase")
+	fs.DurationVar(&o.RestartKill, "restart-kill-after", 3*time.Second, "restart: SIGKILL the provider this long into the request phase")
+	fs.DurationVar(&o.RestartDown, "restart-down", time.Second, "restart: start the provider again this long after the kill")
+	fs.DurationVar(&o.RestartTimeout, "restart-timeout", 3*time.Second, "restart: consumers' request timeout")
+	fs.IntVar(&o.StormConns, "storm-conns", 10000, "storm: connections opened at once")
+	fs.IntVar(&o.StormSomaxconn, "storm-somaxconn", 4096, "storm: net.core.somaxconn inside the namespace")
+	fs.IntVar(&o.StormBacklog, "storm-baseline-backlog", 50, "storm: the baseline listener's backlog")
+	fs.DurationVar(&o.StormAcceptDelay, "storm-accept-delay", time.Millisecond, "storm: the baseline listener's pause after each accept")
+	fs.StringVar(&o.MicroBenchtime, "micro-benchtime", "300ms", "micro: go test -benchtime")
+	_ = fs.Parse(args)
+
+	o.Scenarios = strings.Split(scen, ",")
+	for _, sc := range o.Scenarios {
+		if !slices.Contains(allScenarios, sc) {
+			return fmt.Errorf("unknown scenario %q", sc)
+		}
+	}
+	for f := range strings.SplitSeq(tpConns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--tp-conns: bad count %q", f)
+		}
+		o.TPConns = append(o.TPConns, n)
+	}
+	if *quick {
+		o = quickOptions(o)
+	}
+	if d.results == "" {
+		d.results = filepath.Join(*out, "results.json")
+	}
+
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	s := &Suite{opt: o, out: *out, root: root, log: os.Stderr}
+	// This run's logs, per-run JSON and configs only (bin/ stays).
+	for _, d := range []string{"logs", "runs"} {
+		if err := os.RemoveAll(filepath.Join(s.out, d)); err != nil {
+			return err
+		}
+	}
+	if old, _ := filepath.Glob(filepath.Join(s.out, "haproxy-*.cfg")); len(old) > 0 {
+		for _, f := range old {
+			_ = os.Remove(f)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(s.out, "logs"), 0o755); err != nil {
+		return err
+	}
+	s.bins = Bins{
+		sidecar:    filepath.Join(*bin, "sidecar"),
+		stormbench: filepath.Join(*bin, "stormbench"),
+		dgprovider: filepath.Join(*bin, "dgprovider"),
+	}
+	if s.bins.self, err = os.Executable(); err != nil {
+		return err
+	}
+	if s.bins.haproxy, err = exec.LookPath("haproxy"); err != nil && needsHAProxy(o.Scenarios) {
+		return errors.New("haproxy not found (bench/run.sh installs it with apt-get)")
+	}
+	for _, b := range []string{s.bins.sidecar, s.bins.stormbench} {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("missing binary: %w (bench/run.sh builds them)", err)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	defer s.cleanup()
+
+	res := &Results{Started: time.Now(), Command: *command, Options: o, Machine: machineInfo(ctx, s)}
+	start := time.Now()
+	for _, sc := range o.Scenarios {
+		if ctx.Err() != nil {
+			break
+		}
+		t0 := time.Now()
+		s.logf("== %s", sc)
+		var err error
+		switch sc {
+		case "micro":
+			res.Micro = s.runMicro(ctx)
+		case "idle":
+			res.Idle, err = s.runIdle(ctx)
+		case "latency":
+			res.Latency, err = s.runLatency(ctx)
+		case "throughput":
+			res.Throughput, err = s.runThroughput(ctx)
+		case "restart":
+			res.Restart, err = s.runRestart(ctx)
+		case "storm":
+			res.Storm, err = s.runStorm(ctx)
+		}
+		s.cleanup()
+		if err != nil {
+			s.logf("!! %s: %v", sc, err)
+			res.Failures = append(res.Failures, fmt.Sprintf("%s: %v", sc, err))
+		}
+		s.logf("== %s done in %v", sc, time.Since(t0).Round(time.Second))
+		// A partial results.json after every scenario: a killed run still leaves what it measured.
+		res.Wall = time.Since(start)
+		res.Machine.LoadAvgPost = loadAvg()
+		if err := res.save(d.results); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted; partial results in %s", d.results)
+	}
+	res.Wall = time.Since(start)
+	if err := res.save(d.results); err != nil {
+		return err
+	}
+	if err := writeReport(res, d.doc, d.img); err != nil {
+		return err
+	}
+	s.logf("wrote %s, %s/*.svg and %s in %v", d.doc, d.img, d.results, res.Wall.Round(time.Second))
+	return nil
+}
+
+func needsHAProxy(sc []string) bool {
+	for _, s := range sc {
+		if s != "micro" {
+			return true
+		}
+	}
+	return false
+}
+
+// quickOptions shrinks every scenario for development runs.
+func quickOptions(o Options) Options {
+	o.IdleConns, o.IdleWindow1s, o.IdleWindow30, o.IdleSettle = 1000, 3*time.Second, 3*time.Second, time.Second
+	o.LatConns, o.LatRate, o.LatDuration = 1000, 1000, 3*time.Second
+	o.TPConns, o.TPStart, o.TPMax, o.TPStep, o.TPWarmup, o.TPRefine = []int{100, 1000}, 2000, 16000, 3*time.Second, time.Second, 1
+	o.RestartConns, o.RestartRate, o.RestartDuration = 200, 500, 8*time.Second
+	o.StormConns = 2000
+	o.MicroBenchtime = "50ms"
+	return o
+}

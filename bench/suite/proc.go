@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Proc is one child process started by the Suite. Its stdout and stderr go to a log file in the
+// output directory; lines can also be handed to a callback (the load tool's progress lines).
+type Proc struct {
+	Name    string
+	PID     int
+	LogPath string
+	argv    []string
+
+	cmd     *exec.Cmd
+	cancel  context.CancelFunc
+	readers sync.WaitGroup // the pipe readers; Wait waits for them
+	done    chan struct{}  // closed when the process has exited and its pipes are drained
+	waitErr error
+
+	readyRe   *regexp.Regexp
+	readyOnce sync.Once
+	ready     chan []string // receives the submatches of the first line matching readyRe
+}
+
+// procSpec describes a child process.
+type procSpec struct {
+	name    string
+	argv    []string
+	netns   string         // run inside this network namespace (ip netns exec)
+	readyRe *regexp.Regexp // optional: Ready returns once a stdout/stderr line matches
+	onLine  func(string)   // optional: every stdout and stderr line
+	bound   time.Duration  // the process is killed after this long; 0 means the suite's default
+	env     []string
+}
+
+// defaultProcBound is the longest any child may live unless its spec says otherwise.
+const defaultProcBound = 10 * time.Minute
+
+// start launches a child in its own process group. It is killed when ctx ends, when its bound
+// passes, or by Suite.cleanup.
+func (s *Suite) start(ctx context.Context, sp procSpec) (*Proc, error) {
+	argv := sp.argv
+	if sp.netns != "" {
+		argv = append([]string{"ip", "netns", "exec", sp.netns}, argv...) // ip execs argv: same pid
+	}
+	bound := sp.bound
+	if bound <= 0 {
+		bound = defaultProcBound
+	}
+	pctx, cancel := context.WithTimeout(ctx, bound)
+	s.mu.Lock()
+	s.seq++
+	logPath := filepath.Join(s.out, "logs", fmt.Sprintf("%03d-%s.log", s.seq, sp.name))
+	s.mu.Unlock()
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		cancel()
+		return nil, err
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	fmt.Fprintf(logf, "$ %s\n", strings.Join(argv, " "))
+
+	cmd := exec.CommandContext(pctx, argv[0], argv[1:]...)
+	// Own process group (Kill reaches its children); SIGKILL if the suite itself dies unannounced.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	if sp.env != nil {
+		cmd.Env = append(os.Environ(), sp.env...)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		cancel()
+		logf.Close()
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		cancel()
+		logf.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		cancel()
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", sp.name, err)
+	}
+	p := &Proc{
+		Name: sp.name, PID: cmd.Process.Pid, LogPath: logPath, argv: argv,
+		cmd: cmd, cancel: cancel, done: make(chan struct{}),
+		readyRe: sp.readyRe, ready: make(chan []string, 1),
+	}
+	var logMu sync.Mutex
+	read := func(r io.Reader) {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			logMu.Lock()
+			fmt.Fprintln(logf, line)
+			logMu.Unlock()
+			if sp.onLine != nil {
+				sp.onLine(line)
+			}
+			if p.readyRe != nil {
+				if m := p.readyRe.FindStringSubmatch(line); m != nil {
+					p.readyOnce.Do(func() { p.ready <- m })
+				}
+			}
+		}
+	}
+	p.readers.Go(func() { read(stdout) })
+	p.readers.Go(func() { read(stderr) })
+	go func() { // owned by p: ends when the process has exited
+		p.readers.Wait()
+		p.waitErr = cmd.Wait()
+		cancel()
+		logf.Close()
+		close(p.done)
+	}()
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	return p, nil
+}
+
+// Command is the command line as typed (for the report).
+func (p *Proc) Command() string { return strings.Join(p.argv, " ") }
+
+// Ready waits for the first output line matching the spec's readyRe and returns its submatches.
+func (p *Proc) Ready(ctx context.Context, timeout time.Duration) ([]string, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case m := <-p.ready:
+		return m, nil
+	case <-p.done:
+		return nil, fmt.Errorf("%s exited before it was ready (%v); see %s", p.Name, p.waitErr, p.LogPath)
+	case <-t.C:
+		return nil, fmt.Errorf("%s not ready after %v; see %s", p.Name, timeout, p.LogPath)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait waits for the process to exit and returns its exit error.
+func (p *Proc) Wait() error {
+	<-p.done
+	return p.waitErr
+}
+
+// Kill sends SIGKILL to the process group and waits for the exit.
+func (p *Proc) Kill() {
+	if !p.Exited() {
+		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	}
+	<-p.done
+}
+
+// Stop sends SIGTERM, waits up to grace, then kills.
+func (p *Proc) Stop(grace time.Duration) {
+	if p.Exited() {
+		return
+	}
+	_ = syscall.Kill(-p.PID, syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		p.Kill()
+	}
+}
+
+// cleanup kills every child still running and waits for it.
+func (s *Suite) cleanup() {
+	s.mu.Lock()
+	procs := s.procs
+	s.procs = nil
+	s.mu.Unlock()
+	for _, p := range procs {
+		p.Kill()
+	}
+}
+
+// Usage is a process's (or a set of processes') CPU time and resident memory at one instant.
+type Usage struct {
+	At     time.Time
+	CPU    time.Duration // utime + stime
+	RSSKiB int64
+}
+
+// Sub returns the CPU used between b and u and the elapsed time.
+func (u Usage) Sub(b Usage) (cpu, elapsed time.Duration) { return u.CPU - b.CPU, u.At.Sub(b.At) }
+
+// clockTick is USER_HZ, the unit of utime/stime in /proc/PID/stat (100 on every Linux ABI Go runs on).
+const clockTick = 10 * time.Millisecond
+
+// sampleUsage reads CPU and RSS of the given processes, summed.
+func sampleUsage(pids ...int) (Usage, error) {
+	u := Usage{At: time.Now()}
+	for _, pid := range pids {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return u, err
+		}
+		cpu, err := parseStatCPU(string(st))
+		if err != nil {
+			return u, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return u, err
+		}
+		u.CPU += cpu
+		u.RSSKiB += parseStatusRSS(string(status))
+	}
+	return u, nil
+}
+
+// parseStatCPU returns utime+stime from the text of /proc/PID/stat. The command name (field 2)
+// is in parentheses and may itself contain spaces and parentheses, so fields are counted from
+// the last ')'.
+func parseStatCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("no ')' in stat")
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state); utime is field 14, stime field 15.
+	if len(f) < 13 {
+		return 0, errors.New("short stat")
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(ut+st) * clockTick, nil
+}
+
+// parseStatusRSS returns VmRSS in KiB from the text of /proc/PID/status (0 if absent).
+func parseStatusRSS(status string) int64 {
+	for line := range strings.SplitSeq(status, "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				v, _ := strconv.ParseInt(f[0], 10, 64)
+				return v
+			}
+		}
+	}
+	return 0
+}

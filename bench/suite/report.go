@@ -1,0 +1,256 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// writeReport writes the markdown doc and its plots from r. The layout depends only on the
+// code: every section, table row and plot is always written (with "n/a" where a figure is
+// missing), so a re-run changes only the figures.
+func writeReport(r *Results, docPath, imgDir string) error {
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(filepath.Dir(docPath), imgDir)
+	if err != nil {
+		rel = imgDir
+	}
+	rp := &reporter{r: r, img: filepath.ToSlash(rel)}
+	for name, svg := range rp.plots() {
+		if err := os.WriteFile(filepath.Join(imgDir, name), svg, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(docPath), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(docPath, []byte(rp.markdown()), 0o644)
+}
+
+type reporter struct {
+	r   *Results
+	img string // plots directory relative to the doc
+	b   strings.Builder
+}
+
+func (p *reporter) f(format string, args ...any) { fmt.Fprintf(&p.b, format, args...) }
+func (p *reporter) ln(s string)                  { p.b.WriteString(s + "\n") }
+
+// na is how a missing figure prints.
+const na = "n/a"
+
+func num(v float64, prec int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return na
+	}
+	return commas(fmt.Sprintf("%.*f", prec, v))
+}
+
+// commas groups the integer part by thousands: 12345.6 → 12,345.6.
+func commas(s string) string {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	intPart, frac, hasFrac := strings.Cut(s, ".")
+	var b strings.Builder
+	for i, c := range intPart {
+		if i > 0 && (len(intPart)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	out := b.String()
+	if hasFrac {
+		out += "." + frac
+	}
+	if neg {
+		out = "-" + out
+	}
+	return out
+}
+
+func count(v uint64) string { return commas(fmt.Sprint(v)) }
+func pctCore(v float64) string {
+	if math.IsNaN(v) {
+		return na
+	}
+	return num(100*v, 1) + " %"
+}
+func msStr(v float64) string {
+	if math.IsNaN(v) {
+		return na
+	}
+	switch {
+	case v >= 100:
+		return num(v, 0) + " ms"
+	case v >= 10:
+		return num(v, 1) + " ms"
+	default:
+		return num(v, 2) + " ms"
+	}
+}
+func dur(d time.Duration) string {
+	if d <= 0 {
+		return "0 s"
+	}
+	return num(d.Seconds(), 2) + " s"
+}
+func ratio(a, b float64) string {
+	if math.IsNaN(a) || math.IsNaN(b) || b <= 0 {
+		return na
+	}
+	return num(a/b, 2) + "×"
+}
+
+// verdict compares a figure with a target; ok is the comparison's outcome.
+func verdict(known, ok bool) string {
+	switch {
+	case !known:
+		return "not measured"
+	case ok:
+		return "**met**"
+	default:
+		return "**missed**"
+	}
+}
+
+func yesNo(known, loses bool) string {
+	switch {
+	case !known:
+		return na
+	case loses:
+		return "**yes**"
+	default:
+		return "no"
+	}
+}
+
+// --- lookups (NaN when the figure is missing) ---
+
+func (p *reporter) idle(tg string, period time.Duration) *IdleRow {
+	if p.r.Idle == nil {
+		return nil
+	}
+	for i := range p.r.Idle.Rows {
+		x := &p.r.Idle.Rows[i]
+		if x.Target == tg && x.Period == period && x.Error == "" {
+			return x
+		}
+	}
+	return nil
+}
+
+func (p *reporter) lat(tg, method string) *LatencyRow {
+	if p.r.Latency == nil {
+		return nil
+	}
+	for i := range p.r.Latency.Rows {
+		x := &p.r.Latency.Rows[i]
+		if x.Target == tg && x.Method == method && x.Error == "" {
+			return x
+		}
+	}
+	return nil
+}
+
+func (p *reporter) tp(tg string, conns int) *TPSeries {
+	if p.r.Throughput == nil {
+		return nil
+	}
+	for i := range p.r.Throughput.Series {
+		x := &p.r.Throughput.Series[i]
+		if x.Target == tg && x.Conns == conns && x.Error == "" {
+			return x
+		}
+	}
+	return nil
+}
+
+// maxStep is the passing step at the series' maximum.
+func (se *TPSeries) maxStep() *TPStep {
+	for i := range se.Steps {
+		if se.Steps[i].Pass && se.Steps[i].Rate == se.Max {
+			return &se.Steps[i]
+		}
+	}
+	return nil
+}
+
+func (se *TPSeries) stepAt(rate float64) *TPStep {
+	for i := range se.Steps {
+		if se.Steps[i].Rate == rate {
+			return &se.Steps[i]
+		}
+	}
+	return nil
+}
+
+func (p *reporter) restart(tg string) *RestartRow {
+	if p.r.Restart == nil {
+		return nil
+	}
+	for i := range p.r.Restart.Rows {
+		x := &p.r.Restart.Rows[i]
+		if x.Target == tg && x.Error == "" {
+			return x
+		}
+	}
+	return nil
+}
+
+func (p *reporter) storm(tg string) *StormRow {
+	if p.r.Storm == nil {
+		return nil
+	}
+	for i := range p.r.Storm.Rows {
+		x := &p.r.Storm.Rows[i]
+		if x.Target == tg && x.Error == "" {
+			return x
+		}
+	}
+	return nil
+}
+
+func (rr *RestartRow) visibleErrors() uint64 { return rr.Errors + rr.Timeouts + rr.Lost + rr.Unsent }
+
+// nan helpers: a field of a possibly-nil row.
+func fIdle(x *IdleRow, get func(*IdleRow) float64) float64 {
+	if x == nil {
+		return math.NaN()
+	}
+	return get(x)
+}
+func fLat(x *LatencyRow, get func(*LatencyRow) float64) float64 {
+	if x == nil {
+		return math.NaN()
+	}
+	return get(x)
+}
+func fTP(x *TPSeries) float64 {
+	if x == nil || x.Max == 0 {
+		return math.NaN()
+	}
+	return x.Max
+}
+
+var targetTitle = map[string]string{direct: "direct", haproxy: "HAProxy", stormgate: "Stormgate", baseline: "baseline listener"}
+
+// commonConns picks the throughput connection counts to report: those of the run.
+func (p *reporter) tpConns() []int {
+	if p.r.Throughput == nil {
+		return p.r.Options.TPConns
+	}
+	var out []int
+	seen := map[int]bool{}
+	for _, se := range p.r.Throughput.Series {
+		if !seen[se.Conns] {
+			seen[se.Conns] = true
+			out = append(out, se.Conns)
+		}
+	}
+	return out
+}

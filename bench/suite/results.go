@@ -1,0 +1,240 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"time"
+)
+
+// Results is everything one `suite run` measured; results.json holds it and `suite render`
+// rebuilds the doc from it. Scenario fields are nil when the scenario was not run.
+type Results struct {
+	Machine  Machine       `json:"machine"`
+	Started  time.Time     `json:"started"`
+	Wall     time.Duration `json:"wall_ns"`
+	Command  string        `json:"command"`
+	Options  Options       `json:"options"`
+	Failures []string      `json:"failures,omitempty"` // scenario errors, shown in the doc
+
+	Micro      *MicroResult      `json:"micro,omitempty"`
+	Idle       *IdleResult       `json:"idle,omitempty"`
+	Latency    *LatencyResult    `json:"latency,omitempty"`
+	Throughput *ThroughputResult `json:"throughput,omitempty"`
+	Restart    *RestartResult    `json:"restart,omitempty"`
+	Storm      *StormResult      `json:"storm,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	Cores       int    `json:"cores"`
+	CPUModel    string `json:"cpu_model"`
+	MemGiB      int    `json:"mem_gib"`
+	Kernel      string `json:"kernel"`
+	GoVersion   string `json:"go_version"`
+	HAProxy     string `json:"haproxy"`
+	DubboGo     string `json:"dubbo_go"`
+	Stormgate   string `json:"stormgate"` // git describe of the tree
+	Somaxconn   string `json:"somaxconn"`
+	NoFile      string `json:"nofile"`
+	LoadAvgPre  string `json:"loadavg_pre"`  // /proc/loadavg when the run started
+	LoadAvgPost string `json:"loadavg_post"` // and when it ended
+}
+
+// MicroResult is the hot-path micro-benchmarks.
+type MicroResult struct {
+	Command string     `json:"command"`
+	Rows    []MicroRow `json:"rows"`
+	Error   string     `json:"error,omitempty"`
+}
+
+// MicroRow is one benchmark line.
+type MicroRow struct {
+	Package  string  `json:"package"`
+	Name     string  `json:"name"`
+	NsOp     float64 `json:"ns_op"`
+	BytesOp  float64 `json:"b_op"`
+	AllocsOp float64 `json:"allocs_op"`
+}
+
+// IdleResult is scenario 1.
+type IdleResult struct {
+	Provider string        `json:"provider"`
+	Conns    int           `json:"conns"`
+	Settle   time.Duration `json:"settle_ns"`
+	Rows     []IdleRow     `json:"rows"`
+}
+
+// IdleRow is one target at one heartbeat period.
+type IdleRow struct {
+	Target  string        `json:"target"`
+	Period  time.Duration `json:"period_ns"`
+	Window  time.Duration `json:"window_ns"`
+	Conns   int           `json:"conns"` // open during the window
+	Command string        `json:"command"`
+
+	ProviderCPU      float64 `json:"provider_cpu"`      // cores (1.0 = one core busy)
+	ProviderIdleCPU  float64 `json:"provider_idle_cpu"` // before any consumer connected
+	ProxyIdleCPU     float64 `json:"proxy_idle_cpu"`
+	ProviderRSSMiB   float64 `json:"provider_rss_mib"`
+	ProxyCPU         float64 `json:"proxy_cpu"`
+	ProxyRSSMiB      float64 `json:"proxy_rss_mib"`
+	ProxyKiBPerConn  float64 `json:"proxy_kib_per_conn"`
+	ProvKiBPerConn   float64 `json:"provider_kib_per_conn"`
+	HBPerSec         float64 `json:"hb_per_sec"`          // consumer heartbeats answered per second
+	ProviderHBPerSec float64 `json:"provider_hb_per_sec"` // heartbeat frames reaching the provider per second
+	ProxyUsPerHB     float64 `json:"proxy_us_per_hb"`     // proxy CPU ÷ consumer heartbeats
+	ProviderUsPerHB  float64 `json:"provider_us_per_hb"`  // provider CPU ÷ consumer heartbeats (answered by anyone)
+	LoadCPU          float64 `json:"load_cpu"`
+	HBFailed         uint64  `json:"hb_failed"` // timed out or lost, whole run
+	ConnectFailures  uint64  `json:"connect_failures"`
+	Error            string  `json:"error,omitempty"`
+}
+
+// LatencyResult is scenario 2.
+type LatencyResult struct {
+	Provider string       `json:"provider"`
+	Conns    int          `json:"conns"`
+	Rate     float64      `json:"rate"`
+	Rows     []LatencyRow `json:"rows"`
+}
+
+// Quantiles plotted for latency curves.
+var curveQuantiles = []float64{0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9999}
+
+// LatencyRow is one target and one method.
+type LatencyRow struct {
+	Target  string  `json:"target"`
+	Method  string  `json:"method"` // "echo" or "sleep 100ms"
+	Command string  `json:"command"`
+	Conns   int     `json:"conns"`
+	Rate    float64 `json:"rate"`
+
+	Sent, OK, Failed            uint64 // Failed: errors, exceptions, timeouts, lost, unsent
+	P50ms, P99ms, P999ms, MaxMs float64
+	Curve                       []float64 `json:"curve_ms"` // latency at curveQuantiles
+
+	ProxyCPU      float64 `json:"proxy_cpu"`
+	ProxyUsPerReq float64 `json:"proxy_us_per_req"`
+	ProviderCPU   float64 `json:"provider_cpu"`
+	LoadUsPerReq  float64 `json:"load_us_per_req"`
+	LoadCPU       float64 `json:"load_cpu"`
+	BatchFrames   float64 `json:"batch_frames"` // Stormgate: frames per upstream write
+	Error         string  `json:"error,omitempty"`
+}
+
+// ThroughputResult is scenario 3.
+type ThroughputResult struct {
+	Provider string        `json:"provider"`
+	StepTime time.Duration `json:"step_ns"`
+	Warmup   time.Duration `json:"warmup_ns"`
+	MaxP99ms float64       `json:"max_p99_ms"`
+	Series   []TPSeries    `json:"series"`
+}
+
+// TPSeries is one target at one connection count.
+type TPSeries struct {
+	Target  string   `json:"target"`
+	Conns   int      `json:"conns"`
+	Command string   `json:"command"` // of the last passing step
+	Steps   []TPStep `json:"steps"`
+	Max     float64  `json:"max"` // highest passing rate; 0 if none passed
+	Error   string   `json:"error,omitempty"`
+}
+
+// TPStep is one rate tried.
+type TPStep struct {
+	Rate          float64 `json:"rate"`
+	Pass          bool    `json:"pass"`
+	Sent          uint64  `json:"sent"`
+	OK            uint64  `json:"ok"`
+	Failed        uint64  `json:"failed"`
+	P99ms         float64 `json:"p99_ms"`        // whole request phase
+	SteadyP99ms   float64 `json:"steady_p99_ms"` // worst one-second p99 after the warm-up
+	ProxyCPU      float64 `json:"proxy_cpu"`
+	ProxyUsPerReq float64 `json:"proxy_us_per_req"`
+	ProviderCPU   float64 `json:"provider_cpu"`
+	LoadUsPerReq  float64 `json:"load_us_per_req"`
+	LoadCPU       float64 `json:"load_cpu"`
+	BatchFrames   float64 `json:"batch_frames"`
+}
+
+// RestartResult is scenario 4.
+type RestartResult struct {
+	Provider  string        `json:"provider"`
+	Conns     int           `json:"conns"`
+	Rate      float64       `json:"rate"`
+	KillAfter time.Duration `json:"kill_after_ns"`
+	Down      time.Duration `json:"down_ns"`
+	Rows      []RestartRow  `json:"rows"`
+}
+
+// RestartRow is one target.
+type RestartRow struct {
+	Target  string `json:"target"`
+	Command string `json:"command"`
+
+	Sent, OK, Errors, Timeouts, Lost, Unsent uint64
+	Resets, ClosedByPeer, ConnectFailures    uint64
+	Reconnects                               uint64
+	P99ms, MaxMs                             float64
+	DownFor                                  time.Duration `json:"down_for_ns"` // kill to provider ready again
+	Recovery                                 time.Duration `json:"recovery_ns"` // kill to full rate for good (1 s resolution)
+	Held                                     float64       `json:"held"`        // Stormgate: requests answered after a hold
+	LocalReplies                             float64       `json:"local_replies"`
+	Points                                   []Point       `json:"points"` // OK/s vs seconds since the kill
+	Error                                    string        `json:"error,omitempty"`
+}
+
+// Point is one plotted point.
+type Point struct{ X, Y float64 }
+
+// StormResult is scenario 5.
+type StormResult struct {
+	Conns       int           `json:"conns"`
+	Somaxconn   int           `json:"somaxconn"`
+	SynBacklog  string        `json:"tcp_max_syn_backlog"`
+	Syncookies  string        `json:"syncookies"`
+	AcceptDelay time.Duration `json:"accept_delay_ns"`
+	BaseBacklog int           `json:"baseline_backlog"`
+	HARate      int           `json:"haproxy_rate"`    // sessions/s, all processes
+	HABacklog   int           `json:"haproxy_backlog"` // all processes
+	SGRate      float64       `json:"stormgate_rate"`
+	SGBurst     int           `json:"stormgate_burst"`
+	Rows        []StormRow    `json:"rows"`
+}
+
+// StormRow is one target.
+type StormRow struct {
+	Target  string `json:"target"`
+	Command string `json:"command"`
+
+	Opened, ConnectFailures, HBAnswered, HBFailed uint64
+	ListenOverflows, ListenDrops, SynRetrans      uint64
+	ReqQFullDoCookies, ReqQFullDrop               uint64
+	FirstP50ms, FirstP99ms, FirstMaxMs            float64
+	ConnectP99ms                                  float64
+	AnswerP99ms                                   float64        `json:"answer_p99_ms"` // from established to the answer
+	OpeningMs                                     float64        `json:"opening_ms"`    // issuing every connect(2)
+	Failures                                      map[string]int `json:"failures,omitempty"`
+	Error                                         string         `json:"error,omitempty"`
+}
+
+func (r *Results) save(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func loadResults(path string) (*Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}

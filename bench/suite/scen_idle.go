@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// runIdle is scenario 1: idle consumers heartbeating, against the real dubbo-go provider.
+// For each target it starts a fresh provider (and proxy), measures their idle RSS, then runs the
+// load tool twice (1 s and 30 s heartbeat periods) and samples CPU, RSS and heartbeat counts over
+// a window after the connect phase has settled.
+func (s *Suite) runIdle(ctx context.Context) (*IdleResult, error) {
+	o := s.opt
+	res := &IdleResult{Provider: dubboGoProvider, Conns: o.IdleConns, Settle: o.IdleSettle}
+	for _, tg := range targets {
+		rows, err := s.idleTarget(ctx, tg)
+		if err != nil {
+			s.logf("  idle %s: %v", tg, err)
+			rows = append(rows, IdleRow{Target: tg, Error: err.Error()})
+		}
+		res.Rows = append(res.Rows, rows...)
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+	}
+	return res, nil
+}
+
+func (s *Suite) idleTarget(ctx context.Context, tg string) ([]IdleRow, error) {
+	o := s.opt
+	prov, err := s.startProvider(ctx, dubboGoProvider, 0, "")
+	if err != nil {
+		return nil, err
+	}
+	defer prov.proc.Kill()
+	px, err := s.startProxy(ctx, tg, prov, proxyOpts{})
+	if err != nil {
+		return nil, err
+	}
+	defer px.stop()
+	// The provider's and proxy's floor with no consumer at all (timers, runtime), and their RSS.
+	idle0 := s.snapshot(ctx, prov, px, nil)
+	if err := sleepCtx(ctx, 2*time.Second); err != nil {
+		return nil, err
+	}
+	idle := s.snapshot(ctx, prov, px, nil)
+	floor := between(idle0, idle)
+
+	var rows []IdleRow
+	for _, period := range []time.Duration{time.Second, 30 * time.Second} {
+		win := o.IdleWindow1s
+		if period > time.Second {
+			win = o.IdleWindow30
+		}
+		spec := loadSpec{Conns: o.IdleConns, ConnectRate: o.ConnectRate, ConnectTimeout: 10 * time.Second, Heartbeat: period,
+			Duration: o.IdleSettle + win + 2*time.Second}
+		row := IdleRow{Target: tg, Period: period, Command: spec.command("$" + targetVar(tg))}
+		h, err := s.startLoad(ctx, fmt.Sprintf("idle-%s-%v", tg, period), px.addr, "", spec)
+		if err != nil {
+			return rows, err
+		}
+		if err := h.waitRun(ctx); err != nil {
+			h.proc.Kill()
+			return rows, err
+		}
+		if err := sleepCtx(ctx, o.IdleSettle); err != nil {
+			h.proc.Kill()
+			return rows, err
+		}
+		a := s.snapshot(ctx, prov, px, h)
+		if err := sleepCtx(ctx, win); err != nil {
+			h.proc.Kill()
+			return rows, err
+		}
+		b := s.snapshot(ctx, prov, px, h)
+		run, err := h.wait()
+		if err != nil {
+			return rows, err
+		}
+		w := between(a, b)
+		row.Window = w.elapsed.Round(time.Millisecond)
+		row.Conns = b.pr.Conns
+		row.ProviderCPU, row.ProxyCPU, row.LoadCPU = w.provCores(), w.proxyCores(), w.loadCores()
+		row.ProviderRSSMiB, row.ProxyRSSMiB = mib(b.prov.RSSKiB), mib(b.px.RSSKiB)
+		row.ProviderIdleCPU, row.ProxyIdleCPU = floor.provCores(), floor.proxyCores()
+		if row.Conns > 0 {
+			row.ProvKiBPerConn = float64(b.prov.RSSKiB-idle.prov.RSSKiB) / float64(row.Conns)
+			if tg != direct {
+				row.ProxyKiBPerConn = float64(b.px.RSSKiB-idle.px.RSSKiB) / float64(row.Conns)
+			}
+		}
+		// Consumer heartbeats answered per second, from the load tool's progress lines.
+		if dt := b.pr.At.Sub(a.pr.At).Seconds(); dt > 0 {
+			row.HBPerSec = float64(b.pr.HBOK-a.pr.HBOK) / dt
+		}
+		hbWindow := row.HBPerSec * w.elapsed.Seconds()
+		switch tg {
+		case stormgate:
+			// Exact counts from Stormgate: what it answered itself, and what it sent upstream.
+			answered := delta(a.m, b.m, "stormgate_heartbeats_answered_total", `side="downstream"`)
+			if answered > 0 {
+				hbWindow = answered
+			}
+			row.ProviderHBPerSec = delta(a.m, b.m, "stormgate_upstream_heartbeats_sent_total") / w.elapsed.Seconds()
+		default:
+			row.ProviderHBPerSec = row.HBPerSec // every consumer heartbeat is forwarded
+		}
+		if tg != direct {
+			row.ProxyUsPerHB = perOp(a.px, b.px, hbWindow)
+		}
+		// Per consumer heartbeat, whoever answered it: the provider's whole CPU over the window.
+		row.ProviderUsPerHB = perOp(a.prov, b.prov, hbWindow)
+		r := run.Result
+		row.HBFailed = r.HeartbeatsTimedOut + r.HeartbeatsLost
+		row.ConnectFailures = r.ConnectFailures.Total()
+		s.logf("  idle %s period %v: conns %d, provider %.3f cores, proxy %.3f cores, %.0f hb/s, %.1f hb/s to provider, proxy %.1f KiB/conn",
+			tg, period, row.Conns, row.ProviderCPU, row.ProxyCPU, row.HBPerSec, row.ProviderHBPerSec, row.ProxyKiBPerConn)
+		rows = append(rows, row)
+		if !px.alive() {
+			return rows, fmt.Errorf("%s died during the run", tg)
+		}
+	}
+	return rows, nil
+}
+
+// targetVar names a target's address in the commands the doc prints.
+func targetVar(tg string) string {
+	switch tg {
+	case direct:
+		return "PROVIDER"
+	case haproxy:
+		return "HAPROXY"
+	case stormgate:
+		return "STORMGATE"
+	}
+	return "BASELINE"
+}
