@@ -328,8 +328,8 @@ func (a *Admitter) newConn(fd int, sa unix.Sockaddr) (Conn, bool) {
 			c.OrigDst = od
 		}
 		if !s.portAllowed(c.OrigDst.Port()) {
-			closeWithFIN(fd)
 			a.reject(rPortNotAllowed)
+			closeWithFIN(fd)
 			return Conn{}, false
 		}
 	}
@@ -369,16 +369,17 @@ func (a *Admitter) flush(batch *[]Conn, rejects *[]int) {
 
 	clear(*batch)
 	*batch = (*batch)[:0]
-	for _, fd := range *rejects {
-		closeWithFIN(fd)
-	}
-	*rejects = (*rejects)[:0]
+	// Count before closing: whoever sees the FIN must also see the counter.
 	for r, k := range counts {
 		if k > 0 {
 			a.rejected[r].Add(uint64(k))
 			a.m.rejected[r].Add(float64(k))
 		}
 	}
+	for _, fd := range *rejects {
+		closeWithFIN(fd)
+	}
+	*rejects = (*rejects)[:0]
 	if wasEmpty && n > 0 {
 		a.signal()
 	}
@@ -666,8 +667,8 @@ func (a *Admitter) doStop() {
 			}
 			a.accepted.Add(1)
 			a.m.accepted.Inc()
-			closeWithFIN(nfd)
 			a.reject(rShutdown)
+			closeWithFIN(nfd)
 		}
 	})
 	// Blocks until the accept loop's current batch is done (it sees stopping and returns).
@@ -679,8 +680,8 @@ func (a *Admitter) doStop() {
 	a.m.pending.Set(0)
 	a.mu.Unlock()
 	for _, c := range pending {
-		closeWithFIN(c.FD)
 		a.reject(rShutdown)
+		closeWithFIN(c.FD)
 	}
 	a.log.Info("admission: stopped accepting", zap.Int("pending_closed", len(pending)),
 		zap.Int64("active", a.active.Load()))
