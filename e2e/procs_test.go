@@ -65,8 +65,17 @@ func startSidecar(t *testing.T, upstream, configYAML string, wantUpstream int) *
 		args = append(args, "--config", cfgPath)
 	}
 	p := startProc(t, "sidecar", bins.sidecar, args...)
-	s := &sidecar{proc: p, configPath: cfgPath,
-		http: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: false}}}
+	s := attachSidecar(t, p, wantUpstream)
+	s.configPath = cfgPath
+	return s
+}
+
+// attachSidecar learns a started sidecar's listen, metrics and admin addresses
+// from its log (they are port 0 in tests) and waits for wantUpstream upstream
+// connections (0 = do not wait).
+func attachSidecar(t *testing.T, p *proc, wantUpstream int) *sidecar {
+	t.Helper()
+	s := &sidecar{proc: p, http: &http.Client{Timeout: 5 * time.Second}}
 	m := p.waitJSONLine(t, false, 20*time.Second, `"stormgate started"`, func(m map[string]any) bool {
 		return m["msg"] == "stormgate started"
 	})

@@ -109,30 +109,7 @@ func startXDSSidecar(t *testing.T, upstream, cpAddr, nodeID string, wantUpstream
 	args := append([]string{"run", "--listen", "127.0.0.1:0", "--upstream", upstream,
 		"--metrics", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-level", "info",
 		"--xds", cpAddr, "--node-id", nodeID}, extra...)
-	p := startProc(t, "sidecar", bins.sidecar, args...)
-	s := &sidecar{proc: p, http: &http.Client{Timeout: 5 * time.Second}}
-	m := p.waitJSONLine(t, false, 20*time.Second, `"stormgate started"`, func(m map[string]any) bool {
-		return m["msg"] == "stormgate started"
-	})
-	s.listen, _ = m["listen"].(string)
-	for _, name := range []string{"metrics", "admin"} {
-		m := p.waitJSONLine(t, false, 10*time.Second, name+` "http listener started"`, func(m map[string]any) bool {
-			return m["msg"] == "http listener started" && m["listener"] == name
-		})
-		addr, _ := m["address"].(string)
-		if name == "metrics" {
-			s.metrics = addr
-		} else {
-			s.admin = addr
-		}
-	}
-	if s.listen == "" || s.metrics == "" || s.admin == "" {
-		t.Fatalf("sidecar addresses not found in its log: listen=%q metrics=%q admin=%q", s.listen, s.metrics, s.admin)
-	}
-	if wantUpstream > 0 {
-		s.waitMetric(t, 20*time.Second, "stormgate_upstream_connections", func(v float64) bool { return v == float64(wantUpstream) })
-	}
-	return s
+	return attachSidecar(t, startProc(t, "sidecar", bins.sidecar, args...), wantUpstream)
 }
 
 // configDump is the sidecar's /config_dump.
