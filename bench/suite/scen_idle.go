@@ -13,18 +13,30 @@ import (
 func (s *Suite) runIdle(ctx context.Context) (*IdleResult, error) {
 	o := s.opt
 	res := &IdleResult{Provider: dubboGoProvider, Conns: o.IdleConns, Settle: o.IdleSettle}
-	for _, tg := range targets {
+	err := s.eachTarget(ctx, "idle", func(tg string) error {
 		rows, err := s.idleTarget(ctx, tg)
 		if err != nil {
-			s.logf("  idle %s: %v", tg, err)
 			rows = append(rows, IdleRow{Target: tg, Error: err.Error()})
 		}
 		res.Rows = append(res.Rows, rows...)
+		return err
+	})
+	return res, err
+}
+
+// eachTarget runs one scenario step against every target in order (direct, HAProxy,
+// Stormgate). A failed target is logged and recorded by run itself; the series goes on
+// unless ctx has ended, whose error it then returns.
+func (s *Suite) eachTarget(ctx context.Context, name string, run func(tg string) error) error {
+	for _, tg := range targets {
+		if err := run(tg); err != nil {
+			s.logf("  %s %s: %v", name, tg, err)
+		}
 		if ctx.Err() != nil {
-			return res, ctx.Err()
+			return ctx.Err()
 		}
 	}
-	return res, nil
+	return nil
 }
 
 func (s *Suite) idleTarget(ctx context.Context, tg string) ([]IdleRow, error) {

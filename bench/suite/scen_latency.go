@@ -18,18 +18,15 @@ var latencyMethods = []struct{ name, method, arg string }{
 func (s *Suite) runLatency(ctx context.Context) (*LatencyResult, error) {
 	o := s.opt
 	res := &LatencyResult{Provider: fastProvider, Conns: o.LatConns, Rate: o.LatRate}
-	for _, tg := range targets {
+	err := s.eachTarget(ctx, "latency", func(tg string) error {
 		rows, err := s.latencyTarget(ctx, tg)
 		if err != nil {
-			s.logf("  latency %s: %v", tg, err)
 			rows = append(rows, LatencyRow{Target: tg, Error: err.Error()})
 		}
 		res.Rows = append(res.Rows, rows...)
-		if ctx.Err() != nil {
-			return res, ctx.Err()
-		}
-	}
-	return res, nil
+		return err
+	})
+	return res, err
 }
 
 func (s *Suite) latencyTarget(ctx context.Context, tg string) ([]LatencyRow, error) {

@@ -13,18 +13,15 @@ func (s *Suite) runRestart(ctx context.Context) (*RestartResult, error) {
 	o := s.opt
 	res := &RestartResult{Provider: fastProvider, Conns: o.RestartConns, Rate: o.RestartRate,
 		KillAfter: o.RestartKill, Down: o.RestartDown}
-	for _, tg := range targets {
+	err := s.eachTarget(ctx, "restart", func(tg string) error {
 		row, err := s.restartTarget(ctx, tg)
 		if err != nil {
-			s.logf("  restart %s: %v", tg, err)
 			row.Error = err.Error()
 		}
 		res.Rows = append(res.Rows, row)
-		if ctx.Err() != nil {
-			return res, ctx.Err()
-		}
-	}
-	return res, nil
+		return err
+	})
+	return res, err
 }
 
 func (s *Suite) restartTarget(ctx context.Context, tg string) (RestartRow, error) {

@@ -15,16 +15,16 @@ func (s *Suite) runThroughput(ctx context.Context) (*ThroughputResult, error) {
 	o := s.opt
 	res := &ThroughputResult{Provider: fastProvider, StepTime: o.TPStep, Warmup: o.TPWarmup, MaxP99ms: ms(o.TPMaxP99)}
 	for _, conns := range o.TPConns {
-		for _, tg := range targets {
+		err := s.eachTarget(ctx, fmt.Sprintf("throughput %d conns", conns), func(tg string) error {
 			se, err := s.tpSeries(ctx, tg, conns)
 			if err != nil {
-				s.logf("  throughput %s %d: %v", tg, conns, err)
 				se.Error = err.Error()
 			}
 			res.Series = append(res.Series, se)
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
+			return err
+		})
+		if err != nil {
+			return res, err
 		}
 	}
 	return res, nil
