@@ -135,6 +135,12 @@ func TestSplitConfig(t *testing.T) {
 	if parts[1].SourceAddrs[0] != cfg.SourceAddrs[1] || len(parts[1].SourceAddrs) != 3 {
 		t.Fatalf("worker 1 sources %v", parts[1].SourceAddrs)
 	}
+	cfg.KeyBase, cfg.Seed = 7, 100
+	parts = splitConfig(cfg, 3)
+	if parts[0].KeyBase != 7 || parts[2].KeyBase != 7+2*workerKeySpan || parts[1].Seed != 101 {
+		t.Fatalf("worker key bases %d %d %d, seeds %d %d %d", parts[0].KeyBase, parts[1].KeyBase, parts[2].KeyBase,
+			parts[0].Seed, parts[1].Seed, parts[2].Seed)
+	}
 }
 
 func TestParseAddrList(t *testing.T) {
