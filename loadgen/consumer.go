@@ -251,6 +251,9 @@ func (c *consumer) flush() {
 		var m int
 		m, err = nc.Write(buf[n:])
 		n += m
+		// Clear it: a deadline left in the past fails every later write on this connection at
+		// once (the non-blocking path too), and the connection would never write again.
+		_ = nc.SetWriteDeadline(time.Time{})
 	}
 	c.mu.Lock()
 	requeue := c.restoreLocked(nc, buf, n, err)

@@ -101,3 +101,25 @@ func TestCheckedBodyMismatches(t *testing.T) {
 	}
 }
 
+// A target that stops reading for longer than one blocking write slice (50 ms): once it reads
+// again, every queued request must still go out and be answered. (The write deadline of the
+// timed-out slice used to stay set, so every later write on that connection failed at once:
+// the connection never wrote again and the shard writer spun at 100% CPU.)
+func TestWritesResumeAfterTheTargetStalls(t *testing.T) {
+	p, err := peer.StartEcho(peer.EchoConfig{RecvBuf: 4096, MaxSegment: 1460}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	cfg := Config{Target: p.Addr(), Conns: 1, Rate: 100, Duration: time.Second, Timeout: 5 * time.Second,
+		BodyMin: 64 << 10, BodyMax: 64 << 10}
+	cfg.hooks.beforeRequest = func(k uint64) {
+		if k == 0 {
+			p.Stall(500 * time.Millisecond)
+		}
+	}
+	res := run(t, cfg)
+	if res.OK != res.Sent || res.Timeouts != 0 {
+		t.Fatalf("sent %d ok %d timeouts %d: writes did not resume after the stall", res.Sent, res.OK, res.Timeouts)
+	}
+}
