@@ -1,8 +1,10 @@
-// Command stormbench is Stormgate's benchmark tool: a Dubbo 2 load generator (`stormbench load`)
-// and a test provider (`stormbench provider`), used by `make bench` and by hand.
+// Command stormbench is Stormgate's benchmark tool: a Dubbo 2 load generator (`stormbench load`),
+// a test provider (`stormbench provider`) and the integrity echo provider (`stormbench
+// echo-provider`), used by `make bench`, `make soak` and by hand.
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -12,6 +14,10 @@ import (
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
 		os.Exit(1)
 	}
 }
@@ -25,6 +31,8 @@ func newRootCmd() *cobra.Command {
   stormbench load      open N consumer connections, heartbeat, send requests at a fixed rate,
                        and report every outcome with latency percentiles (JSON with --json)
   stormbench provider  run the project's test provider in its own process
+  stormbench echo-provider  a provider that echoes raw bodies, reads badly and records
+                       integrity violations (pair it with load --body-max)
 
 Start here:
   stormbench provider --listen 127.0.0.1:20880 &
@@ -32,6 +40,6 @@ Start here:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newLoadCmd(), newWorkerCmd(), newProviderCmd())
+	root.AddCommand(newLoadCmd(), newWorkerCmd(), newProviderCmd(), newEchoCmd())
 	return root
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -183,11 +184,16 @@ func TestParseAddrList(t *testing.T) {
 	}
 }
 
-func TestLoadRejectsBadFlags(t *testing.T) {
+func TestRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"load"}, // --target required
 		{"load", "--target", "127.0.0.1:1", "--duration", "31m"},
 		{"load", "--target", "127.0.0.1:1", "--conns", "40000", "--workers", "2"},
+		{"load", "--target", "127.0.0.1:1", "--one-way", "0.5"}, // one-way needs checked bodies
+		{"load", "--target", "127.0.0.1:1", "--body-max", "9000000"},
+		{"echo-provider", "--slow-chance", "0.8", "--stall-chance", "0.5"},
+		{"echo-provider", "--spell", "0s"},
+		{"echo-provider", "--restart-every", "-1s"},
 	} {
 		cmd := newRootCmd()
 		cmd.SetOut(&bytes.Buffer{})
@@ -196,5 +202,65 @@ func TestLoadRejectsBadFlags(t *testing.T) {
 		if err := cmd.Execute(); err == nil {
 			t.Errorf("%v: accepted", args)
 		}
+	}
+}
+
+// stormbench echo-provider: it prints its address, is killed and restarted on schedule while a
+// checked-body load runs against it (reconnecting), and ends with a final line whose violation
+// count is zero.
+func TestEchoProviderCommand(t *testing.T) {
+	pr, pw := io.Pipe()
+	cmd := newRootCmd()
+	cmd.SetOut(pw)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs([]string{"echo-provider", "--listen", "127.0.0.1:0", "--seed", "9", "--spell", "50ms",
+		"--slow-chance", "0.5", "--stall-chance", "0.1", "--restart-every", "400ms", "--down", "50ms",
+		"--stats-every", "0"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- cmd.ExecuteContext(ctx)
+		pw.Close()
+	}()
+	events := make(chan echoEvent, 64)
+	go func() {
+		defer close(events)
+		dec := json.NewDecoder(pr)
+		for {
+			var e echoEvent
+			if dec.Decode(&e) != nil {
+				return
+			}
+			events <- e
+		}
+	}()
+	first := <-events
+	if first.Event != "listening" || first.Addr == "" || first.Seed != 9 {
+		t.Fatalf("first line %+v", first)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	res, err := loadgen.Run(ctx2, loadgen.Config{Target: first.Addr, Conns: 4, Rate: 300, Duration: time.Second,
+		Timeout: 2 * time.Second, Reconnect: 20 * time.Millisecond, BodyMax: 50000, OneWay: 0.1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK == 0 || res.BodyMismatches != 0 || res.Reconnects == 0 {
+		t.Fatalf("ok %d mismatches %d reconnects %d", res.OK, res.BodyMismatches, res.Reconnects)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("echo-provider: %v", err)
+	}
+	seen := map[string]int{}
+	var final echoEvent
+	for e := range events {
+		seen[e.Event]++
+		final = e
+	}
+	if seen["killed"] == 0 || seen["restarted"] == 0 || final.Event != "final" || final.Stats == nil ||
+		final.Stats.Violations != 0 || final.Stats.Kills == 0 || final.Stats.Requests == 0 {
+		t.Fatalf("events %v, final %+v", seen, final.Stats)
 	}
 }
