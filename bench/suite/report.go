@@ -29,7 +29,12 @@ func writeReport(r *Results, docPath, imgDir string) error {
 	if err := os.MkdirAll(filepath.Dir(docPath), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(docPath, []byte(rp.markdown()), 0o644)
+	// The soak's section is written by `suite soak`, from another run: keep it.
+	doc := rp.markdown()
+	if soak := soakSectionOf(docPath); soak != "" {
+		doc = withSoakSection(doc, soak)
+	}
+	return os.WriteFile(docPath, []byte(doc), 0o644)
 }
 
 type reporter struct {

@@ -30,6 +30,7 @@ type echoOptions struct {
 	slow        peer.Reading
 	restart     time.Duration
 	down        time.Duration
+	calm        time.Duration
 	statsEvery  time.Duration
 	logLevel    string
 }
@@ -61,7 +62,9 @@ stdout, one JSON object per line: {"event":"listening","addr":...,"seed":...} on
 {"event":"final","stats":...,"violations":[...]} at exit. The exit status is 3 when any
 violation was recorded. Logs go to stderr.
 
-Signals: SIGUSR1 kill now and restart after --down; SIGINT or SIGTERM stop.`,
+Signals: SIGUSR1 kill now and restart after --down; SIGUSR2 read normally for --calm (ends a
+stall; make soak sends it before each leak sample, so that no sample catches a slow spell's
+backlog); SIGINT or SIGTERM stop.`,
 		Example: `  stormbench echo-provider --listen 127.0.0.1:20880 --seed 42
   stormbench echo-provider --listen 127.0.0.1:20880 --restart-every 60s --slow-chance 0.3 --stall-chance 0.05
   stormbench load --target 127.0.0.1:20881 --conns 1000 --rate 1000 --body-max 262144 --one-way 0.1`,
@@ -84,6 +87,7 @@ Signals: SIGUSR1 kill now and restart after --down; SIGINT or SIGTERM stop.`,
 	f.DurationVar(&o.slow.MaxPause, "max-pause", 5*time.Millisecond, "slow spells: a pause lasts a random 0..max-pause")
 	f.DurationVar(&o.restart, "restart-every", 0, "kill and restart the provider at this interval; 0 = only on SIGUSR1")
 	f.DurationVar(&o.down, "down", time.Second, "how long a killed provider stays down before listening again")
+	f.DurationVar(&o.calm, "calm", 10*time.Second, "after SIGUSR2, read normally for this long")
 	f.DurationVar(&o.statsEvery, "stats-every", 10*time.Second, "print a stats line at this interval; 0 = never")
 	f.StringVar(&o.logLevel, "log-level", "warn", "debug, info, warn or error")
 	return cmd
@@ -120,7 +124,7 @@ func runEcho(ctx context.Context, o echoOptions, stdout, stderr io.Writer) error
 	}
 	defer func() { _ = log.Sync() }()
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 
 	p, err := peer.StartEcho(peer.EchoConfig{
@@ -157,6 +161,7 @@ func runEcho(ctx context.Context, o echoOptions, stdout, stderr io.Writer) error
 	up := time.NewTimer(time.Hour)
 	up.Stop()
 	defer up.Stop()
+	var calmUntil time.Time
 	kill := func() {
 		p.Kill()
 		emit(echoEvent{Event: "killed"})
@@ -168,10 +173,17 @@ loop:
 		case <-ctx.Done():
 			break loop
 		case sig := <-sigs:
-			if sig != syscall.SIGUSR1 {
+			switch sig {
+			case syscall.SIGUSR1:
+				kill()
+			case syscall.SIGUSR2:
+				calmUntil = time.Now().Add(o.calm)
+				p.SetReading(peer.Reading{})
+				p.Stall(0)
+				emit(echoEvent{Event: "calm"})
+			default:
 				break loop
 			}
-			kill()
 		case <-restartC:
 			kill()
 		case <-up.C:
@@ -183,6 +195,8 @@ loop:
 		case <-spell.C:
 			d := o.spell/2 + time.Duration(rng.Int64N(int64(o.spell)))
 			switch x := rng.Float64(); {
+			case time.Now().Before(calmUntil):
+				p.SetReading(peer.Reading{})
 			case x < o.stallChance:
 				p.Stall(d)
 			case x < o.stallChance+o.slowChance:
