@@ -64,6 +64,7 @@ type SoakSample struct {
 	Forced     bool          `json:"forced_gc"` // taken right after a forced GC (the warm-up and end samples)
 	Goroutines float64       `json:"go_goroutines"`
 	HeapInuse  float64       `json:"go_memstats_heap_inuse_bytes"`
+	HeapAlloc  float64       `json:"go_memstats_heap_alloc_bytes"` // live objects (after a forced GC): for information
 	OpenFDs    float64       `json:"process_open_fds"`
 	RSSKiB     int64         `json:"rss_kib"`
 	Downstream float64       `json:"downstream_connections"`
@@ -387,7 +388,8 @@ func (s *Suite) soakSample(ctx context.Context, px *proxy, runAt time.Time) (Soa
 	return SoakSample{
 		At:         time.Since(runAt),
 		Goroutines: mt.sum("go_goroutines"), HeapInuse: mt.sum("go_memstats_heap_inuse_bytes"),
-		OpenFDs: mt.sum("process_open_fds"), RSSKiB: u.RSSKiB,
+		HeapAlloc: mt.sum("go_memstats_heap_alloc_bytes"),
+		OpenFDs:   mt.sum("process_open_fds"), RSSKiB: u.RSSKiB,
 		Downstream: mt.sum("stormgate_downstream_connections"), Upstream: mt.sum("stormgate_upstream_connections"),
 		Held: mt.sum("stormgate_held_requests"), Requests: mt.sum("stormgate_requests_total"),
 	}, nil
@@ -422,6 +424,7 @@ func (s *Suite) soakGCSample(ctx context.Context, px *proxy, runAt time.Time) (S
 	out.Forced = true
 	out.Goroutines = med(func(x SoakSample) float64 { return x.Goroutines })
 	out.HeapInuse = med(func(x SoakSample) float64 { return x.HeapInuse })
+	out.HeapAlloc = med(func(x SoakSample) float64 { return x.HeapAlloc })
 	out.OpenFDs = med(func(x SoakSample) float64 { return x.OpenFDs })
 	out.RSSKiB = int64(med(func(x SoakSample) float64 { return float64(x.RSSKiB) }))
 	return out, nil

@@ -63,6 +63,7 @@ func (r *SoakResult) markdown() string {
 		p("| `process_open_fds` | %.0f | %.0f |\n", r.Warm.OpenFDs, r.End.OpenFDs)
 		p("| `go_goroutines` | %.0f | %.0f |\n", r.Warm.Goroutines, r.End.Goroutines)
 		p("| `go_memstats_heap_inuse_bytes` | %.1f MiB | %.1f MiB |\n", r.Warm.HeapInuse/(1<<20), r.End.HeapInuse/(1<<20))
+		p("| `go_memstats_heap_alloc_bytes` (live objects, for information) | %.1f MiB | %.1f MiB |\n", r.Warm.HeapAlloc/(1<<20), r.End.HeapAlloc/(1<<20))
 		p("| RSS (for information) | %.1f MiB | %.1f MiB |\n", mib(r.Warm.RSSKiB), mib(r.End.RSSKiB))
 		p("| consumer / provider connections | %.0f / %.0f | %.0f / %.0f |\n\n", r.Warm.Downstream, r.Warm.Upstream, r.End.Downstream, r.End.Upstream)
 	}
