@@ -126,9 +126,15 @@ func TestValidateNamesFieldAndRange(t *testing.T) {
 		{"duplicate port", func(s *sg.Settings) { s.Listener.InboundPorts = []int32{20880, 20880} },
 			"listener.inbound_ports[1]", "listed twice"},
 		// Cross-field rules (issue 10 item 6).
-		{"hold outlives max age", func(s *sg.Settings) { s.Hold.Timeout = dur(time.Minute); s.Limits.MaxRequestAge = dur(30 * time.Second) },
+		{"hold outlives max age", func(s *sg.Settings) {
+			s.Hold.Timeout = dur(time.Minute)
+			s.Limits.MaxRequestAge = dur(30 * time.Second)
+		},
 			"hold.timeout", "below limits.max_request_age"},
-		{"hold equal to max age", func(s *sg.Settings) { s.Hold.Timeout = dur(30 * time.Second); s.Limits.MaxRequestAge = dur(30 * time.Second) },
+		{"hold equal to max age", func(s *sg.Settings) {
+			s.Hold.Timeout = dur(30 * time.Second)
+			s.Limits.MaxRequestAge = dur(30 * time.Second)
+		},
 			"hold.timeout", "below limits.max_request_age"},
 		{"inbound port is the listener", func(s *sg.Settings) {
 			s.Listener.Transparent = proto.Bool(true)
