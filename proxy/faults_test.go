@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func TestOversizeResponseAnswersOnlyItsRequest(t *testing.T) {
 		small := dubbo.AppendValueResponse(nil, waiting[1].ID, dubbo.SerialHessian2, "small")
 		_, _ = c.Write(append(big, small...))
 	})
-	f := newFixture(t, Config{Upstream: prov.addr(), UpstreamConns: 1, MaxFrameBytes: maxFrame}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = prov.addr(); c.UpstreamConns = 1; c.MaxFrameBytes = maxFrame })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c := f.dial(ctx)
@@ -76,7 +77,7 @@ func TestEventResponseSettlesItsRequest(t *testing.T) {
 			Status: dubbo.StatusOK, ID: h.ID, BodyLen: 1})
 		_, _ = c.Write(append(resp, 'N'))
 	})
-	f := newFixture(t, Config{Upstream: prov.addr(), UpstreamConns: 1}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = prov.addr(); c.UpstreamConns = 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := f.dial(ctx).Call(ctx, 1, svc, "echo", "x")
@@ -108,7 +109,7 @@ func TestProviderCallbackGetsError(t *testing.T) {
 		})
 		_, _ = c.Write(dubbo.AppendValueResponse(nil, h.ID, dubbo.SerialHessian2, argOf(t, frame)))
 	})
-	f := newFixture(t, Config{Upstream: prov.addr(), UpstreamConns: 1}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = prov.addr(); c.UpstreamConns = 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := f.dial(ctx).Call(ctx, 1, svc, "echo", "x"); err != nil {
@@ -156,8 +157,31 @@ func TestStalledProviderAnswersEveryRequest(t *testing.T) {
 		}
 		mu.Unlock()
 	}()
-	f := newFixture(t, Config{Upstream: ln.Addr().String(), UpstreamConns: 1, HoldTimeout: 200 * time.Millisecond,
-		UpstreamInterval: time.Hour}, peer.ProviderConfig{})
+	const budgetBytes = 1 << 20
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) {
+		c.Upstream = ln.Addr().String()
+		c.UpstreamConns = 1
+		c.HoldTimeout = 200 * time.Millisecond
+		c.UpstreamInterval = time.Hour
+		c.WriteTimeout = 500 * time.Millisecond
+		c.MaxBufferedBytes = budgetBytes
+	})
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				if b := f.srv.Stats().Buffered; b > peak.Load() {
+					peak.Store(b)
+				}
+			}
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const consumers, each = 10, 40
@@ -180,6 +204,13 @@ func TestStalledProviderAnswersEveryRequest(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	close(stop)
+	<-sampled
+	// One frame may be forced over the budget when a write comes up short.
+	if p := peak.Load(); p > budgetBytes+17<<10 {
+		t.Errorf("buffered bytes peaked at %d; limits.max_buffered_bytes is %d", p, budgetBytes)
+	}
+	t.Logf("buffered bytes peak %d, stats %+v", peak.Load(), f.srv.Stats())
 	n := 0
 	failed.Range(func(k, v any) bool {
 		if n++; n <= 3 {
@@ -196,10 +227,10 @@ func TestStalledProviderAnswersEveryRequest(t *testing.T) {
 // between netpoll.NewFDConnection and SetOnRequest must not leave its fd open
 // (netpoll skips close callbacks for a connection without handlers).
 func TestServeFDClosesConsumerGoneBeforeRegistration(t *testing.T) {
-	f := newFixture(t, Config{}, peer.ProviderConfig{})
-	var fd int
-	f.srv.hookServeFD = func(nfd int) {
-		fd = nfd
+	f := newFixture(t, peer.ProviderConfig{})
+	var served atomic.Int64
+	hook := func(nfd int) {
+		served.Store(int64(nfd))
 		// The consumer has already closed (below, before ServeFD runs); wait until the
 		// poller has seen the hangup, as it would in the race.
 		deadline := time.Now().Add(5 * time.Second)
@@ -213,13 +244,15 @@ func TestServeFDClosesConsumerGoneBeforeRegistration(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+	f.srv.hookServeFD.Store(&hook)
 	before := f.srv.Stats().DownstreamConns
 	nc, err := net.Dial("tcp", f.ln.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nc.Close()
-	waitFor(t, 5*time.Second, "ServeFD to run", func() bool { return fd != 0 })
+	waitFor(t, 5*time.Second, "ServeFD to run", func() bool { return served.Load() != 0 })
+	fd := int(served.Load())
 	waitFor(t, 5*time.Second, "the fd to be closed", func() bool {
 		_, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
 		return err == unix.EBADF || !sameSocketAsClosedPeer(fd, nc)
@@ -243,8 +276,12 @@ func sameSocketAsClosedPeer(fd int, nc net.Conn) bool {
 // smallest value validation allows) a provider that answers every heartbeat is
 // never declared dead.
 func TestIdleProviderSurvivesMaxMissedOne(t *testing.T) {
-	f := newFixture(t, Config{UpstreamConns: 2, UpstreamInterval: time.Second, UpstreamMaxMissed: 1,
-		UpstreamJitter: 0.2}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) {
+		c.UpstreamConns = 2
+		c.UpstreamInterval = time.Second
+		c.UpstreamMaxMissed = 1
+		c.UpstreamJitter = 0.2
+	})
 	time.Sleep(5 * time.Second)
 	if n := value(f.srv.m.upReconnects); n != 0 {
 		t.Fatalf("%v reconnects: healthy idle provider connections were declared dead", n)
