@@ -2,8 +2,10 @@ package build
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -70,7 +72,26 @@ func TestDeployManifestsParse(t *testing.T) {
 	}
 }
 
-var metricRef = regexp.MustCompile(`stormgate_[a-z0-9_]+`)
+// metricRef finds metric names in PromQL and in prose: Stormgate's own, the Go client's process
+// collector's, and cAdvisor's container metrics (which the runbooks use for CPU throttling).
+var metricRef = regexp.MustCompile(`\b(?:stormgate|process|container)_[a-z0-9_]+`)
+
+// pendingMetrics are names the dashboard, the alerts and the runbooks rely on that the data plane
+// rewrite (issue 16, proxy/) adds. A pending name is accepted although no Go source defines it yet;
+// once a source defines it, the test asks for its removal here, so this list stays honest.
+var pendingMetrics = map[string]string{
+	"stormgate_upstream_connected":              "gauge: 1 while at least one provider connection is usable",
+	"stormgate_upstream_last_reachable_seconds": "gauge: seconds since a provider connection was last usable; 0 while connected",
+}
+
+// externalMetrics are the names used that Stormgate's Go sources do not define, with who exports them.
+var externalMetrics = map[string]string{
+	"process_open_fds":                          "client_golang process collector (registered by sidecar run)",
+	"process_max_fds":                           "client_golang process collector",
+	"process_resident_memory_bytes":             "client_golang process collector",
+	"container_cpu_cfs_throttled_periods_total": "cAdvisor (kubelet), label container=\"stormgate\"",
+	"container_cpu_cfs_periods_total":           "cAdvisor (kubelet)",
+}
 
 // definedMetrics collects every "stormgate_..." string literal in the module's non-test Go sources.
 func definedMetrics(t *testing.T) map[string]bool {
@@ -102,43 +123,50 @@ func definedMetrics(t *testing.T) map[string]bool {
 	return names
 }
 
-// checkMetrics fails for each metric referenced in text that no Go source defines (histogram series
-// _bucket/_sum/_count count as their base name).
+// baseName strips the _bucket/_sum/_count suffix of a histogram series whose base name is known.
+func baseName(m string, known func(string) bool) string {
+	for _, suf := range []string{"_bucket", "_sum", "_count"} {
+		if b, ok := strings.CutSuffix(m, suf); ok && known(b) {
+			return b
+		}
+	}
+	return m
+}
+
+// checkMetrics fails for each metric referenced in text that nothing exports (histogram series
+// _bucket/_sum/_count count as their base name), and returns the base names used.
 func checkMetrics(t *testing.T, what, text string, defined map[string]bool) []string {
 	t.Helper()
+	known := func(n string) bool { return defined[n] || pendingMetrics[n] != "" || externalMetrics[n] != "" }
 	var used []string
 	for _, m := range metricRef.FindAllString(text, -1) {
-		base := m
-		for _, suf := range []string{"_bucket", "_sum", "_count"} {
-			if b, ok := strings.CutSuffix(m, suf); ok && defined[b] {
-				base = b
-			}
-		}
-		if !defined[base] {
-			t.Errorf("%s uses %s, which no Go source defines", what, m)
+		base := baseName(m, known)
+		switch {
+		case defined[base] && pendingMetrics[base] != "":
+			t.Errorf("%s is defined now: remove it from pendingMetrics in build/deploy_test.go", base)
+		case !known(base):
+			t.Errorf("%s uses %s, which nothing exports (no Go source defines it; not a known external metric)", what, m)
 		}
 		used = append(used, base)
 	}
 	return used
 }
 
-func TestDashboardAndAlertsUseRealMetrics(t *testing.T) {
-	defined := definedMetrics(t)
-	if len(defined) < 10 {
-		t.Fatalf("found only %d metric names in the sources", len(defined))
+type dashboard struct {
+	Title  string
+	Panels []struct {
+		Type, Title string
+		Targets     []struct{ Expr string }
 	}
+}
 
+func readDashboard(t *testing.T) (dashboard, string) {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "deploy", "grafana", "stormgate-dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dash struct {
-		Title  string
-		Panels []struct {
-			Type, Title string
-			Targets     []struct{ Expr string }
-		}
-	}
+	var dash dashboard
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatalf("dashboard JSON: %v", err)
 	}
@@ -151,7 +179,16 @@ func TestDashboardAndAlertsUseRealMetrics(t *testing.T) {
 			exprs.WriteString(q.Expr + "\n")
 		}
 	}
-	used := checkMetrics(t, "dashboard", exprs.String(), defined)
+	return dash, exprs.String()
+}
+
+func TestDashboardUsesRealMetrics(t *testing.T) {
+	defined := definedMetrics(t)
+	if len(defined) < 10 {
+		t.Fatalf("found only %d metric names in the sources", len(defined))
+	}
+	dash, exprs := readDashboard(t)
+	used := checkMetrics(t, "dashboard", exprs, defined)
 	// The DESIGN §6 names the dashboard is built on.
 	for _, m := range []string{
 		"stormgate_downstream_connections", "stormgate_downstream_accepted_total", "stormgate_downstream_closed_total",
@@ -164,51 +201,63 @@ func TestDashboardAndAlertsUseRealMetrics(t *testing.T) {
 			t.Errorf("dashboard does not show %s", m)
 		}
 	}
+	t.Logf("%d dashboard panels", len(dash.Panels))
+}
 
-	b, err = os.ReadFile(filepath.Join("..", "deploy", "prometheus", "stormgate-alerts.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rules struct {
-		Groups []struct {
-			Name  string
-			Rules []struct {
-				Alert, Expr, For string
-				Labels           map[string]string
-				Annotations      map[string]string
-			}
-		}
-	}
-	if err := yaml.UnmarshalStrict(b, &rules); err != nil {
-		t.Fatalf("alert rules: %v", err)
-	}
+// TestDashboardShowsRunbookMetrics (issue 16, acceptance 3): every metric docs/operations.md names,
+// in its runbooks and its metric table, is on the dashboard, so the on-call engineer who follows a
+// runbook finds each number it asks about.
+func TestDashboardShowsRunbookMetrics(t *testing.T) {
 	ops, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	anchors := headingAnchors(string(ops))
-	var alerts []string
-	var ruleExprs strings.Builder
-	for _, g := range rules.Groups {
-		for _, r := range g.Rules {
-			alerts = append(alerts, r.Alert)
-			ruleExprs.WriteString(r.Expr + "\n")
-			if r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
-				t.Errorf("alert %s lacks a severity or a summary", r.Alert)
-			}
-			_, anchor, _ := strings.Cut(r.Annotations["runbook"], "#")
-			if !anchors[anchor] {
-				t.Errorf("alert %s: runbook %q is not a heading of docs/operations.md", r.Alert, r.Annotations["runbook"])
-			}
+	_, exprs := readDashboard(t)
+	defined := definedMetrics(t)
+	shown := map[string]bool{}
+	for _, m := range checkMetrics(t, "dashboard", exprs, defined) {
+		shown[m] = true
+	}
+	named := checkMetrics(t, "docs/operations.md", string(ops), defined)
+	slices.Sort(named)
+	named = slices.Compact(named)
+	if len(named) < 15 {
+		t.Fatalf("docs/operations.md names only %d metrics: %v", len(named), named)
+	}
+	for _, m := range named {
+		if !shown[m] {
+			t.Errorf("docs/operations.md names %s, which no dashboard panel shows", m)
 		}
 	}
-	checkMetrics(t, "alert rules", ruleExprs.String(), defined)
-	for _, want := range []string{`stormgate_listen_overflows_total`, `reason="hold_timeout"`, `stormgate_upstream_connections) == 0`, `result="nack"`} {
-		if !strings.Contains(ruleExprs.String(), want) {
-			t.Errorf("no alert rule on %s", want)
+	t.Logf("docs/operations.md names %d metrics", len(named))
+}
+
+// TestDashboardQueriesParse runs every panel query through promtool's PromQL parser (Grafana's
+// variables replaced by plain values). Skipped, with a message, without promtool.
+func TestDashboardQueriesParse(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not found (Debian package prometheus): dashboard queries not parsed")
+	}
+	dash, _ := readDashboard(t)
+	r := strings.NewReplacer("$namespace", ".*", "$pod", ".*", "$__rate_interval", "1m")
+	var rules strings.Builder
+	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	n := 0
+	for _, p := range dash.Panels {
+		for _, q := range p.Targets {
+			b, _ := json.Marshal(r.Replace(q.Expr)) // a JSON string is a YAML string
+			fmt.Fprintf(&rules, "      - record: dashboard:q%d\n        expr: %s\n", n, b)
+			n++
 		}
 	}
-	t.Logf("%d dashboard panels, alerts %v", len(dash.Panels), alerts)
+	f := filepath.Join(t.TempDir(), "dashboard-queries.yaml")
+	if err := os.WriteFile(f, []byte(rules.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", f).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules on the dashboard's %d queries: %v\n%s", n, err, out)
+	}
 }
 
 // headingAnchors returns the GitHub-style anchors of a Markdown file's headings.

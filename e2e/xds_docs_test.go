@@ -30,8 +30,10 @@ var xdsRestartOnly = map[string]bool{}
 
 // xdsSections describes each top-level section of the schema, in the docs.
 var xdsSections = map[string]string{
-	"listener":  "The consumer-facing socket.",
-	"admission": "Connection storms: accepted connections are admitted into the event loop by a token bucket; the rest wait, accepted, in a bounded queue.",
+	"listener": "The consumer-facing socket.",
+	"admission": "Connection storms: accepted connections are admitted into the event loop by a token bucket; the rest wait, accepted, in a bounded queue. " +
+		"`tcp_fastopen` is off by default: Dubbo consumers (Java NIO or Netty, dubbo-go) do not send TCP Fast Open SYNs, so a listener-side queue buys them nothing, " +
+		"and it needs the server bit of `net.ipv4.tcp_fastopen`, which stock kernels do not set (the sidecar warns when it is on and the kernel ignores it).",
 	"upstream":  "The provider: M connections, reconnect backoff, warm-up.",
 	"hold":      "Requests waiting while no upstream connection is usable (provider restarting).",
 	"keepalive": "Idle consumers, and Stormgate's own heartbeats on upstream connections.",
@@ -149,7 +151,9 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("- durations: a string Go's `time.ParseDuration` reads (`3s`, `0.05s`, `500ms`, `1m30s`) or a bare `0`;\n")
 	w("- enums by name (`HOLD`), booleans `true`/`false`, lists in YAML list syntax (`[20880, 20881]`);\n")
 	w("- an unknown field, a wrong type, a value out of range or a field set twice is an error that names\n")
-	w("  the field, the allowed range and the line; `sidecar run` refuses to start with it.\n\n")
+	w("  the field, the allowed range and the line; `sidecar run` refuses to start with it, naming the file.\n")
+	w("  `sidecar validate` reports every problem of a file in one run (up to 50), so one typo does not hide\n")
+	w("  the next mistake; it takes files and directories (every `*.yaml`/`*.yml` in them).\n\n")
 	w("```yaml\nlistener:  { address: 0.0.0.0:20881 }\nupstream:  { address: 127.0.0.1:20880, connections: 4 }\n")
 	w("keepalive: { upstream_interval: 30s }\nhold:      { timeout: 3s }\n```\n\n")
 	w("[examples/stormgate.yaml](../examples/stormgate.yaml) lists every field at its default. Check files before\n")
@@ -198,7 +202,16 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("away the sidecar keeps its last settings and reconnects with exponential backoff and full jitter\n")
 	w("(250 ms up to 10 s).\n\n")
 	w("Metrics: `stormgate_xds_updates_total{result=\"ack|nack\"}`, `stormgate_xds_connected` (1 while the\n")
-	w("stream is up), `stormgate_xds_config_info{version,source}` (always 1, labels of the active settings).\n\n")
+	w("stream is up), `stormgate_xds_rejecting` (1 while the newest version served is NACKed: alert on it, not on\n")
+	w("the NACK counter), `stormgate_xds_config_info{version,source}` (always 1, labels of the active settings).\n")
+	w("Each applied change is logged as `settings applied` with the fields that changed, old -> new.\n\n")
+	w("## Reloading the file (SIGHUP)\n\n")
+	w("Without `--xds`, `kill -HUP` re-reads the `--config` file (and applies the flags over it again) and\n")
+	w("applies it like a push: validated whole, *restart* fields refused, then every stage updated, or nothing\n")
+	w("at all. A bad file is logged at WARN as `settings file rejected; keeping the running settings` with\n")
+	w("every problem (field, allowed range, file line) and shows in `/config_dump` as `last_rejected`. With\n")
+	w("`--xds` the control plane owns the settings: the file is only the base pushes merge over, read once at\n")
+	w("start, and a reload would be undone by the next push, so SIGHUP is ignored with a WARN saying so.\n\n")
 
 	w("## The control-plane file\n\n")
 	w("`sidecar control-plane --listen 127.0.0.1:18000 --config FILE|DIR` is the reference control plane\n")
@@ -223,9 +236,17 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("## /config_dump\n\n")
 	w("`GET /config_dump` on the admin listener (`--admin`, default `127.0.0.1:15000`; keep it on loopback)\n")
 	w("returns the active settings: every field (snake_case, durations as protobuf JSON prints them), the\n")
-	w("version (a content hash; for xDS, the control plane's version), the source (`%s`, `%s` or\n", xds.SourceDefaults, xds.SourceFile)
-	w("`%s`) and when they were applied. `GET /config_dump?format=yaml` prints the settings alone as a\n", xds.SourceXDS)
-	w("settings file that `sidecar run --config` reads back. With the defaults:\n\n")
+	w("version (a content hash; for xDS, the control plane's version), and where they came from:\n\n")
+	w("- `field_sources`: for every field, the layer its value comes from: `%s` (built in), `%s` (the\n", xds.SourceDefaults, xds.SourceFile)
+	w("  `--config` file, named in `file`), `%s` (a `sidecar run` flag) or `%s` (pushed by the control\n", xds.SourceFlag, xds.SourceXDS)
+	w("  plane; a pushed field whose value equals the startup value keeps the startup source);\n")
+	w("- `source`: what made the last change (`%s` after a push, `%s` after a SIGHUP reload; at start the\n", xds.SourceXDS, xds.SourceFile)
+	w("  most specific layer that set any field) and `applied`, when;\n")
+	w("- `rejecting`: true while the control plane's newest version is NACKed (the metric\n")
+	w("  `stormgate_xds_rejecting`); `last_rejected`: the last version refused, from xDS or a SIGHUP reload,\n")
+	w("  with its error and time (it stays on record after a good version is applied).\n\n")
+	w("`GET /config_dump?format=yaml` prints the settings alone as a settings file that `sidecar run\n")
+	w("--config` reads back. With the defaults:\n\n")
 	w("```json\n%s```\n", xdsConfigDumpExample(t))
 	return b.String()
 }
@@ -234,7 +255,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 func xdsValidateExample(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "stormgate.yaml"), []byte("keepalive:\n  upstream_interval: -1s\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "stormgate.yaml"), []byte("keepalive:\n  upstream_interval: -1s\nhold:\n  timout: 5s\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bins.sidecar, "validate", "stormgate.yaml")

@@ -81,23 +81,12 @@ func (cp *xdsControlPlane) metric(t *testing.T, name string, labels ...string) f
 	return sum(ms, name, labels...)
 }
 
-// jsonLines returns the control plane's JSON log lines whose msg is msg.
-func (cp *xdsControlPlane) jsonLines(msg string) []map[string]any {
-	var out []map[string]any
-	for _, l := range cp.logLines() {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// logTime converts a zap JSON "ts" (float seconds since the epoch) to a time.
+// logTime converts a zap JSON "ts" (ISO-8601, e.g. 2026-01-02T03:04:05.678Z)
+// to a time.
 func logTime(m map[string]any) time.Time {
-	ts, _ := m["ts"].(float64)
-	sec := int64(ts)
-	return time.Unix(sec, int64((ts-float64(sec))*1e9))
+	ts, _ := m["ts"].(string)
+	t, _ := time.Parse(time.RFC3339Nano, ts)
+	return t
 }
 
 // startXDSSidecar runs `sidecar run --xds cpAddr --node-id nodeID` in front of

@@ -64,6 +64,10 @@ type ClientConfig struct {
 	Current func() *sg.Settings
 	// UserAgentVersion is sent as node.user_agent_version; optional.
 	UserAgentVersion string
+	// OnResult, if set, is told after each response where the client stands
+	// (see Client.report): nack nil when it runs the version served, else why
+	// it rejected it. Called on Run's goroutine.
+	OnResult func(version string, nack error)
 }
 
 // NodeID picks the xDS node id: flag if set, else POD_NAME.POD_NAMESPACE
@@ -292,7 +296,8 @@ func (c *Client) stream(ctx context.Context, ads discovery.AggregatedDiscoverySe
 }
 
 // handle turns one response into the request that answers it (nil: none).
-func (c *Client) handle(resp *discovery.DiscoveryResponse, apply ApplyFunc) *discovery.DiscoveryRequest {
+func (c *Client) handle(resp *discovery.DiscoveryResponse, apply ApplyFunc) (req *discovery.DiscoveryRequest) {
+	defer func() { c.report(resp, req) }()
 	if resp.GetTypeUrl() != ExtensionConfigType {
 		c.log.Warn("xds: ignoring a response of a type not subscribed to", zap.String("type_url", resp.GetTypeUrl()))
 		return nil

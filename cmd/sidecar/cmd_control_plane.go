@@ -72,6 +72,6 @@ range, and the previous config keeps being served. The file is re-read every 500
 	fl.StringVar(&resource, "resource-name", xds.DefaultResourceName, "TypedExtensionConfig name served (sidecars ask for the same)")
 	fl.StringVar(&metrics, "metrics", "", "serve Prometheus /metrics on this address (off when empty)")
 	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fl.StringVar(&logFormat, "log-format", "console", "json or console")
+	fl.StringVar(&logFormat, "log-format", "json", "json or console (json, like sidecar run: one object per line for log collectors)")
 	return cmd
 }
