@@ -14,15 +14,18 @@ func newValidateCmd() *cobra.Command {
 		Use:   "validate FILE...",
 		Short: "Check settings files (or control-plane files) before you ship them",
 		Long: `Checks each FILE: YAML syntax, field names, types and, merged over the defaults,
-every range. A control-plane file (top level "default:" / "nodes:") is checked for
-its default and for every node. Prints "FILE: ok", or one line per problem naming
-the field and its allowed range, and exits non-zero.`,
-		Example: "  sidecar validate stormgate.yaml\n  sidecar validate examples/*.yaml",
+every range. A control-plane file (top level default:, namespaces:, selectors:, nodes:)
+or directory of them gets every check the control plane runs before publishing: each
+entry's effective settings, no field a sidecar cannot change live, selectors that can
+be ordered, and across the files of a directory: no namespace, selector or node id
+defined twice (both files named). Prints "FILE: ok", or one line per problem naming the
+field and its allowed range, and exits non-zero.`,
+		Example: "  sidecar validate stormgate.yaml\n  sidecar validate examples/*.yaml\n  sidecar validate /etc/stormgate/control-plane.d/",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bad := 0
 			for _, path := range args {
-				err := xds.ValidateFile(path)
+				err := validatePath(path)
 				if err == nil {
 					fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", path)
 					continue
@@ -43,4 +46,13 @@ the field and its allowed range, and exits non-zero.`,
 			return nil
 		},
 	}
+}
+
+// validatePath checks a sidecar settings file, or a control-plane file or
+// directory the way the control plane does before publishing.
+func validatePath(path string) error {
+	if xds.IsControlPlaneConfig(path) {
+		return xds.ValidateControlPlane(path)
+	}
+	return xds.ValidateFile(path)
 }
