@@ -393,7 +393,12 @@ func (c *Client) stream(ctx context.Context, addr string, apply ApplyFunc) (got 
 	// long to wait) is ours, not the gRPC channel's.
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(c.creds),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: c.cfg.ConnectTimeout}),
+		// gRPC's connect deadline is max(MinConnectTimeout, its own backoff):
+		// keep that backoff short so ConnectTimeout is the bound.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: c.cfg.ConnectTimeout,
+		}),
 		// Finds a control plane that vanished without a FIN. 5 min is the
 		// most frequent ping grpc-go servers accept by default.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}))

@@ -170,12 +170,12 @@ func startClient(t *testing.T, addr, node string, mod func(*ClientConfig)) *runn
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, rc.app.apply) }()
-	rc.stop = func() {
+	rc.stop = sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != context.Canceled {
 			t.Errorf("Run returned %v, want context.Canceled", err)
 		}
-	}
+	})
 	t.Cleanup(rc.stop)
 	return rc
 }
