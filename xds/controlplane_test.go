@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 
@@ -28,11 +29,17 @@ type runningCP struct {
 // startCP serves a ControlPlane on addr ("127.0.0.1:0" for a fresh port).
 func startCP(t *testing.T, addr, config string, opts ...grpc.ServerOption) *runningCP {
 	t.Helper()
+	return startCPWith(t, addr, config, zaptest.NewLogger(t), prometheus.NewRegistry(), opts...)
+}
+
+// startCPWith is startCP with the control plane's logger and registry.
+func startCPWith(t *testing.T, addr, config string, log *zap.Logger, reg *prometheus.Registry, opts ...grpc.ServerOption) *runningCP {
+	t.Helper()
 	sent := &atomic.Int64{}
 	opts = append(opts, grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		return h(srv, countingStream{ss, sent})
 	}))
-	cp, err := NewControlPlane(ControlPlaneConfig{Config: config, ServerOptions: opts}, zaptest.NewLogger(t), prometheus.NewRegistry())
+	cp, err := NewControlPlane(ControlPlaneConfig{Config: config, ServerOptions: opts}, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,11 @@
 package xds
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,30 +27,7 @@ func startObservedCP(t *testing.T, addr, config string, opts ...grpc.ServerOptio
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	reg := prometheus.NewRegistry()
-	cp, err := NewControlPlane(ControlPlaneConfig{Config: config, ServerOptions: opts}, zap.New(core), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cp.Serve(ctx, lis) }()
-	r := &runningCP{cp: cp, addr: lis.Addr().String(), sent: &atomic.Int64{}}
-	var stopped atomic.Bool
-	r.stop = func() {
-		if stopped.Swap(true) {
-			return
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}
-	t.Cleanup(r.stop)
-	return &observedCP{runningCP: r, logs: logs, reg: reg}
+	return &observedCP{runningCP: startCPWith(t, addr, config, zap.New(core), reg, opts...), logs: logs, reg: reg}
 }
 
 func (o *observedCP) logged(msg, nodeID string) []observer.LoggedEntry {
