@@ -9,31 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	xdsfleet "github.com/stormgate/stormgate/xds/fleet"
 )
-
-// fleetResult is the part of `stormbench xds-fleet --json` these tests read.
-type fleetResult struct {
-	Nodes    int `json:"nodes"`
-	Changes  []fleetChange
-	Failover *struct {
-		NodesOnKilled   int         `json:"nodes_on_killed"`
-		MaxMs           float64     `json:"reconnect_max_ms"`
-		AllConnected    bool        `json:"all_connected"`
-		SettingsChanged int         `json:"settings_changed"`
-		After           fleetChange `json:"after"`
-	} `json:"failover"`
-	Failures []string `json:"failures"`
-}
-
-type fleetChange struct {
-	Name       string  `json:"name"`
-	Affected   int     `json:"affected"`
-	Acked      int     `json:"acked"`
-	P99ms      float64 `json:"p99_ms"`
-	Pushes     float64 `json:"cp_pushes"`
-	NACKs      int     `json:"nacks"`
-	UnaffApply int     `json:"unaffected_applied"`
-}
 
 // Issue 15, acceptance 2 (and a small version of acceptance 1): two real
 // control-plane replicas reading one file, 2,000 real xDS clients (the xds
@@ -56,7 +34,7 @@ func TestXDSFleetFailover(t *testing.T) {
 		p.dumpLogs(t, 40)
 		t.Fatalf("no result (exit %d): %v", code, err)
 	}
-	var r fleetResult
+	var r xdsfleet.Result
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatal(err)
 	}

@@ -76,6 +76,11 @@ type ControlPlane struct {
 	nodes   map[string]*cpNode  // node id -> node with at least one open stream
 	classes map[string]*cpClass // NodeInfo.classKey() -> nodes reporting that metadata
 	shared  map[string]*sharedSnapshot
+
+	// perNodeSnapshots builds a snapshot for every node that changes, as
+	// before snapshots were shared: only BenchmarkPublish sets it, to measure
+	// what sharing saves.
+	perNodeSnapshots bool
 }
 
 // cpStream is one ADS stream.
@@ -299,7 +304,13 @@ func (cp *ControlPlane) assignLocked(ctx context.Context, n *cpNode) bool {
 	if v == n.version {
 		return false
 	}
-	snap, err := cp.shareLocked(v, r.Overlay)
+	var snap *cachev3.Snapshot
+	var err error
+	if cp.perNodeSnapshots {
+		snap, err = settingsSnapshot(cp.cfg.ResourceName, v, r.Overlay)
+	} else {
+		snap, err = cp.shareLocked(v, r.Overlay)
+	}
 	if err != nil {
 		cp.log.Error("cannot build the snapshot", zap.String("node_id", n.info.ID), zap.Error(err))
 		return false

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/xds/fleet"
 )
 
 type fleetOptions struct {
@@ -112,56 +113,6 @@ not affect receives a push, or a node's settings change during the failover.`,
 	return cmd
 }
 
-// FleetResult is what one xds-fleet run measured.
-type FleetResult struct {
-	Nodes         int             `json:"nodes"`
-	Workers       int             `json:"workers"`
-	Replicas      int             `json:"replicas"`
-	Namespaces    int             `json:"namespaces"`
-	Apps          int             `json:"apps"`
-	ConnectS      float64         `json:"connect_s"` // first client started -> last node applied its first settings
-	RSSBeforeMiB  float64         `json:"cp_rss_before_mib"`
-	RSSAfterMiB   float64         `json:"cp_rss_after_mib"`
-	RSSPerNodeKiB float64         `json:"cp_rss_per_node_kib"`
-	HeapPerNodeKB float64         `json:"cp_heap_per_node_kib"`
-	IdleCPU       float64         `json:"cp_idle_cpu"` // cores, every node connected
-	Versions      float64         `json:"cp_settings_versions"`
-	Changes       []ChangeResult  `json:"changes"`
-	Failover      *FailoverResult `json:"failover,omitempty"`
-	Failures      []string        `json:"failures,omitempty"`
-}
-
-// ChangeResult is one change written to the control-plane file.
-type ChangeResult struct {
-	Name        string  `json:"name"`
-	Affected    int     `json:"affected"`
-	Acked       int     `json:"acked"`
-	P50ms       float64 `json:"p50_ms"`
-	P99ms       float64 `json:"p99_ms"`
-	MaxMs       float64 `json:"max_ms"`
-	CPP99ms     float64 `json:"cp_publish_to_ack_p99_ms"` // from the control plane's histogram (bucket bound)
-	Pushes      float64 `json:"cp_pushes"`
-	CPUs        float64 `json:"cp_cpu_s"`
-	CPUPerNode  float64 `json:"cp_cpu_us_per_node"`
-	Unaffected  int     `json:"unaffected"`
-	UnaffApply  int     `json:"unaffected_applied"` // must be 0
-	NACKs       int     `json:"nacks"`
-	TimedOut    bool    `json:"timed_out"`
-	WrittenAtNs int64   `json:"written_at_unix_ns"`
-}
-
-// FailoverResult is the replica kill.
-type FailoverResult struct {
-	Killed          string       `json:"killed"`
-	NodesOnKilled   int          `json:"nodes_on_killed"`
-	P50ms           float64      `json:"reconnect_p50_ms"`
-	P99ms           float64      `json:"reconnect_p99_ms"`
-	MaxMs           float64      `json:"reconnect_max_ms"` // kill -> the last of its nodes connected elsewhere
-	AllConnected    bool         `json:"all_connected"`
-	SettingsChanged int          `json:"settings_changed"` // nodes that applied anything between the kill and the next change
-	After           ChangeResult `json:"after"`
-}
-
 func runXDSFleet(ctx context.Context, o fleetOptions, stderr, stdout io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -251,9 +202,9 @@ func (r *fleetRun) logf(format string, args ...any) {
 	}
 }
 
-func (r *fleetRun) run(ctx context.Context) (*FleetResult, error) {
+func (r *fleetRun) run(ctx context.Context) (*fleet.Result, error) {
 	o := r.o
-	res := &FleetResult{Nodes: o.nodes, Workers: o.workers, Namespaces: o.namespaces, Apps: o.apps}
+	res := &fleet.Result{Nodes: o.nodes, Workers: o.workers, Namespaces: o.namespaces, Apps: o.apps}
 	if err := r.startControlPlanes(ctx); err != nil {
 		return nil, err
 	}
@@ -288,11 +239,11 @@ func (r *fleetRun) run(ctx context.Context) (*FleetResult, error) {
 	for i := range o.changes {
 		c := r.change(ctx, fmt.Sprintf("all nodes #%d (default keepalive.upstream_interval)", i+1), func(g *fleetGen) { g.def++ })
 		res.Changes = append(res.Changes, c)
-		res.Failures = append(res.Failures, c.failures()...)
+		res.Failures = append(res.Failures, c.Failures()...)
 	}
 	c := r.change(ctx, "one selector (app-3: admission.accept_rate)", func(g *fleetGen) { g.sel++ })
 	res.Changes = append(res.Changes, c)
-	res.Failures = append(res.Failures, c.failures()...)
+	res.Failures = append(res.Failures, c.Failures()...)
 
 	if o.failover {
 		fo := r.failover(ctx)
@@ -303,26 +254,12 @@ func (r *fleetRun) run(ctx context.Context) (*FleetResult, error) {
 		if fo.SettingsChanged > 0 {
 			res.Failures = append(res.Failures, fmt.Sprintf("failover: %d nodes applied settings while their control plane was killed", fo.SettingsChanged))
 		}
-		res.Failures = append(res.Failures, fo.After.failures()...)
+		res.Failures = append(res.Failures, fo.After.Failures()...)
 	}
 	r.mu.Lock()
 	res.Failures = append(res.Failures, r.werr...)
 	r.mu.Unlock()
 	return res, ctx.Err()
-}
-
-func (c ChangeResult) failures() []string {
-	var out []string
-	if c.TimedOut {
-		out = append(out, fmt.Sprintf("%s: %d of %d affected nodes ACKed in time", c.Name, c.Acked, c.Affected))
-	}
-	if c.NACKs > 0 {
-		out = append(out, fmt.Sprintf("%s: %d NACKs", c.Name, c.NACKs))
-	}
-	if c.UnaffApply > 0 {
-		out = append(out, fmt.Sprintf("%s: %d nodes it does not affect applied settings", c.Name, c.UnaffApply))
-	}
-	return out
 }
 
 // fleetGen is the state of the file the tool writes: each counter moves
@@ -373,8 +310,8 @@ func (r *fleetRun) write(g fleetGen) ([]string, time.Time, error) {
 }
 
 // change writes one change and measures it.
-func (r *fleetRun) change(ctx context.Context, name string, mutate func(*fleetGen)) ChangeResult {
-	c := ChangeResult{Name: name}
+func (r *fleetRun) change(ctx context.Context, name string, mutate func(*fleetGen)) fleet.Change {
+	c := fleet.Change{Name: name}
 	r.mu.Lock()
 	applies := make([]int, len(r.state))
 	nacks := 0
@@ -455,8 +392,8 @@ func (r *fleetRun) settle(ctx context.Context, n int, before fleetScrape) {
 }
 
 // failover kills the replica most nodes are connected to and measures.
-func (r *fleetRun) failover(ctx context.Context) *FailoverResult {
-	fo := &FailoverResult{}
+func (r *fleetRun) failover(ctx context.Context) *fleet.Failover {
+	fo := &fleet.Failover{}
 	count := map[string]int{}
 	r.mu.Lock()
 	for _, s := range r.state {
@@ -696,7 +633,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-func printFleet(w io.Writer, r *FleetResult) {
+func printFleet(w io.Writer, r *fleet.Result) {
 	fmt.Fprintf(w, "xds-fleet: %d nodes (%d worker processes), %d control plane replica(s), %d namespaces x %d apps\n",
 		r.Nodes, r.Workers, r.Replicas, r.Namespaces, r.Apps)
 	fmt.Fprintf(w, "  connect: every node applied its first settings %.2f s after the first client started\n", r.ConnectS)
@@ -717,9 +654,9 @@ func printFleet(w io.Writer, r *FleetResult) {
 	}
 }
 
-func fleetAfter(r *FleetResult) []ChangeResult {
+func fleetAfter(r *fleet.Result) []fleet.Change {
 	if r.Failover == nil {
 		return nil
 	}
-	return []ChangeResult{r.Failover.After}
+	return []fleet.Change{r.Failover.After}
 }
