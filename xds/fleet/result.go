@@ -1,6 +1,3 @@
-// Package fleet holds the result of `stormbench xds-fleet` (the control plane
-// at fleet scale): what the tool writes with --json and the benchmark suite
-// reads back for docs/benchmarks.md.
 package fleet
 
 import "fmt"
