@@ -361,10 +361,9 @@ func (r *fleetRun) change(ctx context.Context, name string, mutate func(*fleetGe
 		}
 	}
 	r.mu.Unlock()
-	c.NACKs = -nacks + int(afterM.sum("stormgate_control_plane_nacks_total")-before.sum("stormgate_control_plane_nacks_total"))
-	if -nacks > 0 && c.NACKs > -nacks {
-		c.NACKs = -nacks // counted on both sides: the clients' count is exact
-	}
+	// Counted on both sides (the clients' NACK events, the control planes'
+	// counter): either one seeing a NACK is a NACK.
+	c.NACKs = max(-nacks, int(afterM.sum("stormgate_control_plane_nacks_total")-before.sum("stormgate_control_plane_nacks_total")))
 	c.P50ms, c.P99ms, c.MaxMs = quantileMs(lat, 0.5), quantileMs(lat, 0.99), quantileMs(lat, 1)
 	c.Pushes = afterM.sum("stormgate_control_plane_pushes_total") - before.sum("stormgate_control_plane_pushes_total")
 	c.CPUs = afterM.sum("process_cpu_seconds_total") - before.sum("process_cpu_seconds_total")
