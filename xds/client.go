@@ -74,6 +74,11 @@ type ClientConfig struct {
 	// ConnectTimeout bounds each attempt to reach an address (an address
 	// that drops SYNs); 0 = 5s.
 	ConnectTimeout time.Duration
+	// FirstResponseTimeout bounds the wait for the first response on a new
+	// stream: a control plane that accepts the stream but never answers
+	// (wedged, or without settings for this node) is left for the next
+	// address. 0 = 15s.
+	FirstResponseTimeout time.Duration
 	// Base is what a pushed Settings is merged over (unset pushed fields keep
 	// Base's value); normally the file-or-default settings the sidecar started
 	// with. nil = Defaults().
@@ -195,6 +200,9 @@ func NewClient(cfg ClientConfig, log *zap.Logger, reg prometheus.Registerer) (*C
 	}
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 5 * time.Second
+	}
+	if cfg.FirstResponseTimeout <= 0 {
+		cfg.FirstResponseTimeout = 15 * time.Second
 	}
 	cfg.BackoffMax = max(cfg.BackoffMax, cfg.BackoffBase)
 	if cfg.Base == nil {
@@ -426,12 +434,20 @@ func (c *Client) stream(ctx context.Context, addr string, apply ApplyFunc) (got 
 	if err := st.Send(first); err != nil {
 		return false, err
 	}
+	silent := time.AfterFunc(c.cfg.FirstResponseTimeout, cancel)
+	defer silent.Stop()
 	for {
 		resp, err := st.Recv()
 		if err != nil {
+			if !got && ctx.Err() == nil && sctx.Err() != nil {
+				err = fmt.Errorf("no response within %v of opening the stream", c.cfg.FirstResponseTimeout)
+			}
 			return got, err
 		}
 		if !got {
+			if !silent.Stop() {
+				continue // the timer fired just now: the stream is being cancelled
+			}
 			got = true
 			c.connected.Set(1)
 			c.server.WithLabelValues(addr).Set(1)

@@ -226,3 +226,26 @@ func TestProviderPorts(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A control plane that takes the stream but never answers (wedged, or with
+// no settings for this node: a bare snapshot cache without a snapshot) is
+// left for the next address after FirstResponseTimeout.
+func TestClientLeavesSilentControlPlane(t *testing.T) {
+	silent := startRawServer(t) // no snapshot for any node: it never answers
+	path := filepath.Join(t.TempDir(), "cp.yaml")
+	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\n")
+	cp := startCP(t, "127.0.0.1:0", path)
+	start := time.Now()
+	c := startClient(t, cp.addr, "n", func(cfg *ClientConfig) {
+		cfg.Addresses = []string{silent.addr, cp.addr}
+		cfg.FirstResponseTimeout = 300 * time.Millisecond
+		cfg.Node.ID = nodeIDStartingAt(t, 0, 2)
+	})
+	waitFor(t, 10*time.Second, "applied from the second address", func() bool { return c.version() != "" })
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("took %v; want about FirstResponseTimeout (300ms)", took)
+	}
+	if reqs := silent.requests(); len(reqs) == 0 {
+		t.Fatalf("the client never asked the silent control plane: the test proves nothing")
+	}
+}
