@@ -80,8 +80,6 @@ var metricRef = regexp.MustCompile(`\b(?:stormgate|process|container)_[a-z0-9_]+
 // rewrite (issue 16, proxy/) adds. A pending name is accepted although no Go source defines it yet;
 // once a source defines it, the test asks for its removal here, so this list stays honest.
 var pendingMetrics = map[string]string{
-	"stormgate_upstream_connected":              "gauge: 1 while at least one provider connection is usable",
-	"stormgate_upstream_last_reachable_seconds": "gauge: seconds since a provider connection was last usable; 0 while connected",
 }
 
 // externalMetrics are the names used that Stormgate's Go sources do not define, with who exports them.

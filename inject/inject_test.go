@@ -475,3 +475,34 @@ func FuzzManifest(f *testing.F) {
 		}
 	})
 }
+
+// The pod's labels reach `sidecar run` (and from there the control plane's selectors) through the
+// downward API: expanding the variables as the kubelet does gives back every label.
+func TestXDSLabelEnv(t *testing.T) {
+	labels := map[string]string{"app": "payment", "track": "canary", "app.kubernetes.io/version": "1.2.3"}
+	env := xdsLabelEnv(labels)
+	vals := map[string]string{}
+	var joined string
+	for _, e := range env {
+		switch {
+		case e.ValueFrom != nil:
+			path := e.ValueFrom.FieldRef.FieldPath // metadata.labels['key']
+			key := strings.TrimSuffix(strings.TrimPrefix(path, "metadata.labels['"), "']")
+			if path != "metadata.labels['"+key+"']" {
+				t.Fatalf("field path %q", path)
+			}
+			vals["$("+e.Name+")"] = labels[key]
+		case e.Name == EnvPodLabels:
+			joined = e.Value
+		}
+	}
+	for ref, v := range vals {
+		joined = strings.ReplaceAll(joined, ref, v)
+	}
+	if joined != "app=payment,app.kubernetes.io/version=1.2.3,track=canary" {
+		t.Fatalf("%s expands to %q", EnvPodLabels, joined)
+	}
+	if xdsLabelEnv(nil) != nil {
+		t.Errorf("no labels, no variables")
+	}
+}

@@ -101,6 +101,9 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]string
 	meta.Annotations[AnnotationInjected] = "true"
 
 	sidecar := sidecarContainer(c)
+	if c.XDSAddress != "" {
+		sidecar.Env = append(sidecar.Env, xdsLabelEnv(meta.Labels)...) // for the control plane's selectors
+	}
 	spec.InitContainers = slices.Insert(spec.InitContainers, 0, initContainer(c))
 	if c.NativeSidecar {
 		sidecar.RestartPolicy = ptrTo(corev1.ContainerRestartPolicyAlways)

@@ -41,6 +41,7 @@ type runFlags struct {
 	xdsCA         string
 	xdsCert       string
 	xdsKey        string
+	node          xdsNodeFlags
 	transparent   bool
 	inboundPorts  string
 	logLevel      string
@@ -92,7 +93,7 @@ SIGHUP is ignored: the control plane owns the settings (docs/operations.md).`,
 	fl.IntVar(&f.upstreamConns, "upstream-conns", 4, "connections to the provider (upstream.connections)")
 	fl.StringVar(&f.metrics, "metrics", "0.0.0.0:15090", "metrics listener: /metrics /healthz /readyz (empty: off)")
 	fl.StringVar(&f.admin, "admin", "127.0.0.1:15000", "admin listener: /config_dump, POST /drain, /logging (empty: off)")
-	fl.StringVar(&f.xdsAddr, "xds", "", "xDS control plane HOST:PORT (ADS over gRPC); empty: no xDS")
+	fl.StringVar(&f.xdsAddr, "xds", "", "xDS control plane HOST:PORT (ADS over gRPC), or several replicas HOST:PORT,HOST:PORT (fails over between them); empty: no xDS")
 	fl.StringVar(&f.nodeID, "node-id", "", "xDS node id (default: $POD_NAME.$POD_NAMESPACE)")
 	fl.StringVar(&f.xdsResource, "xds-resource", "stormgate", "name of the ExtensionConfig resource carrying the settings")
 	fl.StringVar(&f.xdsCA, "xds-ca", "", "CA bundle to verify the control plane (enables TLS)")
@@ -104,6 +105,7 @@ SIGHUP is ignored: the control plane owns the settings (docs/operations.md).`,
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console (log.format)")
 	fl.IntVar(&f.netpollBuffer, "netpoll-buffer", defaultNetpollBuffer, "initial input buffer per connection in bytes (grows on demand)")
 	_ = fl.MarkHidden("netpoll-buffer")
+	addXDSNodeFlags(cmd, &f.node)
 	return cmd
 }
 
@@ -162,13 +164,10 @@ func buildSettings(cmd *cobra.Command, f runFlags) (xds.Layered, error) {
 
 func runSidecar(cmd *cobra.Command, f runFlags) error {
 	// Everything that can fail without a socket fails before one is bound.
-	var nodeID string
 	if f.xdsAddr != "" {
-		id, err := xds.NodeID(f.nodeID, os.Getenv)
-		if err != nil {
+		if _, err := xds.NodeID(f.nodeID, os.Getenv); err != nil {
 			return fmt.Errorf("--xds %s: %w", f.xdsAddr, err)
 		}
-		nodeID = id
 	}
 	layered, err := buildSettings(cmd, f)
 	if err != nil {
@@ -195,14 +194,9 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	}
 	var xdsClient *xds.Client
 	if f.xdsAddr != "" {
-		// Base and Current (fix found by e2e/xds_live_test.go): a push is partial and
-		// must merge over the startup settings (defaults < file < flags < xDS), not
-		// over the bare defaults; otherwise every push "changes" listener.address
-		// from the --listen value back to the default and is NACKed.
-		xdsClient, err = xds.NewClient(xds.ClientConfig{Address: f.xdsAddr, NodeID: nodeID, ResourceName: f.xdsResource,
-			CA: f.xdsCA, Cert: f.xdsCert, Key: f.xdsKey, Base: settings, Current: store.Settings,
-			OnResult: store.XDSResult}, log.Named("xds"), reg)
-		if err != nil {
+		// Base is the startup settings (fix found by e2e/xds_live_test.go): a push is
+		// partial and merges over defaults < file < flags, not over the bare defaults.
+		if xdsClient, err = newXDSClient(f, settings, store, log.Named("xds"), reg); err != nil {
 			return err
 		}
 	}
@@ -266,6 +260,9 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 				return
 			}
 			fmt.Fprintln(w, "ready")
+			if xdsClient != nil { // detail only: traffic does not depend on the control plane
+				fmt.Fprintln(w, xdsClient.Status())
+			}
 		})
 		servers = append(servers, serveHTTP("metrics", lns["metrics"], mux, log))
 	}

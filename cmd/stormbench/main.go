@@ -1,5 +1,6 @@
-// Command stormbench is Stormgate's benchmark tool: a Dubbo 2 load generator (`stormbench load`)
-// and a test provider (`stormbench provider`), used by `make bench` and by hand.
+// Command stormbench is Stormgate's benchmark tool: a Dubbo 2 load generator (`stormbench load`),
+// a test provider (`stormbench provider`) and a control-plane fleet driver (`stormbench xds-fleet`),
+// used by `make bench`, `make fleet` and by hand.
 package main
 
 import (
@@ -25,6 +26,8 @@ func newRootCmd() *cobra.Command {
   stormbench load      open N consumer connections, heartbeat, send requests at a fixed rate,
                        and report every outcome with latency percentiles (JSON with --json)
   stormbench provider  run the project's test provider in its own process
+  stormbench xds-fleet run N Stormgate xDS clients against the control plane and time pushes,
+                       selector changes and a replica failover
 
 Start here:
   stormbench provider --listen 127.0.0.1:20880 &
@@ -32,6 +35,6 @@ Start here:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newLoadCmd(), newWorkerCmd(), newProviderCmd())
+	root.AddCommand(newLoadCmd(), newWorkerCmd(), newProviderCmd(), newXDSFleetCmd(), newFleetWorkerCmd())
 	return root
 }
