@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stormgate/stormgate/admission"
+	"github.com/stormgate/stormgate/inject/appprobe"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/transparent"
 	"github.com/stormgate/stormgate/xds"
@@ -63,7 +65,9 @@ Settings come from, lowest to highest precedence: built-in defaults, --config FI
 docs/configuration.md), these flags, and then live pushes from --xds.
 
 Endpoints:
-  --metrics  /metrics (Prometheus), /healthz (process alive), /readyz (taking traffic)
+  --metrics  /metrics (Prometheus), /healthz (process alive), /readyz (taking traffic; with
+             --xds, only once the control plane's first settings are applied),
+             /app-health/... (the application probes sidecar inject moved here, if any)
   --admin    /config_dump (active settings, version, source), POST /drain,
              /logging?level=debug (change the log level live). Keep it on loopback.
 
@@ -171,6 +175,17 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		return err
 	}
 
+	// Application probes injection moved off the redirected ports (inject/appprobe).
+	appProbes, err := appprobe.Parse(os.Getenv(appprobe.EnvVar))
+	if err != nil {
+		return err
+	}
+	// With a control plane, not ready until its first settings are applied: a sidecar that cannot
+	// reach it (or cannot verify it: wrong CA) must not take traffic with settings it never got.
+	// Once applied they are kept when the control plane goes away, and readiness with them.
+	var xdsSynced atomic.Bool
+	xdsSynced.Store(f.xdsAddr == "")
+
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
@@ -245,8 +260,15 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 				http.Error(w, "not ready: draining or stopped", http.StatusServiceUnavailable)
 				return
 			}
+			if !xdsSynced.Load() {
+				http.Error(w, "not ready: no settings from the control plane "+f.xdsAddr+" yet (see the xds log lines)", http.StatusServiceUnavailable)
+				return
+			}
 			fmt.Fprintln(w, "ready")
 		})
+		if len(appProbes) > 0 {
+			mux.Handle(appprobe.PathPrefix, appprobe.NewHandler(appProbes))
+		}
 		servers = append(servers, serveHTTP("metrics", lns["metrics"], mux, log))
 	}
 	if f.admin != "" {
@@ -295,7 +317,13 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		go func() {
 			err := cl.Run(ctx, func(s *sg.Settings, version string) error {
 				full := xds.WithDefaults(s)
-				return apply(full, version, xds.SourceXDS)
+				if err := apply(full, version, xds.SourceXDS); err != nil {
+					return err
+				}
+				if !xdsSynced.Swap(true) {
+					log.Info("first settings from the control plane applied; ready", zap.String("version", version))
+				}
+				return nil
 			})
 			if err != nil && ctx.Err() == nil {
 				log.Error("xds client stopped", zap.Error(err))
