@@ -27,14 +27,21 @@ type ServerTLSConfig struct {
 // ServerCredentials loads cfg and returns the gRPC server option that serves TLS with it (for
 // ControlPlaneConfig.ServerOptions). Errors name the file and what is wrong with it.
 func ServerCredentials(cfg ServerTLSConfig) (grpc.ServerOption, error) {
+	c, err := ServerTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return grpc.Creds(credentials.NewTLS(c)), nil
+}
+
+// ServerTLS loads cfg and returns a server tls.Config that re-reads the files when they change (the
+// admission webhook serves its certificate the same way).
+func ServerTLS(cfg ServerTLSConfig) (*tls.Config, error) {
 	r, err := newTLSReloader(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return grpc.Creds(credentials.NewTLS(&tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		GetConfigForClient: r.config,
-	})), nil
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: r.config}, nil
 }
 
 // tlsReloader keeps the server's tls.Config current with the files.
@@ -49,7 +56,7 @@ type tlsReloader struct {
 
 func newTLSReloader(cfg ServerTLSConfig) (*tlsReloader, error) {
 	if cfg.Cert == "" || cfg.Key == "" {
-		return nil, errors.New("control plane TLS: both a certificate and a key are needed (--cert and --key)")
+		return nil, errors.New("TLS: both a certificate and a key are needed (--cert and --key)")
 	}
 	if cfg.Recheck <= 0 {
 		cfg.Recheck = 10 * time.Second
@@ -75,7 +82,7 @@ func (r *tlsReloader) fileStamp() (string, error) {
 		}
 		st, err := os.Stat(f)
 		if err != nil {
-			return "", fmt.Errorf("control plane TLS: %w", err)
+			return "", fmt.Errorf("TLS: %w", err)
 		}
 		s += fmt.Sprintf("%s:%d:%d;", f, st.ModTime().UnixNano(), st.Size())
 	}
@@ -102,17 +109,17 @@ func (r *tlsReloader) config(*tls.ClientHelloInfo) (*tls.Config, error) {
 func loadServerTLS(cfg ServerTLSConfig) (*tls.Config, error) {
 	kp, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
 	if err != nil {
-		return nil, fmt.Errorf("control plane TLS: certificate %s, key %s: %w", cfg.Cert, cfg.Key, err)
+		return nil, fmt.Errorf("TLS: certificate %s, key %s: %w", cfg.Cert, cfg.Key, err)
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{kp}}
 	if cfg.ClientCA != "" {
 		pem, err := os.ReadFile(cfg.ClientCA)
 		if err != nil {
-			return nil, fmt.Errorf("control plane TLS: client CA: %w", err)
+			return nil, fmt.Errorf("TLS: client CA: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("control plane TLS: client CA %s: no PEM certificates in it", cfg.ClientCA)
+			return nil, fmt.Errorf("TLS: client CA %s: no PEM certificates in it", cfg.ClientCA)
 		}
 		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}

@@ -54,7 +54,7 @@ func TestControlPlaneServesMTLSFromFiles(t *testing.T) {
 		{Cert: srvCert, Key: filepath.Join(dir, "missing.key")},
 		{Cert: srvCert, Key: srvKey, ClientCA: srvKey},
 	} {
-		if _, err := ServerCredentials(bad); err == nil || !strings.Contains(err.Error(), "control plane TLS") {
+		if _, err := ServerCredentials(bad); err == nil || !strings.Contains(err.Error(), "TLS: ") {
 			t.Errorf("ServerCredentials(%+v): %v", bad, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/stormgate/stormgate/inject"
 	"github.com/stormgate/stormgate/transparent"
@@ -15,10 +16,9 @@ import (
 
 func newInjectCmd() *cobra.Command {
 	var (
-		file    string
-		inbound string
-		quiet   bool
-		cfg     inject.Config
+		file  string
+		quiet bool
+		flags injectFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "inject -f FILE|-",
@@ -64,15 +64,12 @@ What was done to each document is reported on standard error.`,
 			if err != nil {
 				return err
 			}
-			if inbound != "" {
-				if cfg.InboundPorts, err = transparent.ParsePorts(inbound); err != nil {
-					return fmt.Errorf("--inbound-ports: %w", err)
-				}
+			cfg, err := flags.config()
+			if err != nil {
+				return err
 			}
-			cfg.Version = version
 			if cfg.Image == "" && version == inject.DefaultVersion && !quiet {
-				fmt.Fprintf(cmd.ErrOrStderr(), "inject: warning: this sidecar binary has no release version, so the default image is %s, "+
-					"which no registry has: pass --image (make image builds and loads one)\n", inject.DefaultImage(version))
+				fmt.Fprintf(cmd.ErrOrStderr(), "inject: warning: %s\n", devImageWarning())
 			}
 			out, results, err := inject.Manifest(in, cfg)
 			if err != nil {
@@ -95,17 +92,7 @@ What was done to each document is reported on standard error.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&file, "filename", "f", "", "manifest to read; - for standard input")
-	f.StringVar(&cfg.Image, "image", "", "Stormgate image, for both containers; default "+inject.DefaultImage(version)+" (annotation "+inject.AnnotationImage+")")
-	f.StringVar(&cfg.InitImage, "init-image", "", "image of the init container; default the --image (annotation "+inject.AnnotationInitImage+")")
-	f.StringVar(&inbound, "inbound-ports", "", fmt.Sprintf("provider ports to redirect, comma separated; default %d (annotation %s)", inject.DefaultInboundPort, inject.AnnotationInboundPorts))
-	f.Uint16Var(&cfg.ProxyPort, "proxy-port", inject.DefaultProxyPort, "transparent listener port (annotation "+inject.AnnotationProxyPort+")")
-	f.Uint16Var(&cfg.MetricsPort, "metrics-port", inject.DefaultMetricsPort, "metrics, /healthz and /readyz port (annotation "+inject.AnnotationMetricsPort+")")
-	f.IntVar(&cfg.UpstreamConns, "upstream-conns", 0, "connections to the provider per port; 0 keeps sidecar run's default (annotation "+inject.AnnotationUpstreamConns+")")
-	f.StringVar(&cfg.XDSAddress, "xds", "", "control plane host:port; each pod's node id is POD_NAME.POD_NAMESPACE (annotation "+inject.AnnotationXDSAddress+")")
-	f.StringVar(&cfg.XDSCASecret, "xds-ca-secret", "", "Secret whose ca.crt verifies the control plane: TLS (annotation "+inject.AnnotationXDSCASecret+")")
-	f.StringVar(&cfg.XDSCertSecret, "xds-cert-secret", "", "kubernetes.io/tls Secret with the sidecar's client certificate: mTLS (annotation "+inject.AnnotationXDSCertSecret+")")
-	f.StringVar(&cfg.LogLevel, "log-level", "", "sidecar log level; empty keeps the default (annotation "+inject.AnnotationLogLevel+")")
-	f.BoolVar(&cfg.NativeSidecar, "native-sidecar", false, "run Stormgate as a native sidecar (restartPolicy: Always init container, Kubernetes >= 1.29) (annotation "+inject.AnnotationNativeSidecar+")")
+	flags.register(f)
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not report what was done to each document")
 	return cmd
 }
@@ -122,4 +109,44 @@ func readManifest(stdin io.Reader, file string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is empty", file)
 	}
 	return b, nil
+}
+
+// injectFlags are the injection settings `sidecar inject` and `sidecar inject-webhook` share.
+type injectFlags struct {
+	cfg     inject.Config
+	inbound string
+}
+
+func (fl *injectFlags) register(f *pflag.FlagSet) {
+	cfg := &fl.cfg
+	f.StringVar(&cfg.Image, "image", "", "Stormgate image, for both containers; default "+inject.DefaultImage(version)+" (annotation "+inject.AnnotationImage+")")
+	f.StringVar(&cfg.InitImage, "init-image", "", "image of the init container; default the --image (annotation "+inject.AnnotationInitImage+")")
+	f.StringVar(&fl.inbound, "inbound-ports", "", fmt.Sprintf("provider ports to redirect, comma separated; default %d (annotation %s)", inject.DefaultInboundPort, inject.AnnotationInboundPorts))
+	f.Uint16Var(&cfg.ProxyPort, "proxy-port", inject.DefaultProxyPort, "transparent listener port (annotation "+inject.AnnotationProxyPort+")")
+	f.Uint16Var(&cfg.MetricsPort, "metrics-port", inject.DefaultMetricsPort, "metrics, /healthz and /readyz port (annotation "+inject.AnnotationMetricsPort+")")
+	f.IntVar(&cfg.UpstreamConns, "upstream-conns", 0, "connections to the provider per port; 0 keeps sidecar run's default (annotation "+inject.AnnotationUpstreamConns+")")
+	f.StringVar(&cfg.XDSAddress, "xds", "", "control plane host:port; each pod's node id is POD_NAME.POD_NAMESPACE (annotation "+inject.AnnotationXDSAddress+")")
+	f.StringVar(&cfg.XDSCASecret, "xds-ca-secret", "", "Secret whose ca.crt verifies the control plane: TLS (annotation "+inject.AnnotationXDSCASecret+")")
+	f.StringVar(&cfg.XDSCertSecret, "xds-cert-secret", "", "kubernetes.io/tls Secret with the sidecar's client certificate: mTLS (annotation "+inject.AnnotationXDSCertSecret+")")
+	f.StringVar(&cfg.LogLevel, "log-level", "", "sidecar log level; empty keeps the default (annotation "+inject.AnnotationLogLevel+")")
+	f.BoolVar(&cfg.NativeSidecar, "native-sidecar", false, "run Stormgate as a native sidecar (restartPolicy: Always init container, Kubernetes >= 1.29) (annotation "+inject.AnnotationNativeSidecar+")")
+}
+
+// config returns the injection settings the flags describe, stamped with this binary's version.
+func (fl *injectFlags) config() (inject.Config, error) {
+	cfg := fl.cfg
+	if fl.inbound != "" {
+		ports, err := transparent.ParsePorts(fl.inbound)
+		if err != nil {
+			return cfg, fmt.Errorf("--inbound-ports: %w", err)
+		}
+		cfg.InboundPorts = ports
+	}
+	cfg.Version = version
+	return cfg, nil
+}
+
+func devImageWarning() string {
+	return fmt.Sprintf("this sidecar binary has no release version, so the default image is %s, "+
+		"which no registry has: pass --image (make image builds and loads one)", inject.DefaultImage(version))
 }

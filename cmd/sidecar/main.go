@@ -38,6 +38,7 @@ Start here:
 		newControlPlaneCmd(),
 		newIptablesCmd(),
 		newInjectCmd(),
+		newInjectWebhookCmd(),
 	)
 	return root
 }
