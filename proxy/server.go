@@ -54,6 +54,8 @@ type Server struct {
 	eventIDs atomic.Int64
 	draining atomic.Bool
 	closed   atomic.Bool
+
+	hookServeFD func(fd int) // tests: runs between netpoll registration and handler setup
 }
 
 // New validates cfg and builds a Server. Nothing runs until Start.
@@ -202,6 +204,9 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		_ = unix.Close(fd)
 		done()
 		return
+	}
+	if s.hookServeFD != nil {
+		s.hookServeFD(fd)
 	}
 	sess := &Session{srv: s, pool: pool, conn: conn, fd: fd, remote: remote}
 	sess.idle.Touch(time.Now().UnixNano())
