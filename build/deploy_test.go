@@ -12,10 +12,14 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/stormgate/stormgate/inject/webhook"
 	"github.com/stormgate/stormgate/xds"
 )
 
@@ -29,6 +33,7 @@ func TestDeployManifestsParse(t *testing.T) {
 		t.Fatalf("deploy manifests: found only %v", files)
 	}
 	var cpFiles int
+	var all deployObjects
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -45,16 +50,25 @@ func TestDeployManifestsParse(t *testing.T) {
 				obj = &corev1.Namespace{}
 			case "v1 Service":
 				obj = &corev1.Service{}
+			case "v1 ServiceAccount":
+				obj = &corev1.ServiceAccount{}
 			case "apps/v1 Deployment":
 				obj = &appsv1.Deployment{}
 			case "v1 ConfigMap":
 				obj = &corev1.ConfigMap{}
+			case "policy/v1 PodDisruptionBudget":
+				obj = &policyv1.PodDisruptionBudget{}
+			case "admissionregistration.k8s.io/v1 MutatingWebhookConfiguration":
+				obj = &admissionregistrationv1.MutatingWebhookConfiguration{}
+			case "cert-manager.io/v1 Certificate", "cert-manager.io/v1 ClusterIssuer":
+				obj = &certManagerObject{} // not in k8s.io/api: a strict subset of its schema
 			default:
 				t.Fatalf("%s doc %d: unexpected %s %s", f, i+1, h.APIVersion, h.Kind)
 			}
 			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
 				t.Fatalf("%s doc %d (%s): %v", f, i+1, h.Kind, err)
 			}
+			all.add(obj)
 			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == "stormgate-control-plane" {
 				cp, err := xds.ParseControlPlaneYAML([]byte(cm.Data["control-plane.yaml"]))
 				if err != nil {
@@ -69,6 +83,116 @@ func TestDeployManifestsParse(t *testing.T) {
 	}
 	if cpFiles != 1 {
 		t.Fatalf("found %d control-plane ConfigMaps, want 1", cpFiles)
+	}
+	all.check(t)
+}
+
+// certManagerObject is the part of cert-manager's Certificate and ClusterIssuer that deploy/ uses.
+type certManagerObject struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		IsCA        bool     `json:"isCA"`
+		CommonName  string   `json:"commonName"`
+		SecretName  string   `json:"secretName"`
+		DNSNames    []string `json:"dnsNames"`
+		Usages      []string `json:"usages"`
+		Duration    string   `json:"duration"`
+		RenewBefore string   `json:"renewBefore"`
+		PrivateKey  struct {
+			Algorithm string `json:"algorithm"`
+			Size      int    `json:"size"`
+		} `json:"privateKey"`
+		IssuerRef  struct{ Name, Kind, Group string } `json:"issuerRef"`
+		SelfSigned *struct{}                          `json:"selfSigned"`
+		CA         *struct {
+			SecretName string `json:"secretName"`
+		} `json:"ca"`
+	} `json:"spec"`
+}
+
+// deployObjects collects what the manifests declare, to check that they refer to each other right.
+type deployObjects struct {
+	services     []*corev1.Service
+	deployments  []*appsv1.Deployment
+	webhooks     []*admissionregistrationv1.MutatingWebhookConfiguration
+	certificates []*certManagerObject
+	issuers      map[string]bool
+}
+
+func (d *deployObjects) add(obj any) {
+	switch o := obj.(type) {
+	case *corev1.Service:
+		d.services = append(d.services, o)
+	case *appsv1.Deployment:
+		d.deployments = append(d.deployments, o)
+	case *admissionregistrationv1.MutatingWebhookConfiguration:
+		d.webhooks = append(d.webhooks, o)
+	case *certManagerObject:
+		if o.Kind == "Certificate" {
+			d.certificates = append(d.certificates, o)
+		} else {
+			if d.issuers == nil {
+				d.issuers = map[string]bool{}
+			}
+			d.issuers[o.Metadata.Name] = true
+		}
+	}
+}
+
+// check ties the manifests together: the webhook configuration calls a Service that exists, on the
+// handler's path, never blocks pods (failurePolicy Ignore) and gets its caBundle from a Certificate
+// that exists; every Secret a Deployment mounts (and every TLS Secret an injected pod mounts) is
+// issued by a Certificate of an issuer that exists; images are pinned, never latest.
+func (d *deployObjects) check(t *testing.T) {
+	t.Helper()
+	secrets := map[string]bool{} // namespace/name issued by cert-manager
+	for _, c := range d.certificates {
+		secrets[c.Metadata.Namespace+"/"+c.Spec.SecretName] = true
+		if !d.issuers[c.Spec.IssuerRef.Name] || c.Spec.IssuerRef.Kind != "ClusterIssuer" {
+			t.Errorf("Certificate %s/%s: issuer %+v not declared", c.Metadata.Namespace, c.Metadata.Name, c.Spec.IssuerRef)
+		}
+	}
+	if len(d.webhooks) != 1 || len(d.webhooks[0].Webhooks) != 2 {
+		t.Fatalf("want one MutatingWebhookConfiguration with two webhooks (namespace and pod opt-in)")
+	}
+	cfg := d.webhooks[0]
+	if ref := cfg.Annotations["cert-manager.io/inject-ca-from"]; !slices.ContainsFunc(d.certificates, func(c *certManagerObject) bool {
+		return c.Metadata.Namespace+"/"+c.Metadata.Name == ref
+	}) {
+		t.Errorf("caBundle is injected from %q, which is no Certificate of deploy/", ref)
+	}
+	for _, w := range cfg.Webhooks {
+		svc := w.ClientConfig.Service
+		if svc == nil || svc.Path == nil || *svc.Path != webhook.Path {
+			t.Errorf("webhook %s: clientConfig %+v does not call the handler's path %s", w.Name, w.ClientConfig, webhook.Path)
+			continue
+		}
+		if w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore || w.SideEffects == nil ||
+			*w.SideEffects != admissionregistrationv1.SideEffectClassNone {
+			t.Errorf("webhook %s: failurePolicy %v sideEffects %v; want Ignore and None", w.Name, w.FailurePolicy, w.SideEffects)
+		}
+		if !slices.ContainsFunc(d.services, func(s *corev1.Service) bool {
+			return s.Name == svc.Name && s.Namespace == svc.Namespace && slices.ContainsFunc(s.Spec.Ports, func(p corev1.ServicePort) bool {
+				return svc.Port != nil && p.Port == *svc.Port
+			})
+		}) {
+			t.Errorf("webhook %s calls Service %s/%s port %v, which deploy/ does not declare", w.Name, svc.Namespace, svc.Name, svc.Port)
+		}
+	}
+	for _, dep := range d.deployments {
+		spec := dep.Spec.Template.Spec
+		for _, v := range spec.Volumes {
+			if v.Secret != nil && !secrets[dep.Namespace+"/"+v.Secret.SecretName] {
+				t.Errorf("Deployment %s/%s mounts Secret %s, which no Certificate in deploy/ issues", dep.Namespace, dep.Name, v.Secret.SecretName)
+			}
+		}
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			if strings.HasPrefix(c.Image, "stormgate/") && (strings.HasSuffix(c.Image, ":latest") || !strings.Contains(c.Image, ":")) {
+				t.Errorf("Deployment %s/%s: image %s is not pinned to a release", dep.Namespace, dep.Name, c.Image)
+			}
+		}
 	}
 }
 

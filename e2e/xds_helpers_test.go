@@ -43,14 +43,14 @@ type xdsControlPlane struct {
 }
 
 // startXDSControlPlane runs `sidecar control-plane` serving config on listen
-// ("" = 127.0.0.1:0) and waits until it serves.
-func startXDSControlPlane(t *testing.T, listen, config string) *xdsControlPlane {
+// ("" = 127.0.0.1:0), with extra flags (e.g. --cert), and waits until it serves.
+func startXDSControlPlane(t *testing.T, listen, config string, extra ...string) *xdsControlPlane {
 	t.Helper()
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	p := startProc(t, "control-plane", bins.sidecar, "control-plane", "--listen", listen, "--config", config,
-		"--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "info")
+	p := startProc(t, "control-plane", bins.sidecar, append([]string{"control-plane", "--listen", listen, "--config", config,
+		"--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "info"}, extra...)...)
 	cp := &xdsControlPlane{proc: p, config: config, http: &http.Client{Timeout: 5 * time.Second}}
 	m := p.waitJSONLine(t, false, 20*time.Second, `"control plane serving"`, func(m map[string]any) bool {
 		return m["msg"] == "control plane serving"

@@ -21,6 +21,7 @@ func newControlPlaneCmd() *cobra.Command {
 	var (
 		listen, config, resource, metrics string
 		logLevel, logFormat               string
+		tlsCfg                            xds.ServerTLSConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "control-plane --listen ADDR --config FILE|DIR",
@@ -51,10 +52,16 @@ give sidecars all their addresses (--xds a:18000,b:18000) or one Service in fron
 
 --metrics serves /metrics (stormgate_control_plane_*, process and Go runtime) and
 /nodes (JSON: every connected node, what it reported, which entries apply, the version
-served and ACKed; ?from=selectors.NAME or ?rejecting=1 to filter).`,
+served and ACKed; ?from=selectors.NAME or ?rejecting=1 to filter).
+TLS: --cert and --key serve TLS (sidecars verify it with 'sidecar run --xds-ca'); adding
+--client-ca requires every sidecar to present a certificate signed by that CA (mutual TLS,
+'sidecar run --xds-cert --xds-key'). The files are re-read when they change, so a rotated
+certificate is served without a restart. Without --cert the control plane is plaintext.`,
 		Example: `  sidecar control-plane --listen 127.0.0.1:18000 --config examples/control-plane.yaml --metrics 127.0.0.1:18001
   sidecar validate examples/control-plane.yaml        # the checks the control plane runs
-  curl -s 127.0.0.1:18001/nodes?from=selectors.payment-canary`,
+  curl -s 127.0.0.1:18001/nodes?from=selectors.payment-canary
+  sidecar control-plane --listen :18000 --config /etc/stormgate/control-plane.yaml \
+      --cert /etc/tls/tls.crt --key /etc/tls/tls.key --client-ca /etc/tls/ca.crt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if config == "" {
@@ -67,7 +74,19 @@ served and ACKed; ?from=selectors.NAME or ?rejecting=1 to filter).`,
 			defer log.Sync() //nolint:errcheck
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			cp, err := xds.NewControlPlane(xds.ControlPlaneConfig{Config: config, ResourceName: resource}, log, reg)
+			cpCfg := xds.ControlPlaneConfig{Config: config, ResourceName: resource}
+			switch {
+			case tlsCfg.Cert != "" || tlsCfg.Key != "":
+				opt, err := xds.ServerCredentials(tlsCfg)
+				if err != nil {
+					return err
+				}
+				cpCfg.ServerOptions = append(cpCfg.ServerOptions, opt)
+				log.Info("control plane TLS", zap.String("cert", tlsCfg.Cert), zap.Bool("client_certificates_required", tlsCfg.ClientCA != ""))
+			case tlsCfg.ClientCA != "":
+				return fmt.Errorf("--client-ca needs --cert and --key: mutual TLS is TLS first")
+			}
+			cp, err := xds.NewControlPlane(cpCfg, log, reg)
 			if err != nil {
 				return fmt.Errorf("--config %s:\n%w", config, err)
 			}
@@ -94,6 +113,9 @@ served and ACKed; ?from=selectors.NAME or ?rejecting=1 to filter).`,
 	fl.StringVar(&config, "config", "", "control-plane YAML file, or a directory of them")
 	fl.StringVar(&resource, "resource-name", xds.DefaultResourceName, "TypedExtensionConfig name served (sidecars ask for the same)")
 	fl.StringVar(&metrics, "metrics", "", "serve Prometheus /metrics and /nodes on this address (off when empty)")
+	fl.StringVar(&tlsCfg.Cert, "cert", "", "serve TLS with this certificate chain (PEM); needs --key")
+	fl.StringVar(&tlsCfg.Key, "key", "", "private key of --cert (PEM)")
+	fl.StringVar(&tlsCfg.ClientCA, "client-ca", "", "require client certificates signed by this CA (PEM): mutual TLS")
 	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&logFormat, "log-format", "json", "json or console (json, like sidecar run: one object per line for log collectors)")
 	return cmd

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stormgate/stormgate/admission"
+	"github.com/stormgate/stormgate/inject/appprobe"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/transparent"
 	"github.com/stormgate/stormgate/xds"
@@ -65,7 +67,9 @@ Settings come from, lowest to highest precedence: built-in defaults, --config FI
 docs/configuration.md), these flags, and then live pushes from --xds.
 
 Endpoints:
-  --metrics  /metrics (Prometheus), /healthz (process alive), /readyz (taking traffic)
+  --metrics  /metrics (Prometheus), /healthz (process alive), /readyz (taking traffic; with
+             --xds, only once the control plane's first settings are in force),
+             /app-health/... (the application probes sidecar inject moved here, if any)
   --admin    /config_dump (active settings, version, where each field came from, the
              last rejected version), POST /drain, GET /logging (the level),
              POST /logging?level=debug (change it live). Keep it on loopback.
@@ -192,13 +196,29 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if err != nil {
 		return err
 	}
+	// With a control plane, not ready until its first settings are in force (applied, or equal
+	// to the startup ones: ACKed): a sidecar that cannot
+	// reach it (or cannot verify it: wrong CA) must not take traffic with settings it never got.
+	// Once applied they are kept when the control plane goes away, and readiness with them.
+	var xdsSynced atomic.Bool
+	xdsSynced.Store(f.xdsAddr == "")
 	var xdsClient *xds.Client
 	if f.xdsAddr != "" {
 		// Base is the startup settings (fix found by e2e/xds_live_test.go): a push is
 		// partial and merges over defaults < file < flags, not over the bare defaults.
-		if xdsClient, err = newXDSClient(f, settings, store, log.Named("xds"), reg); err != nil {
+		if xdsClient, err = newXDSClient(f, settings, store, log.Named("xds"), reg, func(version string) {
+			if !xdsSynced.Swap(true) {
+				log.Info("first settings from the control plane in force; ready", zap.String("version", version))
+			}
+		}); err != nil {
 			return err
 		}
+	}
+
+	// Application probes injection moved off the redirected ports (inject/appprobe).
+	appProbes, err := appprobe.Parse(os.Getenv(appprobe.EnvVar))
+	if err != nil {
+		return err
 	}
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -259,11 +279,18 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 				http.Error(w, "not ready: draining or stopped", http.StatusServiceUnavailable)
 				return
 			}
+			if !xdsSynced.Load() {
+				http.Error(w, "not ready: no settings from the control plane "+f.xdsAddr+" yet (see the xds log lines)", http.StatusServiceUnavailable)
+				return
+			}
 			fmt.Fprintln(w, "ready")
 			if xdsClient != nil { // detail only: traffic does not depend on the control plane
 				fmt.Fprintln(w, xdsClient.Status())
 			}
 		})
+		if len(appProbes) > 0 {
+			mux.Handle(appprobe.PathPrefix, appprobe.NewHandler(appProbes))
+		}
 		servers = append(servers, serveHTTP("metrics", lns["metrics"], mux, log))
 	}
 	if f.admin != "" {

@@ -40,6 +40,7 @@ Start here:
 		newControlPlaneCmd(),
 		newIptablesCmd(),
 		newInjectCmd(),
+		newInjectWebhookCmd(),
 	)
 	return root
 }

@@ -79,8 +79,9 @@ func splitAddresses(s string) []string {
 
 // newXDSClient builds the ADS client of `run` from its flags. Pushes merge
 // over base (defaults < file < flags) and are checked against what store
-// runs.
-func newXDSClient(f runFlags, base *sg.Settings, store *xds.Store, log *zap.Logger, reg prometheus.Registerer) (*xds.Client, error) {
+// runs; synced runs, with the version, after each response the sidecar ACKed.
+func newXDSClient(f runFlags, base *sg.Settings, store *xds.Store, log *zap.Logger, reg prometheus.Registerer,
+	synced func(version string)) (*xds.Client, error) {
 	id, err := xds.NodeID(f.nodeID, os.Getenv)
 	if err != nil {
 		return nil, err
@@ -91,7 +92,13 @@ func newXDSClient(f runFlags, base *sg.Settings, store *xds.Store, log *zap.Logg
 	}
 	cl, err := xds.NewClient(xds.ClientConfig{Addresses: splitAddresses(f.xdsAddr), Node: node,
 		ResourceName: f.xdsResource, CA: f.xdsCA, Cert: f.xdsCert, Key: f.xdsKey, Base: base,
-		Current: store.Settings, OnResult: store.XDSResult, UserAgentVersion: version}, log, reg)
+		Current: store.Settings, UserAgentVersion: version,
+		OnResult: func(v string, nack error) {
+			store.XDSResult(v, nack)
+			if nack == nil {
+				synced(v)
+			}
+		}}, log, reg)
 	if err != nil {
 		return nil, fmt.Errorf("--xds: %w", err)
 	}
