@@ -65,7 +65,7 @@ func benchListener(b *testing.B, backlog int) (int, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fd, addr, err := newListenSocket(s)
+	fd, addr, _, err := newListenSocket(s)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func Listen(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Admitter, 
 	if err != nil {
 		return nil, err
 	}
-	fd, addr, err := newListenSocket(s)
+	fd, addr, ipv6, err := newListenSocket(s)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func Listen(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Admitter, 
 		file:   file,
 		raw:    raw,
 		addr:   addr,
-		ipv6:   s.addr.Addr().Is6(),
+		ipv6:   ipv6,
 		lim:    rate.NewLimiter(limitOf(s), s.burst),
 		wake:   make(chan struct{}, 1),
 		queue:  newPendingQueue(s.maxWait),

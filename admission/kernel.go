@@ -197,8 +197,8 @@ func checkLimits(s *settings, k kernelLimits) []limitWarning {
 	}
 	if s.cfg.TCPFastOpen > 0 && k.tcpFastOpen >= 0 && k.tcpFastOpen&2 == 0 {
 		w = append(w, limitWarning{
-			msg: fmt.Sprintf("net.ipv4.tcp_fastopen=%d has no server bit: TCPFastOpen=%d has no effect", k.tcpFastOpen, s.cfg.TCPFastOpen),
-			fix: fmt.Sprintf("sysctl -w net.ipv4.tcp_fastopen=%d", k.tcpFastOpen|3),
+			msg: fmt.Sprintf("net.ipv4.tcp_fastopen=%d has no server bit: admission.tcp_fastopen=%d has no effect", k.tcpFastOpen, s.cfg.TCPFastOpen),
+			fix: fmt.Sprintf("sysctl -w net.ipv4.tcp_fastopen=%d (or admission.tcp_fastopen: 0 if your consumers do not use TCP Fast Open)", k.tcpFastOpen|3),
 		})
 	}
 	return w

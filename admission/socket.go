@@ -11,24 +11,23 @@ import (
 )
 
 // newListenSocket creates, binds and listens a non-blocking TCP socket with an explicit backlog
-// (net.Listen cannot: golang/go#39000). It returns the raw fd and the bound address.
-func newListenSocket(s *settings) (int, netip.AddrPort, error) {
-	family := unix.AF_INET
-	if s.addr.Addr().Is6() {
-		family = unix.AF_INET6
-	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+// (net.Listen cannot: golang/go#39000). It returns the raw fd, the bound address and whether the
+// socket is AF_INET6.
+func newListenSocket(s *settings) (int, netip.AddrPort, bool, error) {
+	fd, family, bindAddr, err := openSocket(s.addr, func(family int) (int, error) {
+		return unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+	})
 	if err != nil {
-		return -1, netip.AddrPort{}, fmt.Errorf("admission: socket: %w", err)
+		return -1, netip.AddrPort{}, false, fmt.Errorf("admission: socket: %w", err)
 	}
-	fail := func(op string, err error) (int, netip.AddrPort, error) {
+	fail := func(op string, err error) (int, netip.AddrPort, bool, error) {
 		unix.Close(fd)
-		return -1, netip.AddrPort{}, fmt.Errorf("admission: %s %s: %w", op, s.addr, err)
+		return -1, netip.AddrPort{}, false, fmt.Errorf("admission: %s %s: %w", op, s.addr, err)
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
 		return fail("SO_REUSEADDR", err)
 	}
-	if family == unix.AF_INET6 && s.addr.Addr().IsUnspecified() {
+	if family == unix.AF_INET6 && bindAddr.Addr().IsUnspecified() {
 		// "[::]:port" serves IPv4 too, as net.Listen does.
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0); err != nil {
 			return fail("IPV6_V6ONLY", err)
@@ -37,7 +36,7 @@ func newListenSocket(s *settings) (int, netip.AddrPort, error) {
 	if err := applyListenerOptions(fd, s); err != nil {
 		return fail("setsockopt", err)
 	}
-	if err := unix.Bind(fd, toSockaddr(s.addr)); err != nil {
+	if err := unix.Bind(fd, toSockaddr(bindAddr)); err != nil {
 		return fail("bind", err)
 	}
 	if err := unix.Listen(fd, s.backlog); err != nil {
@@ -47,7 +46,25 @@ func newListenSocket(s *settings) (int, netip.AddrPort, error) {
 	if err != nil {
 		return fail("getsockname", err)
 	}
-	return fd, fromSockaddr(sa), nil
+	return fd, fromSockaddr(sa), family == unix.AF_INET6, nil
+}
+
+// openSocket opens the socket for addr with open(family). "[::]:port" on a kernel without IPv6
+// (booted with ipv6.disable=1: socket(AF_INET6) fails with EAFNOSUPPORT) falls back to an IPv4
+// socket on 0.0.0.0:port, as net.Listen does: "every address" then means every IPv4 address, and one
+// setting (or injected manifest) serves dual-stack and IPv4-only nodes alike.
+func openSocket(addr netip.AddrPort, open func(family int) (int, error)) (fd, family int, bindAddr netip.AddrPort, err error) {
+	family = unix.AF_INET
+	if addr.Addr().Is6() {
+		family = unix.AF_INET6
+	}
+	fd, err = open(family)
+	if err != nil && family == unix.AF_INET6 && addr.Addr().IsUnspecified() && errors.Is(err, unix.EAFNOSUPPORT) {
+		addr = netip.AddrPortFrom(netip.IPv4Unspecified(), addr.Port())
+		family = unix.AF_INET
+		fd, err = open(family)
+	}
+	return fd, family, addr, err
 }
 
 // applyListenerOptions sets the options that accepted sockets inherit from the listener

@@ -1,8 +1,13 @@
 // Package build holds no code: its tests tie the shipped container image to the tested binary. They
 // check that the Dockerfile's build stage runs exactly the Makefile's build command (GOBUILD, with
-// $(GO) as go and $(VERSION) as the VERSION build argument), and that this command, run here, yields a
-// statically linked executable (no ELF interpreter, no dynamic section) stamped with the version, which
-// is what lets the image be distroless.
+// $(GO) as go and $(VERSION) as the VERSION build argument), that this command, run here, yields a
+// statically linked executable (no ELF interpreter, no dynamic section) stamped with the version, and
+// that the Dockerfile's image stage says what build/image (the daemon-less `make image`) builds: the
+// binary on scratch, user 1337, the same entrypoint, ports and labels. The deploy/ manifests are
+// decoded strictly with the Kubernetes types.
+//
+// Subpackages: oci writes OCI image archives; image defines Stormgate's image; mkimage is the command
+// `make image` runs.
 //
 // Concurrency: nothing to share; the test runs one `go build` into its own temporary directory.
 package build

@@ -6,14 +6,19 @@ import (
 	"context"
 	"debug/buildinfo"
 	"debug/elf"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stormgate/stormgate/build/image"
 )
 
 // instruction is one Dockerfile instruction with its continuation lines joined.
@@ -108,32 +113,12 @@ func TestDockerfile(t *testing.T) {
 		t.Error("build stage uses $VERSION but declares no ARG VERSION")
 	}
 
-	final := by[names[len(names)-1]]
-	if from := final[0].args; !strings.HasPrefix(from, "gcr.io/distroless/static:nonroot") && !strings.HasPrefix(from, "scratch") {
-		t.Errorf("final stage FROM %s: want distroless static or scratch", from)
+	// The final stage is the image build/image describes (what `make image` builds without Docker),
+	// instruction for instruction.
+	if len(names) != 2 || names[0] != "build" {
+		t.Errorf("stages %v: want the build stage and one image stage (one image is both init container and sidecar)", names)
 	}
-	var user, entry string
-	copied := false
-	for _, in := range final {
-		switch in.op {
-		case "USER":
-			user = in.args
-		case "ENTRYPOINT":
-			entry = in.args
-		case "COPY":
-			copied = copied || in.args == "--from=build /out/sidecar /sidecar"
-		}
-	}
-	uid, _, _ := strings.Cut(user, ":")
-	if uid != "1337" && uid != "65532" {
-		t.Errorf("final stage USER %q: want a fixed non-root uid (1337 or 65532)", user)
-	}
-	if entry != `["/sidecar"]` {
-		t.Errorf("final stage ENTRYPOINT %s", entry)
-	}
-	if !copied {
-		t.Error("final stage does not COPY --from=build /out/sidecar /sidecar")
-	}
+	checkImageStage(t, by[names[len(names)-1]])
 
 	ignore, err := os.ReadFile(filepath.Join("..", ".dockerignore"))
 	if err != nil || !bytes.Contains(ignore, []byte(".git\n")) {
@@ -286,10 +271,64 @@ func TestStaticBinary(t *testing.T) {
 			t.Errorf("build setting %s = %q, want %q", k, settings[k], want)
 		}
 	}
+	if b, err := os.ReadFile(out); err != nil {
+		t.Error(err)
+	} else if err := image.CheckStatic(b); err != nil {
+		t.Errorf("build/image refuses the Makefile's binary: %v", err)
+	}
 	if b, err := exec.Command(out, "version").CombinedOutput(); err != nil || !strings.Contains(string(b), version) {
 		t.Errorf("%s version: %v: %q, want it to name %q", out, err, b, version)
 	}
 	if st, err := os.Stat(out); err == nil {
 		t.Logf("static sidecar binary: %.1f MiB", float64(st.Size())/(1<<20))
+	}
+}
+
+var labelPair = regexp.MustCompile(`([A-Za-z0-9._-]+)="([^"]*)"`)
+
+// checkImageStage compares the Dockerfile's final stage with image.Sidecar: from scratch, the binary
+// and nothing else, the same user, entrypoint, ports and labels.
+func checkImageStage(t *testing.T, final []instruction) {
+	t.Helper()
+	spec := image.Sidecar(nil, "", "${VERSION}", "", time.Time{})
+	if from := final[0].args; from != "scratch AS sidecar" && from != "scratch" {
+		t.Errorf("final stage FROM %s: want scratch (the image holds the static binary only)", from)
+	}
+	var copies, ports []string
+	var user, entry string
+	labels := map[string]string{}
+	for _, in := range final[1:] {
+		switch in.op {
+		case "COPY":
+			copies = append(copies, in.args)
+		case "USER":
+			user = in.args
+		case "ENTRYPOINT":
+			entry = in.args
+		case "EXPOSE":
+			ports = append(ports, strings.Fields(in.args)...)
+		case "LABEL":
+			for _, m := range labelPair.FindAllStringSubmatch(in.args, -1) {
+				labels[m[1]] = m[2]
+			}
+		case "ARG":
+		default:
+			t.Errorf("line %d: %s in the image stage: build/image does not do that, so the two images would differ", in.line, in.op)
+		}
+	}
+	if want := []string{"--from=build /out/sidecar " + spec.BinaryPath}; !slices.Equal(copies, want) {
+		t.Errorf("image stage COPY %q, want exactly %q", copies, want)
+	}
+	if user != spec.User {
+		t.Errorf("image stage USER %q, build/image %q", user, spec.User)
+	}
+	if want, _ := json.Marshal([]string{spec.BinaryPath}); entry != string(want) {
+		t.Errorf("image stage ENTRYPOINT %s, want %s", entry, want)
+	}
+	if !slices.Equal(ports, spec.Ports) {
+		t.Errorf("image stage EXPOSE %q, build/image %q", ports, spec.Ports)
+	}
+	if !maps.Equal(labels, spec.Labels) {
+		t.Errorf("image stage LABEL %q, build/image %q", labels, spec.Labels)
 	}
 }

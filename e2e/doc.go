@@ -3,8 +3,11 @@
 // and graceful drain (restart_test, readonly_test, drain_test, maxage_test); live
 // settings over xDS with the reference control plane (xds_*_test, which also keeps
 // docs/configuration.md in sync: `go test ./e2e -run TestXDSConfigurationDocs
-// -update`); and transparent interception in network namespaces (transparent_*_test,
-// root only, skipped with a message elsewhere). It has no production code: the tests build the real binaries (`sidecar` and
+// -update`), also over mutual TLS (xds_tls_test); transparent interception in network
+// namespaces, IPv4 and IPv6 (transparent_*_test, root only, skipped with a message
+// elsewhere); and the admission webhook as a process (webhook_test). The pod test, with
+// real containers, is package e2e/pod; e2e/testcerts makes the tests' throwaway X.509
+// material. It has no production code: the tests build the real binaries (`sidecar` and
 // `stormbench`) once per run in TestMain and drive them as separate OS processes on
 // 127.0.0.1 ephemeral ports, with consumers (package peer's Client) in the test
 // process.

@@ -185,6 +185,18 @@ func (p *proc) logLines() []string {
 	return append([]string(nil), p.stderr...)
 }
 
+// jsonLines returns the process's JSON log lines (stderr) whose msg is msg.
+func (p *proc) jsonLines(msg string) []map[string]any {
+	var out []map[string]any
+	for _, l := range p.logLines() {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 func (p *proc) stdoutLines() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()

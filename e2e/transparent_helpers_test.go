@@ -22,9 +22,11 @@ import (
 )
 
 // Issue 6's transparent-mode scenarios run in two throwaway network namespaces joined
-// by a veth pair: "pod" (the provider, Stormgate and its iptables rules, as in a
-// Kubernetes pod) and "cli" (the consumers). Nothing here touches the host's own
-// network namespace. Root is required; without it the tests skip and say so.
+// by a veth pair: "pod" (the provider, Stormgate and its redirect rules, as in a
+// Kubernetes pod) and "cli" (the consumers). The link is dual stack (198.18.0.0/30 and
+// 2001:db8:1::/64, issue 13), as are the rules and Stormgate's [::] listener. Nothing
+// here touches the host's own network namespace. Root is required; without it the
+// tests skip and say so.
 const (
 	tpProviderPort = 20880 // the provider's usual port, as dubbo-go's default
 	tpProxyPort    = 15006 // Stormgate's transparent listener (Istio's inbound port)
@@ -33,26 +35,50 @@ const (
 )
 
 var (
-	tpPodPrefix = netip.MustParsePrefix("198.18.0.1/30")
-	tpCliPrefix = netip.MustParsePrefix("198.18.0.2/30")
+	tpPodPrefix  = netip.MustParsePrefix("198.18.0.1/30")
+	tpCliPrefix  = netip.MustParsePrefix("198.18.0.2/30")
+	tpPodPrefix6 = netip.MustParsePrefix("2001:db8:1::1/64")
+	tpCliPrefix6 = netip.MustParsePrefix("2001:db8:1::2/64")
 )
 
 // tpPod is a pod network namespace running `stormbench provider` on 0.0.0.0:20880 and
-// `sidecar run --transparent --listen 0.0.0.0:15006`, with the REDIRECT rules installed
-// by `sidecar iptables`, plus a client namespace linked to it.
+// `sidecar run --transparent --listen [::]:15006`, with the redirect rules installed
+// by `sidecar iptables` (nftables, IPv4 and IPv6), plus a client namespace linked to it.
 type tpPod struct {
-	pod, cli  *netnstest.Namespace
-	addr      netip.Addr // the pod's address, what consumers dial
-	provider  *proc
-	sidecar   *sidecar // scraped over an HTTP client whose sockets live in the pod namespace
-	natBefore string   // `iptables -t nat -S` in the pod before `sidecar iptables`
+	pod, cli    *netnstest.Namespace
+	addr, addr6 netip.Addr // the pod's addresses, what consumers dial
+	provider    *proc
+	sidecar     *sidecar  // scraped over an HTTP client whose sockets live in the pod namespace
+	rulesBefore tpRuleset // the pod's packet filter before `sidecar iptables`
+}
+
+// tpRuleset is a namespace's packet filter as operators list it.
+type tpRuleset struct{ nft, nat4, nat6 string }
+
+func (p *tpPod) ruleset(t *testing.T) tpRuleset {
+	t.Helper()
+	return tpRuleset{
+		nft:  p.pod.Run(t, "nft", "list", "ruleset"),
+		nat4: p.pod.Run(t, "iptables", "-t", "nat", "-S"),
+		nat6: p.pod.Run(t, "ip6tables", "-t", "nat", "-S"),
+	}
+}
+
+// clean runs `sidecar iptables --clean` and checks that the pod's rules are exactly
+// what they were before the install.
+func (p *tpPod) clean(t *testing.T) {
+	t.Helper()
+	t.Logf("sidecar iptables --clean:\n%s", p.iptables(t, "--clean"))
+	if after := p.ruleset(t); after != p.rulesBefore {
+		t.Errorf("after --clean the pod's rules are\n%+v\nwant exactly what they were before install:\n%+v", after, p.rulesBefore)
+	}
 }
 
 // tpRequire skips (or, under CI, fails) when root or a needed tool is missing.
 func tpRequire(t *testing.T) {
 	t.Helper()
 	netnstest.RequireRoot(t)
-	netnstest.RequireTools(t, "ip", "iptables", "ss")
+	netnstest.RequireTools(t, "ip", "nft", "iptables", "ip6tables", "ss")
 }
 
 // startTransparentPod builds the two namespaces, installs the rules for redirectPorts
@@ -71,16 +97,21 @@ func startTransparentPod(t *testing.T, redirectPorts string, allowPorts []int) *
 	// thread keeps Do's goroutines off it; it is never unlocked, so the thread ends with
 	// the test's goroutine, after t.Cleanup has killed and reaped every child.
 	runtime.LockOSThread()
-	p := &tpPod{addr: tpPodPrefix.Addr()}
+	p := &tpPod{addr: tpPodPrefix.Addr(), addr6: tpPodPrefix6.Addr()}
 	p.pod = netnstest.New(t, "sg-pod")
 	p.cli = netnstest.New(t, "sg-cli")
-	netnstest.Link(t, p.pod, p.cli, tpPodPrefix, tpCliPrefix)
+	podIf, cliIf := netnstest.Link(t, p.pod, p.cli, tpPodPrefix, tpCliPrefix)
+	p.pod.AddAddr(t, podIf, tpPodPrefix6)
+	p.cli.AddAddr(t, cliIf, tpCliPrefix6)
 
 	// The init container's step, as it runs in a pod: before any other container.
-	p.natBefore = p.pod.Run(t, "iptables", "-t", "nat", "-S")
+	p.rulesBefore = p.ruleset(t)
 	out := p.iptables(t, "--inbound-ports", redirectPorts, "--proxy-port", strconv.Itoa(tpProxyPort))
+	if !strings.Contains(out, "table inet stormgate {") {
+		t.Fatalf("`sidecar iptables` did not install the dual-stack table:\n%s", out)
+	}
 	for _, port := range strings.Split(redirectPorts, ",") {
-		want := fmt.Sprintf("-A STORMGATE_INBOUND -p tcp -m tcp --dport %s -j REDIRECT --to-ports %d", port, tpProxyPort)
+		want := fmt.Sprintf("\t\ttcp dport %s redirect to :%d", port, tpProxyPort)
 		if !strings.Contains(out, want+"\n") {
 			t.Fatalf("`sidecar iptables` output lacks %q:\n%s", want, out)
 		}
@@ -112,7 +143,7 @@ func startTransparentPod(t *testing.T, redirectPorts string, allowPorts []int) *
 		t.Fatalf("sidecar validate %s: %v\n%s\n--- file:\n%s", cfgPath, err, out, cfg)
 	}
 	sp := startProc(t, "sidecar", "ip", "netns", "exec", p.pod.Name, bins.sidecar, "run",
-		"--transparent", "--listen", fmt.Sprintf("0.0.0.0:%d", tpProxyPort), "--config", cfgPath,
+		"--transparent", "--listen", fmt.Sprintf("[::]:%d", tpProxyPort), "--config", cfgPath,
 		"--metrics", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-level", "info")
 	p.sidecar = &sidecar{proc: sp, configPath: cfgPath, http: &http.Client{
 		Timeout:   5 * time.Second,
@@ -122,8 +153,8 @@ func startTransparentPod(t *testing.T, redirectPorts string, allowPorts []int) *
 		return m["msg"] == "stormgate started"
 	})
 	p.sidecar.listen, _ = started["listen"].(string)
-	if started["transparent"] != true || p.sidecar.listen != fmt.Sprintf("0.0.0.0:%d", tpProxyPort) {
-		t.Fatalf("sidecar started with listen=%v transparent=%v, want 0.0.0.0:%d and true",
+	if started["transparent"] != true || p.sidecar.listen != fmt.Sprintf("[::]:%d", tpProxyPort) {
+		t.Fatalf("sidecar started with listen=%v transparent=%v, want [::]:%d and true",
 			started["listen"], started["transparent"], tpProxyPort)
 	}
 	m := sp.waitJSONLine(t, false, 10*time.Second, `metrics "http listener started"`, func(m map[string]any) bool {
@@ -160,15 +191,21 @@ func (p *tpPod) iptables(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-// dial opens a consumer connection to the pod from inside the client namespace (the
-// socket stays there; the Client may be used from any goroutine).
+// dial opens a consumer connection to the pod's IPv4 address from inside the client
+// namespace (the socket stays there; the Client may be used from any goroutine).
 func (p *tpPod) dial(t *testing.T, port uint16) (*peer.Client, error) {
+	t.Helper()
+	return p.dialAddr(t, netip.AddrPortFrom(p.addr, port))
+}
+
+// dialAddr is dial to any of the pod's addresses (p.addr or p.addr6).
+func (p *tpPod) dialAddr(t *testing.T, addr netip.AddrPort) (*peer.Client, error) {
 	t.Helper()
 	var c *peer.Client
 	err := p.cli.Do(func() (err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		c, err = peer.Dial(ctx, netip.AddrPortFrom(p.addr, port).String(), 0)
+		c, err = peer.Dial(ctx, addr.String(), 0)
 		return err
 	})
 	if c != nil {

@@ -16,14 +16,15 @@ import (
 	"github.com/stormgate/stormgate/loadgen"
 )
 
-// Issue 6, acceptance 1: transparent interception end to end. In the pod namespace a
-// provider listens on 0.0.0.0:20880 (as dubbo-go does), Stormgate runs `--transparent`
-// on :15006, and `sidecar iptables` REDIRECTs inbound 20880 to it. Consumers in the
-// client namespace dial pod:20880, unchanged, and get the provider's answers through
-// Stormgate: Stormgate's metrics count every connection and request, and the provider
-// only ever sees Stormgate's M loopback connections. `sidecar iptables --clean` then
-// restores the pod's nat table exactly, after which the same dial reaches the provider
-// directly.
+// Issue 6, acceptance 1 (dual stack since issue 13): transparent interception end to
+// end. In the pod namespace a provider listens on 0.0.0.0:20880 (as dubbo-go does),
+// Stormgate runs `--transparent` on [::]:15006, and `sidecar iptables` redirects inbound
+// 20880 to it, IPv4 and IPv6. Consumers in the client namespace dial pod:20880 over
+// either family, unchanged, and get the provider's answers through Stormgate:
+// Stormgate's metrics count every connection and request, and the provider only ever
+// sees Stormgate's M loopback connections. `sidecar iptables --clean` then restores
+// the pod's rules exactly (nft list ruleset, iptables and ip6tables), after which the
+// same dials reach the provider directly.
 func TestTransparentNetnsEndToEnd(t *testing.T) {
 	const (
 		loadConns = 50
@@ -43,10 +44,15 @@ func TestTransparentNetnsEndToEnd(t *testing.T) {
 	// dialed, and its heartbeat is answered (by Stormgate, as the provider's counters
 	// show at the end).
 	dialed := netip.AddrPortFrom(p.addr, tpProviderPort)
+	dialed6 := netip.AddrPortFrom(p.addr6, tpProviderPort)
 	for i := range probes {
-		c, err := p.dial(t, tpProviderPort)
+		to := dialed
+		if i%2 == 1 {
+			to = dialed6
+		}
+		c, err := p.dialAddr(t, to)
 		if err != nil {
-			t.Fatalf("consumer %d: dial %v: %v", i, dialed, err)
+			t.Fatalf("consumer %d: dial %v: %v", i, to, err)
 		}
 		for j := range calls {
 			arg := fmt.Sprintf("transparent-%d-%d", i, j)
@@ -139,22 +145,21 @@ func TestTransparentNetnsEndToEnd(t *testing.T) {
 		}
 	}
 
-	// --clean restores the pod's nat table byte for byte.
-	t.Logf("sidecar iptables --clean:\n%s", p.iptables(t, "--clean"))
-	if after := p.pod.Run(t, "iptables", "-t", "nat", "-S"); after != p.natBefore {
-		t.Errorf("after --clean the nat table is\n%s\nwant exactly what it was before install:\n%s", after, p.natBefore)
-	}
-	// Without the rules a new consumer reaches the provider itself (Stormgate does not
-	// see it): the redirect, and only the redirect, was what sent traffic through it.
-	direct, err := p.dial(t, tpProviderPort)
-	if err != nil {
-		t.Fatalf("dial %v after --clean: %v", dialed, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	resp, err := direct.Call(ctx, 1, tpService, "echo", "direct")
-	cancel()
-	if err != nil || resp.Status != 20 || resp.Value != "direct" {
-		t.Fatalf("direct call after --clean: status %d value %q err %v", resp.Status, resp.Value, err)
+	// --clean restores the pod's rules byte for byte.
+	p.clean(t)
+	// Without the rules new consumers reach the provider itself (Stormgate does not see
+	// them): the redirect, and only the redirect, was what sent traffic through it.
+	for _, to := range []netip.AddrPort{dialed, dialed6} {
+		direct, err := p.dialAddr(t, to)
+		if err != nil {
+			t.Fatalf("dial %v after --clean: %v", to, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := direct.Call(ctx, 1, tpService, "echo", "direct")
+		cancel()
+		if err != nil || resp.Status != 20 || resp.Value != "direct" {
+			t.Fatalf("direct call to %v after --clean: status %d value %q err %v", to, resp.Status, resp.Value, err)
+		}
 	}
 	if got := sc.metric(t, "stormgate_downstream_accepted_total"); got != loadConns+probes {
 		t.Errorf("after --clean Stormgate accepted %v connections in total, want still %d", got, loadConns+probes)
@@ -162,11 +167,11 @@ func TestTransparentNetnsEndToEnd(t *testing.T) {
 
 	st := p.stopProvider(t)
 	t.Logf("provider: %+v", st)
-	if st.ConnsAccepted != tpUpstreamM+1 { // Stormgate's M, then the direct one after --clean
-		t.Errorf("provider accepted %d connections, want Stormgate's %d plus the direct one after --clean", st.ConnsAccepted, tpUpstreamM)
+	if st.ConnsAccepted != tpUpstreamM+2 { // Stormgate's M, then the two direct ones after --clean
+		t.Errorf("provider accepted %d connections, want Stormgate's %d plus the two direct ones after --clean", st.ConnsAccepted, tpUpstreamM)
 	}
-	if st.Requests != uint64(wantReqs)+1 {
-		t.Errorf("provider answered %d requests, want %v through Stormgate plus 1 direct", st.Requests, wantReqs)
+	if st.Requests != uint64(wantReqs)+2 {
+		t.Errorf("provider answered %d requests, want %v through Stormgate plus 2 direct", st.Requests, wantReqs)
 	}
 	if st.HeartbeatsReceived != 0 {
 		t.Errorf("provider received %d heartbeats; Stormgate answers the consumers' heartbeats itself", st.HeartbeatsReceived)
@@ -253,8 +258,5 @@ func TestTransparentPortNotAllowed(t *testing.T) {
 		t.Errorf("provider accepted %d connections, want Stormgate's %d", st.ConnsAccepted, tpUpstreamM)
 	}
 
-	p.iptables(t, "--clean")
-	if after := p.pod.Run(t, "iptables", "-t", "nat", "-S"); after != p.natBefore {
-		t.Errorf("after --clean the nat table is\n%s\nwant exactly\n%s", after, p.natBefore)
-	}
+	p.clean(t)
 }

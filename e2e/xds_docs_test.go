@@ -30,8 +30,10 @@ var xdsRestartOnly = map[string]bool{}
 
 // xdsSections describes each top-level section of the schema, in the docs.
 var xdsSections = map[string]string{
-	"listener":  "The consumer-facing socket.",
-	"admission": "Connection storms: accepted connections are admitted into the event loop by a token bucket; the rest wait, accepted, in a bounded queue.",
+	"listener": "The consumer-facing socket.",
+	"admission": "Connection storms: accepted connections are admitted into the event loop by a token bucket; the rest wait, accepted, in a bounded queue. " +
+		"`tcp_fastopen` is off by default: Dubbo consumers (Java NIO or Netty, dubbo-go) do not send TCP Fast Open SYNs, so a listener-side queue buys them nothing, " +
+		"and it needs the server bit of `net.ipv4.tcp_fastopen`, which stock kernels do not set (the sidecar warns when it is on and the kernel ignores it).",
 	"upstream":  "The provider: M connections, reconnect backoff, warm-up.",
 	"hold":      "Requests waiting while no upstream connection is usable (provider restarting).",
 	"keepalive": "Idle consumers, and Stormgate's own heartbeats on upstream connections.",
@@ -139,7 +141,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 		w("   | `%s` | `%s` |\n", f.flag, f.field)
 	}
 	w("\n   A flag counts only when given: its default does not override the file.\n")
-	w("4. live pushes from a control plane: `sidecar run --xds HOST:PORT --node-id ID`. A push is merged\n")
+	w("4. live pushes from a control plane: `sidecar run --xds HOST:PORT[,HOST:PORT] --node-id ID`. A push is merged\n")
 	w("   over the sidecar's startup settings (defaults, file, flags), so a field the control plane stops\n")
 	w("   setting goes back to its startup value.\n\n")
 
@@ -149,7 +151,9 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("- durations: a string Go's `time.ParseDuration` reads (`3s`, `0.05s`, `500ms`, `1m30s`) or a bare `0`;\n")
 	w("- enums by name (`HOLD`), booleans `true`/`false`, lists in YAML list syntax (`[20880, 20881]`);\n")
 	w("- an unknown field, a wrong type, a value out of range or a field set twice is an error that names\n")
-	w("  the field, the allowed range and the line; `sidecar run` refuses to start with it.\n\n")
+	w("  the field, the allowed range and the line; `sidecar run` refuses to start with it, naming the file.\n")
+	w("  `sidecar validate` reports every problem of a file in one run (up to 50), so one typo does not hide\n")
+	w("  the next mistake; it takes files and directories (every `*.yaml`/`*.yml` in them).\n\n")
 	w("```yaml\nlistener:  { address: 0.0.0.0:20881 }\nupstream:  { address: 127.0.0.1:20880, connections: 4 }\n")
 	w("keepalive: { upstream_interval: 30s }\nhold:      { timeout: 3s }\n```\n\n")
 	w("[examples/stormgate.yaml](../examples/stormgate.yaml) lists every field at its default. Check files before\n")
@@ -184,48 +188,22 @@ func xdsConfigurationDoc(t *testing.T) string {
 	}
 	w("\n")
 
-	w("## Live changes over xDS\n\n")
-	w("With `--xds HOST:PORT` the sidecar keeps an ADS stream (gRPC, `envoy.service.discovery.v3`) to the\n")
-	w("control plane and subscribes to one `envoy.config.core.v3.TypedExtensionConfig` resource, named\n")
-	w("`%s` by default (`--xds-resource`), whose `typed_config` is an `Any` holding a `stormgate.v1.Settings`\n", xds.DefaultResourceName)
-	w("(type URL `%s`). Any go-control-plane snapshot cache can serve it. The node id is\n", xds.SettingsType)
-	w("`--node-id`, else `$POD_NAME.$POD_NAMESPACE`. TLS: `--xds-ca` (verify the server), plus `--xds-cert`\n")
-	w("and `--xds-key` for mTLS.\n\n")
-	w("Each push is merged over the startup settings, validated, checked against the running settings for\n")
-	w("*restart* fields, and applied to every stage; then it is ACKed. Otherwise it is NACKed with an\n")
-	w("`error_detail` naming each bad field and why, and the running settings stay. A bad version is NACKed\n")
-	w("once, not again when the snapshot cache re-sends it (go-control-plane#962). While the control plane is\n")
-	w("away the sidecar keeps its last settings and reconnects with exponential backoff and full jitter\n")
-	w("(250 ms up to 10 s).\n\n")
-	w("Metrics: `stormgate_xds_updates_total{result=\"ack|nack\"}`, `stormgate_xds_connected` (1 while the\n")
-	w("stream is up), `stormgate_xds_config_info{version,source}` (always 1, labels of the active settings).\n\n")
-
-	w("## The control-plane file\n\n")
-	w("`sidecar control-plane --listen 127.0.0.1:18000 --config FILE|DIR` is the reference control plane\n")
-	w("(go-control-plane server and snapshot cache). Its file has two keys:\n\n")
-	w("```yaml\ndefault:                 # partial settings served to every node\n")
-	w("  keepalive: { upstream_interval: 30s }\n  admission: { accept_rate: 2000 }\n")
-	w("nodes:                   # node id -> partial settings merged over default\n")
-	w("  order-provider-0.shop:\n    upstream: { connections: 8 }\n```\n\n")
-	w("- A node receives `default` with its own entry merged over it: only what the file sets, so the\n")
-	w("  sidecar's own file and flags fill in the rest. A node without an entry receives `default`.\n")
-	w("- `--config DIR` reads every `*.yaml` and `*.yml` file in DIR (not hidden ones, not recursively) in name\n")
-	w("  order: their `default`s merge in that order; a node id may appear in one file only.\n")
-	w("- The config is re-read every 500 ms and validated (every node's effective settings) before it is\n")
-	w("  published; a bad edit is logged with the field and the allowed range and the previous config keeps\n")
-	w("  being served. Edits reach the sidecars' `/config_dump` within about a second.\n")
-	w("- The version served is a content hash of the node's settings. NACKs are logged with the node, the\n")
-	w("  rejected version and the error, and the rejected version is not re-sent until the node's settings\n")
-	w("  change.\n")
-	w("- `--metrics ADDR` serves `stormgate_control_plane_loads_total{result=\"published|invalid\"}` and\n")
-	w("  `stormgate_control_plane_nacks_total`; `--resource-name` changes the resource name served.\n\n")
+	xdsLiveDocs(t, w)
 
 	w("## /config_dump\n\n")
 	w("`GET /config_dump` on the admin listener (`--admin`, default `127.0.0.1:15000`; keep it on loopback)\n")
 	w("returns the active settings: every field (snake_case, durations as protobuf JSON prints them), the\n")
-	w("version (a content hash; for xDS, the control plane's version), the source (`%s`, `%s` or\n", xds.SourceDefaults, xds.SourceFile)
-	w("`%s`) and when they were applied. `GET /config_dump?format=yaml` prints the settings alone as a\n", xds.SourceXDS)
-	w("settings file that `sidecar run --config` reads back. With the defaults:\n\n")
+	w("version (a content hash; for xDS, the control plane's version), and where they came from:\n\n")
+	w("- `field_sources`: for every field, the layer its value comes from: `%s` (built in), `%s` (the\n", xds.SourceDefaults, xds.SourceFile)
+	w("  `--config` file, named in `file`), `%s` (a `sidecar run` flag) or `%s` (pushed by the control\n", xds.SourceFlag, xds.SourceXDS)
+	w("  plane; a pushed field whose value equals the startup value keeps the startup source);\n")
+	w("- `source`: what made the last change (`%s` after a push, `%s` after a SIGHUP reload; at start the\n", xds.SourceXDS, xds.SourceFile)
+	w("  most specific layer that set any field) and `applied`, when;\n")
+	w("- `rejecting`: true while the control plane's newest version is NACKed (the metric\n")
+	w("  `stormgate_xds_rejecting`); `last_rejected`: the last version refused, from xDS or a SIGHUP reload,\n")
+	w("  with its error and time (it stays on record after a good version is applied).\n\n")
+	w("`GET /config_dump?format=yaml` prints the settings alone as a settings file that `sidecar run\n")
+	w("--config` reads back. With the defaults:\n\n")
 	w("```json\n%s```\n", xdsConfigDumpExample(t))
 	return b.String()
 }
@@ -234,7 +212,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 func xdsValidateExample(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "stormgate.yaml"), []byte("keepalive:\n  upstream_interval: -1s\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "stormgate.yaml"), []byte("keepalive:\n  upstream_interval: -1s\nhold:\n  timout: 5s\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bins.sidecar, "validate", "stormgate.yaml")

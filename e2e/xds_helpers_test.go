@@ -43,14 +43,14 @@ type xdsControlPlane struct {
 }
 
 // startXDSControlPlane runs `sidecar control-plane` serving config on listen
-// ("" = 127.0.0.1:0) and waits until it serves.
-func startXDSControlPlane(t *testing.T, listen, config string) *xdsControlPlane {
+// ("" = 127.0.0.1:0), with extra flags (e.g. --cert), and waits until it serves.
+func startXDSControlPlane(t *testing.T, listen, config string, extra ...string) *xdsControlPlane {
 	t.Helper()
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	p := startProc(t, "control-plane", bins.sidecar, "control-plane", "--listen", listen, "--config", config,
-		"--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "info")
+	p := startProc(t, "control-plane", bins.sidecar, append([]string{"control-plane", "--listen", listen, "--config", config,
+		"--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "info"}, extra...)...)
 	cp := &xdsControlPlane{proc: p, config: config, http: &http.Client{Timeout: 5 * time.Second}}
 	m := p.waitJSONLine(t, false, 20*time.Second, `"control plane serving"`, func(m map[string]any) bool {
 		return m["msg"] == "control plane serving"
@@ -81,23 +81,12 @@ func (cp *xdsControlPlane) metric(t *testing.T, name string, labels ...string) f
 	return sum(ms, name, labels...)
 }
 
-// jsonLines returns the control plane's JSON log lines whose msg is msg.
-func (cp *xdsControlPlane) jsonLines(msg string) []map[string]any {
-	var out []map[string]any
-	for _, l := range cp.logLines() {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// logTime converts a zap JSON "ts" (float seconds since the epoch) to a time.
+// logTime converts a zap JSON "ts" (ISO-8601, e.g. 2026-01-02T03:04:05.678Z)
+// to a time.
 func logTime(m map[string]any) time.Time {
-	ts, _ := m["ts"].(float64)
-	sec := int64(ts)
-	return time.Unix(sec, int64((ts-float64(sec))*1e9))
+	ts, _ := m["ts"].(string)
+	t, _ := time.Parse(time.RFC3339Nano, ts)
+	return t
 }
 
 // startXDSSidecar runs `sidecar run --xds cpAddr --node-id nodeID` in front of

@@ -18,12 +18,13 @@ import (
 // sent per bad version (no loop with the snapshot cache's re-send,
 // go-control-plane#962).
 //
-// Two control planes, because the reference one validates before publishing and
-// so never serves a negative interval:
-//   - reference: `sidecar control-plane` with a YAML file; a listener.address
-//     change is published and NACKed by the sidecar (the control plane cannot
-//     know the sidecar's --listen); a negative interval is refused by the
-//     control plane itself and never reaches the sidecar;
+// Two control planes, because the reference one validates before publishing:
+//   - reference: `sidecar control-plane` with a YAML file. It refuses what no
+//     sidecar could apply (a negative interval, a listener.address that cannot
+//     change live) and never publishes it. It validates over the built-in
+//     defaults, so what it cannot see is the sidecar's own file: this sidecar
+//     starts with upstream.backoff_base 1s, and a pushed backoff_max below
+//     that is published and NACKed by the sidecar;
 //   - any go-control-plane snapshot cache (in the test process) that publishes
 //     whatever it is given: the sidecar NACKs the negative interval and the
 //     listener.address change itself.
@@ -35,14 +36,16 @@ func TestXDSBadPushNACKed(t *testing.T) {
 		cfgPath := filepath.Join(t.TempDir(), "cp.yaml")
 		good := "default:\n  keepalive: { upstream_interval: 20s }\n"
 		writeFileAtomic(t, cfgPath, good)
+		own := filepath.Join(t.TempDir(), "stormgate.yaml")
+		writeFileAtomic(t, own, "upstream: { backoff_base: 1s, backoff_max: 2s }\n")
 		cp := startXDSControlPlane(t, "", cfgPath)
-		sc := startXDSSidecar(t, prov.Addr(), cp.addr, node, 4)
+		sc := startXDSSidecar(t, prov.Addr(), cp.addr, node, 4, "--config", own)
 		v1 := cpVersion(t, good, node)
 		running := sc.waitXDSApplied(t, 10*time.Second, v1)
 		listen := running.field("listener.address")
 
-		for i, addr := range []string{"127.0.0.1:1", "127.0.0.1:2"} {
-			bad := good + fmt.Sprintf("  listener: { address: %q }\n", addr)
+		for i, max := range []string{"500ms", "800ms"} {
+			bad := good + fmt.Sprintf("  upstream: { backoff_max: %s }\n", max)
 			writeFileAtomic(t, cfgPath, bad)
 			vBad := cpVersion(t, bad, node)
 			xdsWantNACKs(t, sc, i+1, v1, running)
@@ -63,29 +66,40 @@ func TestXDSBadPushNACKed(t *testing.T) {
 			detail, _ := logged["error"].(string)
 			t.Logf("control plane logged: NACK of %v by %v, running %v: %s", logged["rejected_version"], logged["node_id"],
 				logged["running_version"], detail)
-			if !strings.Contains(detail, "listener.address") || !strings.Contains(detail, addr) ||
-				logged["node_id"] != node || logged["running_version"] != v1 {
-				t.Errorf("control plane's NACK log does not name listener.address -> %s for node %s running %s: %v", addr, node, v1, logged)
+			want := "upstream.backoff_max: " + max + " is below upstream.backoff_base (1s)"
+			if !strings.Contains(detail, want) || logged["node_id"] != node || logged["running_version"] != v1 ||
+				logged["settings_from"] != "default" {
+				t.Errorf("control plane's NACK log does not say %q for node %s running %s: %v", want, node, v1, logged)
 			}
 			if n := cp.metric(t, "stormgate_control_plane_nacks_total"); n != float64(i+1) {
 				t.Errorf("stormgate_control_plane_nacks_total = %v after %d bad versions, want %d", n, i+1, i+1)
 			}
 		}
+		if n := cp.metric(t, "stormgate_control_plane_nodes_rejecting"); n != 1 {
+			t.Errorf("stormgate_control_plane_nodes_rejecting = %v, want 1", n)
+		}
 
-		// A negative interval: the reference control plane refuses to publish it.
-		negative := "default:\n  keepalive: { upstream_interval: -5s }\n"
-		writeFileAtomic(t, cfgPath, negative)
-		m := cp.waitJSONLine(t, false, 5*time.Second, `"config invalid"`, func(m map[string]any) bool {
-			return strings.HasPrefix(fmt.Sprint(m["msg"]), "config invalid") && m["field"] == "default.keepalive.upstream_interval"
-		})
-		t.Logf("control plane refused to publish: %v", m["problem"])
-		if p := fmt.Sprint(m["problem"]); !strings.Contains(p, "must be between 1s and 1h") {
-			t.Errorf("problem %q does not give the allowed range", p)
+		// What no sidecar could apply, the reference control plane refuses to publish.
+		for i, c := range []struct{ text, field, problem string }{
+			{"default:\n  keepalive: { upstream_interval: -5s }\n", "default.keepalive.upstream_interval", "must be between 1s and 1h"},
+			{good + "  listener: { address: \"127.0.0.1:1\" }\n", "default.listener.address", "every sidecar would NACK"},
+		} {
+			writeFileAtomic(t, cfgPath, c.text)
+			m := cp.waitJSONLine(t, false, 5*time.Second, `"config invalid"`, func(m map[string]any) bool {
+				return strings.HasPrefix(fmt.Sprint(m["msg"]), "config invalid") && m["field"] == c.field
+			})
+			t.Logf("control plane refused to publish: %v", m["problem"])
+			if p := fmt.Sprint(m["problem"]); !strings.Contains(p, c.problem) {
+				t.Errorf("problem %q does not say %q", p, c.problem)
+			}
+			if n := cp.metric(t, "stormgate_control_plane_loads_total", `result="invalid"`); n != float64(i+1) {
+				t.Errorf("stormgate_control_plane_loads_total{result=invalid} = %v, want %d", n, i+1)
+			}
+			if n := cp.metric(t, "stormgate_control_plane_config_valid"); n != 0 {
+				t.Errorf("stormgate_control_plane_config_valid = %v while the file is invalid", n)
+			}
+			xdsWantNACKs(t, sc, 2, v1, running) // nothing new reached the sidecar
 		}
-		if n := cp.metric(t, "stormgate_control_plane_loads_total", `result="invalid"`); n != 1 {
-			t.Errorf("stormgate_control_plane_loads_total{result=invalid} = %v, want 1", n)
-		}
-		xdsWantNACKs(t, sc, 2, v1, running) // nothing new reached the sidecar
 
 		// A good edit after all that is applied.
 		fixed := "default:\n  keepalive: { upstream_interval: 10s }\n"
@@ -97,6 +111,9 @@ func TestXDSBadPushNACKed(t *testing.T) {
 		}
 		if n := sc.metric(t, "stormgate_xds_updates_total", `result="nack"`); n != 2 {
 			t.Errorf("NACKs = %v, want still 2", n)
+		}
+		if n := cp.metric(t, "stormgate_control_plane_config_valid"); n != 1 {
+			t.Errorf("stormgate_control_plane_config_valid = %v after the fix", n)
 		}
 	})
 

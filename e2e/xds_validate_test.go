@@ -149,7 +149,7 @@ func xdsConfigKind(data []byte) string {
 		if fields.ByName(protoreflect.Name(k)) == nil {
 			settings = false
 		}
-		if k != "default" && k != "nodes" {
+		if k != "default" && k != "namespaces" && k != "selectors" && k != "nodes" {
 			cp = false
 		}
 	}

@@ -3,21 +3,30 @@ package inject
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/stormgate/stormgate/transparent"
+	"github.com/stormgate/stormgate/xds"
+	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 // Annotations read from a pod template (or its workload) and written by injection.
 const (
 	// AnnotationInject set to "false" leaves the workload alone.
 	AnnotationInject = "stormgate.io/inject"
-	// AnnotationInjected is written on every injected pod template; its presence makes injection a no-op.
+	// AnnotationInjected is written on every injected pod template: the version of Stormgate that
+	// injected it. Injecting an injected pod again rebuilds Stormgate's part from the pod's original
+	// spec: nothing changes when version and settings are the same, and a newer version (or changed
+	// annotations) updates it.
 	AnnotationInjected = "stormgate.io/injected"
 	// AnnotationInboundPorts lists the provider ports to redirect through Stormgate: "20880,20881".
 	// It is also the allow-list Stormgate forwards to.
@@ -31,6 +40,13 @@ const (
 	AnnotationUpstreamConns = "stormgate.io/upstream-conns"
 	// AnnotationXDSAddress is the control plane's host:port; empty means no xDS (flags only).
 	AnnotationXDSAddress = "stormgate.io/xds-address"
+	// AnnotationXDSCASecret names a Secret whose ca.crt verifies the control plane's certificate: the
+	// sidecar talks TLS to the control plane.
+	AnnotationXDSCASecret = "stormgate.io/xds-ca-secret"
+	// AnnotationXDSCertSecret names a kubernetes.io/tls Secret (tls.crt, tls.key) with the sidecar's
+	// client certificate: mutual TLS. Needs AnnotationXDSCASecret (it may name the same Secret, as a
+	// cert-manager Certificate's Secret carries ca.crt too).
+	AnnotationXDSCertSecret = "stormgate.io/xds-cert-secret"
 	// AnnotationLogLevel is passed to --log-level.
 	AnnotationLogLevel = "stormgate.io/log-level"
 	// AnnotationImage and AnnotationInitImage override the container images.
@@ -53,12 +69,21 @@ const (
 	InitContainerName = "stormgate-init"
 	// MetricsPortName names the metrics containerPort (at most 15 characters).
 	MetricsPortName = "sg-metrics"
+	// Volumes holding the control plane's CA and the sidecar's client certificate, and where the
+	// sidecar container mounts them.
+	XDSCAVolume   = "stormgate-xds-ca"
+	XDSCertVolume = "stormgate-xds-cert"
+	XDSCADir      = "/etc/stormgate/xds-ca"
+	XDSCertDir    = "/etc/stormgate/xds-cert"
 )
 
 // Defaults used when neither Config nor an annotation says otherwise.
 const (
-	DefaultImage       = "stormgate/sidecar:latest"
-	DefaultInitImage   = "stormgate/sidecar-init:latest"
+	// DefaultRepository is the image name; the tag is Config.Version (the injecting binary's own
+	// version), so `sidecar inject` of release X writes image X. The one image is both the init
+	// container (sidecar iptables) and the sidecar (sidecar run).
+	DefaultRepository  = "stormgate/sidecar"
+	DefaultVersion     = "dev"
 	DefaultInboundPort = 20880
 	DefaultProxyPort   = 15006
 	DefaultMetricsPort = 15090
@@ -72,14 +97,20 @@ const (
 // Config is what `sidecar inject` knows before looking at a manifest. The zero value means "all
 // defaults"; annotations on each workload override it field by field.
 type Config struct {
-	Image         string   // Stormgate image; empty means DefaultImage
-	InitImage     string   // image holding the sidecar binary and iptables; empty means DefaultInitImage
+	// Version is the Stormgate version doing the injection: the default image tag and the value of the
+	// stormgate.io/injected annotation. Empty means DefaultVersion.
+	Version       string
+	Image         string   // Stormgate image; empty means DefaultRepository:Version
+	InitImage     string   // image of the init container (it runs `sidecar iptables`); empty means Image
 	InboundPorts  []uint16 // empty means {DefaultInboundPort}
 	ProxyPort     uint16   // 0 means DefaultProxyPort
 	MetricsPort   uint16   // 0 means DefaultMetricsPort
-	UpstreamConns int      // 0 leaves the run command's default; negative is invalid
+	UpstreamConns int      // 0 leaves the run command's default; else the settings' range (1-64)
 	XDSAddress    string   // host:port of the control plane; empty means none
-	LogLevel      string   // empty leaves the run command's default
+	// XDSCASecret and XDSCertSecret name the Secrets for TLS and mTLS to the control plane (see the
+	// annotations of the same names); empty means plaintext.
+	XDSCASecret, XDSCertSecret string
+	LogLevel                   string // empty leaves the run command's default
 	// Resources of the Stormgate container; a nil map means the default (see DefaultResources). A
 	// present but empty map means none at all.
 	Requests, Limits corev1.ResourceList
@@ -99,13 +130,21 @@ func DefaultResources() (requests, limits corev1.ResourceList) {
 		}
 }
 
+// DefaultImage returns the image `sidecar inject` of this version writes: DefaultRepository:version.
+func DefaultImage(version string) string {
+	if version == "" {
+		version = DefaultVersion
+	}
+	return DefaultRepository + ":" + version
+}
+
 // withDefaults fills every zero field.
 func (c Config) withDefaults() Config {
-	if c.Image == "" {
-		c.Image = DefaultImage
+	if c.Version == "" {
+		c.Version = DefaultVersion
 	}
-	if c.InitImage == "" {
-		c.InitImage = DefaultInitImage
+	if c.Image == "" {
+		c.Image = DefaultImage(c.Version)
 	}
 	if len(c.InboundPorts) == 0 {
 		c.InboundPorts = []uint16{DefaultInboundPort}
@@ -126,7 +165,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports a Config that cannot produce a working pod.
+// Validate reports a Config that cannot produce a working pod: every value the sidecar would refuse
+// (checked with the sidecar's own settings validation, so the ranges are the same) and every
+// combination that would start a pod that cannot work.
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
@@ -150,7 +191,105 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s request %s is above its limit %s", name, r.String(), q.String()))
 		}
 	}
+	if q, ok := c.Limits[corev1.ResourceMemory]; ok && q.Value() < minMemoryLimit {
+		errs = append(errs, fmt.Errorf("memory limit %s: below %dMi the sidecar cannot hold its buffers; use at least %dMi", q.String(), minMemoryLimit>>20, minMemoryLimit>>20))
+	}
+	if c.XDSAddress != "" {
+		if err := checkHostPort(c.XDSAddress); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", describeField("xds-address"), c.XDSAddress, err))
+		}
+	}
+	for _, sec := range []struct{ field, name string }{{"xds-ca-secret", c.XDSCASecret}, {"xds-cert-secret", c.XDSCertSecret}} {
+		if sec.name == "" {
+			continue
+		}
+		if msgs := validation.IsDNS1123Subdomain(sec.name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s %q is not a Secret name: %s", describeField(sec.field), sec.name, strings.Join(msgs, "; ")))
+		}
+		if c.XDSAddress == "" {
+			errs = append(errs, fmt.Errorf("%s is set but there is no control plane (%s)", describeField(sec.field), describeField("xds-address")))
+		}
+	}
+	if c.XDSCertSecret != "" && c.XDSCASecret == "" {
+		errs = append(errs, fmt.Errorf("%s needs %s too: the image has no system CA roots, so name the Secret whose ca.crt signed "+
+			"the control plane's certificate (a cert-manager Certificate's Secret has ca.crt: it may be the same Secret)",
+			describeField("xds-cert-secret"), describeField("xds-ca-secret")))
+	}
+	if err := xds.Validate(c.settings()); err != nil {
+		var ps xds.Problems
+		if errors.As(err, &ps) {
+			for _, p := range ps {
+				errs = append(errs, fmt.Errorf("%s: %s: %s", describeField(settingFields[p.Field]), p.Field, p.Message))
+			}
+		} else {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// minMemoryLimit is the smallest memory limit injection accepts for the sidecar.
+const minMemoryLimit = 64 << 20
+
+// settingFields maps the settings the sidecar's flags set to the annotation (and flag) that sets them.
+var settingFields = map[string]string{
+	"listener.address":       "proxy-port",
+	"listener.inbound_ports": "inbound-ports",
+	"upstream.connections":   "upstream-conns",
+	"log.level":              "log-level",
+}
+
+// describeField names an annotation (without its stormgate.io/ prefix) and its flag:
+// "annotation stormgate.io/upstream-conns (flag --upstream-conns)".
+func describeField(name string) string {
+	if name == "" {
+		return "settings"
+	}
+	flag := name
+	if name == "xds-address" {
+		flag = "xds"
+	}
+	return "annotation stormgate.io/" + name + " (flag --" + flag + ")"
+}
+
+// settings returns what the sidecar's flags will make of c, over the defaults: the value the sidecar
+// validates at start-up, so injection can refuse what would crash-loop.
+func (c Config) settings() *sg.Settings {
+	over := &sg.Settings{
+		Listener: &sg.Listener{Address: proto.String(listenAddr(c.ProxyPort)), Transparent: proto.Bool(true)},
+		Upstream: &sg.Upstream{}, Log: &sg.Log{},
+	}
+	for _, p := range c.InboundPorts {
+		over.Listener.InboundPorts = append(over.Listener.InboundPorts, int32(p))
+	}
+	if c.UpstreamConns != 0 {
+		over.Upstream.Connections = proto.Int32(int32(min(c.UpstreamConns, 1<<30)))
+	}
+	if c.LogLevel != "" {
+		over.Log.Level = proto.String(c.LogLevel)
+	}
+	return xds.WithDefaults(over)
+}
+
+// listenAddr is the sidecar's listen address for port: every address, IPv4 and IPv6 (the sidecar falls
+// back to IPv4 alone on nodes without IPv6).
+func listenAddr(port uint16) string {
+	return netip.AddrPortFrom(netip.IPv6Unspecified(), port).String()
+}
+
+// checkHostPort accepts host:port with a port from 1 to 65535 and a non-empty host.
+func checkHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New("want host:port, e.g. stormgate-control-plane.stormgate-system.svc:18000")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("port %q: want a number from 1 to 65535", port)
+	}
+	if host == "" {
+		return errors.New("empty host")
+	}
+	return nil
 }
 
 // withAnnotations returns c overridden by the stormgate.io/* annotations in ann.
@@ -206,15 +345,20 @@ func (c Config) withAnnotations(ann map[string]string) (Config, error) {
 	if v, ok := ann[AnnotationUpstreamConns]; ok {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n <= 0 {
-			bad(AnnotationUpstreamConns, v, "a positive number of connections")
+			bad(AnnotationUpstreamConns, v, "a number of connections from 1 to 64")
 		} else {
 			c.UpstreamConns = n
 		}
 	}
 	str(AnnotationXDSAddress, &c.XDSAddress)
+	str(AnnotationXDSCASecret, &c.XDSCASecret)
+	str(AnnotationXDSCertSecret, &c.XDSCertSecret)
 	str(AnnotationLogLevel, &c.LogLevel)
 	str(AnnotationImage, &c.Image)
 	str(AnnotationInitImage, &c.InitImage)
+	if c.InitImage == "" {
+		c.InitImage = c.Image // one image is both the init container and the sidecar
+	}
 	quantity(AnnotationCPURequest, &c.Requests, corev1.ResourceCPU)
 	quantity(AnnotationMemoryRequest, &c.Requests, corev1.ResourceMemory)
 	quantity(AnnotationCPULimit, &c.Limits, corev1.ResourceCPU)

@@ -14,13 +14,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata from the current output")
 
-// goldenConfig is what the golden files were made with (as `sidecar inject --image ... --init-image ...`).
-var goldenConfig = Config{Image: "registry.example/stormgate:test", InitImage: "registry.example/stormgate-init:test"}
+// goldenConfig is what the golden files were made with (as `sidecar inject --image ...` of version 1.2.3).
+var goldenConfig = Config{Version: "1.2.3", Image: "registry.example/stormgate:test"}
 
 var goldenCases = []string{"deployment", "statefulset", "pod", "multi"}
 
@@ -48,7 +49,8 @@ func TestGolden(t *testing.T) {
 }
 
 // TestDoubleInjectionIsNoop feeds each golden output back in: the bytes must come out identical and no
-// document may be injected again.
+// document may be injected again. With other settings (a newer version), re-injecting the output gives
+// exactly what injecting the original with those settings gives: an upgrade through the kubectl pipe.
 func TestDoubleInjectionIsNoop(t *testing.T) {
 	for _, name := range goldenCases {
 		t.Run(name, func(t *testing.T) {
@@ -61,16 +63,75 @@ func TestDoubleInjectionIsNoop(t *testing.T) {
 				t.Fatalf("second injection changed the manifest:\n%s", twice)
 			}
 			for _, r := range results {
-				if r.Action == ActionInjected {
+				if r.Action.Changed() {
 					t.Errorf("%s: injected twice", r)
 				}
 			}
-			// Different flags must not matter either: the pod is already injected.
-			again, _, err := Manifest(once, Config{Image: "other:1", ProxyPort: 16000})
-			if err != nil || !bytes.Equal(once, again) {
-				t.Fatalf("re-injection with other settings changed the manifest (err %v)", err)
+			newer := Config{Version: "1.3.0", ProxyPort: 16000}
+			upgraded, results, err := Manifest(once, newer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh, _, err := Manifest(readFile(t, name+".yaml"), newer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(upgraded, fresh) {
+				t.Fatalf("re-injecting with version 1.3.0 gave\n%s\nbut injecting the original with it gives\n%s", upgraded, fresh)
+			}
+			for _, r := range results {
+				if r.Action == ActionInjected || r.Action == ActionAlreadyInjected {
+					t.Errorf("%s: want updated (or untouched)", r)
+				}
+				if r.Action == ActionUpdated && !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.Contains(w, "version 1.2.3 -> 1.3.0") }) {
+					t.Errorf("%s: warnings %q do not say which versions", r, r.Warnings)
+				}
 			}
 		})
+	}
+}
+
+// TestUpgradeFromPreviousRelease re-injects what the previous release's inject wrote (separate init
+// image with iptables, `injected: "true"`): the result is what this release writes for the original.
+func TestUpgradeFromPreviousRelease(t *testing.T) {
+	prev := readFile(t, "deployment.prev-injected.yaml")
+	// The previous release's output, with this release's TLS annotations added by hand (as an operator
+	// would, to secure it while upgrading).
+	prev = bytes.Replace(prev, []byte("        stormgate.io/xds-address: stormgate-control-plane.stormgate-system.svc:18000\n"),
+		[]byte("        stormgate.io/xds-address: stormgate-control-plane.stormgate-system.svc:18000\n"+
+			"        stormgate.io/xds-ca-secret: stormgate-xds-client\n        stormgate.io/xds-cert-secret: stormgate-xds-client\n"), 1)
+	// ... and the probes (the previous release did not rewrite them, so they were plain in its output).
+	in := readFile(t, "deployment.yaml")
+	out, results, err := Manifest(prev, goldenConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if results[0].Action != ActionUpdated {
+		t.Fatalf("action %s, want updated", results[0].Action)
+	}
+	var got, want appsv1.Deployment
+	if err := yaml.UnmarshalStrict(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(readFile(t, "deployment.golden.yaml"), &want); err != nil {
+		t.Fatal(err)
+	}
+	// The application container of the previous output had no probes; take them from the input.
+	var orig appsv1.Deployment
+	if err := yaml.UnmarshalStrict(in, &orig); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []*appsv1.Deployment{&got, &want} {
+		d.Spec.Template.Spec.Containers[0].LivenessProbe = nil
+		d.Spec.Template.Spec.Containers[0].ReadinessProbe = nil
+		d.Spec.Template.Spec.Containers[0].StartupProbe = nil
+		side := &d.Spec.Template.Spec.Containers[1]
+		side.Env = slices.DeleteFunc(side.Env, func(e corev1.EnvVar) bool { return e.Name == envAppProbes })
+	}
+	if !sameJSON(got, want) {
+		gy, _ := yaml.Marshal(got)
+		wy, _ := yaml.Marshal(want)
+		t.Fatalf("upgraded:\n%s\nwant:\n%s", gy, wy)
 	}
 }
 
@@ -110,9 +171,25 @@ func TestOutputParsesBack(t *testing.T) {
 			}
 			t.Run(out.name, func(t *testing.T) {
 				checkInjected(t, out.meta, out.spec, w.inbound, w.proxy, w.native)
-				// The application's containers are exactly as they were.
+				// The application's containers are exactly as they were, but for the probes injection
+				// rewrote: taking Stormgate out again gives them back (named ports as numbers).
+				restored := out.spec.DeepCopy()
+				if err := uninject(out.meta.DeepCopy(), restored); err != nil {
+					t.Fatal(err)
+				}
+				appIn := in.spec.DeepCopy()
+				for _, c := range appContainers(appIn) {
+					for _, pr := range probesOf(c) {
+						if p := *pr.probe; p != nil && p.TCPSocket != nil && p.TCPSocket.Port.Type == intstr.String {
+							p.TCPSocket.Port = intstr.FromInt(resolvePort(c, p.TCPSocket.Port))
+						}
+					}
+				}
+				if !sameJSON(restored.Containers, appIn.Containers) {
+					t.Errorf("application containers changed:\n%+v\nwas\n%+v", restored.Containers, appIn.Containers)
+				}
 				appOut := slices.DeleteFunc(slices.Clone(out.spec.Containers), isOurs)
-				if !reflect.DeepEqual(appOut, in.spec.Containers) {
+				if len(appOut) != len(in.spec.Containers) {
 					t.Errorf("application containers changed:\n%+v\nwas\n%+v", appOut, in.spec.Containers)
 				}
 				initOut := slices.DeleteFunc(slices.Clone(out.spec.InitContainers), func(c corev1.Container) bool {
@@ -129,7 +206,7 @@ func TestOutputParsesBack(t *testing.T) {
 func checkInjected(t *testing.T, meta *metav1.ObjectMeta, spec *corev1.PodSpec, inbound, proxy string, native bool) {
 	t.Helper()
 	for k, v := range map[string]string{
-		AnnotationInjected: "true", "prometheus.io/scrape": "true", "prometheus.io/port": "15090", "prometheus.io/path": "/metrics",
+		AnnotationInjected: "1.2.3", "prometheus.io/scrape": "true", "prometheus.io/port": "15090", "prometheus.io/path": "/metrics",
 	} {
 		if meta.Annotations[k] != v {
 			t.Errorf("annotation %s = %q, want %q", k, meta.Annotations[k], v)
@@ -169,7 +246,7 @@ func checkInjected(t *testing.T, meta *metav1.ObjectMeta, spec *corev1.PodSpec, 
 		side = &spec.Containers[i]
 	}
 	args := strings.Join(side.Args, " ")
-	if !strings.HasPrefix(args, "run --transparent --listen 0.0.0.0:"+proxy+" --inbound-ports "+inbound+" --metrics 0.0.0.0:15090") {
+	if !strings.HasPrefix(args, "run --transparent --listen [::]:"+proxy+" --inbound-ports "+inbound+" --metrics :15090") {
 		t.Errorf("sidecar args %q", args)
 	}
 	sc = side.SecurityContext
@@ -430,7 +507,7 @@ func TestDeployExampleUpToDate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, results, err := Manifest(in, Config{})
+	out, results, err := Manifest(in, Config{Version: "1.0.0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,4 +551,35 @@ func FuzzManifest(f *testing.F) {
 			t.Fatalf("not idempotent:\n%s\nthen\n%s", out, again)
 		}
 	})
+}
+
+// The pod's labels reach `sidecar run` (and from there the control plane's selectors) through the
+// downward API: expanding the variables as the kubelet does gives back every label.
+func TestXDSLabelEnv(t *testing.T) {
+	labels := map[string]string{"app": "payment", "track": "canary", "app.kubernetes.io/version": "1.2.3"}
+	env := xdsLabelEnv(labels)
+	vals := map[string]string{}
+	var joined string
+	for _, e := range env {
+		switch {
+		case e.ValueFrom != nil:
+			path := e.ValueFrom.FieldRef.FieldPath // metadata.labels['key']
+			key := strings.TrimSuffix(strings.TrimPrefix(path, "metadata.labels['"), "']")
+			if path != "metadata.labels['"+key+"']" {
+				t.Fatalf("field path %q", path)
+			}
+			vals["$("+e.Name+")"] = labels[key]
+		case e.Name == EnvPodLabels:
+			joined = e.Value
+		}
+	}
+	for ref, v := range vals {
+		joined = strings.ReplaceAll(joined, ref, v)
+	}
+	if joined != "app=payment,app.kubernetes.io/version=1.2.3,track=canary" {
+		t.Fatalf("%s expands to %q", EnvPodLabels, joined)
+	}
+	if xdsLabelEnv(nil) != nil {
+		t.Errorf("no labels, no variables")
+	}
 }

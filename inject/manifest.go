@@ -123,7 +123,7 @@ func document(body []byte, cfg Config) ([]byte, Result, error) {
 	}
 	action, warnings, err := Pod(meta, spec, parent, cfg)
 	res.Action, res.Warnings = action, append(res.Warnings, warnings...)
-	if err != nil || action != ActionInjected {
+	if err != nil || !action.Changed() {
 		return body, res, err
 	}
 	enc, err := encode(obj, h.Status != nil)

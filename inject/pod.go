@@ -1,7 +1,11 @@
 package inject
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,10 +21,14 @@ type Action string
 
 const (
 	ActionInjected        Action = "injected"
-	ActionAlreadyInjected Action = "already injected" // left unchanged
+	ActionUpdated         Action = "updated"          // was injected; rebuilt for another version or other settings
+	ActionAlreadyInjected Action = "already injected" // injected with this version and these settings; left unchanged
 	ActionSkipped         Action = "skipped"          // opted out or not injectable; left unchanged
 	ActionPassedThrough   Action = "passed through"   // not a Deployment, StatefulSet or Pod
 )
+
+// Changed reports whether the action rewrote the pod.
+func (a Action) Changed() bool { return a == ActionInjected || a == ActionUpdated }
 
 // Prometheus scrape annotations written on injected pods.
 const (
@@ -29,22 +37,95 @@ const (
 	annPath   = "prometheus.io/path"
 )
 
+// Environment variables of the Stormgate container.
+const (
+	envAppProbes  = "STORMGATE_APP_PROBES" // appprobe.EnvVar
+	envGoMemLimit = "GOMEMLIMIT"
+)
+
 // Pod injects Stormgate into one pod template. meta is the template's metadata (its annotations are read
 // and written), spec its pod spec; parent holds the workload's own annotations, which the template's
-// override (nil for a bare Pod). On any Action but ActionInjected, meta and spec are untouched. Warnings
-// are things a person should know but that do not stop injection.
+// override (nil for a bare Pod). On any Action but ActionInjected and ActionUpdated, meta and spec are
+// untouched. Warnings are things a person should know but that do not stop injection.
+//
+// A pod that is already injected is rebuilt: Stormgate's part is taken out (containers, volumes,
+// annotations; rewritten probes get their original handlers back) and injected again with cfg. When the
+// result is the pod as it is, the action is ActionAlreadyInjected; otherwise (a newer version, changed
+// annotations or flags) ActionUpdated. So injecting is idempotent, and re-running it upgrades.
 func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]string, cfg Config) (Action, []string, error) {
-	var warnings []string
-	hasSidecar := slices.ContainsFunc(spec.Containers, isOurs) || slices.ContainsFunc(spec.InitContainers, isOurs)
-	if meta.Annotations[AnnotationInjected] == "true" || hasSidecar {
-		if !hasSidecar || !slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == InitContainerName }) ||
-			meta.Annotations[AnnotationInjected] != "true" {
-			warnings = append(warnings, "looks partly injected (annotation "+AnnotationInjected+
-				", container "+ContainerName+" and init container "+InitContainerName+" do not all agree); left unchanged: remove Stormgate's traces and inject again")
-		}
-		return ActionAlreadyInjected, warnings, nil
+	if !looksInjected(meta, spec) {
+		return injectPod(meta, spec, parent, cfg)
 	}
+	if why := partlyInjected(meta, spec); why != "" {
+		return ActionAlreadyInjected, []string{"looks partly injected (" + why + "); left unchanged: remove Stormgate's traces (annotation " +
+			AnnotationInjected + ", container " + ContainerName + ", init container " + InitContainerName + ") and inject again"}, nil
+	}
+	origMeta, origSpec := meta.DeepCopy(), spec.DeepCopy()
+	if err := uninject(origMeta, origSpec); err != nil {
+		return ActionAlreadyInjected, []string{"cannot take out Stormgate's part to re-inject (" + err.Error() + "); left unchanged"}, nil
+	}
+	action, warnings, err := injectPod(origMeta, origSpec, parent, cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	if action == ActionSkipped {
+		return ActionAlreadyInjected, append(warnings, "opted out or not injectable, but already injected; left unchanged: remove Stormgate's containers by hand or apply the original manifest"), nil
+	}
+	if sameJSON(origMeta, meta) && sameJSON(origSpec, spec) {
+		return ActionAlreadyInjected, nil, nil
+	}
+	old := meta.Annotations[AnnotationInjected]
+	*meta, *spec = *origMeta, *origSpec
+	if old != meta.Annotations[AnnotationInjected] {
+		warnings = append(warnings, fmt.Sprintf("re-injected: version %s -> %s", old, meta.Annotations[AnnotationInjected]))
+	} else {
+		warnings = append(warnings, "re-injected with changed settings")
+	}
+	return ActionUpdated, warnings, nil
+}
 
+func looksInjected(meta *metav1.ObjectMeta, spec *corev1.PodSpec) bool {
+	_, annotated := meta.Annotations[AnnotationInjected]
+	return annotated || slices.ContainsFunc(spec.Containers, isOurs) || slices.ContainsFunc(spec.InitContainers, isOurs) ||
+		slices.ContainsFunc(spec.InitContainers, isOurInit)
+}
+
+// partlyInjected says what is missing or doubled when the pod does not hold exactly one of each of
+// Stormgate's traces ("" when it does).
+func partlyInjected(meta *metav1.ObjectMeta, spec *corev1.PodSpec) string {
+	var why []string
+	if meta.Annotations[AnnotationInjected] == "" {
+		why = append(why, "no "+AnnotationInjected+" annotation")
+	}
+	if n := countFunc(spec.Containers, isOurs) + countFunc(spec.InitContainers, isOurs); n != 1 {
+		why = append(why, fmt.Sprintf("%d containers named %s", n, ContainerName))
+	}
+	if n := countFunc(spec.InitContainers, isOurInit); n != 1 {
+		why = append(why, fmt.Sprintf("%d init containers named %s", n, InitContainerName))
+	}
+	return strings.Join(why, ", ")
+}
+
+func countFunc(cs []corev1.Container, f func(corev1.Container) bool) int {
+	n := 0
+	for _, c := range cs {
+		if f(c) {
+			n++
+		}
+	}
+	return n
+}
+
+// sameJSON compares two API objects the way the API server would see them (nil and empty lists alike).
+func sameJSON(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// injectPod injects a pod that holds none of Stormgate's traces.
+func injectPod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]string, cfg Config) (Action, []string, error) {
+	var warnings []string
 	ann := make(map[string]string, len(parent)+len(meta.Annotations))
 	for k, v := range parent {
 		ann[k] = v
@@ -62,7 +143,7 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]string
 		}
 	}
 	if spec.HostNetwork {
-		return ActionSkipped, []string{"hostNetwork pod not injected: its iptables rules would be installed on the node itself"}, nil
+		return ActionSkipped, []string{"hostNetwork pod not injected: its redirect rules would be installed on the node itself"}, nil
 	}
 	c, err := cfg.withDefaults().withAnnotations(ann)
 	if err != nil {
@@ -82,11 +163,26 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]string
 			}
 		}
 	}
+	for _, v := range spec.Volumes {
+		if v.Name == XDSCAVolume || v.Name == XDSCertVolume {
+			return "", nil, fmt.Errorf("the pod already has a volume named %q, which Stormgate uses: rename it", v.Name)
+		}
+	}
 	for _, p := range c.InboundPorts {
 		if !declared[int32(p)] {
 			warnings = append(warnings, fmt.Sprintf("inbound port %d is not a containerPort of any container (set %s if the provider listens elsewhere)", p, AnnotationInboundPorts))
 		}
 	}
+	if c.XDSAddress != "" && c.XDSCASecret == "" && !loopbackHost(c.XDSAddress) {
+		warnings = append(warnings, fmt.Sprintf("control plane %s is reached in plaintext: anyone on the network path can read and change the settings it pushes; "+
+			"set %s (and %s for mTLS) to the Secret(s) holding the CA and the sidecar's certificate", c.XDSAddress, AnnotationXDSCASecret, AnnotationXDSCertSecret))
+	}
+
+	probes, probeWarnings, err := rewriteProbes(spec, c)
+	if err != nil {
+		return "", nil, err
+	}
+	warnings = append(warnings, probeWarnings...)
 
 	if meta.Annotations == nil {
 		meta.Annotations = map[string]string{}
@@ -98,9 +194,12 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]string
 		}
 		meta.Annotations[k] = scrape[k]
 	}
-	meta.Annotations[AnnotationInjected] = "true"
+	meta.Annotations[AnnotationInjected] = c.Version
 
-	sidecar := sidecarContainer(c)
+	sidecar := sidecarContainer(c, probes)
+	if c.XDSAddress != "" {
+		sidecar.Env = append(sidecar.Env, xdsLabelEnv(meta.Labels)...) // for the control plane's selectors
+	}
 	spec.InitContainers = slices.Insert(spec.InitContainers, 0, initContainer(c))
 	if c.NativeSidecar {
 		sidecar.RestartPolicy = ptrTo(corev1.ContainerRestartPolicyAlways)
@@ -109,10 +208,25 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]string
 	} else {
 		spec.Containers = append(spec.Containers, sidecar)
 	}
+	spec.Volumes = append(spec.Volumes, tlsVolumes(c)...)
 	return ActionInjected, warnings, nil
 }
 
-func isOurs(c corev1.Container) bool { return c.Name == ContainerName }
+// loopbackHost reports whether host:port names this pod itself (127.0.0.0/8, ::1 or localhost).
+func loopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}
+
+func isOurs(c corev1.Container) bool    { return c.Name == ContainerName }
+func isOurInit(c corev1.Container) bool { return c.Name == InitContainerName }
 
 func joinPorts(ports []uint16) string {
 	s := make([]string, len(ports))
@@ -122,9 +236,9 @@ func joinPorts(ports []uint16) string {
 	return strings.Join(s, ",")
 }
 
-// initContainer runs `sidecar iptables`. iptables needs root and CAP_NET_ADMIN in the pod's network
-// namespace; every other capability is dropped. The image's iptables must use the nft backend: the
-// legacy one also needs CAP_NET_RAW.
+// initContainer runs `sidecar iptables`, which programs nftables over netlink: it needs root and
+// CAP_NET_ADMIN in the pod's network namespace and nothing else (no NET_RAW, no programs, no writable
+// file system); every other capability is dropped.
 func initContainer(c Config) corev1.Container {
 	return corev1.Container{
 		Name:  InitContainerName,
@@ -154,11 +268,14 @@ func initContainer(c Config) corev1.Container {
 }
 
 // sidecarContainer runs `sidecar run --transparent`: non-root, no capabilities, read-only root fs.
-func sidecarContainer(c Config) corev1.Container {
+// probes holds the application probes it runs for the kubelet (JSON; "" for none).
+func sidecarContainer(c Config, probes string) corev1.Container {
 	args := []string{"run", "--transparent",
-		"--listen", "0.0.0.0:" + strconv.Itoa(int(c.ProxyPort)),
+		"--listen", listenAddr(c.ProxyPort),
 		"--inbound-ports", joinPorts(c.InboundPorts),
-		"--metrics", "0.0.0.0:" + strconv.Itoa(int(c.MetricsPort)),
+		// ":port" rather than "[::]:port": Go listens dual stack where the node has IPv6 and falls back
+		// to IPv4 where it has not; the kubelet probes the pod's primary address, of either family.
+		"--metrics", ":" + strconv.Itoa(int(c.MetricsPort)),
 		"--log-format", "json"}
 	if c.UpstreamConns > 0 {
 		args = append(args, "--upstream-conns", strconv.Itoa(c.UpstreamConns))
@@ -167,26 +284,39 @@ func sidecarContainer(c Config) corev1.Container {
 		args = append(args, "--log-level", c.LogLevel)
 	}
 	var env []corev1.EnvVar
+	var mounts []corev1.VolumeMount
 	if c.XDSAddress != "" {
 		// Kubernetes expands $(VAR) in args from the container's env, so each pod gets its own node id.
 		args = append(args, "--xds", c.XDSAddress, "--node-id", "$(POD_NAME).$(POD_NAMESPACE)")
+		if c.XDSCASecret != "" {
+			args = append(args, "--xds-ca", XDSCADir+"/ca.crt")
+			mounts = append(mounts, corev1.VolumeMount{Name: XDSCAVolume, MountPath: XDSCADir, ReadOnly: true})
+		}
+		if c.XDSCertSecret != "" {
+			args = append(args, "--xds-cert", XDSCertDir+"/tls.crt", "--xds-key", XDSCertDir+"/tls.key")
+			mounts = append(mounts, corev1.VolumeMount{Name: XDSCertVolume, MountPath: XDSCertDir, ReadOnly: true})
+		}
 		env = append(env,
 			corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 			corev1.EnvVar{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 		)
 	}
-	if _, ok := c.Limits[corev1.ResourceMemory]; ok {
+	if q, ok := c.Limits[corev1.ResourceMemory]; ok {
 		// The Go runtime does not read the cgroup memory limit; GOMEMLIMIT makes the GC work harder
-		// near it instead of letting the container be OOM-killed.
-		env = append(env, corev1.EnvVar{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{
-			ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory", Divisor: mustQ("1")}}})
+		// near it instead of letting the container be OOM-killed. The kernel's memory for the
+		// sidecar's sockets counts against the same limit, so the Go heap gets less than all of it.
+		env = append(env, corev1.EnvVar{Name: envGoMemLimit, Value: goMemLimit(q)})
+	}
+	if probes != "" {
+		env = append(env, corev1.EnvVar{Name: envAppProbes, Value: probes})
 	}
 	return corev1.Container{
-		Name:  ContainerName,
-		Image: c.Image,
-		Args:  args,
-		Env:   env,
-		Ports: []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: int32(c.MetricsPort), Protocol: corev1.ProtocolTCP}},
+		Name:         ContainerName,
+		Image:        c.Image,
+		Args:         args,
+		Env:          env,
+		VolumeMounts: mounts,
+		Ports:        []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: int32(c.MetricsPort), Protocol: corev1.ProtocolTCP}},
 		Resources: corev1.ResourceRequirements{
 			Requests: cloneResources(c.Requests),
 			Limits:   cloneResources(c.Limits),
@@ -205,6 +335,51 @@ func sidecarContainer(c Config) corev1.Container {
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
+}
+
+// tlsVolumes returns the Secret volumes the sidecar mounts for TLS to the control plane. Only the
+// keys it reads are projected: a Secret without them keeps the pod from starting with an event naming
+// the missing key, rather than a sidecar failing later. The files must be readable by the sidecar's
+// user (1337) without an fsGroup on the pod, hence 0444; only the Stormgate container mounts them.
+// Optional is written out (false, the default) because podman kube play 4.3 crashes without it.
+func tlsVolumes(c Config) []corev1.Volume {
+	secret := func(name, secretName string, keys ...string) corev1.Volume {
+		items := make([]corev1.KeyToPath, len(keys))
+		for i, k := range keys {
+			items[i] = corev1.KeyToPath{Key: k, Path: k}
+		}
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: secretName, Items: items, DefaultMode: ptrTo[int32](0o444), Optional: ptrTo(false),
+		}}}
+	}
+	var vols []corev1.Volume
+	if c.XDSAddress != "" && c.XDSCASecret != "" {
+		vols = append(vols, secret(XDSCAVolume, c.XDSCASecret, "ca.crt"))
+	}
+	if c.XDSAddress != "" && c.XDSCertSecret != "" {
+		vols = append(vols, secret(XDSCertVolume, c.XDSCertSecret, "tls.crt", "tls.key"))
+	}
+	return vols
+}
+
+// Kernel memory the sidecar's sockets take from the container's memory limit: measured 3.8 KiB of
+// slab per idle TCP socket (kernel 6.18: tcp_sock, socket inode, file, epoll item), plus send and
+// receive queues under load. 10,000 consumer connections are about 40 MiB at rest.
+const (
+	socketHeadroomMin = 96 << 20 // 10,000 idle connections' slab with room for their queues
+	socketHeadroomDiv = 8        // or an eighth of the limit, whichever is more
+)
+
+// goMemLimit returns GOMEMLIMIT for a container memory limit: the limit less room for the kernel's
+// socket memory (the larger of 96 MiB and an eighth of the limit, but never more than half of it).
+func goMemLimit(limit resource.Quantity) string {
+	l := limit.Value()
+	headroom := min(max(l/socketHeadroomDiv, socketHeadroomMin), l/2)
+	v := l - headroom
+	if v%(1<<20) == 0 {
+		return strconv.FormatInt(v>>20, 10) + "MiB"
+	}
+	return strconv.FormatInt(v, 10)
 }
 
 func httpProbe(path string, port uint16, periodSeconds, failureThreshold int32) *corev1.Probe {

@@ -14,7 +14,7 @@ import (
 // malformed input closes the offending consumer only, is counted, and never
 // reaches the shared provider connections.
 func TestBadInputClosesOnlyOffender(t *testing.T) {
-	f := newFixture(t, Config{MaxFrameBytes: 64 << 10}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.MaxFrameBytes = 64 << 10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -24,9 +24,10 @@ func TestBadInputClosesOnlyOffender(t *testing.T) {
 	}
 	valid := dubbo.AppendRequest(nil, 7, true, svc, "echo", "x")
 	cases := []struct {
-		name, reason string
-		input        []byte
-		wantReply    bool // BAD_REQUEST with the frame's id before closing
+		name      string
+		reason    closeReason
+		input     []byte
+		wantReply bool // BAD_REQUEST with the frame's id before closing
 	}{
 		{"bad magic", closeBadMagic, []byte{0xca, 0xfe, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 1, 'N'}, false},
 		{"oversize", closeOversize, []byte{0xda, 0xbb, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0x7f, 0, 0, 0}, true},
@@ -35,7 +36,7 @@ func TestBadInputClosesOnlyOffender(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			before := f.srv.Stats().Closed[tc.reason]
+			before := f.srv.Stats().Closed[tc.reason.String()]
 			nc, err := net.Dial("tcp", f.ln.addr)
 			if err != nil {
 				t.Fatal(err)
@@ -78,7 +79,7 @@ func TestBadInputClosesOnlyOffender(t *testing.T) {
 					}
 				}
 			}
-			waitFor(t, 2*time.Second, "close counted", func() bool { return f.srv.Stats().Closed[tc.reason] == before+1 })
+			waitFor(t, 2*time.Second, "close counted", func() bool { return f.srv.Stats().Closed[tc.reason.String()] == before+1 })
 			// Everyone else is unaffected.
 			for i, c := range good {
 				resp, err := c.Call(ctx, int64(100+i), svc, "echo", "still here")
@@ -96,7 +97,7 @@ func TestBadInputClosesOnlyOffender(t *testing.T) {
 // TestTruncatedFrameAtClose: a consumer that closes in the middle of a frame is
 // counted as truncated and nothing reaches the provider.
 func TestTruncatedFrameAtClose(t *testing.T) {
-	f := newFixture(t, Config{}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{})
 	nc, err := net.Dial("tcp", f.ln.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func TestTruncatedFrameAtClose(t *testing.T) {
 	}
 	waitFor(t, 2*time.Second, "session", func() bool { return f.srv.Stats().DownstreamConns == 1 })
 	nc.Close()
-	waitFor(t, 2*time.Second, "truncated close counted", func() bool { return f.srv.Stats().Closed[closeTruncated] == 1 })
+	waitFor(t, 2*time.Second, "truncated close counted", func() bool { return f.srv.Stats().Closed[closeTruncated.String()] == 1 })
 	if ps := f.provider.Stats(); ps.Requests != 0 {
 		t.Fatalf("provider saw %d requests", ps.Requests)
 	}
@@ -116,7 +117,7 @@ func TestTruncatedFrameAtClose(t *testing.T) {
 // TestSlowConsumerClosedWithoutStallingOthers: a consumer that never reads its
 // responses is closed when its queue passes the limit; others keep their latency.
 func TestSlowConsumerClosedWithoutStallingOthers(t *testing.T) {
-	f := newFixture(t, Config{MaxQueuedBytesPerConn: 256 << 10}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.MaxQueuedBytesPerConn = 256 << 10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	other := f.dial(ctx)
@@ -138,7 +139,7 @@ func TestSlowConsumerClosedWithoutStallingOthers(t *testing.T) {
 		}
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for f.srv.Stats().Closed[closeSlowReader] == 0 {
+	for f.srv.Stats().Closed[closeSlowReader.String()] == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("slow consumer not closed; stats %+v", f.srv.Stats())
 		}
@@ -156,7 +157,7 @@ func TestSlowConsumerClosedWithoutStallingOthers(t *testing.T) {
 // TestIdleConsumerClosed: nothing read for the idle timeout closes a consumer; a
 // heartbeating one stays.
 func TestIdleConsumerClosed(t *testing.T) {
-	f := newFixture(t, Config{DownstreamIdleTimeout: 400 * time.Millisecond}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.DownstreamIdleTimeout = 400 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	idle := f.dial(ctx)
@@ -178,7 +179,7 @@ func TestIdleConsumerClosed(t *testing.T) {
 		t.Fatal("busy consumer was closed")
 	default:
 	}
-	if n := f.srv.Stats().Closed[closeIdle]; n != 1 {
+	if n := f.srv.Stats().Closed[closeIdle.String()]; n != 1 {
 		t.Fatalf("idle closes counted: %d", n)
 	}
 }

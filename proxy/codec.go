@@ -48,6 +48,8 @@ const (
 	FailOverloaded                  // a Stormgate limit (hold queue, in-flight cap) refused it
 	FailBadRequest                  // malformed input
 	FailTimeout                     // max request age reached
+	FailBadResponse                 // the provider's answer cannot be delivered (oversize, an event frame)
+	FailNotRoutable                 // a provider-to-consumer request (callback): nobody to hand it to
 )
 
 // Event is the meaning of a one-way event request.
@@ -66,8 +68,9 @@ const (
 type Codec interface {
 	HeaderLen() int
 	// ParseHeader decodes a header. On error it wraps ErrBadMagic, ErrFrameTooLarge or
-	// ErrBadLength; except for ErrBadMagic the returned Frame still carries ID and
-	// Serial so the proxy can answer BAD_REQUEST.
+	// ErrBadLength; except for ErrBadMagic the returned Frame still carries Kind, ID and
+	// Serial so the proxy can answer the frame, and with ErrFrameTooLarge also Len, the
+	// declared length, so the proxy can skip the frame and keep the stream.
 	ParseHeader(hdr []byte, maxFrame int) (Frame, error)
 	SetID(frame []byte, id int64)
 	AppendHeartbeatReply(dst []byte, req Frame) []byte
@@ -97,27 +100,33 @@ func (Dubbo) ParseHeader(hdr []byte, maxFrame int) (Frame, error) {
 		default:
 			err = errors.Join(ErrBadLength, err)
 		}
-		f := Frame{Serial: hdr[2] & dubbo.SerialMask}
-		f.ID = int64(uint64(hdr[4])<<56 | uint64(hdr[5])<<48 | uint64(hdr[6])<<40 | uint64(hdr[7])<<32 |
-			uint64(hdr[8])<<24 | uint64(hdr[9])<<16 | uint64(hdr[10])<<8 | uint64(hdr[11]))
+		// ParseHeader decoded the whole header for these errors: keep what the proxy needs
+		// to answer the frame (id, serial) and, for an oversize one, to skip it (kind, length).
+		f := Frame{Kind: kindOf(h.Kind()), ID: h.ID, Serial: h.Serial(), Status: h.Status}
+		if h.BodyLen >= 0 {
+			f.Len = h.FrameLen()
+		}
 		return f, err
 	}
-	var k FrameKind
-	switch h.Kind() {
+	return Frame{Kind: kindOf(h.Kind()), ID: h.ID, Len: h.FrameLen(), Serial: h.Serial(), Status: h.Status}, nil
+}
+
+func kindOf(k dubbo.Kind) FrameKind {
+	switch k {
 	case dubbo.KindRequest:
-		k = FrameRequest
+		return FrameRequest
 	case dubbo.KindOneWay:
-		k = FrameOneWay
+		return FrameOneWay
 	case dubbo.KindEventTwoWay:
-		k = FrameEventTwoWay
+		return FrameEventTwoWay
 	case dubbo.KindEventOneWay:
-		k = FrameEventOneWay
+		return FrameEventOneWay
 	case dubbo.KindResponse:
-		k = FrameResponse
+		return FrameResponse
 	case dubbo.KindEventResponse:
-		k = FrameEventResponse
+		return FrameEventResponse
 	}
-	return Frame{Kind: k, ID: h.ID, Len: h.FrameLen(), Serial: h.Serial(), Status: h.Status}, nil
+	return FrameInvalid
 }
 
 // SetID implements Codec.
@@ -142,6 +151,11 @@ func (Dubbo) AppendHeartbeatRequest(dst []byte, id int64) []byte {
 //   - overloaded: 100 SERVER_THREADPOOL_EXHAUSTED, Dubbo's own "provider busy" answer.
 //   - bad request: 40 BAD_REQUEST.
 //   - timeout (max request age): 31 SERVER_TIMEOUT.
+//   - bad response: 50 BAD_RESPONSE, what a Java provider itself sends when its answer
+//     exceeds the payload limit (ExchangeCodec.encodeResponse): the method ran, its
+//     answer is lost.
+//   - not routable (a provider's callback request): 70 SERVICE_ERROR, what a Java
+//     consumer answers for a callback service it does not export.
 func (Dubbo) AppendErrorReply(dst []byte, req Frame, why Failure, msg string) []byte {
 	var status byte
 	switch why {
@@ -153,6 +167,10 @@ func (Dubbo) AppendErrorReply(dst []byte, req Frame, why Failure, msg string) []
 		status = dubbo.StatusBadRequest
 	case FailTimeout:
 		status = dubbo.StatusServerTimeout
+	case FailBadResponse:
+		status = dubbo.StatusBadResponse
+	case FailNotRoutable:
+		status = dubbo.StatusServiceError
 	default:
 		status = dubbo.StatusServerError
 	}

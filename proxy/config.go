@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -17,98 +18,87 @@ const (
 	ReadonlyPropagate
 )
 
-// Config is the proxy's part of the settings. It is an immutable value: a change is
-// a new Config passed to Server.Update. The zero value of a field means its default.
+// Config is the proxy's part of the settings, fully resolved: every field means
+// exactly what the settings schema says (docs/configuration.md), zero included, and
+// the proxy applies no defaults of its own (they live in xds.Defaults; build a
+// Config with xds.ProxyConfig). It is an immutable value: a change is a new Config
+// passed to Server.Update. New and Update refuse values no valid settings produce.
 type Config struct {
 	// Upstream is the provider address (host:port). In transparent mode it is unused:
 	// each original destination port p maps to 127.0.0.1:p.
-	Upstream string
-	// UpstreamConns is M, the number of connections to the provider (default 4).
-	UpstreamConns  int
-	ConnectTimeout time.Duration // default 1s
-	BackoffBase    time.Duration // default 50ms
-	BackoffMax     time.Duration // default 2s
-	// Warmup ramps the forwarded request rate linearly after the provider comes
-	// back from having no usable connection; 0 disables it.
+	Upstream       string
+	UpstreamConns  int           // M, connections to the provider; 1..64
+	ConnectTimeout time.Duration // one dial; > 0
+	BackoffBase    time.Duration // first reconnect backoff window; > 0
+	BackoffMax     time.Duration // backoff cap; >= BackoffBase
+	// Warmup ramps the forwarded request rate linearly after the provider comes back
+	// from having no usable connection; 0: no ramp.
 	Warmup time.Duration
+	// WriteTimeout declares a provider connection dead when the kernel has taken no
+	// byte of the queued requests for this long; 0: never.
+	WriteTimeout time.Duration
+	// MaxQueuedBytesPerUpstream bounds the bytes waiting in Stormgate for one provider
+	// connection; over it, new requests go to another connection or are held. An empty
+	// connection always takes one frame, whatever its size.
+	MaxQueuedBytesPerUpstream int
 
-	HoldTimeout     time.Duration // default 3s; negative disables holding
-	HoldMaxRequests int           // default 10,000
-	HoldMaxBytes    int           // default 64 MiB
+	HoldTimeout     time.Duration // longest wait for a usable connection; 0: no holding, fail at once
+	HoldMaxRequests int           // requests the hold queue keeps; 0: none
+	HoldMaxBytes    int           // bytes the hold queue keeps; 0: none
 
-	DownstreamIdleTimeout time.Duration // default 180s
-	UpstreamInterval      time.Duration // heartbeat when idle this long; default 30s
-	UpstreamJitter        float64       // default 0.2 (±20%)
-	UpstreamMaxMissed     int           // default 3
+	DownstreamIdleTimeout time.Duration // close a consumer that sent nothing this long; 0: never
+	UpstreamInterval      time.Duration // heartbeat check period of a provider connection; > 0
+	UpstreamJitter        float64       // fraction of UpstreamInterval to jitter by; 0..0.5
+	UpstreamMaxMissed     int           // intervals a heartbeat may go unanswered; >= 1
 
-	MaxFrameBytes         int           // default 8 MiB + header
-	MaxInflightPerConn    int           // per consumer connection; default 10,000
-	MaxQueuedBytesPerConn int           // unread response bytes per consumer; default 4 MiB
-	MaxRequestAge         time.Duration // default 60s
+	MaxFrameBytes         int           // largest frame, header included
+	MaxInflightPerConn    int           // two-way requests in flight per consumer; >= 1
+	MaxQueuedBytesPerConn int           // unread response bytes per consumer before it is closed
+	MaxRequestAge         time.Duration // a request pending this long is answered with an error; > 0
+	// FrameReadTimeout closes a consumer that has sent part of a frame and not the rest
+	// for this long; 0: never (the idle timeout still applies).
+	FrameReadTimeout time.Duration
+	// MaxBufferedBytes bounds, across the process, the bytes kept because a peer is
+	// slow or absent (see budget); > 0.
+	MaxBufferedBytes int64
 
 	ReadonlyPolicy ReadonlyPolicy
-	DrainTimeout   time.Duration // default 10s
+	DrainTimeout   time.Duration // longest a drain waits for requests in flight; 0: close at once
 
 	// Transparent: pools are per original destination port, limited to InboundPorts.
 	Transparent  bool
 	InboundPorts []uint16
 }
 
-// withDefaults returns c with zero fields set to their defaults.
-func (c Config) withDefaults() Config {
-	setD := func(p *time.Duration, d time.Duration) {
-		if *p == 0 {
-			*p = d
-		}
-	}
-	setI := func(p *int, d int) {
-		if *p == 0 {
-			*p = d
-		}
-	}
-	setI(&c.UpstreamConns, 4)
-	setD(&c.ConnectTimeout, time.Second)
-	setD(&c.BackoffBase, 50*time.Millisecond)
-	setD(&c.BackoffMax, 2*time.Second)
-	setD(&c.HoldTimeout, 3*time.Second)
-	setI(&c.HoldMaxRequests, 10000)
-	setI(&c.HoldMaxBytes, 64<<20)
-	setD(&c.DownstreamIdleTimeout, 180*time.Second)
-	setD(&c.UpstreamInterval, 30*time.Second)
-	if c.UpstreamJitter == 0 {
-		c.UpstreamJitter = 0.2
-	}
-	setI(&c.UpstreamMaxMissed, 3)
-	setI(&c.MaxFrameBytes, 8<<20+16)
-	setI(&c.MaxInflightPerConn, 10000)
-	setI(&c.MaxQueuedBytesPerConn, 4<<20)
-	setD(&c.MaxRequestAge, 60*time.Second)
-	setD(&c.DrainTimeout, 10*time.Second)
-	return c
-}
-
-// validate reports the first field that cannot work.
-func (c Config) validate() error {
+// validate rejects what the proxy cannot run with. xds.Validate gives users the
+// friendly version of the same rules; these are the proxy's own invariants.
+func (c *Config) validate() error {
 	switch {
 	case !c.Transparent && c.Upstream == "":
 		return fmt.Errorf("upstream.address is empty: set the provider address, e.g. 127.0.0.1:20880")
 	case c.UpstreamConns < 1 || c.UpstreamConns > 64:
 		return fmt.Errorf("upstream.connections: %d is out of range; must be between 1 and 64", c.UpstreamConns)
-	case c.UpstreamJitter < 0 || c.UpstreamJitter > 1:
-		return fmt.Errorf("keepalive.upstream_jitter: %v is out of range; must be between 0 and 1", c.UpstreamJitter)
+	case c.ConnectTimeout <= 0 || c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase:
+		return fmt.Errorf("upstream: connect_timeout %v, backoff_base %v, backoff_max %v: must be positive, "+
+			"backoff_max at least backoff_base", c.ConnectTimeout, c.BackoffBase, c.BackoffMax)
+	case c.UpstreamInterval <= 0 || c.UpstreamMaxMissed < 1:
+		return fmt.Errorf("keepalive: upstream_interval %v must be positive and upstream_max_missed %d at least 1",
+			c.UpstreamInterval, c.UpstreamMaxMissed)
+	case c.UpstreamJitter < 0 || c.UpstreamJitter > 0.5:
+		return fmt.Errorf("keepalive.upstream_jitter: %v is out of range; must be between 0 and 0.5", c.UpstreamJitter)
 	case c.MaxFrameBytes < 32:
 		return fmt.Errorf("limits.max_frame_bytes: %d is too small", c.MaxFrameBytes)
+	case c.MaxInflightPerConn < 1 || c.MaxRequestAge <= 0 || c.MaxBufferedBytes <= 0:
+		return fmt.Errorf("limits: max_inflight_per_connection %d, max_request_age %v, max_buffered_bytes %d: must be positive",
+			c.MaxInflightPerConn, c.MaxRequestAge, c.MaxBufferedBytes)
+	case c.HoldTimeout < 0 || c.HoldMaxRequests < 0 || c.HoldMaxBytes < 0 || c.DownstreamIdleTimeout < 0 ||
+		c.FrameReadTimeout < 0 || c.WriteTimeout < 0 || c.DrainTimeout < 0 || c.Warmup < 0 ||
+		c.MaxQueuedBytesPerUpstream < 0 || c.MaxQueuedBytesPerConn < 0:
+		return fmt.Errorf("a negative duration or size in the proxy settings: %+v", *c)
 	case c.Transparent && len(c.InboundPorts) == 0:
 		return fmt.Errorf("listener.inbound_ports is empty: transparent mode forwards only to listed ports")
 	}
 	return nil
 }
 
-func (c *Config) portAllowed(p uint16) bool {
-	for _, q := range c.InboundPorts {
-		if q == p {
-			return true
-		}
-	}
-	return false
-}
+func (c *Config) portAllowed(p uint16) bool { return slices.Contains(c.InboundPorts, p) }

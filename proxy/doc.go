@@ -1,33 +1,52 @@
-// Package proxy is Stormgate's data plane: consumer sessions, the upstream pool
-// of M provider connections, the pending table that maps rewritten request ids
-// back to consumers, the hold queue, and Stormgate's own replies.
+// Package proxy is Stormgate's data plane: consumer sessions, the pool of M
+// provider connections per provider address, the pending tables that map rewritten
+// request ids back to consumers, the hold queue, and Stormgate's own replies.
 //
-// Data flow: admission hands an accepted fd to Server.ServeFD, which wraps it in
-// a netpoll connection (a Session). A Session decodes frame headers only: it
-// answers heartbeats itself, hands two-way requests to its Pool (new id from the
-// pool's allocator, a pending entry, the id rewritten in the header bytes, the
-// frame appended to the chosen connection's batch) and drops what must not
-// reach the provider. The provider's responses are matched by id on the
-// connection that carried the request, get their original id back and are
-// written to the consumer.
+// # Data flow, one file per step
 //
-// Concurrency rules:
-//   - netpoll runs at most one onRequest per connection at a time.
-//   - A consumer connection is written from many goroutines; Session.write
-//     serializes them (direct non-blocking write, then a single drain goroutine
-//     for what the kernel did not take), so no caller ever blocks on a slow
-//     consumer.
-//   - An upstream connection has one writer at a time (write combining): the
-//     goroutine that queues a frame while nobody writes becomes the writer and
-//     writes the whole batch with a non-blocking write(2), looping while others
-//     queue more; a full socket hands the role to the connection's flushLoop.
-//   - Every two-way request has exactly one owner at a time: the hold queue
-//     (under HoldQueue.mu) or one pending table (under upConn.mu). Whoever removes
-//     it answers it: the provider's response, hold expiry, connection loss,
-//     max_request_age, or shutdown.
-//   - Lock order: HoldQueue.mu -> Pool.mu -> upConn.mu -> Session.wmu. The
-//     write locks (upConn.wmu/nmu, Session.wmu/nmu) are never held while
-//     calling netpoll's Close, whose close callbacks take them.
-//   - Settings are an immutable *Config behind an atomic pointer; Update swaps it
-//     and re-arms what depends on it.
+//	server.go     ServeFD: an admitted consumer fd becomes a netpoll connection (session)
+//	session.go    onRequest: frames cut by framereader.go; heartbeats answered here;
+//	              requests handed to the pool; bad input closes this consumer only
+//	pool.go       forward: the request enters the books (pending.go), goes to the least
+//	              loaded connection that takes it, or waits in the hold queue (hold.go)
+//	upconn.go     send: a fresh upstream id, the frame into the connection's writer
+//	              (writer.go), a pending entry; onRequest: the provider's answer is matched
+//	              by id, gets the consumer's id back and is written to the consumer
+//	pending.go    the one way a request leaves the books: answer or refuse, exactly once
+//
+// # What runs where
+//
+//	| event                        | runs on                   | what happens
+//	|------------------------------|---------------------------|------------------------------------------------
+//	| consumer bytes arrive        | netpoll handler, 1/conn   | whole frames handled in place; a partial frame
+//	|                              |                           | is copied aside (budgeted), never waited for
+//	| provider bytes arrive        | netpoll handler, 1/conn   | answers routed; oversize answers skipped and
+//	|                              |                           | refused alone; callbacks refused; READONLY
+//	| a write comes up short       | a flusher goroutine       | waits for the socket in Go's poller; senders
+//	|                              | (one per stalled socket)  | keep queueing behind it, budgeted
+//	| timers                       | the timing wheel goroutine| idle and frame-read timeouts, heartbeats and
+//	|                              |                           | liveness, write stalls, hold expiry, the
+//	|                              |                           | max_request_age sweep, warm-up retries
+//	| provider (re)connect         | one goroutine per slot    | dial (real errno), back off with full jitter
+//	| connection death, retirement | a goroutine of its own    | settle or re-hold everything that was on it
+//
+// Every goroutine is started through the Server (spawn) or a pool's WaitGroup, and
+// Close returns only after all of them have. Time comes from Options.Clock through
+// the wheel, so tests drive every timeout with a keepalive.ManualClock.
+//
+// # Concurrency rules
+//
+//   - netpoll runs at most one handler per connection at a time, and never a close
+//     callback during one; a connection's frame reader is touched only there.
+//   - A writer never lets a write(2) read a buffer that a sender appends to: senders
+//     own q, the goroutine with the writer role owns the batch; see writer.go.
+//   - Every two-way request has exactly one owner at a time: the hold queue (under
+//     holdQueue.mu) or one pending table (under its upConn.mu); see pending.go.
+//   - Lock order: holdQueue.mu -> upConn.mu -> writer.mu -> writer.fdMu. Nothing that
+//     holds one of these calls upConn.fail (which re-holds); it is spawned instead.
+//   - A close callback runs before netpoll closes the fd, and closes the writer first,
+//     so no write reaches a reused fd number.
+//   - Settings are an immutable *Config behind an atomic pointer; Update swaps it and
+//     re-arms what depends on it. Config carries no defaults of its own: xds resolves
+//     every setting, and zero means what the schema says.
 package proxy

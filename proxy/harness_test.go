@@ -79,8 +79,37 @@ type fixture struct {
 	ln       *rawListener
 }
 
-// newFixture starts a provider, a Server in front of it and a listener.
-func newFixture(t testing.TB, cfg Config, pcfg peer.ProviderConfig) *fixture {
+// testConfig is the shipped defaults (xds.Defaults) as a proxy Config, with the
+// provider at upstream. Tests change what they exercise.
+func testConfig(upstream string) Config {
+	return Config{
+		Upstream:                  upstream,
+		UpstreamConns:             4,
+		ConnectTimeout:            time.Second,
+		BackoffBase:               50 * time.Millisecond,
+		BackoffMax:                2 * time.Second,
+		WriteTimeout:              10 * time.Second,
+		MaxQueuedBytesPerUpstream: 8 << 20,
+		HoldTimeout:               3 * time.Second,
+		HoldMaxRequests:           10000,
+		HoldMaxBytes:              64 << 20,
+		DownstreamIdleTimeout:     180 * time.Second,
+		UpstreamInterval:          30 * time.Second,
+		UpstreamJitter:            0.2,
+		UpstreamMaxMissed:         3,
+		MaxFrameBytes:             8<<20 + 16,
+		MaxInflightPerConn:        10000,
+		MaxQueuedBytesPerConn:     4 << 20,
+		MaxRequestAge:             60 * time.Second,
+		FrameReadTimeout:          30 * time.Second,
+		MaxBufferedBytes:          256 << 20,
+		DrainTimeout:              10 * time.Second,
+	}
+}
+
+// newFixture starts a provider, a Server in front of it (testConfig changed by
+// each mod) and a listener.
+func newFixture(t testing.TB, pcfg peer.ProviderConfig, mods ...func(*Config)) *fixture {
 	t.Helper()
 	log := zaptest.NewLogger(t)
 	if pcfg.Addr == "" {
@@ -92,8 +121,9 @@ func newFixture(t testing.TB, cfg Config, pcfg peer.ProviderConfig) *fixture {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go prov.Serve(ctx)
-	if cfg.Upstream == "" {
-		cfg.Upstream = prov.Addr()
+	cfg := testConfig(prov.Addr())
+	for _, mod := range mods {
+		mod(&cfg)
 	}
 	reg := prometheus.NewRegistry()
 	srv, err := New(cfg, Options{Logger: log.Named("proxy"), Registerer: reg})

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -15,14 +16,14 @@ import (
 // each path plus one write(2) each way.
 type hotPath struct {
 	srv  *Server
-	pool *Pool
+	pool *pool
 	uc   *upConn
-	sess *Session
+	sess *session
 }
 
 func newHotPath(tb testing.TB) *hotPath {
 	tb.Helper()
-	srv, err := New(Config{Upstream: "127.0.0.1:1"}, Options{})
+	srv, err := New(testConfig("127.0.0.1:1"), Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -31,25 +32,28 @@ func newHotPath(tb testing.TB) *hotPath {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { unix.Close(fd) })
-	p := &Pool{srv: srv}
+	p := &pool{srv: srv}
 	p.hold.init(p)
-	uc := newUpConn(p, nil, 0)
-	uc.fd = fd // batches are written to /dev/null by the inline writer
+	p.sweep.Init(p.onSweep)
+	uc := newUpConn(p, nil, fd, 0)
+	uc.state.Store(stateReady)
 	sl := &poolSlot{}
 	sl.uc.Store(uc)
-	p.slots = []*poolSlot{sl}
-	sess := &Session{srv: srv, pool: p, fd: fd}
+	p.slots.Store(&[]*poolSlot{sl})
+	sess := newSession(srv, p, nil, fd, netip.AddrPort{})
 	return &hotPath{srv: srv, pool: p, uc: uc, sess: sess}
 }
 
-func (h *hotPath) heartbeat(frame []byte, f Frame, cfg *Config) { h.sess.handle(f, frame, cfg) }
+func (h *hotPath) heartbeat(frame []byte, f Frame, cfg *Config) {
+	h.sess.handle(f, frame, cfg, h.srv.now())
+}
 
 func (h *hotPath) forwardAndRoute(req []byte, f Frame, resp []byte, cfg *Config) {
-	h.sess.handle(f, req, cfg) // forward: new id, pending entry, batched
+	h.sess.handle(f, req, cfg, h.srv.now()) // forward: new id, pending entry, written
 	id := h.pool.ids.Load()
 	h.srv.codec.SetID(resp, id)
 	rf, _ := h.srv.codec.ParseHeader(resp, cfg.MaxFrameBytes)
-	h.uc.route(rf, resp, time.Now().UnixNano()) // response: pending lookup, id restored, written
+	h.uc.route(rf, resp, h.srv.now()) // response: pending lookup, id restored, written
 }
 
 func TestHotPathsDoNotAllocate(t *testing.T) {
@@ -94,12 +98,14 @@ func BenchmarkRequestForward(b *testing.B) {
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
-		h.sess.handle(rqf, req, cfg)
+		h.sess.handle(rqf, req, cfg, h.srv.now())
 		if n++; n == 256 { // clear the pending table now and then
 			h.uc.mu.Lock()
-			clear(h.uc.pending)
+			clear(h.uc.pending.m)
 			h.uc.mu.Unlock()
+			h.uc.npending.Store(0)
 			h.sess.inflight.Store(0)
+			h.srv.inflight.Store(0)
 			n = 0
 		}
 	}
@@ -113,10 +119,12 @@ func BenchmarkResponseRouting(b *testing.B) {
 	now := time.Now().UnixNano()
 	for i := 0; b.Loop(); i++ {
 		id := int64(i + 1)
+		r := request{sess: h.sess, id: 9, serial: 2, arrived: now}
+		h.srv.accept(r)
 		h.uc.mu.Lock()
-		h.uc.pending[id] = pendingEntry{sess: h.sess, origID: 9, serial: 2, start: now}
+		h.uc.pending.add(id, pending{request: r})
 		h.uc.mu.Unlock()
-		h.sess.inflight.Add(1)
+		h.uc.npending.Add(1)
 		h.srv.codec.SetID(resp, id)
 		rf, _ := h.srv.codec.ParseHeader(resp, cfg.MaxFrameBytes)
 		h.uc.route(rf, resp, now)

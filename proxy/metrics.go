@@ -2,71 +2,165 @@ package proxy
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Close reasons for stormgate_downstream_closed_total{reason}.
+// Every label value of the proxy's counters is created at zero when the server is
+// built, so that an alert on increase(...) sees a pod's first incident, not only
+// its second.
+
+// closeReason labels stormgate_downstream_closed_total{reason}.
+type closeReason uint8
+
 const (
-	closePeer       = "peer_closed"
-	closeIdle       = "idle_timeout"
-	closeBadMagic   = "bad_magic"
-	closeOversize   = "frame_too_large"
-	closeBadLength  = "bad_length"
-	closeTruncated  = "truncated_frame"
-	closeSlowReader = "slow_consumer"
-	closeDrain      = "drain"
-	closeShutdown   = "shutdown"
-	closeNoPort     = "port_not_allowed"
+	closePeer closeReason = iota
+	closeIdle
+	closeBadMagic
+	closeOversize
+	closeBadLength
+	closeTruncated
+	closeFrameTimeout
+	closeSlowReader
+	closeDrain
+	closeShutdown
+	closeNoPort
+	nCloseReasons
 )
 
-// Local reply reasons for stormgate_local_replies_total{reason}.
+var closeReasonNames = [nCloseReasons]string{
+	closePeer:         "peer_closed",
+	closeIdle:         "idle_timeout",
+	closeBadMagic:     "bad_magic",
+	closeOversize:     "frame_too_large",
+	closeBadLength:    "bad_length",
+	closeTruncated:    "truncated_frame",
+	closeFrameTimeout: "frame_read_timeout",
+	closeSlowReader:   "slow_consumer",
+	closeDrain:        "drain",
+	closeShutdown:     "shutdown",
+	closeNoPort:       "port_not_allowed",
+}
+
+func (r closeReason) String() string { return closeReasonNames[r] }
+
+// replyReason labels stormgate_local_replies_total{reason}: why Stormgate answered a
+// request itself.
+type replyReason uint8
+
 const (
-	replyUpstreamLost = "upstream_lost"
-	replyHoldTimeout  = "hold_timeout"
-	replyHoldFull     = "hold_full"
-	replyNoUpstream   = "no_upstream"
-	replyInflight     = "inflight_limit"
-	replyMaxAge       = "max_request_age"
-	replyBadRequest   = "bad_request"
-	replyDrain        = "draining"
+	replyUpstreamLost replyReason = iota
+	replyHoldTimeout
+	replyHoldFull
+	replyNoUpstream
+	replyInflight
+	replyOverloaded
+	replyMaxAge
+	replyBadRequest
+	replyBadResponse
+	replyDrain
+	nReplyReasons
 )
+
+var replyReasonNames = [nReplyReasons]string{
+	replyUpstreamLost: "upstream_lost",
+	replyHoldTimeout:  "hold_timeout",
+	replyHoldFull:     "hold_full",
+	replyNoUpstream:   "no_upstream",
+	replyInflight:     "inflight_limit",
+	replyOverloaded:   "overloaded",
+	replyMaxAge:       "max_request_age",
+	replyBadRequest:   "bad_request",
+	replyBadResponse:  "bad_response",
+	replyDrain:        "draining",
+}
+
+func (r replyReason) String() string { return replyReasonNames[r] }
+
+// holdOutcome labels stormgate_hold_outcomes_total{outcome}.
+type holdOutcome uint8
+
+const (
+	holdSent holdOutcome = iota
+	holdExpired
+	holdRejectedFull
+	holdConsumerGone
+	holdReheld
+	nHoldOutcomes
+)
+
+var holdOutcomeNames = [nHoldOutcomes]string{
+	holdSent:         "sent",
+	holdExpired:      "expired",
+	holdRejectedFull: "rejected_full",
+	holdConsumerGone: "consumer_gone",
+	holdReheld:       "reheld_unsent",
+}
+
+// dropKind labels stormgate_frames_dropped_total{kind}: frames consumed without
+// forwarding.
+type dropKind uint8
+
+const (
+	dropEventOneWay dropKind = iota
+	dropConsumerResponse
+	dropProviderEvent
+	dropProviderOneWay
+	dropProviderCallback
+	dropOneWayNoUpstream
+	dropOneWayOverloaded
+	dropOversizeResponse
+	nDropKinds
+)
+
+var dropKindNames = [nDropKinds]string{
+	dropEventOneWay:      "event_oneway",
+	dropConsumerResponse: "consumer_response",
+	dropProviderEvent:    "provider_event",
+	dropProviderOneWay:   "provider_oneway",
+	dropProviderCallback: "provider_callback",
+	dropOneWayNoUpstream: "oneway_no_upstream",
+	dropOneWayOverloaded: "oneway_overloaded",
+	dropOversizeResponse: "oversize_response",
+}
 
 type metrics struct {
 	downConns      prometheus.Gauge
-	downClosed     *prometheus.CounterVec
+	downClosed     [nCloseReasons]prometheus.Counter
 	upConns        prometheus.Gauge
+	upConnected    prometheus.Gauge
 	upState        *prometheus.GaugeVec
 	upReconnects   prometheus.Counter
-	hbAnswered     *prometheus.CounterVec
+	upDialErrors   prometheus.Counter
 	hbAnsweredDown prometheus.Counter
 	hbAnsweredUp   prometheus.Counter
 	hbSent         prometheus.Counter
 	requests       prometheus.Counter
 	oneway         prometheus.Counter
 	responses      prometheus.Counter
-	localReplies   *prometheus.CounterVec
+	localReplies   [nReplyReasons]prometheus.Counter
 	held           prometheus.Gauge
-	holdOutcome    *prometheus.CounterVec
+	holdOutcome    [nHoldOutcomes]prometheus.Counter
 	duration       prometheus.Histogram
 	unknownIDs     prometheus.Counter
 	lateResponses  prometheus.Counter
-	dropped        *prometheus.CounterVec
-	readonly       *prometheus.CounterVec
-	inflight       prometheus.Gauge
+	dropped        [nDropKinds]prometheus.Counter
+	readonlyIn     [2]prometheus.Counter // READONLY, WRITEABLE received from the provider
+	readonlyOut    [2]prometheus.Counter // sent to consumers
 	upBatch        prometheus.Histogram
+	collectors     []prometheus.Collector
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics() *metrics {
 	m := &metrics{
 		downConns: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stormgate_downstream_connections",
 			Help: "Consumer connections currently open."}),
-		downClosed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_downstream_closed_total",
-			Help: "Consumer connections closed, by reason."}, []string{"reason"}),
 		upConns: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stormgate_upstream_connections",
 			Help: "Usable (connected, writable) provider connections."}),
+		upConnected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stormgate_upstream_connected",
+			Help: "1 while at least one provider connection is usable, else 0."}),
 		upState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stormgate_upstream_connection_state",
-			Help: "Provider connections by state (connecting, ready, readonly, closing)."}, []string{"state"}),
+			Help: "Provider connections by state (ready, readonly)."}, []string{"state"}),
 		upReconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_reconnects_total",
 			Help: "Provider connections (re)established after the first one of a slot."}),
-		hbAnswered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_heartbeats_answered_total",
-			Help: "Heartbeat requests answered by Stormgate, by side (downstream = consumers, upstream = provider)."}, []string{"side"}),
+		upDialErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_connect_errors_total",
+			Help: "Failed attempts to connect to the provider."}),
 		hbSent: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_heartbeats_sent_total",
 			Help: "Heartbeats Stormgate sent to the provider on idle connections."}),
 		requests: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_requests_total",
@@ -75,35 +169,78 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "One-way requests forwarded to the provider."}),
 		responses: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_responses_total",
 			Help: "Provider responses routed back to consumers."}),
-		localReplies: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_local_replies_total",
-			Help: "Error responses Stormgate sent to consumers itself, by reason."}, []string{"reason"}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stormgate_held_requests",
 			Help: "Requests waiting in the hold queue for a usable provider connection."}),
-		holdOutcome: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_hold_outcomes_total",
-			Help: "Held requests by outcome (sent after hold, expired, rejected because the queue was full)."}, []string{"outcome"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "stormgate_request_duration_seconds",
 			Help:    "Time from a request's arrival at Stormgate to its response leaving for the consumer.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
 		unknownIDs: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_unknown_ids_total",
 			Help: "Provider responses whose id matched no pending request (dropped)."}),
 		lateResponses: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_late_responses_total",
-			Help: "Provider responses discarded because their consumer had gone or had already been answered."}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_frames_dropped_total",
-			Help: "Frames consumed without forwarding, by kind."}, []string{"kind"}),
-		readonly: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_readonly_events_total",
-			Help: "READONLY/WRITEABLE events, by direction (received from provider, sent to consumers)."}, []string{"event", "direction"}),
-		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stormgate_inflight_requests",
-			Help: "Requests forwarded to the provider and not yet answered."}),
+			Help: "Answers (the provider's or Stormgate's) discarded because their consumer had gone."}),
 		upBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "stormgate_upstream_write_batch_frames",
-			Help:    "Frames per upstream flush (batching).",
+			Help:    "Frames per upstream write(2) (batching).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}}),
 	}
-	m.hbAnsweredDown = m.hbAnswered.WithLabelValues("downstream")
-	m.hbAnsweredUp = m.hbAnswered.WithLabelValues("upstream")
-	if reg != nil {
-		reg.MustRegister(m.downConns, m.downClosed, m.upConns, m.upState, m.upReconnects, m.hbAnswered, m.hbSent,
-			m.requests, m.oneway, m.responses, m.localReplies, m.held, m.holdOutcome, m.duration, m.unknownIDs,
-			m.lateResponses, m.dropped, m.readonly, m.inflight, m.upBatch)
+	downClosed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_downstream_closed_total",
+		Help: "Consumer connections closed, by reason."}, []string{"reason"})
+	for i := range m.downClosed {
+		m.downClosed[i] = downClosed.WithLabelValues(closeReasonNames[i])
 	}
+	localReplies := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_local_replies_total",
+		Help: "Error responses Stormgate sent to consumers itself, by reason."}, []string{"reason"})
+	for i := range m.localReplies {
+		m.localReplies[i] = localReplies.WithLabelValues(replyReasonNames[i])
+	}
+	holdOutcomes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_hold_outcomes_total",
+		Help: "Held requests by outcome: sent after the hold, expired, rejected because the queue was full, " +
+			"consumer gone, re-held because their connection died before they were sent."}, []string{"outcome"})
+	for i := range m.holdOutcome {
+		m.holdOutcome[i] = holdOutcomes.WithLabelValues(holdOutcomeNames[i])
+	}
+	dropped := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_frames_dropped_total",
+		Help: "Frames consumed without forwarding, by kind."}, []string{"kind"})
+	for i := range m.dropped {
+		m.dropped[i] = dropped.WithLabelValues(dropKindNames[i])
+	}
+	hb := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_heartbeats_answered_total",
+		Help: "Heartbeat requests answered by Stormgate, by side (downstream = consumers, upstream = provider)."}, []string{"side"})
+	m.hbAnsweredDown = hb.WithLabelValues("downstream")
+	m.hbAnsweredUp = hb.WithLabelValues("upstream")
+	ro := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_readonly_events_total",
+		Help: "READONLY/WRITEABLE events, by direction (received from provider, sent to consumers)."}, []string{"event", "direction"})
+	for i, ev := range []string{"readonly", "writeable"} {
+		m.readonlyIn[i] = ro.WithLabelValues(ev, "received")
+		m.readonlyOut[i] = ro.WithLabelValues(ev, "sent")
+	}
+	m.upState.WithLabelValues("ready")
+	m.upState.WithLabelValues("readonly")
+	m.collectors = []prometheus.Collector{m.downConns, downClosed, m.upConns, m.upConnected, m.upState, m.upReconnects,
+		m.upDialErrors, hb, m.hbSent, m.requests, m.oneway, m.responses, localReplies, m.held, holdOutcomes,
+		m.duration, m.unknownIDs, m.lateResponses, dropped, ro, m.upBatch}
 	return m
+}
+
+// register exports the metrics, plus gauges read from the server at scrape time.
+func (m *metrics) register(reg prometheus.Registerer, s *Server) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(m.collectors...)
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_inflight_requests",
+			Help: "Two-way requests accepted (held or forwarded) and not yet answered."},
+			func() float64 { return float64(s.inflight.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_buffered_bytes",
+			Help: "Bytes held because a peer is slow or absent (stalled sockets, hold queue, partial frames); " +
+				"bounded by limits.max_buffered_bytes."}, func() float64 { return float64(s.budget.inUse()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_buffered_bytes_limit",
+			Help: "limits.max_buffered_bytes in force."}, func() float64 { return float64(s.budget.limit.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_upstream_queued_bytes",
+			Help: "Bytes waiting in Stormgate to be written to the provider, all connections."},
+			func() float64 { return float64(s.upstreamQueued()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_upstream_last_reachable_seconds",
+			Help: "Seconds since a provider connection was last usable; 0 while one is."},
+			func() float64 { return s.unreachableFor().Seconds() }),
+	)
 }

@@ -14,7 +14,7 @@ import (
 const svc = "org.stormgate.Greeter"
 
 func TestEchoThroughProxy(t *testing.T) {
-	f := newFixture(t, Config{}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c := f.dial(ctx)
@@ -33,7 +33,7 @@ func TestEchoThroughProxy(t *testing.T) {
 // sees exactly M connections.
 func TestThousandConsumersSameIDs(t *testing.T) {
 	const consumers, perConsumer = 1000, 5
-	f := newFixture(t, Config{UpstreamConns: 4}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.UpstreamConns = 4 })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	clients := make([]*peer.Client, consumers)

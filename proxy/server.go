@@ -27,6 +27,9 @@ type Options struct {
 	// OnConnClosed is called once for every connection given to ServeFD when it
 	// closes (admission's max_connections accounting).
 	OnConnClosed func()
+	// Clock drives every timeout, deadline and timestamp of the proxy (through its
+	// timing wheel); nil is the system clock. Tests pass a keepalive.ManualClock.
+	Clock keepalive.Clock
 }
 
 // ErrServerClosed is returned by Start after Close.
@@ -34,31 +37,37 @@ var ErrServerClosed = errors.New("proxy: server closed")
 
 // Server owns consumer sessions and upstream pools. Create it with New, start its
 // background work with Start, hand it accepted connections with ServeFD, change
-// its settings with Update, and end it with Drain (graceful) or Close.
+// its settings with Update (or Check, then Update), and end it with Drain
+// (graceful) or Close. Every goroutine it starts has returned when Close returns.
 type Server struct {
-	opts  Options
-	log   *zap.Logger
-	m     *metrics
-	codec Codec
-	cfg   atomic.Pointer[Config]
-	wheel *keepalive.Wheel
+	opts   Options
+	log    *zap.Logger
+	m      *metrics
+	codec  Codec
+	cfg    atomic.Pointer[Config]
+	clock  keepalive.Clock
+	wheel  *keepalive.Wheel
+	budget budget
+	tasks  group
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
 
 	mu    sync.Mutex
-	pools map[uint16]*Pool // key 0: the single upstream in non-transparent mode
+	pools map[uint16]*pool // key 0: the single upstream in non-transparent mode
 
-	sessions sessionSet
-	eventIDs atomic.Int64
-	draining atomic.Bool
-	closed   atomic.Bool
+	sessions  sessionSet
+	eventIDs  atomic.Int64
+	inflight  atomic.Int64  // accepted two-way requests not yet answered
+	drainIdle chan struct{} // signalled when inflight reaches 0 while draining
+	draining  atomic.Bool
+	closed    atomic.Bool
+
+	hookServeFD atomic.Pointer[func(fd int)] // tests: runs between netpoll registration and handler setup
 }
 
 // New validates cfg and builds a Server. Nothing runs until Start.
 func New(cfg Config, opts Options) (*Server, error) {
-	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -68,17 +77,50 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if opts.Codec == nil {
 		opts.Codec = Dubbo{}
 	}
-	s := &Server{
-		opts:  opts,
-		log:   opts.Logger,
-		m:     newMetrics(opts.Registerer),
-		codec: opts.Codec,
-		pools: make(map[uint16]*Pool),
-		wheel: keepalive.NewWheel(10*time.Millisecond, 4096, nil),
+	clock := opts.Clock
+	if clock == nil {
+		clock = systemClock{}
 	}
+	s := &Server{
+		opts:      opts,
+		log:       opts.Logger,
+		m:         newMetrics(),
+		codec:     opts.Codec,
+		clock:     clock,
+		pools:     make(map[uint16]*pool),
+		wheel:     keepalive.NewWheel(10*time.Millisecond, 4096, clock),
+		drainIdle: make(chan struct{}, 1),
+	}
+	s.budget.limit.Store(cfg.MaxBufferedBytes)
 	s.sessions.init()
 	s.cfg.Store(&cfg)
+	s.m.register(opts.Registerer, s)
 	return s, nil
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// now is the server's clock in unix nanoseconds.
+func (s *Server) now() int64 { return s.clock.Now().UnixNano() }
+
+// spawn runs f on a goroutine that Close waits for.
+func (s *Server) spawn(f func()) { s.tasks.Go(f) }
+
+// sleep waits d on the server's clock; false when ctx ended first.
+func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
+	ch := make(chan struct{})
+	var t keepalive.Timer
+	t.Init(func() { close(ch) })
+	s.wheel.Schedule(&t, d)
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		s.wheel.Stop(&t)
+		return false
+	}
 }
 
 // Start runs the timing wheel and dials the provider (non-transparent mode).
@@ -88,23 +130,23 @@ func (s *Server) Start(ctx context.Context) error {
 		return ErrServerClosed
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.wheel.Run(s.ctx) }()
+	s.spawn(func() { s.wheel.Run(s.ctx) })
 	if cfg := s.cfg.Load(); !cfg.Transparent {
+		p := newPool(s, cfg.Upstream, 0)
 		s.mu.Lock()
-		s.pools[0] = newPool(s, cfg.Upstream, 0)
+		s.pools[0] = p
 		s.mu.Unlock()
+		p.connChanged()
 	}
 	return nil
 }
 
-// Config returns the active proxy configuration (with defaults applied).
+// Config returns the active proxy configuration.
 func (s *Server) Config() Config { return *s.cfg.Load() }
 
-// Update applies new settings live. Changes of the upstream address or of
-// transparent mode are refused: they need a restart.
-func (s *Server) Update(cfg Config) error {
-	cfg = cfg.withDefaults()
+// Check reports whether Update would accept cfg, changing nothing. A caller that
+// must apply settings to several stages all-or-nothing checks each, then updates.
+func (s *Server) Check(cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
@@ -116,13 +158,20 @@ func (s *Server) Update(cfg Config) error {
 		return fmt.Errorf("upstream.address cannot change while running (%s -> %s): restart the sidecar, "+
 			"or run one sidecar per provider", old.Upstream, cfg.Upstream)
 	}
-	s.cfg.Store(&cfg)
-	s.mu.Lock()
-	pools := make([]*Pool, 0, len(s.pools))
-	for _, p := range s.pools {
-		pools = append(pools, p)
+	return nil
+}
+
+// Update applies new settings live; it refuses what Check refuses. Requests and
+// connections are kept: each setting applies from the next event that reads it,
+// and timers that depend on a changed timeout are re-armed now.
+func (s *Server) Update(cfg Config) error {
+	if err := s.Check(cfg); err != nil {
+		return err
 	}
-	s.mu.Unlock()
+	old := s.cfg.Load()
+	s.cfg.Store(&cfg)
+	s.budget.limit.Store(cfg.MaxBufferedBytes)
+	pools := s.poolList()
 	if cfg.UpstreamConns != old.UpstreamConns {
 		for _, p := range pools {
 			p.resize(cfg.UpstreamConns)
@@ -130,29 +179,20 @@ func (s *Server) Update(cfg Config) error {
 	}
 	if cfg.UpstreamInterval != old.UpstreamInterval || cfg.UpstreamJitter != old.UpstreamJitter {
 		for _, p := range pools {
-			p.mu.Lock()
-			for _, sl := range p.slots {
+			for _, sl := range p.slotList() {
 				if uc := sl.uc.Load(); uc != nil {
 					s.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 				}
 			}
-			p.mu.Unlock()
 		}
 	}
-	if cfg.DownstreamIdleTimeout < old.DownstreamIdleTimeout {
-		// Re-arm every idle timer so a shorter timeout applies now, not after the old one.
-		now := time.Now().UnixNano()
-		s.sessions.each(func(ss *Session) {
-			if d := ss.idle.Remaining(now, cfg.DownstreamIdleTimeout); d > 0 {
-				s.wheel.Schedule(&ss.timer, d)
-			} else {
-				s.wheel.Schedule(&ss.timer, time.Millisecond)
-			}
-		})
+	if cfg.DownstreamIdleTimeout != old.DownstreamIdleTimeout || cfg.FrameReadTimeout != old.FrameReadTimeout {
+		// onTimer computes what is due from the new values and re-arms itself.
+		s.sessions.each(func(ss *session) { s.wheel.Schedule(&ss.timer, 0) })
 	}
 	if cfg.ReadonlyPolicy != old.ReadonlyPolicy {
 		for _, p := range pools {
-			p.onReadonlyChange()
+			p.connChanged()
 		}
 	}
 	return nil
@@ -161,111 +201,149 @@ func (s *Server) Update(cfg Config) error {
 // ServeFD takes ownership of an accepted, non-blocking consumer socket.
 // origDst is the pre-REDIRECT destination in transparent mode (zero otherwise).
 // It never blocks for long: it wraps the fd in a netpoll connection and returns.
+// Whatever happens, the fd is closed exactly once and OnConnClosed runs once.
 func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 	cfg := s.cfg.Load()
-	done := func() {
+	refuse := func(r closeReason) {
+		_ = unix.Close(fd)
+		s.m.downClosed[r].Inc()
 		if s.opts.OnConnClosed != nil {
 			s.opts.OnConnClosed()
 		}
 	}
 	if s.draining.Load() || s.closed.Load() {
-		_ = unix.Close(fd)
-		s.m.downClosed.WithLabelValues(closeDrain).Inc()
-		done()
+		refuse(closeDrain)
 		return
 	}
-	var pool *Pool
+	var p *pool
 	if cfg.Transparent {
 		port := origDst.Port()
 		if !cfg.portAllowed(port) {
-			_ = unix.Close(fd)
-			s.m.downClosed.WithLabelValues(closeNoPort).Inc()
 			s.log.Warn("refused a redirected connection for a port outside listener.inbound_ports",
 				zap.Stringer("peer", remote), zap.Uint16("port", port))
-			done()
+			refuse(closeNoPort)
 			return
 		}
-		pool = s.poolFor(port)
+		p = s.poolFor(port)
 	} else {
 		s.mu.Lock()
-		pool = s.pools[0]
+		p = s.pools[0]
 		s.mu.Unlock()
 	}
-	if pool == nil {
-		_ = unix.Close(fd)
-		done()
+	if p == nil {
+		refuse(closeShutdown)
 		return
 	}
 	conn, err := netpoll.NewFDConnection(fd)
 	if err != nil {
 		s.log.Error("cannot register consumer connection with netpoll", zap.Error(err))
-		_ = unix.Close(fd)
-		done()
+		refuse(closePeer)
 		return
 	}
-	sess := &Session{srv: s, pool: pool, conn: conn, fd: fd, remote: remote}
-	sess.idle.Touch(time.Now().UnixNano())
-	sess.timer.Init(sess.onIdleTimer)
+	if h := s.hookServeFD.Load(); h != nil {
+		(*h)(fd)
+	}
+	sess := newSession(s, p, conn, fd, remote)
 	s.sessions.add(sess)
 	s.m.downConns.Inc()
 	_ = conn.AddCloseCallback(sess.onClosed)
 	_ = conn.SetOnRequest(sess.onRequest)
-	s.wheel.Schedule(&sess.timer, cfg.DownstreamIdleTimeout)
-	if pool.readonlySent.Load() {
+	if t := cfg.DownstreamIdleTimeout; t > 0 {
+		s.wheel.Schedule(&sess.timer, t)
+	}
+	if p.readonlySent.Load() {
 		sess.sendEvent(EventReadonly)
 	}
 	if !conn.IsActive() {
-		_ = sess.onClosed(conn)
+		// The consumer left before its handlers were set: netpoll saw the hangup with no
+		// handler and ran no close callback. Closing now runs them (ours, then netpoll's,
+		// which closes the fd), unless a handler already did.
+		_ = conn.Close()
 	}
 }
 
-func (s *Server) poolFor(port uint16) *Pool {
+func (s *Server) poolFor(port uint16) *pool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p, ok := s.pools[port]; ok {
 		return p
 	}
-	if s.ctx == nil {
+	if s.ctx == nil || s.closed.Load() {
 		return nil
 	}
+	// newPool takes no server lock (its gauges update when its connections change).
 	p := newPool(s, net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))), port)
 	s.pools[port] = p
 	return p
 }
 
+func (s *Server) poolList() []*pool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*pool, 0, len(s.pools))
+	for _, p := range s.pools {
+		out = append(out, p)
+	}
+	return out
+}
+
 // broadcast sends ev to every consumer of pool p (every consumer when p is nil).
-func (s *Server) broadcast(p *Pool, ev Event) {
-	name := "readonly"
+func (s *Server) broadcast(p *pool, ev Event) {
+	i, name := 0, "readonly"
 	if ev == EventWriteable {
-		name = "writeable"
+		i, name = 1, "writeable"
 	}
 	n := 0
-	s.sessions.each(func(ss *Session) {
+	s.sessions.each(func(ss *session) {
 		if p == nil || ss.pool == p {
 			ss.sendEvent(ev)
 			n++
 		}
 	})
-	s.m.readonly.WithLabelValues(name, "sent").Add(float64(n))
+	s.m.readonlyOut[i].Add(float64(n))
 	s.log.Info("sent event to consumers", zap.String("event", name), zap.Int("consumers", n))
 }
 
 func (s *Server) updateUpstreamGauges() {
-	s.mu.Lock()
-	pools := make([]*Pool, 0, len(s.pools))
-	for _, p := range s.pools {
-		pools = append(pools, p)
-	}
-	s.mu.Unlock()
-	ready, ro := 0, 0
-	for _, p := range pools {
+	ready, readonly, pools, connected := 0, 0, 0, 0
+	for _, p := range s.poolList() {
 		r, o := p.connStates()
 		ready += r
-		ro += o
+		readonly += o
+		pools++
+		if r > 0 {
+			connected++
+		}
 	}
 	s.m.upConns.Set(float64(ready))
 	s.m.upState.WithLabelValues("ready").Set(float64(ready))
-	s.m.upState.WithLabelValues("readonly").Set(float64(ro))
+	s.m.upState.WithLabelValues("readonly").Set(float64(readonly))
+	if pools > 0 && connected == pools {
+		s.m.upConnected.Set(1)
+	} else {
+		s.m.upConnected.Set(0)
+	}
+}
+
+// unreachableFor is how long the longest-unreachable provider has had no usable
+// connection; 0 while every provider has one.
+func (s *Server) unreachableFor() time.Duration {
+	now := s.now()
+	var worst time.Duration
+	for _, p := range s.poolList() {
+		if since := p.downSince.Load(); since != 0 {
+			worst = max(worst, time.Duration(now-since))
+		}
+	}
+	return worst
+}
+
+func (s *Server) upstreamQueued() int {
+	n := 0
+	for _, p := range s.poolList() {
+		n += p.queuedBytes()
+	}
+	return n
 }
 
 // Ready reports whether the server takes traffic: started, not draining.
@@ -285,33 +363,34 @@ func (s *Server) Drain(ctx context.Context) error {
 	s.log.Info("draining: sending READONLY to every consumer", zap.Int("consumers", s.sessions.len()),
 		zap.Duration("timeout", cfg.DrainTimeout))
 	s.broadcast(nil, EventReadonly)
-	ctx, cancel := context.WithTimeout(ctx, cfg.DrainTimeout)
-	defer cancel()
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
 	var err error
-	for s.InFlight() > 0 {
-		select {
-		case <-ctx.Done():
-			err = fmt.Errorf("drain: %d requests still in flight after drain.timeout", s.InFlight())
-		case <-t.C:
-			continue
+	if s.inflight.Load() > 0 {
+		timeout := make(chan struct{})
+		var t keepalive.Timer
+		t.Init(func() { close(timeout) })
+		s.wheel.Schedule(&t, cfg.DrainTimeout)
+		for err == nil && s.inflight.Load() > 0 {
+			select {
+			case <-s.drainIdle:
+			case <-timeout:
+				err = fmt.Errorf("drain: %d requests still in flight after drain.timeout (%v)", s.inflight.Load(), cfg.DrainTimeout)
+			case <-ctx.Done():
+				err = fmt.Errorf("drain: %d requests still in flight: %w", s.inflight.Load(), ctx.Err())
+			}
 		}
-		break
+		s.wheel.Stop(&t)
 	}
-	s.log.Info("drain finished; closing connections", zap.Int64("in_flight_left", s.InFlight()))
+	s.log.Info("drain finished; closing connections", zap.Int64("in_flight_left", s.inflight.Load()))
 	s.Close()
 	return err
 }
 
-// InFlight is the number of requests forwarded or held and not yet answered.
-func (s *Server) InFlight() int64 {
-	var n int64
-	s.sessions.each(func(ss *Session) { n += int64(ss.inflight.Load()) })
-	return n
-}
+// InFlight is the number of accepted two-way requests (held or forwarded) not yet answered.
+func (s *Server) InFlight() int64 { return s.inflight.Load() }
 
-// Close closes every connection at once and stops background work.
+// Close closes every connection at once and stops background work; it returns once
+// every goroutine the server started has returned. Requests still held or in flight
+// are answered with an error first, while their consumers are connected.
 func (s *Server) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
@@ -319,40 +398,77 @@ func (s *Server) Close() error {
 	// Pools first: closing them answers every held and in-flight request with an error
 	// while its consumer is still connected (exactly one answer per request, also when
 	// a drain times out). Sessions closed first would make those replies no-ops.
-	// Found by e2e.TestDrainTimeoutAnswersInFlight.
 	s.mu.Lock()
 	pools := s.pools
-	s.pools = map[uint16]*Pool{}
+	s.pools = map[uint16]*pool{}
 	s.mu.Unlock()
 	for _, p := range pools {
 		p.close()
 	}
-	s.sessions.each(func(ss *Session) { ss.closeWith(closeShutdown) })
+	s.sessions.each(func(ss *session) { ss.closeWith(closeShutdown) })
 	if s.cancel != nil {
 		s.cancel()
 	}
-	s.wg.Wait()
+	s.tasks.Wait()
 	return nil
+}
+
+// group runs goroutines and waits for them. Unlike sync.WaitGroup it allows Go
+// while Wait is waiting (a connection closing during shutdown starts a flusher).
+type group struct {
+	mu   sync.Mutex
+	n    int
+	zero *sync.Cond
+}
+
+func (g *group) Go(f func()) {
+	g.mu.Lock()
+	g.n++
+	g.mu.Unlock()
+	go func() {
+		defer g.done()
+		f()
+	}()
+}
+
+func (g *group) done() {
+	g.mu.Lock()
+	if g.n--; g.n == 0 && g.zero != nil {
+		g.zero.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
+// Wait returns once no goroutine started by Go is running.
+func (g *group) Wait() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.zero == nil {
+		g.zero = sync.NewCond(&g.mu)
+	}
+	for g.n > 0 {
+		g.zero.Wait()
+	}
 }
 
 // sessionSet is a sharded set of live sessions (broadcast, drain, live updates).
 type sessionSet struct {
 	shards [32]struct {
 		mu sync.Mutex
-		m  map[*Session]struct{}
+		m  map[*session]struct{}
 	}
 	n atomic.Int64
 }
 
 func (ss *sessionSet) init() {
 	for i := range ss.shards {
-		ss.shards[i].m = make(map[*Session]struct{})
+		ss.shards[i].m = make(map[*session]struct{})
 	}
 }
 
-func (ss *sessionSet) shard(s *Session) int { return s.fd & 31 }
+func (ss *sessionSet) shard(s *session) int { return s.fd & 31 }
 
-func (ss *sessionSet) add(s *Session) {
+func (ss *sessionSet) add(s *session) {
 	sh := &ss.shards[ss.shard(s)]
 	sh.mu.Lock()
 	sh.m[s] = struct{}{}
@@ -360,7 +476,7 @@ func (ss *sessionSet) add(s *Session) {
 	ss.n.Add(1)
 }
 
-func (ss *sessionSet) remove(s *Session) {
+func (ss *sessionSet) remove(s *session) {
 	sh := &ss.shards[ss.shard(s)]
 	sh.mu.Lock()
 	if _, ok := sh.m[s]; ok {
@@ -373,8 +489,8 @@ func (ss *sessionSet) remove(s *Session) {
 func (ss *sessionSet) len() int { return int(ss.n.Load()) }
 
 // each calls f for every session; f runs without the shard lock held.
-func (ss *sessionSet) each(f func(*Session)) {
-	var buf []*Session
+func (ss *sessionSet) each(f func(*session)) {
+	var buf []*session
 	for i := range ss.shards {
 		sh := &ss.shards[i]
 		sh.mu.Lock()

@@ -3,98 +3,99 @@ package proxy
 import (
 	"context"
 	"errors"
+	"math"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cloudwego/netpoll"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/keepalive"
 )
 
-// Session is one consumer connection. Its lifecycle:
+// session is one consumer connection. Its lifecycle:
 //
-//	| step                      | who runs it                      | notes
-//	| Server.ServeFD            | admission goroutine              | wraps the fd, registers, arms idle timer
-//	| onRequest                 | netpoll, one at a time           | decodes frames, answers heartbeats, forwards requests
-//	| write                     | any goroutine (upstream readers, | direct non-blocking write under wmu; the remainder
-//	|                           | hold queue, wheel, onRequest)    | goes to out and one drain goroutine flushes it
-//	| onIdleTimer               | keepalive wheel goroutine        | closes after DownstreamIdleTimeout with nothing read
-//	| closeWith                 | anyone, first caller wins        | records the reason, closes the netpoll connection
-//	| onClosed                  | netpoll close callback, once     | stops writes, unregisters, counts; runs before netpoll
-//	|                           |                                  | closes the fd, so no write can reach a reused fd
+//	| step        | who runs it                    | what it does
+//	|-------------|--------------------------------|-------------------------------------------------------------
+//	| ServeFD     | admission goroutine            | wraps the fd, sets the handlers, arms the timer; closes a
+//	|             |                                | consumer that left before its handlers were set
+//	| onRequest   | netpoll, one at a time         | cuts frames without waiting for bytes that have not arrived;
+//	|             |                                | answers heartbeats; forwards requests to the pool
+//	| write       | any goroutine                  | through the session's writer: never blocks the caller
+//	| onTimer     | keepalive wheel goroutine      | idle timeout; a frame left unfinished for frame_read_timeout
+//	| closeWith   | anyone, the first caller wins  | records the reason, closes the netpoll connection
+//	| onClosed    | netpoll close callback, once   | closes the writer (no byte reaches a reused fd), unregisters,
+//	|             |                                | counts; runs before netpoll closes the fd, never during onRequest
 //
-// Pending requests are not indexed by session: when a session closes, its
-// entries stay in the upstream pending tables until the provider answers (the
-// answer is discarded and counted as late) or max_request_age frees them.
-type Session struct {
+// The session keeps no index of its requests: they live in the hold queue or in
+// upstream pending tables and are settled there (see pending.go).
+type session struct {
 	srv    *Server
-	pool   *Pool
+	pool   *pool
 	conn   netpoll.Connection
 	fd     int
 	remote netip.AddrPort
 
+	rd       frameReader
+	w        writer
 	idle     keepalive.Idle
 	timer    keepalive.Timer
-	inflight atomic.Int32 // forwarded or held two-way requests not yet answered
-	scratch  [32]byte     // heartbeat replies; used only by onRequest (one at a time per connection)
+	inflight atomic.Int32 // accepted two-way requests not yet answered
+	scratch  [32]byte     // heartbeat replies; used by onRequest only (one at a time)
 
-	closing   atomic.Bool
-	closedCb  atomic.Bool
-	reason    atomic.Pointer[string]
-	readonly  atomic.Bool // READONLY sent to this consumer
-	closeOnce sync.Once
-
-	wmu      sync.Mutex // guards wclosed, out, flushing, queued and direct fd writes
-	wclosed  bool
-	out      []byte // bytes waiting for the drain goroutine
-	flushing bool   // a drain goroutine owns the netpoll writer
-	queued   int    // bytes accepted but not yet handed to the kernel
-
-	nmu sync.Mutex // serializes use of the netpoll Writer (drain goroutine vs close)
+	closing  atomic.Bool
+	closed   atomic.Bool
+	reason   atomic.Uint32 // closeReason+1; 0 until closeWith
+	readonly atomic.Bool   // READONLY sent to this consumer
 }
 
-// errShortWrite marks a consumer whose socket buffer is full.
-var errSlowConsumer = errors.New("consumer does not read its responses")
+func newSession(srv *Server, p *pool, conn netpoll.Connection, fd int, remote netip.AddrPort) *session {
+	s := &session{srv: srv, pool: p, conn: conn, fd: fd, remote: remote}
+	s.w = writer{fd: fd, now: srv.now, spawn: srv.spawn, budget: &srv.budget,
+		onError: func(error) { s.closeWith(closePeer) }}
+	s.idle.Touch(srv.now())
+	s.timer.Init(s.onTimer)
+	return s
+}
 
-func (s *Session) onRequest(_ context.Context, conn netpoll.Connection) error {
+func (s *session) onRequest(_ context.Context, conn netpoll.Connection) error {
 	srv := s.srv
 	cfg := srv.cfg.Load()
+	now := srv.now()
+	s.idle.Touch(now)
 	r := conn.Reader()
-	hl := srv.codec.HeaderLen()
-	s.idle.Touch(time.Now().UnixNano())
-	for r.Len() > 0 {
-		if s.closing.Load() {
-			// Discard whatever is left; the connection is going away.
-			_ = r.Skip(r.Len())
+	wasPartial := s.rd.partialSince() != 0
+	for !s.closing.Load() {
+		f, frame, res, err := s.rd.next(r, srv.codec, cfg.MaxFrameBytes, false, &srv.budget, now)
+		if res == readMore {
 			break
 		}
-		hdr, err := r.Peek(hl)
-		if err != nil {
-			s.closeWith(closeTruncated)
-			return nil
-		}
-		f, err := srv.codec.ParseHeader(hdr, cfg.MaxFrameBytes)
-		if err != nil {
+		switch res {
+		case readFrame:
+			s.handle(f, frame, cfg, now)
+		case readSkipped: // no budget to reassemble it: its bytes are discarded as they come
+			srv.log.Warn("refusing a request: out of buffer memory (limits.max_buffered_bytes)",
+				zap.Stringer("peer", s.remote), zap.Int("frame_bytes", f.Len))
+			if f.Kind == FrameRequest {
+				s.replyError(f, FailOverloaded, "stormgate: out of buffer memory (limits.max_buffered_bytes)", replyOverloaded)
+			}
+		case readBad:
 			s.badInput(f, err)
-			_ = r.Skip(r.Len())
-			break
 		}
-		frame, err := r.Next(f.Len)
-		if err != nil {
-			s.closeWith(closeTruncated)
-			return nil
-		}
-		s.handle(f, frame, cfg)
+	}
+	if s.closing.Load() {
+		_ = r.Skip(r.Len()) // the connection is going away: nothing more is read
 	}
 	_ = r.Release()
+	if !wasPartial && s.rd.partialSince() != 0 && cfg.FrameReadTimeout > 0 &&
+		(cfg.DownstreamIdleTimeout == 0 || cfg.FrameReadTimeout < cfg.DownstreamIdleTimeout) {
+		srv.wheel.Schedule(&s.timer, cfg.FrameReadTimeout) // onTimer re-arms for whatever comes first
+	}
 	return nil
 }
 
-func (s *Session) handle(f Frame, frame []byte, cfg *Config) {
+func (s *session) handle(f Frame, frame []byte, cfg *Config, now int64) {
 	m := s.srv.m
 	switch f.Kind {
 	case FrameEventTwoWay:
@@ -108,23 +109,21 @@ func (s *Session) handle(f Frame, frame []byte, cfg *Config) {
 			s.replyError(f, FailOverloaded, "stormgate: too many in-flight requests on this connection (limits.max_inflight_per_connection)", replyInflight)
 			return
 		}
-		s.pool.forward(s, f, frame, time.Now().UnixNano())
+		s.pool.forward(request{sess: s, id: f.ID, serial: f.Serial, arrived: now}, frame)
 	case FrameOneWay:
 		m.requests.Inc()
 		s.pool.forwardOneWay(frame)
 	case FrameEventOneWay:
-		m.dropped.WithLabelValues("event_oneway").Inc()
-	case FrameResponse, FrameEventResponse:
-		m.dropped.WithLabelValues("consumer_response").Inc()
-	default:
-		m.dropped.WithLabelValues("unknown").Inc()
+		m.dropped[dropEventOneWay].Inc()
+	default: // responses from a consumer answer nothing Stormgate forwarded
+		m.dropped[dropConsumerResponse].Inc()
 	}
 }
 
 // badInput answers BAD_REQUEST when the header carried a usable id (everything but
 // bad magic), then closes this consumer only. Nothing of the frame reaches an
 // upstream connection.
-func (s *Session) badInput(f Frame, err error) {
+func (s *session) badInput(f Frame, err error) {
 	reason := closeBadLength
 	switch {
 	case errors.Is(err, ErrBadMagic):
@@ -133,170 +132,108 @@ func (s *Session) badInput(f Frame, err error) {
 		reason = closeOversize
 	}
 	if reason != closeBadMagic {
-		var buf [160]byte
-		s.write(s.srv.codec.AppendErrorReply(buf[:0], f, FailBadRequest, "stormgate: malformed frame: "+reason))
-		s.srv.m.localReplies.WithLabelValues(replyBadRequest).Inc()
+		s.replyError(f, FailBadRequest, "stormgate: malformed frame: "+reason.String(), replyBadRequest)
 	}
 	s.srv.log.Warn("closing consumer after malformed input",
-		zap.Stringer("peer", s.remote), zap.String("reason", reason), zap.Error(err))
+		zap.Stringer("peer", s.remote), zap.Stringer("reason", reason), zap.Error(err))
 	s.closeWith(reason)
 }
 
 // replyError sends Stormgate's own error response for request f.
-func (s *Session) replyError(f Frame, why Failure, msg, reason string) {
+func (s *session) replyError(f Frame, why Failure, msg string, reason replyReason) {
 	var buf [256]byte
-	s.srv.m.localReplies.WithLabelValues(reason).Inc() // counted before the consumer can see the reply
+	s.srv.m.localReplies[reason].Inc() // counted before the consumer can see the reply
 	s.write(s.srv.codec.AppendErrorReply(buf[:0], f, why, msg))
 }
 
-// write sends b to the consumer without ever blocking the caller: it tries a
-// non-blocking write on the fd; whatever the kernel does not take is queued and
-// flushed by one drain goroutine through netpoll. Order is kept because direct
-// writes stop while a drain is in progress. A consumer whose queue passes
-// limits.max_queued_bytes_per_connection is closed.
-func (s *Session) write(b []byte) {
-	s.wmu.Lock()
-	if s.wclosed {
-		s.wmu.Unlock()
-		return
-	}
-	startDrain := false
-	if !s.flushing {
-		n, err := writeFD(s.fd, b)
-		if n == len(b) {
-			s.wmu.Unlock()
-			return
-		}
-		if err != nil && err != unix.EAGAIN {
-			s.wmu.Unlock()
-			s.closeWith(closePeer)
-			return
-		}
-		b = b[n:]
-		s.flushing = true
-		startDrain = true
-	}
-	if q := s.queued + len(b); q > s.srv.cfg.Load().MaxQueuedBytesPerConn {
-		s.wmu.Unlock()
+// write sends b to the consumer without ever blocking the caller. A consumer whose
+// unread responses pass limits.max_queued_bytes_per_connection, or that would take
+// the process over its buffer budget, is closed.
+func (s *session) write(b []byte) {
+	_, _, err := s.w.send(b, s.srv.cfg.Load().MaxQueuedBytesPerConn)
+	switch {
+	case err == nil, errors.Is(err, errWriterClosed):
+	case errors.Is(err, errQueueFull), errors.Is(err, errOverBudget):
 		s.srv.log.Warn("closing consumer that does not read its responses",
-			zap.Stringer("peer", s.remote), zap.Int("queued_bytes", q))
+			zap.Stringer("peer", s.remote), zap.Int("queued_bytes", s.w.queued()), zap.Error(err))
 		s.closeWith(closeSlowReader)
-		return
-	}
-	s.out = append(s.out, b...)
-	s.queued += len(b)
-	s.wmu.Unlock()
-	if startDrain {
-		go s.drain()
-	}
-}
-
-func writeFD(fd int, b []byte) (int, error) {
-	for {
-		n, err := unix.Write(fd, b)
-		if err == unix.EINTR {
-			continue
-		}
-		if n < 0 {
-			n = 0
-		}
-		return n, err
-	}
-}
-
-// drain flushes queued bytes through netpoll (which waits for writability) until
-// the queue is empty, then hands writing back to the direct path.
-func (s *Session) drain() {
-	for {
-		s.wmu.Lock()
-		if s.wclosed {
-			s.wmu.Unlock()
-			return
-		}
-		if len(s.out) == 0 {
-			s.flushing = false
-			s.queued = 0
-			s.out = nil
-			s.wmu.Unlock()
-			return
-		}
-		buf := s.out
-		s.out = nil
-		s.wmu.Unlock()
-
-		s.nmu.Lock()
-		var err error
-		if s.conn.IsActive() && !s.closedCb.Load() {
-			w := s.conn.Writer()
-			if _, err = w.WriteBinary(buf); err == nil {
-				err = w.Flush()
-			}
-		} else {
-			err = netpoll.ErrConnClosed
-		}
-		s.nmu.Unlock()
-
-		s.wmu.Lock()
-		s.queued -= len(buf)
-		s.wmu.Unlock()
-		if err != nil {
-			s.closeWith(closePeer)
-			return
-		}
+	default:
+		s.closeWith(closePeer)
 	}
 }
 
 // closeWith closes the consumer connection, recording why. The first reason wins.
-func (s *Session) closeWith(reason string) {
+func (s *session) closeWith(reason closeReason) {
 	if !s.closing.CompareAndSwap(false, true) {
 		return
 	}
-	s.reason.Store(&reason)
+	s.reason.Store(uint32(reason) + 1)
 	_ = s.conn.Close()
 }
 
-// onClosed runs once, from netpoll's close callback (before netpoll closes the fd)
-// or from ServeFD when the connection died before its callback was registered.
-func (s *Session) onClosed(netpoll.Connection) error {
-	if !s.closedCb.CompareAndSwap(false, true) {
+// onClosed runs once, from netpoll's close callback: before netpoll closes the fd,
+// never while onRequest runs.
+func (s *session) onClosed(netpoll.Connection) error {
+	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	s.closing.Store(true)
-	s.wmu.Lock()
-	s.wclosed = true
-	s.out = nil
-	s.wmu.Unlock()
-	s.nmu.Lock() // wait for a drain goroutine to leave the netpoll writer
-	s.nmu.Unlock()
-
-	reason := closePeer
-	if r := s.reason.Load(); r != nil {
-		reason = *r
-	}
+	s.w.close()
 	srv := s.srv
+	reason := closePeer
+	if r := s.reason.Load(); r != 0 {
+		reason = closeReason(r - 1)
+	} else if s.rd.partial() {
+		reason = closeTruncated
+		srv.log.Warn("consumer closed in the middle of a frame", zap.Stringer("peer", s.remote))
+	}
+	s.rd.reset(&srv.budget)
 	srv.wheel.Stop(&s.timer)
 	srv.sessions.remove(s)
 	srv.m.downConns.Dec()
-	srv.m.downClosed.WithLabelValues(reason).Inc()
+	srv.m.downClosed[reason].Inc()
 	if srv.opts.OnConnClosed != nil {
 		srv.opts.OnConnClosed()
 	}
 	return nil
 }
 
-// onIdleTimer runs on the wheel goroutine.
-func (s *Session) onIdleTimer() {
-	timeout := s.srv.cfg.Load().DownstreamIdleTimeout
-	rem := s.idle.Remaining(time.Now().UnixNano(), timeout)
-	if rem <= 0 {
-		go s.closeWith(closeIdle)
+// onTimer runs on the wheel goroutine: the idle timeout, and frame_read_timeout for
+// a frame left unfinished. It re-arms itself for whichever comes first.
+func (s *session) onTimer() {
+	if s.closing.Load() {
 		return
 	}
-	s.srv.wheel.Schedule(&s.timer, rem)
+	cfg := s.srv.cfg.Load()
+	now := s.srv.now()
+	next := time.Duration(math.MaxInt64)
+	if t := cfg.FrameReadTimeout; t > 0 {
+		if since := s.rd.partialSince(); since != 0 {
+			rem := t - time.Duration(now-since)
+			if rem <= 0 {
+				s.srv.log.Warn("closing consumer that left a frame unfinished for limits.frame_read_timeout",
+					zap.Stringer("peer", s.remote), zap.Duration("frame_read_timeout", t))
+				s.closeWith(closeFrameTimeout)
+				return
+			}
+			next = min(next, rem)
+		}
+	}
+	if t := cfg.DownstreamIdleTimeout; t > 0 {
+		rem := s.idle.Remaining(now, t)
+		if rem <= 0 {
+			s.closeWith(closeIdle)
+			return
+		}
+		next = min(next, rem)
+	}
+	if next != time.Duration(math.MaxInt64) {
+		s.srv.wheel.Schedule(&s.timer, next)
+	}
 }
 
 // sendEvent writes a READONLY or WRITEABLE event to the consumer.
-func (s *Session) sendEvent(ev Event) {
+func (s *session) sendEvent(ev Event) {
 	var buf [64]byte
 	id := s.srv.eventIDs.Add(1)
 	s.write(s.srv.codec.AppendEvent(buf[:0], id, ev))

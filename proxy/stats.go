@@ -21,6 +21,7 @@ type Stats struct {
 	InFlight             int64
 	UnknownIDs           uint64
 	LateResponses        uint64
+	Buffered             int64 // bytes charged to limits.max_buffered_bytes
 }
 
 // Stats reads the current counters.
@@ -34,10 +35,11 @@ func (s *Server) Stats() Stats {
 		HeartbeatsSent:       uint64(value(m.hbSent)),
 		Requests:             uint64(value(m.requests)),
 		Responses:            uint64(value(m.responses)),
-		LocalReplies:         vecValues(m.localReplies),
-		Closed:               vecValues(m.downClosed),
+		LocalReplies:         counterValues(m.localReplies[:], replyReasonNames[:]),
+		Closed:               counterValues(m.downClosed[:], closeReasonNames[:]),
 		Held:                 int64(value(m.held)),
-		InFlight:             int64(value(m.inflight)),
+		InFlight:             s.inflight.Load(),
+		Buffered:             s.budget.inUse(),
 		UnknownIDs:           uint64(value(m.unknownIDs)),
 		LateResponses:        uint64(value(m.lateResponses)),
 	}
@@ -57,20 +59,12 @@ func value(c prometheus.Metric) float64 {
 	return 0
 }
 
-func vecValues(v *prometheus.CounterVec) map[string]uint64 {
-	out := map[string]uint64{}
-	ch := make(chan prometheus.Metric, 64)
-	go func() { v.Collect(ch); close(ch) }()
-	for mt := range ch {
-		var d dto.Metric
-		if mt.Write(&d) != nil {
-			continue
+func counterValues(cs []prometheus.Counter, names []string) map[string]uint64 {
+	out := make(map[string]uint64, len(cs))
+	for i, c := range cs {
+		if v := uint64(value(c)); v > 0 {
+			out[names[i]] = v
 		}
-		key := ""
-		for _, l := range d.Label {
-			key = l.GetValue()
-		}
-		out[key] = uint64(d.Counter.GetValue())
 	}
 	return out
 }

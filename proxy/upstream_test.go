@@ -17,7 +17,7 @@ import (
 // request in flight on it gets exactly one error response (CHANNEL_INACTIVE) and
 // consumer connections stay open.
 func TestUpstreamLostAnswersInFlight(t *testing.T) {
-	f := newFixture(t, Config{HoldTimeout: 200 * time.Millisecond}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.HoldTimeout = 200 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const n = 50
@@ -58,7 +58,7 @@ func TestUpstreamLostAnswersInFlight(t *testing.T) {
 			t.Fatal("duplicate answers")
 		}
 	}
-	if st := f.srv.Stats(); st.LocalReplies[replyUpstreamLost] != n || st.InFlight != 0 {
+	if st := f.srv.Stats(); st.LocalReplies[replyUpstreamLost.String()] != n || st.InFlight != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -66,7 +66,7 @@ func TestUpstreamLostAnswersInFlight(t *testing.T) {
 // TestProviderHeartbeatsAnswered: the provider's heartbeats (its own id space)
 // are answered by Stormgate and never reach a consumer.
 func TestProviderHeartbeatsAnswered(t *testing.T) {
-	f := newFixture(t, Config{}, peer.ProviderConfig{HeartbeatInterval: 50 * time.Millisecond})
+	f := newFixture(t, peer.ProviderConfig{HeartbeatInterval: 50 * time.Millisecond})
 	waitFor(t, 5*time.Second, "provider heartbeats answered", func() bool {
 		return f.srv.Stats().HeartbeatsUpstream >= 8 && f.provider.Stats().ResponsesReceived >= 8
 	})
@@ -79,7 +79,7 @@ func TestProviderHeartbeatsAnswered(t *testing.T) {
 // sends its own heartbeats, about one per interval per connection, and they are
 // matched by id (no unknown ids).
 func TestOwnHeartbeatsOnIdleConnections(t *testing.T) {
-	f := newFixture(t, Config{UpstreamInterval: 100 * time.Millisecond}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.UpstreamInterval = 100 * time.Millisecond })
 	time.Sleep(1050 * time.Millisecond)
 	st := f.srv.Stats()
 	ps := f.provider.Stats()
@@ -122,8 +122,13 @@ func silentProvider(t *testing.T) (addr string, accepted *atomic.Int64) {
 // declares a connection dead; Stormgate redials.
 func TestDeadProviderDetected(t *testing.T) {
 	addr, accepted := silentProvider(t)
-	f := newFixture(t, Config{Upstream: addr, UpstreamConns: 1, UpstreamInterval: 100 * time.Millisecond,
-		UpstreamMaxMissed: 3, BackoffBase: 10 * time.Millisecond}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) {
+		c.Upstream = addr
+		c.UpstreamConns = 1
+		c.UpstreamInterval = 100 * time.Millisecond
+		c.UpstreamMaxMissed = 3
+		c.BackoffBase = 10 * time.Millisecond
+	})
 	waitFor(t, 5*time.Second, "redial after dead peer", func() bool {
 		return accepted.Load() >= 2 && value(f.srv.m.upReconnects) >= 1
 	})
@@ -146,6 +151,6 @@ func TestUnknownIDsDroppedAndCounted(t *testing.T) {
 			_, _ = c.Write(dubbo.AppendValueResponse(nil, 424242, dubbo.SerialHessian2, "stray"))
 		}
 	}()
-	f := newFixture(t, Config{Upstream: ln.Addr().String(), UpstreamConns: 2}, peer.ProviderConfig{})
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = ln.Addr().String(); c.UpstreamConns = 2 })
 	waitFor(t, 3*time.Second, "unknown ids counted", func() bool { return f.srv.Stats().UnknownIDs == 2 })
 }

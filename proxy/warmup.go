@@ -21,7 +21,7 @@ type warmup struct {
 
 const warmupFloor = 0.05
 
-// rateMeter keeps a smoothed two-way request rate per pool, sampled by sweepLoop.
+// rateMeter keeps a smoothed two-way request rate per pool, sampled by onSweep.
 type rateMeter struct {
 	count atomic.Uint64
 	last  uint64
@@ -42,7 +42,7 @@ func (m *rateMeter) sample(interval time.Duration) {
 func (m *rateMeter) rate() float64 { return float64frombits(m.ewma.Load()) }
 
 // startWarmup begins a ramp when the pool goes from no usable connection to one.
-func (p *Pool) startWarmup() {
+func (p *pool) startWarmup() {
 	d := p.srv.cfg.Load().Warmup
 	if d <= 0 {
 		return
@@ -51,7 +51,7 @@ func (p *Pool) startWarmup() {
 	if target < 100 {
 		target = 100 // too little history to scale from: ramp to a modest floor
 	}
-	now := time.Now().UnixNano()
+	now := p.srv.now()
 	w := &warmup{start: now, end: now + int64(d), target: target,
 		lim: rate.NewLimiter(rate.Limit(target*warmupFloor), int(max(1, target*warmupFloor/10)))}
 	p.warm.Store(w)
@@ -59,13 +59,13 @@ func (p *Pool) startWarmup() {
 }
 
 // warmAllow reports whether one more request may go to the provider now.
-func (p *Pool) warmAllow() bool {
+func (p *pool) warmAllow() bool {
 	w := p.warm.Load()
 	if w == nil {
 		return true
 	}
-	now := time.Now()
-	n := now.UnixNano()
+	n := p.srv.now()
+	now := time.Unix(0, n)
 	if n >= w.end {
 		p.warm.CompareAndSwap(w, nil)
 		return true
@@ -80,7 +80,7 @@ func (p *Pool) warmAllow() bool {
 }
 
 // warming reports whether a ramp is in progress.
-func (p *Pool) warming() bool { return p.warm.Load() != nil }
+func (p *pool) warming() bool { return p.warm.Load() != nil }
 
 func float64bits(f float64) uint64     { return math.Float64bits(f) }
 func float64frombits(b uint64) float64 { return math.Float64frombits(b) }

@@ -3,38 +3,43 @@ package proxy
 import (
 	"testing"
 	"time"
+
+	"github.com/stormgate/stormgate/keepalive"
 )
 
 // TestWarmupRampsLinearly: right after the provider returns only a small share
 // of the earlier rate is let through; by the end of the ramp nearly all of it.
+// Time is a ManualClock stepped 1 ms per attempt, so the counts are exact.
 func TestWarmupRampsLinearly(t *testing.T) {
-	srv, err := New(Config{Upstream: "127.0.0.1:1", Warmup: time.Second}, Options{})
+	clk := keepalive.NewManualClock(time.Unix(1000, 0))
+	cfg := testConfig("127.0.0.1:1")
+	cfg.Warmup = time.Second
+	srv, err := New(cfg, Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Pool{srv: srv}
+	p := &pool{srv: srv}
 	p.meter.ewma.Store(float64bits(2000))
 	p.startWarmup()
 	count := func(d time.Duration) int {
 		n := 0
-		end := time.Now().Add(d)
-		for time.Now().Before(end) {
+		for end := clk.Now().Add(d); clk.Now().Before(end); clk.Add(100 * time.Microsecond) {
 			if p.warmAllow() {
 				n++
 			}
-			time.Sleep(100 * time.Microsecond)
 		}
 		return n
 	}
-	first := count(150 * time.Millisecond)
-	time.Sleep(600 * time.Millisecond)
-	late := count(150 * time.Millisecond)
-	// Linear ramp from 5%: ~0.05-0.15 of 2000/s in the first 150 ms (~15-45 + burst),
-	// ~0.75-0.9 later (~230-270), bounded by the test loop's own pace.
-	if first >= late/2 || late < 80 {
-		t.Fatalf("allowed %d early vs %d late; want a ramp", first, late)
+	first := count(150 * time.Millisecond) // 0-150 ms: 5-15% of 2000/s, plus the burst
+	clk.Add(450 * time.Millisecond)
+	late := count(150 * time.Millisecond) // 600-750 ms: 60-75%
+	t.Logf("allowed %d in the first 150 ms, %d at 600-750 ms", first, late)
+	// Expected: 2000/s x 150 ms x the mean share of the window (10%, 67.5%) = 30 and
+	// 202, plus each window's burst (a tenth of a second's allowance).
+	if first < 25 || first > 70 || late < 190 || late > 260 {
+		t.Fatalf("allowed %d in the first 150 ms vs %d at 600-750 ms; want a linear ramp (about 30-60 and 200-230)", first, late)
 	}
-	time.Sleep(300 * time.Millisecond)
+	clk.Add(300 * time.Millisecond)
 	if !p.warmAllow() || p.warming() {
 		t.Fatal("warm-up did not end after its duration")
 	}

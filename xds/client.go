@@ -7,8 +7,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
+	"net"
 	"os"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -22,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	sg "github.com/stormgate/stormgate/xds/stormgatev1"
@@ -43,17 +49,36 @@ const (
 // ClientConfig configures the ADS client. Zero values pick the documented
 // defaults.
 type ClientConfig struct {
-	Address      string // control plane host:port (required)
-	NodeID       string // node.id sent to the control plane (required; see NodeID)
-	Cluster      string // node.cluster; optional
+	// Addresses are control plane host:port addresses (at least one).
+	// Replicas serving the same files are interchangeable: the client keeps
+	// one stream, to one address at a time, and moves to the next address
+	// when that stream ends or cannot be opened. It starts at an address
+	// picked by a hash of the node id, so a fleet spreads over the replicas,
+	// and stays where it is connected (no move back).
+	Addresses []string
+	// Node is what the client reports (node.id, node.cluster and the
+	// metadata selectors match on). Node.ID is required (see NodeID).
+	// Node.Ports nil = ProviderPorts(Base).
+	Node         NodeInfo
 	ResourceName string // TypedExtensionConfig name; "" = DefaultResourceName
 	// TLS: all empty = plaintext; CA alone = TLS verifying the server with CA
 	// (instead of the system roots when only Cert/Key are set); Cert+Key add
 	// a client certificate (mTLS). Paths to PEM files.
 	CA, Cert, Key string
-	ServerName    string // TLS server name override; "" = host of Address
+	ServerName    string // TLS server name override; "" = host of each address
 	// Reconnect backoff: exponential with full jitter. 0 = 250ms and 10s.
+	// After a stream that worked ends, the next address is tried within
+	// BackoffBase; the delay grows with each full round of addresses that
+	// all failed.
 	BackoffBase, BackoffMax time.Duration
+	// ConnectTimeout bounds each attempt to reach an address (an address
+	// that drops SYNs); 0 = 5s.
+	ConnectTimeout time.Duration
+	// FirstResponseTimeout bounds the wait for the first response on a new
+	// stream: a control plane that accepts the stream but never answers
+	// (wedged, or without settings for this node) is left for the next
+	// address. 0 = 15s.
+	FirstResponseTimeout time.Duration
 	// Base is what a pushed Settings is merged over (unset pushed fields keep
 	// Base's value); normally the file-or-default settings the sidecar started
 	// with. nil = Defaults().
@@ -64,6 +89,13 @@ type ClientConfig struct {
 	Current func() *sg.Settings
 	// UserAgentVersion is sent as node.user_agent_version; optional.
 	UserAgentVersion string
+	// OnResult, if set, is told after each response where the client stands
+	// (see Client.report): nack nil when it runs the version served, else why
+	// it rejected it. Called on Run's goroutine.
+	OnResult func(version string, nack error)
+	// OnStatus, if set, is called on Run's goroutine with the new status
+	// each time it changes. It must not block.
+	OnStatus func(Status)
 }
 
 // NodeID picks the xDS node id: flag if set, else POD_NAME.POD_NAMESPACE
@@ -79,6 +111,47 @@ func NodeID(flag string, getenv func(string) string) (string, error) {
 	return name + "." + ns, nil
 }
 
+// Status is the client's view of its control plane.
+type Status struct {
+	Connected   bool      // a stream is up (it has had its first response)
+	Server      string    // the address connected to, or being tried
+	Since       time.Time // when Connected last changed (the start, at first)
+	Version     string    // settings version running from the control plane ("" = none yet)
+	Rejected    string    // a version NACKed and not followed by an ACK ("" = none)
+	RejectError string    // why Rejected was refused
+	LastError   string    // why the last stream ended or could not open
+	Failovers   int       // times a stream came up on another address than the previous one
+}
+
+// String describes the status in one line, for /readyz.
+func (s Status) String() string {
+	var b strings.Builder
+	switch {
+	case s.Connected:
+		fmt.Fprintf(&b, "xds: connected to %s since %s", s.Server, s.Since.UTC().Format(time.RFC3339))
+	case s.Version == "":
+		fmt.Fprintf(&b, "xds: not connected yet (since %s), trying %s", s.Since.UTC().Format(time.RFC3339), s.Server)
+	default:
+		fmt.Fprintf(&b, "xds: disconnected since %s (%s), trying %s", s.Since.UTC().Format(time.RFC3339),
+			time.Since(s.Since).Round(time.Second), s.Server)
+	}
+	if !s.Connected && s.LastError != "" {
+		fmt.Fprintf(&b, "; last error: %s", s.LastError)
+	}
+	if s.Version == "" {
+		b.WriteString("; running the startup settings")
+	} else {
+		fmt.Fprintf(&b, "; running settings version %s", s.Version)
+		if !s.Connected {
+			b.WriteString(" (last good, unchanged while disconnected)")
+		}
+	}
+	if s.Rejected != "" {
+		fmt.Fprintf(&b, "; rejected version %s: %s", s.Rejected, s.RejectError)
+	}
+	return b.String()
+}
+
 // Client is an ADS (state of the world) client for one Settings resource.
 // Create it with NewClient and call Run once.
 type Client struct {
@@ -87,6 +160,12 @@ type Client struct {
 	creds     credentials.TransportCredentials
 	updates   *prometheus.CounterVec
 	connected prometheus.Gauge
+	server    *prometheus.GaugeVec
+	failovers prometheus.Counter
+	first     int // index of the first address tried
+
+	mu     sync.Mutex
+	status Status
 
 	// Owned by the Run goroutine.
 	applied     *sg.Settings // last settings applied (Base at first)
@@ -94,16 +173,24 @@ type Client struct {
 	ackedHash   [32]byte
 	rejected    string // version NACKed on the current stream
 	rejectedSum [32]byte
+	lastUp      string // address of the last stream that came up
 }
 
-// NewClient checks cfg, loads the TLS files and registers
-// stormgate_xds_updates_total{result="ack|nack"} and stormgate_xds_connected
-// on reg (nil: no metrics). log may be nil.
+// NewClient checks cfg, loads the TLS files and registers on reg (nil: no
+// metrics) stormgate_xds_updates_total{result="ack|nack"},
+// stormgate_xds_connected, stormgate_xds_control_plane{address},
+// and stormgate_xds_failovers_total (stormgate_xds_rejecting is the Store's, fed by
+// OnResult). log may be nil.
 func NewClient(cfg ClientConfig, log *zap.Logger, reg prometheus.Registerer) (*Client, error) {
-	if cfg.Address == "" {
+	if len(cfg.Addresses) == 0 {
 		return nil, errors.New("xds client: no control plane address")
 	}
-	if cfg.NodeID == "" {
+	for _, a := range cfg.Addresses {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("xds client: control plane address %q: want host:port", a)
+		}
+	}
+	if cfg.Node.ID == "" {
 		return nil, errors.New("xds client: no node id")
 	}
 	if cfg.ResourceName == "" {
@@ -115,10 +202,20 @@ func NewClient(cfg ClientConfig, log *zap.Logger, reg prometheus.Registerer) (*C
 	if cfg.BackoffMax <= 0 {
 		cfg.BackoffMax = 10 * time.Second
 	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 5 * time.Second
+	}
+	if cfg.FirstResponseTimeout <= 0 {
+		cfg.FirstResponseTimeout = 15 * time.Second
+	}
 	cfg.BackoffMax = max(cfg.BackoffMax, cfg.BackoffBase)
 	if cfg.Base == nil {
 		cfg.Base = Defaults()
 	}
+	if cfg.Node.Ports == nil {
+		cfg.Node.Ports = ProviderPorts(cfg.Base)
+	}
+	cfg.Node.Ports = sortedPorts(slices.Clone(cfg.Node.Ports))
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -126,9 +223,11 @@ func NewClient(cfg ClientConfig, log *zap.Logger, reg prometheus.Registerer) (*C
 	if err != nil {
 		return nil, err
 	}
+	h := fnv.New32a()
+	h.Write([]byte(cfg.Node.ID))
 	c := &Client{
 		cfg:   cfg,
-		log:   log.With(zap.String("xds_server", cfg.Address), zap.String("node_id", cfg.NodeID)),
+		log:   log.With(zap.String("node_id", cfg.Node.ID)),
 		creds: creds,
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stormgate_xds_updates_total",
@@ -138,18 +237,50 @@ func NewClient(cfg ClientConfig, log *zap.Logger, reg prometheus.Registerer) (*C
 			Name: "stormgate_xds_connected",
 			Help: "1 while an ADS stream to the control plane is up (set at its first response), else 0.",
 		}),
+		server: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stormgate_xds_control_plane",
+			Help: "1 for the control plane address the ADS stream is up on, 0 for the other configured addresses.",
+		}, []string{"address"}),
+		failovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stormgate_xds_failovers_total",
+			Help: "Times the ADS stream came up on another control plane address than the previous one.",
+		}),
+		first:   int(h.Sum32() % uint32(len(cfg.Addresses))),
+		status:  Status{Since: time.Now()},
 		applied: cfg.Base,
 	}
+	c.status.Server = cfg.Addresses[c.first]
 	c.updates.WithLabelValues("ack")
 	c.updates.WithLabelValues("nack")
+	for _, a := range cfg.Addresses {
+		c.server.WithLabelValues(a)
+	}
 	if reg != nil {
-		for _, col := range []prometheus.Collector{c.updates, c.connected} {
+		for _, col := range []prometheus.Collector{c.updates, c.connected, c.server, c.failovers} {
 			if err := reg.Register(col); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return c, nil
+}
+
+// Status returns the current status. Safe for concurrent use.
+func (c *Client) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status
+}
+
+// setStatus changes the status and tells OnStatus.
+func (c *Client) setStatus(change func(*Status)) {
+	c.mu.Lock()
+	change(&c.status)
+	s := c.status
+	c.mu.Unlock()
+	if c.cfg.OnStatus != nil {
+		c.cfg.OnStatus(s)
+	}
 }
 
 func clientCredentials(cfg ClientConfig) (credentials.TransportCredentials, error) {
@@ -185,7 +316,7 @@ func clientCredentials(cfg ClientConfig) (credentials.TransportCredentials, erro
 // "xds"). An error NACKs the push: make it name the field and why.
 type ApplyFunc func(s *sg.Settings, version string) error
 
-// Run keeps an ADS stream to the control plane until ctx is cancelled, then
+// Run keeps an ADS stream to a control plane until ctx is cancelled, then
 // returns ctx.Err(). Each pushed Settings is merged over cfg.Base, checked
 // with Validate and CheckLive against the running settings, and handed to
 // apply; the push is ACKed when all succeed, else NACKed with error_detail
@@ -194,41 +325,46 @@ type ApplyFunc func(s *sg.Settings, version string) error
 // a NACKed version at once (go-control-plane#962), and the client answers that
 // re-send with a request for the rejected version without error_detail, which
 // parks the cache's watch until the version changes instead of looping.
-// While the control plane is away the last applied settings stay; Run
-// reconnects with exponential backoff and full jitter. apply runs on Run's
-// goroutine, one call at a time.
+// While no control plane is reachable the last applied settings stay. When a
+// stream ends, Run tries the next address after a jittered pause of at most
+// BackoffBase, then backs off exponentially (full jitter) for each full
+// round of addresses that all failed. apply runs on Run's goroutine, one
+// call at a time.
 func (c *Client) Run(ctx context.Context, apply ApplyFunc) error {
-	conn, err := grpc.NewClient(c.cfg.Address,
-		grpc.WithTransportCredentials(c.creds),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff: backoff.Config{
-				BaseDelay:  c.cfg.BackoffBase,
-				Multiplier: 2,
-				Jitter:     0.2,
-				MaxDelay:   c.cfg.BackoffMax,
-			},
-			MinConnectTimeout: 5 * time.Second,
-		}),
-		// Finds a control plane that vanished without a FIN. 5 min is the
-		// most frequent ping grpc-go servers accept by default.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}))
-	if err != nil {
-		return fmt.Errorf("xds client: %w", err)
-	}
-	defer conn.Close()
-	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
-	for attempt := 0; ; attempt++ {
-		got, err := c.stream(ctx, ads, apply)
-		c.connected.Set(0)
+	n := len(c.cfg.Addresses)
+	idx := c.first
+	failed := 0 // consecutive attempts that got no response
+	for {
+		addr := c.cfg.Addresses[idx]
+		c.setStatus(func(s *Status) { s.Server = addr })
+		got, err := c.stream(ctx, addr, apply)
+		if got {
+			c.connected.Set(0)
+			c.server.WithLabelValues(addr).Set(0)
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if got {
-			attempt = 0 // the stream worked; start the backoff over
+			failed = 0
+		} else {
+			failed++
 		}
-		wait := fullJitter(c.cfg.BackoffBase, c.cfg.BackoffMax, attempt)
-		c.log.Warn("xds stream ended; keeping the last settings and reconnecting",
-			zap.Error(err), zap.Duration("backoff", wait), zap.String("version", c.acked))
+		idx = (idx + 1) % n
+		wait := fullJitter(c.cfg.BackoffBase, c.cfg.BackoffMax, failed/n)
+		msg := "xds stream ended; keeping the last settings and reconnecting"
+		if !got {
+			msg = "xds control plane unreachable; keeping the last settings and retrying"
+		}
+		c.log.Warn(msg, zap.String("xds_server", addr), zap.Error(err), zap.String("next", c.cfg.Addresses[idx]),
+			zap.Duration("backoff", wait), zap.String("version", c.acked))
+		c.setStatus(func(s *Status) {
+			if s.Connected {
+				s.Connected, s.Since = false, time.Now()
+			}
+			s.LastError = errText(err)
+			s.Server = c.cfg.Addresses[idx]
+		})
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -237,6 +373,16 @@ func (c *Client) Run(ctx context.Context, apply ApplyFunc) error {
 		case <-t.C:
 		}
 	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "stream ended"
+	}
+	if s, ok := grpcstatus.FromError(err); ok {
+		return s.Code().String() + ": " + s.Message()
+	}
+	return err.Error()
 }
 
 // fullJitter returns a random delay in [0, min(max, base*2^attempt)].
@@ -248,17 +394,34 @@ func fullJitter(base, maxDelay time.Duration, attempt int) time.Duration {
 	return rand.N(d + 1)
 }
 
-// stream runs one ADS stream until it fails; got reports whether any
-// response arrived on it.
-func (c *Client) stream(ctx context.Context, ads discovery.AggregatedDiscoveryServiceClient, apply ApplyFunc) (got bool, err error) {
+// stream runs one ADS stream to addr until it fails; got reports whether
+// any response arrived on it.
+func (c *Client) stream(ctx context.Context, addr string, apply ApplyFunc) (got bool, err error) {
+	// One connection per attempt: the reconnect policy (which address, how
+	// long to wait) is ours, not the gRPC channel's.
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(c.creds),
+		// gRPC's connect deadline is max(MinConnectTimeout, its own backoff):
+		// keep that backoff short so ConnectTimeout is the bound.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: c.cfg.ConnectTimeout,
+		}),
+		// Finds a control plane that vanished without a FIN. 5 min is the
+		// most frequent ping grpc-go servers accept by default.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}))
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := ads.StreamAggregatedResources(sctx)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
 	if err != nil {
 		return false, err
 	}
 	c.rejected = ""
-	node := &core.Node{Id: c.cfg.NodeID, Cluster: c.cfg.Cluster, UserAgentName: "stormgate"}
+	node := c.cfg.Node.node()
 	if c.cfg.UserAgentVersion != "" {
 		node.UserAgentVersionType = &core.Node_UserAgentVersion{UserAgentVersion: c.cfg.UserAgentVersion}
 	}
@@ -271,15 +434,35 @@ func (c *Client) stream(ctx context.Context, ads discovery.AggregatedDiscoverySe
 	if err := st.Send(first); err != nil {
 		return false, err
 	}
+	silent := time.AfterFunc(c.cfg.FirstResponseTimeout, cancel)
+	defer silent.Stop()
 	for {
 		resp, err := st.Recv()
 		if err != nil {
+			if !got && ctx.Err() == nil && sctx.Err() != nil {
+				err = fmt.Errorf("no response within %v of opening the stream", c.cfg.FirstResponseTimeout)
+			}
 			return got, err
 		}
 		if !got {
+			if !silent.Stop() {
+				continue // the timer fired just now: the stream is being cancelled
+			}
 			got = true
 			c.connected.Set(1)
-			c.log.Info("xds stream up")
+			c.server.WithLabelValues(addr).Set(1)
+			moved := c.lastUp != "" && c.lastUp != addr
+			if moved {
+				c.failovers.Inc()
+			}
+			c.lastUp = addr
+			c.log.Info("xds stream up", zap.String("xds_server", addr), zap.Bool("failover", moved))
+			c.setStatus(func(s *Status) {
+				s.Connected, s.Since, s.Server, s.LastError = true, time.Now(), addr, ""
+				if moved {
+					s.Failovers++
+				}
+			})
 		}
 		req := c.handle(resp, apply)
 		if req == nil {
@@ -292,7 +475,8 @@ func (c *Client) stream(ctx context.Context, ads discovery.AggregatedDiscoverySe
 }
 
 // handle turns one response into the request that answers it (nil: none).
-func (c *Client) handle(resp *discovery.DiscoveryResponse, apply ApplyFunc) *discovery.DiscoveryRequest {
+func (c *Client) handle(resp *discovery.DiscoveryResponse, apply ApplyFunc) (req *discovery.DiscoveryRequest) {
+	defer func() { c.report(resp, req) }()
 	if resp.GetTypeUrl() != ExtensionConfigType {
 		c.log.Warn("xds: ignoring a response of a type not subscribed to", zap.String("type_url", resp.GetTypeUrl()))
 		return nil
@@ -322,6 +506,7 @@ func (c *Client) handle(resp *discovery.DiscoveryResponse, apply ApplyFunc) *dis
 		// leaves the running settings as they are.
 		c.log.Debug("xds: response without our resource", zap.String("version", version))
 		c.acked, c.ackedHash = version, sum
+		c.setStatus(func(s *Status) { s.Version, s.Rejected, s.RejectError = version, "", "" })
 		return ack()
 	}
 	pushed := &sg.Settings{}
@@ -348,6 +533,7 @@ func (c *Client) handle(resp *discovery.DiscoveryResponse, apply ApplyFunc) *dis
 	}
 	c.applied, c.acked, c.ackedHash = next, version, sum
 	c.updates.WithLabelValues("ack").Inc()
+	c.setStatus(func(s *Status) { s.Version, s.Rejected, s.RejectError = version, "", "" })
 	c.log.Info("xds: settings applied", zap.String("version", version))
 	return ack()
 }
@@ -403,6 +589,7 @@ func (c *Client) find(resp *discovery.DiscoveryResponse) (*anypb.Any, error) {
 func (c *Client) nack(version, nonce string, sum [32]byte, err error) *discovery.DiscoveryRequest {
 	c.rejected, c.rejectedSum = version, sum
 	c.updates.WithLabelValues("nack").Inc()
+	c.setStatus(func(s *Status) { s.Rejected, s.RejectError = version, err.Error() })
 	c.log.Warn("xds: settings rejected; keeping the running settings",
 		zap.String("version", version), zap.String("running_version", c.acked), zap.Error(err))
 	return &discovery.DiscoveryRequest{

@@ -157,7 +157,7 @@ type runningClient struct {
 
 func startClient(t *testing.T, addr, node string, mod func(*ClientConfig)) *runningClient {
 	t.Helper()
-	cfg := ClientConfig{Address: addr, NodeID: node, BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
+	cfg := ClientConfig{Addresses: []string{addr}, Node: NodeInfo{ID: node}, BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -170,12 +170,12 @@ func startClient(t *testing.T, addr, node string, mod func(*ClientConfig)) *runn
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, rc.app.apply) }()
-	rc.stop = func() {
+	rc.stop = sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != context.Canceled {
 			t.Errorf("Run returned %v, want context.Canceled", err)
 		}
-	}
+	})
 	t.Cleanup(rc.stop)
 	return rc
 }
@@ -272,7 +272,7 @@ func TestClientNACKOncePerBadVersion(t *testing.T) {
 func TestClientApplyErrorNACKs(t *testing.T) {
 	rs := startRawServer(t)
 	rs.set(t, "n", "v1", interval(5*time.Second))
-	cfg := ClientConfig{Address: rs.addr, NodeID: "n", BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
+	cfg := ClientConfig{Addresses: []string{rs.addr}, Node: NodeInfo{ID: "n"}, BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
 	c, err := NewClient(cfg, zaptest.NewLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -2,14 +2,9 @@ package xds
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
-	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -23,7 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	sg "github.com/stormgate/stormgate/xds/stormgatev1"
@@ -33,7 +31,8 @@ import (
 type ControlPlaneConfig struct {
 	// Config is a control-plane YAML file, or a directory whose *.yaml and
 	// *.yml files (not hidden, not recursive) are read in name order: their
-	// defaults merge in that order, a node id may appear in one file only.
+	// defaults merge in that order; a namespace, selector or node id may
+	// appear in one file only.
 	Config string
 	// ResourceName is the TypedExtensionConfig name served;
 	// "" = DefaultResourceName. Clients must ask for the same name.
@@ -44,33 +43,85 @@ type ControlPlaneConfig struct {
 	ServerOptions []grpc.ServerOption
 }
 
-// ControlPlane serves per-node Settings over ADS from YAML with a
-// go-control-plane server and snapshot cache. It validates a config before
+// ControlPlane serves Settings over ADS (state of the world) from YAML with
+// a go-control-plane server and snapshot cache. It validates a config before
 // publishing it (a bad edit is logged, naming the fields, and the previous
 // config keeps being served), serves only what the file sets (each sidecar
-// merges it over its own startup settings), serves the default to any node id without an
-// override, pushes on file change, and does not re-send a version a client
-// has NACKed until that node's settings change (go-control-plane#962).
+// merges it over its own startup settings), resolves each node by what it
+// reports (ControlPlaneFile.Resolve), pushes on file change, and does not
+// re-send a version a client has NACKed until that node's settings change
+// (go-control-plane#962).
+//
+// Scale: nodes that report the same metadata form a class, resolved once
+// per config; nodes that resolve to the same settings share one immutable
+// snapshot (built and versioned once). A config change re-resolves each
+// class, and only nodes whose version changes get a new snapshot (and a
+// push): the work of a change is proportional to the classes and the nodes
+// it affects. A node's state is dropped when its last stream closes.
+//
+// Replicas need no coordination: versions are content hashes, so replicas
+// reading the same files serve the same version to the same node, and a
+// sidecar that moves from one to another sees nothing new.
 type ControlPlane struct {
 	cfg   ControlPlaneConfig
 	log   *zap.Logger
 	cache cachev3.SnapshotCache
+	m     *cpMetrics
 
-	mu    sync.Mutex
-	file  *ControlPlaneFile      // last valid config
-	sum   [32]byte               // hash of the config files last read, valid or not
-	nodes map[string]bool        // node ids seen on a stream
-	sent  map[int64]sentResponse // per stream: the last ExtensionConfig response
+	mu      sync.Mutex
+	file    *ControlPlaneFile // last valid config
+	sum     [32]byte          // hash of the config files last read, valid or not
+	valid   bool              // the files as last read are valid (and published)
+	streams map[int64]*cpStream
+	nodes   map[string]*cpNode  // node id -> node with at least one open stream
+	classes map[string]*cpClass // NodeInfo.classKey() -> nodes reporting that metadata
+	shared  map[string]*sharedSnapshot
 
-	publishes *prometheus.CounterVec
-	nacks     prometheus.Counter
+	// perNodeSnapshots builds a snapshot for every node that changes, as
+	// before snapshots were shared: only BenchmarkPublish sets it, to measure
+	// what sharing saves.
+	perNodeSnapshots bool
 }
 
-type sentResponse struct{ nonce, version string }
+// cpStream is one ADS stream.
+type cpStream struct {
+	peer           string
+	opened         time.Time
+	node           *cpNode // nil until its first request
+	nonce, version string  // the last ExtensionConfig response sent
+}
+
+// cpNode is one node id with at least one open stream.
+type cpNode struct {
+	info      NodeInfo
+	class     *cpClass
+	streams   int
+	connected time.Time
+	res       Resolution
+	version   string    // version of the snapshot set for it
+	setAt     time.Time // when that snapshot was set
+	acked     string    // last version it ACKed
+	rejected  string    // last version it NACKed
+	rejectErr string
+}
+
+// cpClass is the nodes that report the same metadata; they resolve alike
+// except for a nodes: entry of their own.
+type cpClass struct {
+	info    NodeInfo
+	members map[string]*cpNode
+	res     Resolution
+	version string
+}
+
+type sharedSnapshot struct {
+	snap *cachev3.Snapshot
+	refs int
+}
 
 // NewControlPlane reads and validates the config (an invalid config at start
-// is an error) and registers stormgate_control_plane_loads_total{result} and
-// stormgate_control_plane_nacks_total on reg (may be nil). log may be nil.
+// is an error) and registers the stormgate_control_plane_* metrics on reg
+// (may be nil). log may be nil.
 func NewControlPlane(cfg ControlPlaneConfig, log *zap.Logger, reg prometheus.Registerer) (*ControlPlane, error) {
 	if cfg.ResourceName == "" {
 		cfg.ResourceName = DefaultResourceName
@@ -82,32 +133,26 @@ func NewControlPlane(cfg ControlPlaneConfig, log *zap.Logger, reg prometheus.Reg
 		log = zap.NewNop()
 	}
 	cp := &ControlPlane{
-		cfg:   cfg,
-		log:   log,
-		cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, log.Named("cache").Sugar()),
-		nodes: map[string]bool{},
-		sent:  map[int64]sentResponse{},
-		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stormgate_control_plane_loads_total",
-			Help: "Config reloads by result: published, or invalid (not published; the previous config stays).",
-		}, []string{"result"}),
-		nacks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "stormgate_control_plane_nacks_total",
-			Help: "Settings pushes NACKed by sidecars.",
-		}),
+		cfg:     cfg,
+		log:     log,
+		cache:   cachev3.NewSnapshotCache(true, cachev3.IDHash{}, log.Named("cache").Sugar()),
+		streams: map[int64]*cpStream{},
+		nodes:   map[string]*cpNode{},
+		classes: map[string]*cpClass{},
+		shared:  map[string]*sharedSnapshot{},
 	}
+	cp.m = newCPMetrics(cp)
 	if reg != nil {
-		for _, c := range []prometheus.Collector{cp.publishes, cp.nacks} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
+		if err := cp.m.register(reg); err != nil {
+			return nil, err
 		}
 	}
 	sum, f, err := readControlPlaneConfig(cfg.Config)
 	if err != nil {
 		return nil, err
 	}
-	cp.sum, cp.file = sum, f
+	cp.sum, cp.file, cp.valid = sum, f, true
+	cp.m.loaded(true)
 	return cp, nil
 }
 
@@ -129,17 +174,18 @@ func (cp *ControlPlane) Serve(ctx context.Context, lis net.Listener) error {
 	defer cancel()
 	opts := append([]grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Minute, PermitWithoutStream: true}),
+		// Thousands of mostly idle streams: the write buffer is returned to a
+		// pool after each flush instead of staying with the connection.
+		grpc.SharedWriteBuffer(true),
 	}, cp.cfg.ServerOptions...)
 	gs := grpc.NewServer(opts...)
 	xs := serverv3.NewServer(ctx, cp.cache, serverv3.CallbackFuncs{
+		StreamOpenFunc:     cp.onOpen,
 		StreamRequestFunc:  cp.onRequest,
 		StreamResponseFunc: cp.onResponse,
-		StreamClosedFunc:   func(id int64, _ *core.Node) { cp.mu.Lock(); delete(cp.sent, id); cp.mu.Unlock() },
+		StreamClosedFunc:   cp.onClosed,
 	})
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
-	cp.mu.Lock()
-	cp.publishLocked(ctx)
-	cp.mu.Unlock()
 
 	var wg sync.WaitGroup
 	serveErr := make(chan error, 1)
@@ -157,8 +203,8 @@ func (cp *ControlPlane) Serve(ctx context.Context, lis net.Listener) error {
 	return err
 }
 
-// Overlay returns the partial settings currently served to nodeID (see
-// ControlPlaneFile.Overlay).
+// Overlay returns the partial settings the current config serves to a node
+// that reports only its id (see ControlPlaneFile.Overlay).
 func (cp *ControlPlane) Overlay(nodeID string) *sg.Settings {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
@@ -187,49 +233,116 @@ func (cp *ControlPlane) reload(ctx context.Context) {
 		return // unchanged since last read (valid or not): nothing to say
 	}
 	cp.sum = sum
+	cp.valid = err == nil
+	cp.m.loaded(err == nil)
 	if err != nil {
-		cp.publishes.WithLabelValues("invalid").Inc()
 		var ps Problems
 		if errors.As(err, &ps) {
 			for _, p := range ps {
 				cp.log.Error("config invalid, not published; still serving the previous config",
-					zap.String("config", cp.cfg.Config), zap.String("field", p.Field), zap.String("problem", p.Error()))
+					zap.String("config", cp.cfg.Config), zap.String("file", p.File), zap.Int("line", p.Line),
+					zap.String("field", p.Field), zap.String("problem", p.Error()))
 			}
 		} else {
 			cp.log.Error("config unreadable, not published; still serving the previous config", zap.Error(err))
 		}
 		return
 	}
-	cp.file = f
-	cp.publishLocked(ctx)
-	cp.publishes.WithLabelValues("published").Inc()
+	cp.publishLocked(ctx, f)
 }
 
-// publishLocked sets a snapshot for every node with an override and every
-// node seen so far. Caller holds cp.mu. SetSnapshot may hand a response to
-// a stream's goroutine while that goroutine waits for cp.mu in onRequest;
-// it cannot block on it: each stream's response channel has room for one
-// response per type and this server serves one type.
-func (cp *ControlPlane) publishLocked(ctx context.Context) {
-	ids := cp.file.NodeIDs()
-	for id := range cp.nodes {
-		if _, ok := cp.file.Nodes[id]; !ok {
-			ids = append(ids, id)
+// publishLocked makes f the served config: each class is resolved again,
+// and every node whose version changes gets its new snapshot. Caller holds
+// cp.mu. SetSnapshot may hand a response to a stream's goroutine while that
+// goroutine waits for cp.mu in onRequest; it cannot block on it: each
+// stream's response channel has room for one response per type and this
+// server serves one type.
+func (cp *ControlPlane) publishLocked(ctx context.Context, f *ControlPlaneFile) {
+	start := time.Now()
+	old := cp.file
+	cp.file = f
+	touched := map[*cpNode]bool{}
+	for _, c := range cp.classes {
+		r := f.resolveClass(c.info)
+		v := Version(r.Overlay)
+		if v == c.version && slices.Equal(r.From, c.res.From) {
+			continue
+		}
+		c.res, c.version = r, v
+		for _, n := range c.members {
+			touched[n] = true
 		}
 	}
-	for _, id := range ids {
-		cp.setSnapshotLocked(ctx, id)
+	for _, ids := range [][]string{old.NodeIDs(), f.NodeIDs()} {
+		for _, id := range ids {
+			if n, ok := cp.nodes[id]; ok {
+				touched[n] = true
+			}
+		}
 	}
-	cp.log.Info("config published", zap.Int("nodes", len(ids)), zap.String("default_version", Version(cp.file.Overlay(""))))
+	pushed := 0
+	for n := range touched {
+		if cp.assignLocked(ctx, n) {
+			pushed++
+		}
+	}
+	cp.log.Info("config published", zap.Int("nodes_connected", len(cp.nodes)), zap.Int("nodes_changed", pushed),
+		zap.Int("settings_versions", len(cp.shared)), zap.String("default_version", Version(f.Overlay(""))),
+		zap.Duration("took", time.Since(start)))
 }
 
-func (cp *ControlPlane) setSnapshotLocked(ctx context.Context, id string) {
-	snap, err := SettingsSnapshot(cp.cfg.ResourceName, cp.file.Overlay(id))
-	if err == nil {
-		err = cp.cache.SetSnapshot(ctx, id, snap)
+// assignLocked resolves n under the current config and, when its version
+// changes, sets its snapshot (the cache pushes it). It reports whether the
+// version changed.
+func (cp *ControlPlane) assignLocked(ctx context.Context, n *cpNode) bool {
+	r, v := n.class.res, n.class.version
+	if s, ok := cp.file.Nodes[n.info.ID]; ok {
+		r = Resolution{Overlay: Merge(r.Overlay, s), From: append(slices.Clip(r.From), "nodes."+n.info.ID)}
+		v = Version(r.Overlay)
+	}
+	n.res = r
+	if v == n.version {
+		return false
+	}
+	var snap *cachev3.Snapshot
+	var err error
+	if cp.perNodeSnapshots {
+		snap, err = settingsSnapshot(cp.cfg.ResourceName, v, r.Overlay)
+	} else {
+		snap, err = cp.shareLocked(v, r.Overlay)
 	}
 	if err != nil {
-		cp.log.Error("cannot publish", zap.String("node_id", id), zap.Error(err))
+		cp.log.Error("cannot build the snapshot", zap.String("node_id", n.info.ID), zap.Error(err))
+		return false
+	}
+	cp.releaseLocked(n.version)
+	n.version, n.setAt = v, time.Now()
+	if err := cp.cache.SetSnapshot(ctx, n.info.ID, snap); err != nil {
+		cp.log.Error("cannot publish", zap.String("node_id", n.info.ID), zap.Error(err))
+	}
+	return true
+}
+
+// shareLocked returns the one snapshot of version v, building it on first
+// use, and counts the reference.
+func (cp *ControlPlane) shareLocked(v string, overlay *sg.Settings) (*cachev3.Snapshot, error) {
+	if s, ok := cp.shared[v]; ok {
+		s.refs++
+		return s.snap, nil
+	}
+	snap, err := settingsSnapshot(cp.cfg.ResourceName, v, overlay)
+	if err != nil {
+		return nil, err
+	}
+	cp.shared[v] = &sharedSnapshot{snap: snap, refs: 1}
+	return snap, nil
+}
+
+func (cp *ControlPlane) releaseLocked(v string) {
+	if s, ok := cp.shared[v]; ok {
+		if s.refs--; s.refs <= 0 {
+			delete(cp.shared, v)
+		}
 	}
 }
 
@@ -253,12 +366,26 @@ func settingsSnapshot(name, version string, s *sg.Settings) (*cachev3.Snapshot, 
 	return snap, snap.Consistent()
 }
 
+func (cp *ControlPlane) onOpen(ctx context.Context, id int64, _ string) error {
+	st := &cpStream{opened: time.Now()}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		st.peer = p.Addr.String()
+	}
+	cp.mu.Lock()
+	cp.streams[id] = st
+	cp.mu.Unlock()
+	return nil
+}
+
 func (cp *ControlPlane) onResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
 	if resp.GetTypeUrl() != ExtensionConfigType {
 		return
 	}
+	cp.m.pushes.Inc()
 	cp.mu.Lock()
-	cp.sent[id] = sentResponse{nonce: resp.GetNonce(), version: resp.GetVersionInfo()}
+	if st, ok := cp.streams[id]; ok {
+		st.nonce, st.version = resp.GetNonce(), resp.GetVersionInfo()
+	}
 	cp.mu.Unlock()
 }
 
@@ -267,117 +394,108 @@ func (cp *ControlPlane) onRequest(id int64, req *discovery.DiscoveryRequest) err
 	if req.GetTypeUrl() != ExtensionConfigType {
 		return nil
 	}
-	node := req.GetNode().GetId()
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	if node != "" && !cp.nodes[node] {
-		cp.nodes[node] = true
-		cp.setSnapshotLocked(context.Background(), node)
-		if !slices.Contains(req.GetResourceNames(), cp.cfg.ResourceName) {
-			cp.log.Warn("node asks for other resources than the one served; it will get no settings",
-				zap.String("node_id", node), zap.Strings("asked", req.GetResourceNames()), zap.String("served", cp.cfg.ResourceName))
-		}
+	st, ok := cp.streams[id]
+	if !ok {
+		st = &cpStream{opened: time.Now()}
+		cp.streams[id] = st
 	}
-	last, ok := cp.sent[id]
-	if !ok || req.GetResponseNonce() != last.nonce {
+	if st.node == nil {
+		if req.GetNode().GetId() == "" {
+			return status.Error(codes.InvalidArgument, "node.id is required: the control plane serves settings per node")
+		}
+		st.node = cp.connectLocked(st, req)
+	}
+	n := st.node
+	if req.GetResponseNonce() == "" || req.GetResponseNonce() != st.nonce {
 		return nil
 	}
+	from := strings.Join(n.res.From, " < ")
 	if req.GetErrorDetail() != nil {
-		cp.nacks.Inc()
-		cp.log.Warn("node rejected settings (NACK)", zap.String("node_id", node),
-			zap.String("rejected_version", last.version), zap.String("running_version", req.GetVersionInfo()),
-			zap.String("error", req.GetErrorDetail().GetMessage()))
+		cp.m.nacks.Inc()
+		n.rejected, n.rejectErr = st.version, req.GetErrorDetail().GetMessage()
+		cp.log.Warn("node rejected settings (NACK)", zap.String("node_id", n.info.ID),
+			zap.String("rejected_version", st.version), zap.String("running_version", req.GetVersionInfo()),
+			zap.String("settings_from", from), zap.String("error", n.rejectErr))
 		// Park the watch on the rejected version: the snapshot cache would
 		// otherwise re-send it at once, and the client would NACK again.
-		req.VersionInfo = last.version
+		req.VersionInfo = st.version
 		return nil
 	}
-	cp.log.Debug("node applied settings (ACK)", zap.String("node_id", node), zap.String("version", req.GetVersionInfo()))
+	v := req.GetVersionInfo()
+	cp.m.acks.Inc()
+	if v == n.version && n.acked != v {
+		cp.m.ackSeconds.Observe(time.Since(n.setAt).Seconds())
+	}
+	n.acked = v
+	cp.log.Info("node applied settings (ACK)", zap.String("node_id", n.info.ID), zap.String("version", v),
+		zap.String("settings_from", from))
 	return nil
 }
 
-// readControlPlaneConfig reads a file or a directory and returns the hash of
-// what it read (names and contents) and the validated config.
-func readControlPlaneConfig(path string) ([32]byte, *ControlPlaneFile, error) {
-	var sum [32]byte
-	fi, err := os.Stat(path)
-	if err != nil {
-		return sum, nil, err
+// connectLocked registers the first request of a stream: a new node is
+// resolved and gets its snapshot before the cache sees the request.
+func (cp *ControlPlane) connectLocked(st *cpStream, req *discovery.DiscoveryRequest) *cpNode {
+	info := NodeInfoOf(req.GetNode())
+	n, ok := cp.nodes[info.ID]
+	if ok {
+		n.streams++
+		cp.log.Warn("node connected on a second stream: two sidecars share this node id, or one reconnected "+
+			"before its old stream was seen to close; both get the settings of the first",
+			zap.String("node_id", info.ID), zap.String("peer", st.peer), zap.Int("streams", n.streams))
+		return n
 	}
-	files := []string{path}
-	if fi.IsDir() {
-		files = nil
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			return sum, nil, err
-		}
-		for _, e := range entries {
-			n := e.Name()
-			if e.IsDir() || strings.HasPrefix(n, ".") || (!strings.HasSuffix(n, ".yaml") && !strings.HasSuffix(n, ".yml")) {
-				continue
-			}
-			files = append(files, filepath.Join(path, n))
-		}
-		sort.Strings(files)
+	key := info.classKey()
+	c, ok := cp.classes[key]
+	if !ok {
+		c = &cpClass{info: info, members: map[string]*cpNode{}}
+		c.info.ID = ""
+		c.res = cp.file.resolveClass(c.info)
+		c.version = Version(c.res.Overlay)
+		cp.classes[key] = c
 	}
-	h := sha256.New()
-	datas := make([][]byte, len(files))
-	for i, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return sum, nil, err
-		}
-		datas[i] = b
-		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
-		h.Write(b)
+	n = &cpNode{info: info, class: c, streams: 1, connected: time.Now()}
+	c.members[info.ID] = n
+	cp.nodes[info.ID] = n
+	cp.assignLocked(context.Background(), n)
+	fields := []zap.Field{zap.String("node_id", info.ID), zap.String("peer", st.peer),
+		zap.String("cluster", info.Cluster), zap.String("namespace", info.Namespace),
+		zap.String("labels", FormatLabels(info.Labels)), zap.Int32s("provider_ports", info.Ports),
+		zap.String("settings_from", strings.Join(n.res.From, " < ")), zap.String("version", n.version)}
+	if n.res.Level() == "default" {
+		fields = append(fields, zap.String("note", "no namespace, selector or node entry matches this node, so it "+
+			"gets the default; if one should, check the node id, namespace and labels it reports"))
 	}
-	h.Sum(sum[:0])
-	out := &ControlPlaneFile{Nodes: map[string]*sg.Settings{}}
-	var ps Problems
-	for i, f := range files {
-		one, err := ParseControlPlaneYAML(datas[i])
-		if err != nil {
-			var fps Problems
-			if !errors.As(err, &fps) {
-				return sum, nil, fmt.Errorf("%s: %w", f, err)
-			}
-			for _, p := range fps {
-				p.File = filepath.Base(f)
-				ps = append(ps, p)
-			}
-			continue
-		}
-		out.Default = Merge(out.Default, one.Default)
-		for id, s := range one.Nodes {
-			if _, dup := out.Nodes[id]; dup {
-				ps = append(ps, Problem{Field: "nodes." + id, Message: "defined in more than one file", File: filepath.Base(f)})
-				continue
-			}
-			out.Nodes[id] = s
-		}
+	cp.log.Info("node connected", fields...)
+	if names := req.GetResourceNames(); !slices.Contains(names, cp.cfg.ResourceName) {
+		cp.log.Warn("node asks for other resources than the one served; it will get no settings",
+			zap.String("node_id", info.ID), zap.Strings("asked", names), zap.String("served", cp.cfg.ResourceName))
 	}
-	if len(ps) == 0 && len(files) > 1 {
-		// Each file was valid alone; check what they make together.
-		if err := Validate(WithDefaults(out.Default)); err != nil {
-			ps = append(ps, prefixed(err, "default.")...)
-		}
-		for _, id := range out.NodeIDs() {
-			if err := Validate(out.For(id)); err != nil {
-				ps = append(ps, prefixed(err, "nodes."+id+".")...)
-			}
-		}
-	}
-	if len(ps) > 0 {
-		return sum, nil, ps
-	}
-	return sum, out, nil
+	return n
 }
 
-func prefixed(err error, prefix string) Problems {
-	var ps Problems
-	errors.As(err, &ps)
-	for i := range ps {
-		ps[i].Field = prefix + ps[i].Field
+func (cp *ControlPlane) onClosed(id int64, _ *core.Node) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	st, ok := cp.streams[id]
+	delete(cp.streams, id)
+	if !ok || st.node == nil {
+		return
 	}
-	return ps
+	n := st.node
+	if n.streams--; n.streams > 0 {
+		return
+	}
+	cp.log.Info("node disconnected", zap.String("node_id", n.info.ID), zap.String("peer", st.peer),
+		zap.Duration("connected_for", time.Since(n.connected).Round(time.Millisecond)),
+		zap.String("version", n.version), zap.String("acked_version", n.acked))
+	delete(n.class.members, n.info.ID)
+	if len(n.class.members) == 0 {
+		delete(cp.classes, n.class.info.classKey())
+	}
+	cp.releaseLocked(n.version)
+	delete(cp.nodes, n.info.ID)
+	// Pods come and go with new names: forget the node entirely.
+	cp.cache.ClearSnapshot(n.info.ID)
 }

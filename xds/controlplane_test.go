@@ -12,8 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
+
+	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 type runningCP struct {
@@ -26,11 +29,17 @@ type runningCP struct {
 // startCP serves a ControlPlane on addr ("127.0.0.1:0" for a fresh port).
 func startCP(t *testing.T, addr, config string, opts ...grpc.ServerOption) *runningCP {
 	t.Helper()
+	return startCPWith(t, addr, config, zaptest.NewLogger(t), prometheus.NewRegistry(), opts...)
+}
+
+// startCPWith is startCP with the control plane's logger and registry.
+func startCPWith(t *testing.T, addr, config string, log *zap.Logger, reg *prometheus.Registry, opts ...grpc.ServerOption) *runningCP {
+	t.Helper()
 	sent := &atomic.Int64{}
 	opts = append(opts, grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		return h(srv, countingStream{ss, sent})
 	}))
-	cp, err := NewControlPlane(ControlPlaneConfig{Config: config, ServerOptions: opts}, zaptest.NewLogger(t), prometheus.NewRegistry())
+	cp, err := NewControlPlane(ControlPlaneConfig{Config: config, ServerOptions: opts}, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +120,7 @@ func TestControlPlanePushesFileEdits(t *testing.T) {
 	t.Logf("file edit -> applied on the client: worst %v of 3 edits (poll 500ms)", worst)
 
 	// A bad edit is not published; the previous settings stay; a fix is.
-	loads := func(r string) float64 { return testutil.ToFloat64(cp.cp.publishes.WithLabelValues(r)) }
+	loads := func(r string) float64 { return testutil.ToFloat64(cp.cp.m.loads.WithLabelValues(r)) }
 	writeFile(t, path, "default:\n  keepalive: {upstream_interval: -1s}\n")
 	waitFor(t, 2*time.Second, "bad edit seen", func() bool { return loads("invalid") == 1 })
 	if a.interval() != 45*time.Second || a.count("nack") != 0 {
@@ -125,17 +134,21 @@ func TestControlPlanePushesFileEdits(t *testing.T) {
 	}
 }
 
-// A push the sidecar cannot apply live is NACKed once; the reference
-// control plane does not re-send it (unlike the bare snapshot cache).
+// A push the sidecar cannot apply is NACKed once; the reference control
+// plane does not re-send it (unlike the bare snapshot cache). The control
+// plane validates over the built-in defaults; this sidecar started with a
+// backoff_base of 1s, so a backoff_max of 500ms is valid there but not here.
 func TestControlPlaneParksNACKedVersion(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cp.yaml")
 	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\n")
 	cp := startCP(t, "127.0.0.1:0", path)
-	a := startClient(t, cp.addr, "n", nil)
+	a := startClient(t, cp.addr, "n", func(c *ClientConfig) {
+		c.Base = Merge(Defaults(), &sg.Settings{Upstream: &sg.Upstream{BackoffBase: dur(time.Second)}})
+	})
 	waitFor(t, 5*time.Second, "applied", func() bool { return a.version() != "" })
 
-	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\n  listener: {address: 0.0.0.0:1}\n")
-	waitFor(t, 2*time.Second, "NACK", func() bool { return testutil.ToFloat64(cp.cp.nacks) == 1 })
+	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\n  upstream: {backoff_max: 500ms}\n")
+	waitFor(t, 2*time.Second, "NACK", func() bool { return testutil.ToFloat64(cp.cp.m.nacks) == 1 })
 	sentAtNACK := cp.sent.Load()
 	if a.count("nack") != 1 || a.interval() != 10*time.Second {
 		t.Fatalf("nack=%v interval=%v", a.count("nack"), a.interval())
@@ -145,7 +158,7 @@ func TestControlPlaneParksNACKedVersion(t *testing.T) {
 	if got := cp.sent.Load() - sentAtNACK; got != 1 {
 		t.Fatalf("%d responses after the NACK, want 1 (the next version): the rejected one was re-sent", got)
 	}
-	if a.count("nack") != 1 || testutil.ToFloat64(cp.cp.nacks) != 1 {
+	if a.count("nack") != 1 || testutil.ToFloat64(cp.cp.m.nacks) != 1 {
 		t.Fatalf("more than one NACK")
 	}
 }
@@ -190,7 +203,7 @@ func TestControlPlaneDirectory(t *testing.T) {
 		t.Fatalf("directory not merged: %v", f.For("a"))
 	}
 	writeFile(t, filepath.Join(dir, "20-more.yaml"), "nodes:\n  a: {upstream: {connections: 3}}\n")
-	if _, _, err := readControlPlaneConfig(dir); err == nil || !strings.Contains(err.Error(), "nodes.a: defined in more than one file (20-more.yaml)") {
+	if _, _, err := readControlPlaneConfig(dir); err == nil || !strings.Contains(err.Error(), "nodes.a: defined in two files: also at 10-nodes.yml line 2; keep one (20-more.yaml line 2)") {
 		t.Fatalf("duplicate node: %v", err)
 	}
 	os.Remove(filepath.Join(dir, "20-more.yaml"))

@@ -3,8 +3,11 @@
 // validation that names every bad field and its allowed range (Validate),
 // the YAML loader (LoadFile), merging of partial settings (Merge), the
 // live-change guard (CheckLive), the active-settings Store with its
-// /config_dump handler, the ADS client that receives Settings from a control
-// plane (Client), and the reference control plane (ControlPlane).
+// /config_dump handler, the ADS client that receives Settings from one of
+// several control-plane replicas (Client, reporting a NodeInfo: id,
+// namespace, labels, cluster, provider ports), and the reference control
+// plane (ControlPlane) with its file (ControlPlaneFile: default < namespaces
+// < selectors < nodes, resolved per node by Resolve).
 //
 // Data flow: file or xDS -> Merge over defaults -> Validate -> CheckLive
 // against the active value -> Store.Update swaps one immutable *Settings in
@@ -14,5 +17,9 @@
 // Defaults, Merge, LoadFile) is never mutated afterwards by this package;
 // callers must treat values read from a Store as immutable. Store is safe for
 // concurrent use. Client.Run and ControlPlane.Serve block until their context
-// is cancelled and wait for every goroutine they start before returning.
+// is cancelled and wait for every goroutine they start before returning;
+// Client.Status is safe to call from any goroutine, OnStatus and the apply
+// function run on Run's goroutine. ControlPlane's node table is guarded by one
+// mutex taken by the go-control-plane stream callbacks, the file watcher and
+// the metrics collector; snapshots shared between nodes are never modified.
 package xds

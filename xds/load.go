@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,7 +42,8 @@ func ParseYAML(data []byte) (*sg.Settings, error) {
 // ValidateFile checks a settings file or a control-plane file (one whose top
 // level has "default:" or "nodes:"): syntax, names, types and, after merging
 // over the defaults, every range. It returns nil or a Problems, with line
-// numbers where the file sets the field.
+// numbers where the file sets the field. For a settings file every problem
+// is reported in one pass (see ValidateSettingsYAML).
 func ValidateFile(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -55,11 +57,127 @@ func ValidateFile(path string) error {
 		_, err := parseControlPlane(root)
 		return err
 	}
-	s, pos, err := decodeSettings(root, "")
+	return validateSettingsDoc(root)
+}
+
+// MaxFileProblems caps the problems reported for one settings file; past it
+// the last entry says how many more there are.
+const MaxFileProblems = 50
+
+// ValidateSettingsYAML checks a settings file's bytes and reports every
+// problem in one pass, in file order: a misspelt or badly typed field does
+// not hide a range error elsewhere (the fields that decode are merged over
+// the defaults and validated). At most MaxFileProblems are returned.
+func ValidateSettingsYAML(data []byte) error {
+	root, err := parseRoot(data)
 	if err != nil {
 		return err
 	}
-	return annotate(Validate(WithDefaults(s)), pos, "")
+	return validateSettingsDoc(root)
+}
+
+func validateSettingsDoc(root *yaml.Node) error {
+	d := decoder{pos: map[string]int{}}
+	s := &sg.Settings{}
+	d.message(root, s.ProtoReflect(), "")
+	ps := d.ps
+	if err := annotate(Validate(WithDefaults(s)), d.pos, ""); err != nil {
+		ps = append(ps, err.(Problems)...)
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	// File order; problems without a line (relations between fields not
+	// set in the file) last.
+	slices.SortStableFunc(ps, func(a, b Problem) int {
+		switch {
+		case a.Line == b.Line:
+			return 0
+		case a.Line == 0:
+			return 1
+		case b.Line == 0:
+			return -1
+		}
+		return a.Line - b.Line
+	})
+	if len(ps) > MaxFileProblems {
+		more := len(ps) - (MaxFileProblems - 1)
+		ps = append(ps[:MaxFileProblems-1:MaxFileProblems-1],
+			Problem{Message: strconv.Itoa(more) + " more problems not shown; fix these first"})
+	}
+	return ps
+}
+
+// SettingsFile is a settings file as `sidecar run --config` reads it: the
+// partial settings it sets and the line of each field, for error messages.
+type SettingsFile struct {
+	Path     string
+	Settings *sg.Settings
+	lines    map[string]int
+}
+
+// ReadSettingsFile reads a settings file like LoadFile; every problem it
+// returns names the file (Problem.File) and the line.
+func ReadSettingsFile(path string) (*SettingsFile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s, pos, err := parseSettings(data)
+	if err != nil {
+		return nil, inFile(err, path)
+	}
+	return &SettingsFile{Path: path, Settings: s, lines: pos}, nil
+}
+
+// Annotate names this file and the line in each problem of err about a
+// field whose active value came from the file (sources says which).
+func (f *SettingsFile) Annotate(err error, sources FieldSources) error {
+	var ps Problems
+	if !errors.As(err, &ps) {
+		return err
+	}
+	out := make(Problems, len(ps))
+	for i, p := range ps {
+		if line := f.lines[p.Field]; line > 0 && sources[p.Field] == SourceFile {
+			p.File, p.Line = f.Path, line
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// inFile sets the file name of every problem in err.
+func inFile(err error, path string) error {
+	var ps Problems
+	if !errors.As(err, &ps) {
+		return err
+	}
+	out := make(Problems, len(ps))
+	for i, p := range ps {
+		p.File = path
+		out[i] = p
+	}
+	return out
+}
+
+// YAMLFiles lists the settings files of a directory as `sidecar validate
+// DIR` and `control-plane --config DIR` read them: every *.yaml and *.yml
+// file, not hidden ones, not recursively, in name order.
+func YAMLFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || strings.HasPrefix(n, ".") || (!strings.HasSuffix(n, ".yaml") && !strings.HasSuffix(n, ".yml")) {
+			continue
+		}
+		files = append(files, filepath.Join(dir, n))
+	}
+	return files, nil
 }
 
 // annotate adds the file line of each problem's field (or its nearest set

@@ -29,7 +29,7 @@ func Defaults() *sg.Settings {
 			MaxWait:           dur(time.Second),
 			PerSourceFairness: proto.Bool(true),
 			TcpQuickack:       proto.Bool(true),
-			TcpFastopen:       proto.Int32(256),
+			TcpFastopen:       proto.Int32(0), // off: Dubbo consumers do not send TFO SYNs (docs/operations.md)
 			TcpKeepaliveIdle:  dur(60 * time.Second),
 		},
 		Upstream: &sg.Upstream{

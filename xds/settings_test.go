@@ -125,6 +125,22 @@ func TestValidateNamesFieldAndRange(t *testing.T) {
 			"limits.max_frame_bytes", "-1 is negative"},
 		{"duplicate port", func(s *sg.Settings) { s.Listener.InboundPorts = []int32{20880, 20880} },
 			"listener.inbound_ports[1]", "listed twice"},
+		// Cross-field rules (issue 10 item 6).
+		{"hold outlives max age", func(s *sg.Settings) {
+			s.Hold.Timeout = dur(time.Minute)
+			s.Limits.MaxRequestAge = dur(30 * time.Second)
+		},
+			"hold.timeout", "below limits.max_request_age"},
+		{"hold equal to max age", func(s *sg.Settings) {
+			s.Hold.Timeout = dur(30 * time.Second)
+			s.Limits.MaxRequestAge = dur(30 * time.Second)
+		},
+			"hold.timeout", "below limits.max_request_age"},
+		{"inbound port is the listener", func(s *sg.Settings) {
+			s.Listener.Transparent = proto.Bool(true)
+			s.Listener.Address = proto.String("0.0.0.0:15006")
+			s.Listener.InboundPorts = []int32{20880, 15006}
+		}, "listener.inbound_ports[1]", "is listener.address's own port"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

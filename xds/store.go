@@ -12,12 +12,13 @@ import (
 	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
-// Where the active settings came from, as /config_dump and
-// stormgate_xds_config_info show it.
+// Where a setting's value came from, per field in /config_dump and as the
+// label of stormgate_xds_config_info.
 const (
-	SourceDefaults = "defaults"
-	SourceFile     = "file"
-	SourceXDS      = "xds"
+	SourceDefaults = "default" // built-in (Defaults)
+	SourceFile     = "file"    // the --config file
+	SourceFlag     = "flag"    // a sidecar run flag
+	SourceXDS      = "xds"     // pushed by the control plane
 )
 
 // Active is one immutable, validated settings value with its version and
@@ -25,38 +26,67 @@ const (
 type Active struct {
 	Settings *sg.Settings
 	Version  string
-	Source   string
+	Source   string       // what last replaced the settings (at start: the most specific layer)
+	Sources  FieldSources // per leaf field
+	File     string       // the settings file the base came from; "" when none
 	Applied  time.Time
+}
+
+// Rejection is the last settings version the sidecar refused, and why.
+type Rejection struct {
+	Version string    `json:"version"`
+	Source  string    `json:"source"`
+	Error   string    `json:"error"`
+	At      time.Time `json:"at"`
 }
 
 // Store holds the active settings behind an atomic pointer: Load is a single
 // atomic read, fit for hot paths. Update validates, refuses what cannot
-// change live, swaps and wakes every subscriber. Safe for concurrent use.
+// change live, swaps and wakes every subscriber. It also remembers the last
+// rejected version (Reject) for /config_dump and stormgate_xds_rejecting.
+// Safe for concurrent use.
 type Store struct {
-	cur  atomic.Pointer[Active]
-	mu   sync.Mutex // serialises Update; guards subs
-	subs map[chan struct{}]struct{}
-	info *prometheus.GaugeVec // nil without a registerer
+	cur       atomic.Pointer[Active]
+	rejected  atomic.Pointer[Rejection]
+	rejecting atomic.Bool // the newest xDS version is rejected
+	mu        sync.Mutex  // serialises Update, Rebase and Reject; guards subs and base
+	base      Layered     // what an xDS push is merged over, with its sources
+	subs      map[chan struct{}]struct{}
+	info      *prometheus.GaugeVec // nil without a registerer
+	rejGauge  prometheus.Gauge     // nil without a registerer
 }
 
 // NewStore starts a store with complete settings s (normally WithDefaults of
-// a file). It registers stormgate_xds_config_info{version,source} on reg,
-// which may be nil.
+// a file), every field attributed to source. See NewLayeredStore.
 func NewStore(s *sg.Settings, version, source string, reg prometheus.Registerer) (*Store, error) {
-	if err := Validate(s); err != nil {
+	return NewLayeredStore(allFrom(s, source), version, reg)
+}
+
+// NewLayeredStore starts a store with base (complete settings and the source
+// of each field); base is also what later xDS pushes are compared with to
+// attribute their fields. It registers stormgate_xds_config_info{version,
+// source} and stormgate_xds_rejecting on reg, which may be nil.
+func NewLayeredStore(base Layered, version string, reg prometheus.Registerer) (*Store, error) {
+	if err := Validate(base.Settings); err != nil {
 		return nil, err
 	}
-	st := &Store{subs: map[chan struct{}]struct{}{}}
+	st := &Store{subs: map[chan struct{}]struct{}{}, base: base}
 	if reg != nil {
 		st.info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "stormgate_xds_config_info",
-			Help: "Always 1: the version and source (defaults, file, xds) of the active settings.",
+			Help: "Always 1: the version and source (default, file, flag, xds) of the active settings.",
 		}, []string{"version", "source"})
-		if err := reg.Register(st.info); err != nil {
-			return nil, err
+		st.rejGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stormgate_xds_rejecting",
+			Help: "1 while the newest settings version the control plane serves is rejected (NACKed; the previous settings run), else 0.",
+		})
+		for _, c := range []prometheus.Collector{st.info, st.rejGauge} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
-	st.swap(s, version, source)
+	st.swap(&Active{Settings: base.Settings, Version: version, Source: base.Source, Sources: base.Sources, File: base.File})
 	return st, nil
 }
 
@@ -68,7 +98,10 @@ func (st *Store) Settings() *sg.Settings { return st.cur.Load().Settings }
 
 // Update makes s (complete settings) active after Validate and CheckLive
 // against the current value; on error nothing changes and the error is a
-// Problems naming each field. Subscribers are woken after the swap.
+// Problems naming each field. A field whose value equals the base's keeps
+// the base's source; any other is attributed to source. An update from xDS
+// ends a rejection (stormgate_xds_rejecting back to 0). Subscribers are
+// woken after the swap.
 func (st *Store) Update(s *sg.Settings, version, source string) error {
 	if err := Validate(s); err != nil {
 		return err
@@ -78,21 +111,97 @@ func (st *Store) Update(s *sg.Settings, version, source string) error {
 	if err := CheckLive(st.cur.Load().Settings, s); err != nil {
 		return err
 	}
-	st.swap(s, version, source)
+	st.swap(&Active{Settings: s, Version: version, Source: source, Sources: sourcesAgainst(st.base, s, source), File: st.base.File})
+	if source == SourceXDS {
+		st.setRejecting(false)
+	}
+	return nil
+}
+
+// Rebase makes base (re-read from the file and flags, e.g. on SIGHUP) both
+// the active settings and the new base, after Validate and CheckLive; source
+// is what /config_dump shows as having made the change.
+func (st *Store) Rebase(base Layered, version, source string) error {
+	if err := Validate(base.Settings); err != nil {
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err := CheckLive(st.cur.Load().Settings, base.Settings); err != nil {
+		return err
+	}
+	st.base = base
+	st.swap(&Active{Settings: base.Settings, Version: version, Source: source, Sources: base.Sources, File: base.File})
+	return nil
+}
+
+// Reject records that version from source was refused with err (the
+// running settings stay). For source SourceXDS it sets stormgate_xds_rejecting
+// to 1 until an xDS update is applied or Accepted is called.
+func (st *Store) Reject(version, source string, err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	st.rejected.Store(&Rejection{Version: version, Source: source, Error: msg, At: time.Now()})
+	if source == SourceXDS {
+		st.setRejecting(true)
+	}
+}
+
+// Accepted records that the control plane's newest version is one the
+// sidecar runs (e.g. it went back to the running version after a rejected
+// one): stormgate_xds_rejecting returns to 0. The last rejection stays in
+// /config_dump for the record.
+func (st *Store) Accepted() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.setRejecting(false)
+}
+
+// XDSResult is a ClientConfig.OnResult: a NACK is recorded with Reject, any
+// other result with Accepted.
+func (st *Store) XDSResult(version string, nack error) {
+	if nack != nil {
+		st.Reject(version, SourceXDS, nack)
+		return
+	}
+	st.Accepted()
+}
+
+// LastRejected returns the last rejected version, or nil.
+func (st *Store) LastRejected() *Rejection { return st.rejected.Load() }
+
+// Rejecting reports whether the newest xDS version is rejected.
+func (st *Store) Rejecting() bool { return st.rejecting.Load() }
+
+// setRejecting is called with st.mu held.
+func (st *Store) setRejecting(v bool) {
+	st.rejecting.Store(v)
+	if st.rejGauge != nil {
+		g := 0.0
+		if v {
+			g = 1
+		}
+		st.rejGauge.Set(g)
+	}
+}
+
+// swap is called with st.mu held, or before the store is shared.
+func (st *Store) swap(a *Active) {
+	a.Applied = time.Now()
+	st.cur.Store(a)
+	if st.info != nil {
+		st.info.Reset()
+		st.info.WithLabelValues(a.Version, a.Source).Set(1)
+	}
 	for ch := range st.subs {
 		select {
 		case ch <- struct{}{}:
 		default: // already pending; the subscriber will Load the newest
 		}
-	}
-	return nil
-}
-
-func (st *Store) swap(s *sg.Settings, version, source string) {
-	st.cur.Store(&Active{Settings: s, Version: version, Source: source, Applied: time.Now()})
-	if st.info != nil {
-		st.info.Reset()
-		st.info.WithLabelValues(version, source).Set(1)
 	}
 }
 
@@ -111,9 +220,10 @@ func (st *Store) Subscribe() (<-chan struct{}, func()) {
 	}
 }
 
-// ServeHTTP serves /config_dump: {"version":..,"source":..,"applied":..,
-// "settings":{..every field, snake_case..}}; ?format=yaml prints the
-// settings alone as a YAML file.
+// ServeHTTP serves /config_dump: {"version":..,"source":..,"file":..,
+// "applied":..,"rejecting":..,"last_rejected":{..}|null,"field_sources":{..},
+// "settings":{..every field, snake_case..}}; ?format=yaml prints the settings
+// alone as a YAML file.
 func (st *Store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -136,12 +246,22 @@ func (st *Store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	var rej *Rejection
+	if p := st.LastRejected(); p != nil {
+		r := *p
+		r.At = r.At.UTC()
+		rej = &r
+	}
 	b, err := json.MarshalIndent(struct {
-		Version  string          `json:"version"`
-		Source   string          `json:"source"`
-		Applied  time.Time       `json:"applied"`
-		Settings json.RawMessage `json:"settings"`
-	}{a.Version, a.Source, a.Applied.UTC(), settings}, "", "  ")
+		Version      string          `json:"version"`
+		Source       string          `json:"source"`
+		File         string          `json:"file,omitempty"`
+		Applied      time.Time       `json:"applied"`
+		Rejecting    bool            `json:"rejecting"`
+		LastRejected *Rejection      `json:"last_rejected"`
+		FieldSources FieldSources    `json:"field_sources"`
+		Settings     json.RawMessage `json:"settings"`
+	}{a.Version, a.Source, a.File, a.Applied.UTC(), st.Rejecting(), rej, a.Sources, settings}, "", "  ")
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return

@@ -103,11 +103,12 @@ func TestClientMTLS(t *testing.T) {
 	}
 
 	for _, bad := range []ClientConfig{
-		{Address: "x", NodeID: "n", Cert: cliCert},
-		{Address: "x", NodeID: "n", CA: filepath.Join(dir, "missing.pem")},
-		{Address: "x", NodeID: "n", CA: cliKey},
-		{Address: "", NodeID: "n"},
-		{Address: "x", NodeID: ""},
+		{Addresses: []string{"x:1"}, Node: NodeInfo{ID: "n"}, Cert: cliCert},
+		{Addresses: []string{"x:1"}, Node: NodeInfo{ID: "n"}, CA: filepath.Join(dir, "missing.pem")},
+		{Addresses: []string{"x:1"}, Node: NodeInfo{ID: "n"}, CA: cliKey},
+		{Node: NodeInfo{ID: "n"}},
+		{Addresses: []string{"x"}, Node: NodeInfo{ID: "n"}},
+		{Addresses: []string{"x:1"}, Node: NodeInfo{ID: ""}},
 	} {
 		if _, err := NewClient(bad, nil, nil); err == nil {
 			t.Errorf("NewClient(%+v) accepted", bad)

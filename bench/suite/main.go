@@ -56,9 +56,13 @@ type Options struct {
 	StormAcceptDelay time.Duration `json:"storm_accept_delay_ns"`
 
 	MicroBenchtime string `json:"micro_benchtime"`
+
+	FleetNodes         int `json:"fleet_nodes"`
+	FleetFailoverNodes int `json:"fleet_failover_nodes"`
+	FleetChanges       int `json:"fleet_changes"`
 }
 
-var allScenarios = []string{"micro", "idle", "latency", "throughput", "restart", "storm"}
+var allScenarios = []string{"micro", "idle", "latency", "throughput", "restart", "storm", "fleet"}
 
 // Bins are the executables the suite drives.
 type Bins struct {
@@ -183,6 +187,10 @@ func cmdRun(args []string) error {
 	fs.IntVar(&o.StormBacklog, "storm-baseline-backlog", 50, "storm: the baseline listener's backlog")
 	fs.DurationVar(&o.StormAcceptDelay, "storm-accept-delay", time.Millisecond, "storm: the baseline listener's pause after each accept")
 	fs.StringVar(&o.MicroBenchtime, "micro-benchtime", "300ms", "micro: go test -benchtime")
+	fs.IntVar(&o.FleetNodes, "fleet-nodes", 5000, "fleet: xDS nodes against one control plane")
+	fs.IntVar(&o.FleetFailoverNodes, "fleet-failover-nodes", 2000, "fleet: xDS nodes against two replicas, one killed")
+	fs.IntVar(&o.FleetChanges, "fleet-changes", 3, "fleet: all-node changes timed")
+	updateSection := fs.Bool("update-section", false, "rewrite only the sections of the scenarios run (fleet) in the existing doc, and keep the rest (make fleet)")
 	_ = fs.Parse(args)
 
 	o.Scenarios = strings.Split(scen, ",")
@@ -265,6 +273,8 @@ func cmdRun(args []string) error {
 			res.Restart, err = s.runRestart(ctx)
 		case "storm":
 			res.Storm, err = s.runStorm(ctx)
+		case "fleet":
+			res.Fleet, err = s.runFleet(ctx)
 		}
 		s.cleanup()
 		if err != nil {
@@ -286,6 +296,13 @@ func cmdRun(args []string) error {
 	if err := res.save(d.results); err != nil {
 		return err
 	}
+	if *updateSection {
+		if err := updateSections(res, d.doc); err != nil {
+			return err
+		}
+		s.logf("updated the %v section(s) of %s; results in %s", o.Scenarios, d.doc, d.results)
+		return nil
+	}
 	if err := writeReport(res, d.doc, d.img); err != nil {
 		return err
 	}
@@ -305,7 +322,7 @@ func requireBins(script string, paths ...string) error {
 
 func needsHAProxy(sc []string) bool {
 	for _, s := range sc {
-		if s != "micro" {
+		if s != "micro" && s != "fleet" {
 			return true
 		}
 	}
@@ -320,5 +337,6 @@ func quickOptions(o Options) Options {
 	o.RestartConns, o.RestartRate, o.RestartDuration = 200, 500, 8*time.Second
 	o.StormConns = 2000
 	o.MicroBenchtime = "50ms"
+	o.FleetNodes, o.FleetFailoverNodes, o.FleetChanges = 500, 200, 1
 	return o
 }

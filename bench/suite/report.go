@@ -37,6 +37,23 @@ func writeReport(r *Results, docPath, imgDir string) error {
 	return os.WriteFile(docPath, []byte(doc), 0o644)
 }
 
+// spliceSection replaces the text from begin to end (markers included) in doc with section,
+// which carries its own markers. A doc without them gets section before its
+// "## Load tool overhead" heading, or at its end.
+func spliceSection(doc, begin, end, section string) string {
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	switch {
+	case i >= 0 && j > i:
+		return doc[:i] + section + doc[j+len(end):]
+	case strings.Contains(doc, "\n## Load tool overhead"):
+		k := strings.Index(doc, "\n## Load tool overhead") + 1
+		return doc[:k] + section + "\n\n" + doc[k:]
+	case doc == "":
+		return section + "\n"
+	}
+	return strings.TrimRight(doc, "\n") + "\n\n" + section + "\n"
+}
+
 type reporter struct {
 	r   *Results
 	img string // plots directory relative to the doc

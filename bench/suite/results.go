@@ -22,6 +22,7 @@ type Results struct {
 	Throughput *ThroughputResult `json:"throughput,omitempty"`
 	Restart    *RestartResult    `json:"restart,omitempty"`
 	Storm      *StormResult      `json:"storm,omitempty"`
+	Fleet      *FleetResult      `json:"fleet,omitempty"`
 }
 
 // Machine describes where the run happened.

@@ -90,16 +90,9 @@ func writeSoakSection(path, section string) error {
 	return os.WriteFile(path, []byte(withSoakSection(string(old), section)), 0o644)
 }
 
-// withSoakSection returns doc with its soak section replaced by section, or with section
-// appended when doc has none.
+// withSoakSection returns doc with its soak section replaced by section (or inserted).
 func withSoakSection(doc, section string) string {
-	if i, j := strings.Index(doc, soakBegin), strings.Index(doc, soakEnd); i >= 0 && j > i {
-		return doc[:i] + strings.TrimSuffix(section, "\n") + doc[j+len(soakEnd):]
-	}
-	if doc != "" && !strings.HasSuffix(doc, "\n\n") {
-		doc = strings.TrimRight(doc, "\n") + "\n\n"
-	}
-	return doc + section
+	return spliceSection(doc, soakBegin, soakEnd, strings.TrimRight(section, "\n"))
 }
 
 // soakSectionOf returns the soak section of the doc at path ("" if none), for the benchmark

@@ -38,7 +38,8 @@ func newDemoCmd() *cobra.Command {
 It prints one line per second and a summary, then exits 0. Nothing to install or configure.
 
 Watch two ratios: consumer connections vs provider connections (multiplexing), and
-heartbeats answered by Stormgate vs heartbeats that reached the provider (zero).`,
+heartbeats per second answered by Stormgate vs heartbeats per second that reached the
+provider (zero). Every column but the connection counts and latencies is a rate per second.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), cmd.OutOrStdout(), f) },
 	}
@@ -101,11 +102,12 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 	fmt.Fprintf(out, "provider  %s   (demo Dubbo provider)\n", prov.Addr())
 	fmt.Fprintf(out, "stormgate %s   (%d connections to the provider)\n", adm.Addr(), f.upstreams)
 	fmt.Fprintf(out, "consumers %d connections, heartbeat every %v, %.0f req/s, %v\n\n", f.conns, f.heartbeat, f.rate, f.duration)
-	fmt.Fprintf(out, "%5s  %9s %8s  %12s %12s  %8s %7s  %9s %9s\n",
-		"t", "consumers", "provider", "hb@stormgate", "hb@provider", "req/s", "errors", "p50", "p99")
+	fmt.Fprintf(out, "%5s  %9s %8s  %14s %13s  %8s %7s  %9s %9s\n",
+		"t", "consumers", "provider", "hb/s@stormgate", "hb/s@provider", "req/s", "errors", "p50", "p99")
 
-	var lastReq uint64
+	var last demoCounts
 	start := time.Now()
+	lastAt := start
 	res, err := loadgen.Run(ctx, loadgen.Config{
 		Target:            adm.Addr().String(),
 		Conns:             f.conns,
@@ -117,10 +119,13 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 	}, func(s loadgen.Snapshot) {
 		st := srv.Stats()
 		ps := prov.Stats()
-		fmt.Fprintf(out, "%4.0fs  %9d %8d  %12d %12d  %8d %7d  %9s %9s\n",
-			time.Since(start).Seconds(), st.DownstreamConns, ps.ConnsOpen, st.HeartbeatsDownstream,
-			ps.HeartbeatsReceived, s.OK-lastReq, s.Errors+s.Timeouts, fmtDur(s.P50), fmtDur(s.P99))
-		lastReq = s.OK
+		now := time.Now()
+		cur := demoCounts{hbStormgate: st.HeartbeatsDownstream, hbProvider: ps.HeartbeatsReceived, ok: s.OK}
+		r := cur.ratesSince(last, now.Sub(lastAt))
+		fmt.Fprintf(out, "%4.0fs  %9d %8d  %14.0f %13.0f  %8.0f %7d  %9s %9s\n",
+			now.Sub(start).Seconds(), st.DownstreamConns, ps.ConnsOpen, r.hbStormgate, r.hbProvider, r.ok,
+			s.Errors+s.Timeouts, fmtDur(s.P50), fmtDur(s.P99))
+		last, lastAt = cur, now
 	})
 	if err != nil {
 		return err
@@ -139,6 +144,26 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 		return fmt.Errorf("demo saw %d errors, %d timeouts, %d lost requests", res.Errors, res.Timeouts, res.Lost)
 	}
 	return nil
+}
+
+// demoCounts are the cumulative counters behind the demo's per-second
+// columns: every column but the connection counts is a rate, so heartbeats
+// and requests read alike (hb/s next to req/s).
+type demoCounts struct {
+	hbStormgate, hbProvider, ok uint64
+}
+
+type demoRates struct {
+	hbStormgate, hbProvider, ok float64
+}
+
+// ratesSince returns the per-second rates from prev to c over d.
+func (c demoCounts) ratesSince(prev demoCounts, d time.Duration) demoRates {
+	if d <= 0 {
+		return demoRates{}
+	}
+	per := func(now, before uint64) float64 { return float64(now-before) / d.Seconds() }
+	return demoRates{per(c.hbStormgate, prev.hbStormgate), per(c.hbProvider, prev.hbProvider), per(c.ok, prev.ok)}
 }
 
 func fmtDur(d time.Duration) string {

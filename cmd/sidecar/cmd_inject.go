@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/stormgate/stormgate/inject"
 	"github.com/stormgate/stormgate/transparent"
@@ -15,10 +16,9 @@ import (
 
 func newInjectCmd() *cobra.Command {
 	var (
-		file    string
-		inbound string
-		quiet   bool
-		cfg     inject.Config
+		file  string
+		quiet bool
+		flags injectFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "inject -f FILE|-",
@@ -27,21 +27,34 @@ func newInjectCmd() *cobra.Command {
 are fine) and prints them with Stormgate added to each pod:
 
   init container  stormgate-init: 'sidecar iptables' redirects the inbound Dubbo ports to the proxy
-                  port (runs as root with CAP_NET_ADMIN only: iptables needs both)
+                  port, IPv4 and IPv6 (nftables over netlink; runs as root with CAP_NET_ADMIN only)
   container       stormgate: 'sidecar run --transparent', user 1337, read-only root filesystem, no
                   capabilities, liveness /healthz and readiness /readyz on the metrics port
-  annotations     prometheus.io/scrape, prometheus.io/port, prometheus.io/path, stormgate.io/injected
+  probes          the application's tcpSocket/httpGet probes on redirected ports now go through
+                  Stormgate's /app-health/..., which runs them against the provider itself
+  annotations     prometheus.io/scrape, prometheus.io/port, prometheus.io/path,
+                  stormgate.io/injected: <version>
 
-Other documents are printed unchanged. Injecting an injected manifest changes nothing.
+Both containers run one image: by default stormgate/sidecar:<this binary's version>.
+
+Other documents are printed unchanged. Injecting an injected manifest changes nothing when the
+version and settings are the same; with a newer sidecar binary (or changed annotations or flags)
+Stormgate's part is rebuilt, so the kubectl pipe below also upgrades.
 Flags set the defaults; stormgate.io/* annotations on a pod template (or its workload) override
 them per workload: inbound-ports, proxy-port, metrics-port, upstream-conns, xds-address,
-log-level, image, init-image, cpu-request, memory-request, cpu-limit, memory-limit,
-native-sidecar, and inject: "false" to opt out. See docs/kubernetes.md.
+xds-ca-secret, xds-cert-secret, log-level, image, init-image, cpu-request, memory-request,
+cpu-limit, memory-limit, native-sidecar, and inject: "false" to opt out. Values get the same
+range checks as the sidecar's settings. See docs/kubernetes.md.
+
+Control plane traffic is plaintext unless --xds-ca-secret (TLS) and --xds-cert-secret (mTLS)
+name the Secrets to mount; inject warns when a control plane off the pod is reached in plaintext.
 
 What was done to each document is reported on standard error.`,
 		Example: `  sidecar inject -f deployment.yaml > deployment.injected.yaml
   kubectl get deploy provider -o yaml | sidecar inject -f - | kubectl apply -f -
-  sidecar inject -f app.yaml --image registry.example/stormgate:1.0 --inbound-ports 20880,20881`,
+  sidecar inject -f app.yaml --image registry.example/stormgate/sidecar:1.0 --inbound-ports 20880,20881
+  sidecar inject -f app.yaml --xds stormgate-control-plane.stormgate-system.svc:18000 \
+      --xds-ca-secret stormgate-xds-client --xds-cert-secret stormgate-xds-client`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -51,10 +64,12 @@ What was done to each document is reported on standard error.`,
 			if err != nil {
 				return err
 			}
-			if inbound != "" {
-				if cfg.InboundPorts, err = transparent.ParsePorts(inbound); err != nil {
-					return fmt.Errorf("--inbound-ports: %w", err)
-				}
+			cfg, err := flags.config()
+			if err != nil {
+				return err
+			}
+			if cfg.Image == "" && version == inject.DefaultVersion && !quiet {
+				fmt.Fprintf(cmd.ErrOrStderr(), "inject: warning: %s\n", devImageWarning())
 			}
 			out, results, err := inject.Manifest(in, cfg)
 			if err != nil {
@@ -77,15 +92,7 @@ What was done to each document is reported on standard error.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&file, "filename", "f", "", "manifest to read; - for standard input")
-	f.StringVar(&cfg.Image, "image", inject.DefaultImage, "Stormgate image (annotation "+inject.AnnotationImage+")")
-	f.StringVar(&cfg.InitImage, "init-image", inject.DefaultInitImage, "init image holding the sidecar binary and iptables (nft) (annotation "+inject.AnnotationInitImage+")")
-	f.StringVar(&inbound, "inbound-ports", "", fmt.Sprintf("provider ports to redirect, comma separated; default %d (annotation %s)", inject.DefaultInboundPort, inject.AnnotationInboundPorts))
-	f.Uint16Var(&cfg.ProxyPort, "proxy-port", inject.DefaultProxyPort, "transparent listener port (annotation "+inject.AnnotationProxyPort+")")
-	f.Uint16Var(&cfg.MetricsPort, "metrics-port", inject.DefaultMetricsPort, "metrics, /healthz and /readyz port (annotation "+inject.AnnotationMetricsPort+")")
-	f.IntVar(&cfg.UpstreamConns, "upstream-conns", 0, "connections to the provider per port; 0 keeps sidecar run's default (annotation "+inject.AnnotationUpstreamConns+")")
-	f.StringVar(&cfg.XDSAddress, "xds", "", "control plane host:port; each pod's node id is POD_NAME.POD_NAMESPACE (annotation "+inject.AnnotationXDSAddress+")")
-	f.StringVar(&cfg.LogLevel, "log-level", "", "sidecar log level; empty keeps the default (annotation "+inject.AnnotationLogLevel+")")
-	f.BoolVar(&cfg.NativeSidecar, "native-sidecar", false, "run Stormgate as a native sidecar (restartPolicy: Always init container, Kubernetes >= 1.29) (annotation "+inject.AnnotationNativeSidecar+")")
+	flags.register(f)
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not report what was done to each document")
 	return cmd
 }
@@ -102,4 +109,44 @@ func readManifest(stdin io.Reader, file string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is empty", file)
 	}
 	return b, nil
+}
+
+// injectFlags are the injection settings `sidecar inject` and `sidecar inject-webhook` share.
+type injectFlags struct {
+	cfg     inject.Config
+	inbound string
+}
+
+func (fl *injectFlags) register(f *pflag.FlagSet) {
+	cfg := &fl.cfg
+	f.StringVar(&cfg.Image, "image", "", "Stormgate image, for both containers; default "+inject.DefaultImage(version)+" (annotation "+inject.AnnotationImage+")")
+	f.StringVar(&cfg.InitImage, "init-image", "", "image of the init container; default the --image (annotation "+inject.AnnotationInitImage+")")
+	f.StringVar(&fl.inbound, "inbound-ports", "", fmt.Sprintf("provider ports to redirect, comma separated; default %d (annotation %s)", inject.DefaultInboundPort, inject.AnnotationInboundPorts))
+	f.Uint16Var(&cfg.ProxyPort, "proxy-port", inject.DefaultProxyPort, "transparent listener port (annotation "+inject.AnnotationProxyPort+")")
+	f.Uint16Var(&cfg.MetricsPort, "metrics-port", inject.DefaultMetricsPort, "metrics, /healthz and /readyz port (annotation "+inject.AnnotationMetricsPort+")")
+	f.IntVar(&cfg.UpstreamConns, "upstream-conns", 0, "connections to the provider per port; 0 keeps sidecar run's default (annotation "+inject.AnnotationUpstreamConns+")")
+	f.StringVar(&cfg.XDSAddress, "xds", "", "control plane host:port; each pod's node id is POD_NAME.POD_NAMESPACE (annotation "+inject.AnnotationXDSAddress+")")
+	f.StringVar(&cfg.XDSCASecret, "xds-ca-secret", "", "Secret whose ca.crt verifies the control plane: TLS (annotation "+inject.AnnotationXDSCASecret+")")
+	f.StringVar(&cfg.XDSCertSecret, "xds-cert-secret", "", "kubernetes.io/tls Secret with the sidecar's client certificate: mTLS (annotation "+inject.AnnotationXDSCertSecret+")")
+	f.StringVar(&cfg.LogLevel, "log-level", "", "sidecar log level; empty keeps the default (annotation "+inject.AnnotationLogLevel+")")
+	f.BoolVar(&cfg.NativeSidecar, "native-sidecar", false, "run Stormgate as a native sidecar (restartPolicy: Always init container, Kubernetes >= 1.29) (annotation "+inject.AnnotationNativeSidecar+")")
+}
+
+// config returns the injection settings the flags describe, stamped with this binary's version.
+func (fl *injectFlags) config() (inject.Config, error) {
+	cfg := fl.cfg
+	if fl.inbound != "" {
+		ports, err := transparent.ParsePorts(fl.inbound)
+		if err != nil {
+			return cfg, fmt.Errorf("--inbound-ports: %w", err)
+		}
+		cfg.InboundPorts = ports
+	}
+	cfg.Version = version
+	return cfg, nil
+}
+
+func devImageWarning() string {
+	return fmt.Sprintf("this sidecar binary has no release version, so the default image is %s, "+
+		"which no registry has: pass --image (make image builds and loads one)", inject.DefaultImage(version))
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,9 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stormgate/stormgate/admission"
+	"github.com/stormgate/stormgate/inject/appprobe"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/transparent"
 	"github.com/stormgate/stormgate/xds"
@@ -40,6 +43,7 @@ type runFlags struct {
 	xdsCA         string
 	xdsCert       string
 	xdsKey        string
+	node          xdsNodeFlags
 	transparent   bool
 	inboundPorts  string
 	logLevel      string
@@ -63,12 +67,18 @@ Settings come from, lowest to highest precedence: built-in defaults, --config FI
 docs/configuration.md), these flags, and then live pushes from --xds.
 
 Endpoints:
-  --metrics  /metrics (Prometheus), /healthz (process alive), /readyz (taking traffic)
-  --admin    /config_dump (active settings, version, source), POST /drain,
-             /logging?level=debug (change the log level live). Keep it on loopback.
+  --metrics  /metrics (Prometheus), /healthz (process alive), /readyz (taking traffic; with
+             --xds, only once the control plane's first settings are in force),
+             /app-health/... (the application probes sidecar inject moved here, if any)
+  --admin    /config_dump (active settings, version, where each field came from, the
+             last rejected version), POST /drain, GET /logging (the level),
+             POST /logging?level=debug (change it live). Keep it on loopback.
 
 Signals: SIGTERM or SIGINT drains gracefully (READONLY to every consumer, in-flight
-requests finish up to drain.timeout), then exits 0.`,
+requests finish up to drain.timeout), then exits 0. SIGHUP re-reads --config (and
+these flags) and applies it live like an xDS push: all of it or, when any field is
+invalid or cannot change live, none of it (logged with every problem). With --xds,
+SIGHUP is ignored: the control plane owns the settings (docs/operations.md).`,
 		Example: `  # standalone, provider on 20880, consumers dial 20881
   sidecar run --upstream 127.0.0.1:20880 --listen 0.0.0.0:20881
 
@@ -87,7 +97,7 @@ requests finish up to drain.timeout), then exits 0.`,
 	fl.IntVar(&f.upstreamConns, "upstream-conns", 4, "connections to the provider (upstream.connections)")
 	fl.StringVar(&f.metrics, "metrics", "0.0.0.0:15090", "metrics listener: /metrics /healthz /readyz (empty: off)")
 	fl.StringVar(&f.admin, "admin", "127.0.0.1:15000", "admin listener: /config_dump, POST /drain, /logging (empty: off)")
-	fl.StringVar(&f.xdsAddr, "xds", "", "xDS control plane HOST:PORT (ADS over gRPC); empty: no xDS")
+	fl.StringVar(&f.xdsAddr, "xds", "", "xDS control plane HOST:PORT (ADS over gRPC), or several replicas HOST:PORT,HOST:PORT (fails over between them); empty: no xDS")
 	fl.StringVar(&f.nodeID, "node-id", "", "xDS node id (default: $POD_NAME.$POD_NAMESPACE)")
 	fl.StringVar(&f.xdsResource, "xds-resource", "stormgate", "name of the ExtensionConfig resource carrying the settings")
 	fl.StringVar(&f.xdsCA, "xds-ca", "", "CA bundle to verify the control plane (enables TLS)")
@@ -99,20 +109,22 @@ requests finish up to drain.timeout), then exits 0.`,
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console (log.format)")
 	fl.IntVar(&f.netpollBuffer, "netpoll-buffer", defaultNetpollBuffer, "initial input buffer per connection in bytes (grows on demand)")
 	_ = fl.MarkHidden("netpoll-buffer")
+	addXDSNodeFlags(cmd, &f.node)
 	return cmd
 }
 
-// buildSettings merges defaults, the file and the flags that were set.
-func buildSettings(cmd *cobra.Command, f runFlags) (*sg.Settings, string, error) {
-	s := xds.Defaults()
-	source := xds.SourceDefaults
+// buildSettings merges defaults, the file and the flags that were set, and
+// records where each field came from. Errors name the file and line; with a
+// validation error the (invalid) merged settings are returned too.
+func buildSettings(cmd *cobra.Command, f runFlags) (xds.Layered, error) {
+	var file *xds.SettingsFile
+	var fromFile *sg.Settings
 	if f.config != "" {
-		fs, err := xds.LoadFile(f.config)
+		sf, err := xds.ReadSettingsFile(f.config)
 		if err != nil {
-			return nil, "", err
+			return xds.Layered{}, problemsError{"--config " + f.config, err}
 		}
-		s = xds.Merge(s, fs)
-		source = xds.SourceFile
+		file, fromFile = sf, sf.Settings
 	}
 	ch := cmd.Flags().Changed
 	over := &sg.Settings{Listener: &sg.Listener{}, Upstream: &sg.Upstream{}, Log: &sg.Log{}}
@@ -125,7 +137,7 @@ func buildSettings(cmd *cobra.Command, f runFlags) (*sg.Settings, string, error)
 	if ch("inbound-ports") {
 		ports, err := transparent.ParsePorts(f.inboundPorts)
 		if err != nil {
-			return nil, "", fmt.Errorf("--inbound-ports: %w", err)
+			return xds.Layered{}, fmt.Errorf("--inbound-ports: %w", err)
 		}
 		for _, p := range ports {
 			over.Listener.InboundPorts = append(over.Listener.InboundPorts, int32(p))
@@ -143,18 +155,29 @@ func buildSettings(cmd *cobra.Command, f runFlags) (*sg.Settings, string, error)
 	if ch("log-format") {
 		over.Log.Format = proto.String(f.logFormat)
 	}
-	s = xds.Merge(s, over)
-	if err := xds.Validate(s); err != nil {
-		return nil, "", fmt.Errorf("invalid settings:\n%w", err)
+	l := xds.MergeLayers(f.config, xds.Layer{Source: xds.SourceDefaults, Settings: xds.Defaults()},
+		xds.Layer{Source: xds.SourceFile, Settings: fromFile}, xds.Layer{Source: xds.SourceFlag, Settings: over})
+	if err := xds.Validate(l.Settings); err != nil {
+		if file != nil {
+			err = file.Annotate(err, l.Sources)
+		}
+		return l, problemsError{"invalid settings", err}
 	}
-	return s, source, nil
+	return l, nil
 }
 
 func runSidecar(cmd *cobra.Command, f runFlags) error {
-	settings, source, err := buildSettings(cmd, f)
+	// Everything that can fail without a socket fails before one is bound.
+	if f.xdsAddr != "" {
+		if _, err := xds.NodeID(f.nodeID, os.Getenv); err != nil {
+			return fmt.Errorf("--xds %s: %w", f.xdsAddr, err)
+		}
+	}
+	layered, err := buildSettings(cmd, f)
 	if err != nil {
 		return err
 	}
+	settings := layered.Settings
 	log, level, err := newLogger(settings.GetLog().GetLevel(), settings.GetLog().GetFormat())
 	if err != nil {
 		return err
@@ -166,7 +189,34 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	store, err := xds.NewStore(settings, xds.Version(settings), source, reg)
+	if err := registerBuildInfo(reg); err != nil {
+		return err
+	}
+	store, err := xds.NewLayeredStore(layered, xds.Version(settings), reg)
+	if err != nil {
+		return err
+	}
+	// With a control plane, not ready until its first settings are in force (applied, or equal
+	// to the startup ones: ACKed): a sidecar that cannot
+	// reach it (or cannot verify it: wrong CA) must not take traffic with settings it never got.
+	// Once applied they are kept when the control plane goes away, and readiness with them.
+	var xdsSynced atomic.Bool
+	xdsSynced.Store(f.xdsAddr == "")
+	var xdsClient *xds.Client
+	if f.xdsAddr != "" {
+		// Base is the startup settings (fix found by e2e/xds_live_test.go): a push is
+		// partial and merges over defaults < file < flags, not over the bare defaults.
+		if xdsClient, err = newXDSClient(f, settings, store, log.Named("xds"), reg, func(version string) {
+			if !xdsSynced.Swap(true) {
+				log.Info("first settings from the control plane in force; ready", zap.String("version", version))
+			}
+		}); err != nil {
+			return err
+		}
+	}
+
+	// Application probes injection moved off the redirected ports (inject/appprobe).
+	appProbes, err := appprobe.Parse(os.Getenv(appprobe.EnvVar))
 	if err != nil {
 		return err
 	}
@@ -192,7 +242,10 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 
 	adm, err := admission.Listen(toAdmissionConfig(settings), log.Named("admission"), reg)
 	if err != nil {
-		return fmt.Errorf("listener.address %s: %w", settings.GetListener().GetAddress(), err)
+		for _, l := range lns {
+			l.Close()
+		}
+		return listenerError(layered, err)
 	}
 	srv, err := proxy.New(toProxyConfig(settings), proxy.Options{
 		Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: adm.ConnClosed,
@@ -206,27 +259,8 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	}
 	log.Info("stormgate started", zap.String("version", version), zap.Stringer("listen", adm.Addr()),
 		zap.String("upstream", upstreamDesc(settings)), zap.Bool("transparent", settings.GetListener().GetTransparent()),
-		zap.String("settings_source", source))
-
-	// apply makes new settings live in every stage, or refuses them whole.
-	apply := func(s *sg.Settings, version, src string) error {
-		if err := xds.Validate(s); err != nil {
-			return err
-		}
-		if err := xds.CheckLive(store.Settings(), s); err != nil {
-			return err
-		}
-		if err := srv.Update(toProxyConfig(s)); err != nil {
-			return err
-		}
-		if err := adm.Update(toAdmissionConfig(s)); err != nil {
-			return err
-		}
-		if l, err := zap.ParseAtomicLevel(s.GetLog().GetLevel()); err == nil {
-			level.SetLevel(l.Level())
-		}
-		return store.Update(s, version, src)
-	}
+		zap.String("settings_source", layered.Source), zap.String("config_file", layered.File))
+	live := &liveSettings{log: log, store: store, srv: srv, adm: adm, level: level}
 
 	drainCh := make(chan struct{}, 1)
 	requestDrain := func() {
@@ -245,8 +279,18 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 				http.Error(w, "not ready: draining or stopped", http.StatusServiceUnavailable)
 				return
 			}
+			if !xdsSynced.Load() {
+				http.Error(w, "not ready: no settings from the control plane "+f.xdsAddr+" yet (see the xds log lines)", http.StatusServiceUnavailable)
+				return
+			}
 			fmt.Fprintln(w, "ready")
+			if xdsClient != nil { // detail only: traffic does not depend on the control plane
+				fmt.Fprintln(w, xdsClient.Status())
+			}
 		})
+		if len(appProbes) > 0 {
+			mux.Handle(appprobe.PathPrefix, appprobe.NewHandler(appProbes))
+		}
 		servers = append(servers, serveHTTP("metrics", lns["metrics"], mux, log))
 	}
 	if f.admin != "" {
@@ -264,38 +308,14 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 			requestDrain()
 			fmt.Fprintln(w, "draining")
 		})
-		mux.HandleFunc("/logging", func(w http.ResponseWriter, r *http.Request) {
-			if l := r.URL.Query().Get("level"); l != "" {
-				lv, err := zap.ParseAtomicLevel(l)
-				if err != nil {
-					http.Error(w, "level must be one of debug, info, warn, error", http.StatusBadRequest)
-					return
-				}
-				level.SetLevel(lv.Level())
-			}
-			fmt.Fprintf(w, "level: %s\n", level.Level())
-		})
+		mux.HandleFunc("/logging", loggingHandler(level, log))
 		servers = append(servers, serveHTTP("admin", lns["admin"], mux, log))
 	}
 
-	if f.xdsAddr != "" {
-		nodeID, err := xds.NodeID(f.nodeID, os.Getenv)
-		if err != nil {
-			return err
-		}
-		// Base and Current (fix found by e2e/xds_live_test.go): a push is partial and
-		// must merge over the startup settings (defaults < file < flags < xDS), not
-		// over the bare defaults; otherwise every push "changes" listener.address
-		// from the --listen value back to the default and is NACKed.
-		cl, err := xds.NewClient(xds.ClientConfig{Address: f.xdsAddr, NodeID: nodeID, ResourceName: f.xdsResource,
-			CA: f.xdsCA, Cert: f.xdsCert, Key: f.xdsKey, Base: settings, Current: store.Settings}, log.Named("xds"), reg)
-		if err != nil {
-			return err
-		}
+	if xdsClient != nil {
 		go func() {
-			err := cl.Run(ctx, func(s *sg.Settings, version string) error {
-				full := xds.WithDefaults(s)
-				return apply(full, version, xds.SourceXDS)
+			err := xdsClient.Run(ctx, func(s *sg.Settings, version string) error {
+				return live.apply(xds.WithDefaults(s), version, xds.SourceXDS)
 			})
 			if err != nil && ctx.Err() == nil {
 				log.Error("xds client stopped", zap.Error(err))
@@ -313,17 +333,27 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	var exitErr error
-	select {
-	case sig := <-sigs:
-		log.Info("signal received; draining", zap.String("signal", sig.String()))
-	case <-drainCh:
-		log.Info("drain requested on the admin endpoint")
-	case err := <-serveErr:
-		if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, context.Canceled) {
-			exitErr = err
-			log.Error("listener stopped", zap.Error(err))
+wait:
+	for {
+		select {
+		case <-hup:
+			reloadOnHUP(live, cmd, f)
+			continue
+		case sig := <-sigs:
+			log.Info("signal received; draining", zap.String("signal", sig.String()))
+		case <-drainCh:
+			log.Info("drain requested on the admin endpoint")
+		case err := <-serveErr:
+			if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, context.Canceled) {
+				exitErr = err
+				log.Error("listener stopped", zap.Error(err))
+			}
 		}
+		break wait
 	}
 	adm.StopAccepting()
 	dctx, cancel := context.WithTimeout(context.Background(), toProxyConfig(store.Settings()).DrainTimeout+time.Second)
@@ -331,7 +361,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		// A second signal skips the rest of the drain.
 		select {
 		case <-sigs:
-			log.Warn("second signal: closing now")
+			log.Info("second signal: closing now")
 			cancel()
 		case <-dctx.Done():
 		}
@@ -365,24 +395,37 @@ func serveHTTP(name string, ln net.Listener, h http.Handler, log *zap.Logger) *h
 }
 
 func newLogger(level, format string) (*zap.Logger, zap.AtomicLevel, error) {
+	cfg, err := loggerConfig(level, format)
+	if err != nil {
+		return nil, cfg.Level, err
+	}
+	l, err := cfg.Build()
+	return l, cfg.Level, err
+}
+
+func loggerConfig(level, format string) (zap.Config, error) {
+	var cfg zap.Config
 	lv, err := zap.ParseAtomicLevel(strings.ToLower(level))
 	if err != nil {
-		return nil, lv, fmt.Errorf("log.level %q: must be debug, info, warn or error", level)
+		return cfg, fmt.Errorf("log.level %q: must be debug, info, warn or error", level)
 	}
-	var cfg zap.Config
 	switch format {
 	case "", "json":
 		cfg = zap.NewProductionConfig()
 	case "console":
 		cfg = zap.NewDevelopmentConfig()
 	default:
-		return nil, lv, fmt.Errorf("log.format %q: must be json or console", format)
+		return cfg, fmt.Errorf("log.format %q: must be json or console", format)
 	}
 	cfg.Level = lv
+	// ISO-8601 UTC timestamps and durations with their unit ("1s"), in both formats.
+	cfg.EncoderConfig.EncodeTime = func(t time.Time, enc zapcore.PrimitiveArrayEncoder) {
+		enc.AppendString(t.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	}
+	cfg.EncoderConfig.EncodeDuration = zapcore.StringDurationEncoder
 	cfg.Sampling = nil
 	cfg.DisableStacktrace = true // operators want one line per event; errors carry their cause
-	l, err := cfg.Build()
-	return l, lv, err
+	return cfg, nil
 }
 
 // upstreamDesc says where requests go, for the start-up log line.

@@ -17,7 +17,7 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the version, Go version and key dependency versions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(cmd.OutOrStdout(), "stormgate %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprintln(cmd.OutOrStdout(), versionLine())
 			if bi, ok := debug.ReadBuildInfo(); ok {
 				for _, d := range bi.Deps {
 					switch d.Path {
@@ -30,4 +30,9 @@ func newVersionCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// versionLine is the first line of `sidecar version` and all of `sidecar --version`.
+func versionLine() string {
+	return fmt.Sprintf("stormgate %s (%s %s/%s)", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }

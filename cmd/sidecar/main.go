@@ -29,7 +29,9 @@ Start here:
   sidecar validate stormgate.yaml    check a settings file before you ship it`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version, // --version, as most CLIs have it; `sidecar version` also lists dependencies
 	}
+	root.SetVersionTemplate(versionLine() + "\n")
 	root.AddCommand(
 		newRunCmd(),
 		newDemoCmd(),
@@ -38,6 +40,7 @@ Start here:
 		newControlPlaneCmd(),
 		newIptablesCmd(),
 		newInjectCmd(),
+		newInjectWebhookCmd(),
 	)
 	return root
 }

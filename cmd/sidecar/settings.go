@@ -19,32 +19,34 @@ func toProxyConfig(s *sg.Settings) proxy.Config {
 	if s.GetDrain().GetReadonlyPolicy() == sg.ReadonlyPolicy_PROPAGATE {
 		policy = proxy.ReadonlyPropagate
 	}
-	holdTimeout := s.GetHold().GetTimeout().AsDuration()
-	if holdTimeout == 0 {
-		holdTimeout = -1 // 0s in the file means "do not hold"
-	}
 	return proxy.Config{
-		Upstream:              s.GetUpstream().GetAddress(),
-		UpstreamConns:         int(s.GetUpstream().GetConnections()),
-		ConnectTimeout:        s.GetUpstream().GetConnectTimeout().AsDuration(),
-		BackoffBase:           s.GetUpstream().GetBackoffBase().AsDuration(),
-		BackoffMax:            s.GetUpstream().GetBackoffMax().AsDuration(),
-		Warmup:                s.GetUpstream().GetWarmup().AsDuration(),
-		HoldTimeout:           holdTimeout,
-		HoldMaxRequests:       int(s.GetHold().GetMaxRequests()),
-		HoldMaxBytes:          int(s.GetHold().GetMaxBytes()),
-		DownstreamIdleTimeout: s.GetKeepalive().GetDownstreamIdleTimeout().AsDuration(),
-		UpstreamInterval:      s.GetKeepalive().GetUpstreamInterval().AsDuration(),
-		UpstreamJitter:        s.GetKeepalive().GetUpstreamJitter(),
-		UpstreamMaxMissed:     int(s.GetKeepalive().GetUpstreamMaxMissed()),
-		MaxFrameBytes:         int(s.GetLimits().GetMaxFrameBytes()) + 16,
-		MaxInflightPerConn:    int(s.GetLimits().GetMaxInflightPerConnection()),
-		MaxQueuedBytesPerConn: int(s.GetLimits().GetMaxQueuedBytesPerConnection()),
-		MaxRequestAge:         s.GetLimits().GetMaxRequestAge().AsDuration(),
-		ReadonlyPolicy:        policy,
-		DrainTimeout:          s.GetDrain().GetTimeout().AsDuration(),
-		Transparent:           s.GetListener().GetTransparent(),
-		InboundPorts:          ports,
+		Upstream:       s.GetUpstream().GetAddress(),
+		UpstreamConns:  int(s.GetUpstream().GetConnections()),
+		ConnectTimeout: s.GetUpstream().GetConnectTimeout().AsDuration(),
+		BackoffBase:    s.GetUpstream().GetBackoffBase().AsDuration(),
+		BackoffMax:     s.GetUpstream().GetBackoffMax().AsDuration(),
+		Warmup:         s.GetUpstream().GetWarmup().AsDuration(),
+		HoldTimeout:    s.GetHold().GetTimeout().AsDuration(),
+		// Settings for these arrive with the schema change that follows; until then the
+		// shipped values.
+		WriteTimeout:              10 * time.Second,
+		MaxQueuedBytesPerUpstream: 8 << 20,
+		FrameReadTimeout:          30 * time.Second,
+		MaxBufferedBytes:          256 << 20,
+		HoldMaxRequests:           int(s.GetHold().GetMaxRequests()),
+		HoldMaxBytes:              int(s.GetHold().GetMaxBytes()),
+		DownstreamIdleTimeout:     s.GetKeepalive().GetDownstreamIdleTimeout().AsDuration(),
+		UpstreamInterval:          s.GetKeepalive().GetUpstreamInterval().AsDuration(),
+		UpstreamJitter:            s.GetKeepalive().GetUpstreamJitter(),
+		UpstreamMaxMissed:         int(s.GetKeepalive().GetUpstreamMaxMissed()),
+		MaxFrameBytes:             int(s.GetLimits().GetMaxFrameBytes()) + 16,
+		MaxInflightPerConn:        int(s.GetLimits().GetMaxInflightPerConnection()),
+		MaxQueuedBytesPerConn:     int(s.GetLimits().GetMaxQueuedBytesPerConnection()),
+		MaxRequestAge:             s.GetLimits().GetMaxRequestAge().AsDuration(),
+		ReadonlyPolicy:            policy,
+		DrainTimeout:              s.GetDrain().GetTimeout().AsDuration(),
+		Transparent:               s.GetListener().GetTransparent(),
+		InboundPorts:              ports,
 	}
 }
 

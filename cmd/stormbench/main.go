@@ -1,6 +1,7 @@
 // Command stormbench is Stormgate's benchmark tool: a Dubbo 2 load generator (`stormbench load`),
-// a test provider (`stormbench provider`) and the integrity echo provider (`stormbench
-// echo-provider`), used by `make bench`, `make soak` and by hand.
+// a test provider (`stormbench provider`), the integrity echo provider (`stormbench
+// echo-provider`) and a control-plane fleet driver (`stormbench xds-fleet`), used by `make bench`,
+// `make soak`, `make fleet` and by hand.
 package main
 
 import (
@@ -33,6 +34,8 @@ func newRootCmd() *cobra.Command {
   stormbench provider  run the project's test provider in its own process
   stormbench echo-provider  a provider that echoes raw bodies, reads badly and records
                        integrity violations (pair it with load --body-max)
+  stormbench xds-fleet run N Stormgate xDS clients against the control plane and time pushes,
+                       selector changes and a replica failover
 
 Start here:
   stormbench provider --listen 127.0.0.1:20880 &
@@ -40,6 +43,6 @@ Start here:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newLoadCmd(), newWorkerCmd(), newProviderCmd(), newEchoCmd())
+	root.AddCommand(newLoadCmd(), newWorkerCmd(), newProviderCmd(), newEchoCmd(), newXDSFleetCmd(), newFleetWorkerCmd())
 	return root
 }

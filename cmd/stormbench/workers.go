@@ -236,17 +236,9 @@ func startWorker(ctx context.Context, exe string, i int, cfg loadgen.Config, pro
 	readers *sync.WaitGroup, msgs chan<- indexedMsg) error {
 	cmd := exec.CommandContext(ctx, exe, "worker")
 	cmd.Stderr = os.Stderr
-	cmd.WaitDelay = 5 * time.Second
-	stdin, err := cmd.StdinPipe()
+	stdin, stdout, err := startChild(cmd, i)
 	if err != nil {
 		return err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting worker %d: %w", i, err)
 	}
 	*procs = append(*procs, &workerProc{cmd: cmd, stdin: stdin})
 	readers.Go(func() { readWorker(i, stdout, msgs) })
@@ -258,6 +250,24 @@ func startWorker(ctx context.Context, exe string, i int, cfg loadgen.Config, pro
 		return fmt.Errorf("worker %d: %w", i, err)
 	}
 	return nil
+}
+
+// startChild starts worker i (a process of this binary) with its stdin and
+// stdout piped to the parent.
+func startChild(cmd *exec.Cmd, i int) (io.WriteCloser, io.ReadCloser, error) {
+	cmd.WaitDelay = 5 * time.Second
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("starting worker %d: %w", i, err)
+	}
+	return stdin, stdout, nil
 }
 
 func handleWorkerMsg(p *workerProc, m indexedMsg, latest []loadgen.Snapshot, window *hist.Histogram) {

@@ -1,5 +1,5 @@
 // Package netnstest gives tests throwaway Linux network namespaces: create one per test (removed at
-// cleanup), link two with a veth pair on 198.18.0.0/15 addresses, run commands in one
+// cleanup), link two with a veth pair on 198.18.0.0/15 (and 2001:db8::/32) addresses, run commands in one
 // (`ip netns exec`), and create sockets inside one from the test process itself.
 //
 // Everything here needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the `ip` tool (iproute2). Without root,

@@ -105,19 +105,43 @@ func (n *Namespace) Do(fn func() error) error {
 }
 
 // Link connects a and b with a veth pair, gives a the address aAddr and b the address bAddr (same
-// prefix, e.g. 198.18.0.1/30 and 198.18.0.2/30), and brings both ends up. The pair disappears with the
-// namespaces.
-func Link(t testing.TB, a, b *Namespace, aAddr, bAddr netip.Prefix) {
+// prefix, e.g. 198.18.0.1/30 and 198.18.0.2/30), and brings both ends up. It returns the interface
+// names, for AddAddr. The pair disappears with the namespaces.
+func Link(t testing.TB, a, b *Namespace, aAddr, bAddr netip.Prefix) (aIf, bIf string) {
 	t.Helper()
 	// Interface names are at most 15 bytes; random so parallel tests never collide.
 	id := rand.Uint32()
-	aIf, bIf := fmt.Sprintf("sg%08xa", id), fmt.Sprintf("sg%08xb", id)
+	aIf, bIf = fmt.Sprintf("sg%08xa", id), fmt.Sprintf("sg%08xb", id)
 	if out, err := exec.Command("ip", "link", "add", aIf, "netns", a.Name, "type", "veth",
 		"peer", "name", bIf, "netns", b.Name).CombinedOutput(); err != nil {
 		t.Fatalf("ip link add veth: %v: %s", err, out)
 	}
-	a.Run(t, "ip", "addr", "add", aAddr.String(), "dev", aIf)
+	a.AddAddr(t, aIf, aAddr)
 	a.Run(t, "ip", "link", "set", aIf, "up")
-	b.Run(t, "ip", "addr", "add", bAddr.String(), "dev", bIf)
+	b.AddAddr(t, bIf, bAddr)
 	b.Run(t, "ip", "link", "set", bIf, "up")
+	return aIf, bIf
+}
+
+// AddAddr adds addr (e.g. 198.18.0.1/30 or 2001:db8::1/64) to interface ifname in n. IPv6 addresses
+// skip duplicate address detection, so they are usable at once instead of after about a second.
+func (n *Namespace) AddAddr(t testing.TB, ifname string, addr netip.Prefix) {
+	t.Helper()
+	argv := []string{"ip", "addr", "add", addr.String(), "dev", ifname}
+	if addr.Addr().Is6() {
+		argv = append(argv, "nodad")
+	}
+	n.Run(t, argv...)
+}
+
+// FD opens the namespace (/run/netns/NAME) and returns the descriptor, closed when t ends: what
+// netlink libraries take to program a namespace without switching threads into it.
+func (n *Namespace) FD(t testing.TB) int {
+	t.Helper()
+	f, err := os.Open("/run/netns/" + n.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return int(f.Fd())
 }

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/stormgate/stormgate/admission"
+	"github.com/stormgate/stormgate/proxy"
+	"github.com/stormgate/stormgate/xds"
+	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+)
+
+// liveSettings changes the settings of a running sidecar: from an xDS push
+// (apply) or from the --config file again on SIGHUP (reload). One change at a
+// time; each is checked whole (Validate, CheckLive) before any stage sees it.
+type liveSettings struct {
+	mu    sync.Mutex
+	log   *zap.Logger
+	store *xds.Store
+	srv   *proxy.Server
+	adm   *admission.Admitter
+	level zap.AtomicLevel
+}
+
+// apply makes s (complete settings) live in every stage, or refuses it; the
+// error names each field (it becomes the NACK's error_detail).
+func (l *liveSettings) apply(s *sg.Settings, version, source string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev := l.store.Settings()
+	if err := l.stages(prev, s); err != nil {
+		return err
+	}
+	if err := l.store.Update(s, version, source); err != nil {
+		return err
+	}
+	l.logApplied(prev, s, version, source)
+	return nil
+}
+
+// reload re-reads the settings file and flags with load (SIGHUP) and applies
+// them like a push: all or nothing. A file that fails is logged like a NACK,
+// with every problem, and recorded as /config_dump's last_rejected; the
+// running settings stay.
+func (l *liveSettings) reload(file string, load func() (xds.Layered, error)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev := l.store.Load()
+	next, err := load()
+	version := ""
+	if next.Settings != nil {
+		version = xds.Version(next.Settings) // also of a file that fails: the version it would have had
+	}
+	switch {
+	case err == nil:
+		if err = l.stages(prev.Settings, next.Settings); err == nil {
+			err = l.store.Rebase(next, version, xds.SourceFile)
+		}
+	case next.Settings != nil: // invalid: also say what could not change live
+		err = allProblems(err, xds.CheckLive(prev.Settings, next.Settings))
+	}
+	if err != nil {
+		l.store.Reject(version, xds.SourceFile, err)
+		l.log.Warn("settings file rejected; keeping the running settings", zap.String("file", file),
+			zap.String("version", version), zap.String("running_version", prev.Version), zap.Strings("problems", problemStrings(err)))
+		return
+	}
+	l.logApplied(prev.Settings, next.Settings, version, xds.SourceFile)
+}
+
+// stages checks next against the running prev (every problem: ranges and
+// fields that cannot change live) and hands it to each stage.
+func (l *liveSettings) stages(prev, next *sg.Settings) error {
+	if err := allProblems(xds.Validate(next), xds.CheckLive(prev, next)); err != nil {
+		return err
+	}
+	if err := l.srv.Update(toProxyConfig(next)); err != nil {
+		return err
+	}
+	if err := l.adm.Update(toAdmissionConfig(next)); err != nil {
+		return err
+	}
+	if lv, err := zap.ParseAtomicLevel(next.GetLog().GetLevel()); err == nil {
+		l.level.SetLevel(lv.Level())
+	}
+	return nil
+}
+
+// logApplied logs what changed, field by field ("hold.timeout: 3s -> 5s").
+func (l *liveSettings) logApplied(prev, next *sg.Settings, version, source string) {
+	l.log.Info("settings applied", zap.String("source", source), zap.String("version", version),
+		zap.Strings("changed", xds.ChangeStrings(xds.Changes(prev, next))))
+}
+
+// allProblems joins the xds.Problems of errs into one (nil when there are
+// none); an error of another kind is returned as it is.
+func allProblems(errs ...error) error {
+	var ps xds.Problems
+	for _, err := range errs {
+		var more xds.Problems
+		switch {
+		case err == nil:
+		case errors.As(err, &more):
+			ps = append(ps, more...)
+		default:
+			return err
+		}
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps
+}
+
+// problemStrings lists the problems in err one per entry (a log field).
+func problemStrings(err error) []string {
+	var pe problemsError
+	if errors.As(err, &pe) {
+		err = pe.err
+	}
+	var ps xds.Problems
+	if !errors.As(err, &ps) {
+		return []string{err.Error()}
+	}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Error()
+	}
+	return out
+}
+
+// problemsError prints problems one per indented line, for the terminal;
+// errors.As still finds the xds.Problems inside.
+type problemsError struct {
+	head string
+	err  error
+}
+
+func (e problemsError) Error() string {
+	return e.head + ":\n  " + strings.Join(problemStrings(e.err), "\n  ")
+}
+
+func (e problemsError) Unwrap() error { return e.err }
+
+// reloadOnHUP handles SIGHUP: re-read --config and the flags and apply them.
+// With --xds the control plane owns the settings and the file is only the
+// base its pushes merge over, fixed at start: reloading it would be undone by
+// the next push, so SIGHUP is refused, and says so.
+func reloadOnHUP(live *liveSettings, cmd *cobra.Command, f runFlags) {
+	switch {
+	case f.xdsAddr != "":
+		live.log.Warn("SIGHUP ignored: with --xds the control plane owns the settings; change them there "+
+			"(--config and the flags are the base its pushes merge over, read once at start: restart to change them)",
+			zap.String("xds_server", f.xdsAddr))
+	case f.config == "":
+		live.log.Warn("SIGHUP ignored: there is no --config file to reload")
+	default:
+		live.log.Info("SIGHUP: reloading the settings file", zap.String("file", f.config))
+		live.reload(f.config, func() (xds.Layered, error) { return buildSettings(cmd, f) })
+	}
+}

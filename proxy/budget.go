@@ -1,0 +1,51 @@
+package proxy
+
+import "sync/atomic"
+
+// budget bounds the bytes Stormgate keeps because a peer is slow or absent, across
+// the whole process (limits.max_buffered_bytes): frames queued behind a stalled
+// socket (either side), requests in the hold queue, and frames being reassembled
+// from a consumer that sends them slowly. It is what keeps a provider that stops
+// reading, or ten thousand consumers that each announce a big frame and trickle it,
+// from growing memory without bound.
+//
+// Bytes that pass straight through (the common case) are never charged, so the hot
+// path does not touch this shared counter. A nil *budget is unlimited.
+type budget struct {
+	used  atomic.Int64
+	limit atomic.Int64
+}
+
+// tryReserve charges n bytes if they fit under the limit.
+func (b *budget) tryReserve(n int) bool {
+	if b == nil || n <= 0 {
+		return true
+	}
+	if b.used.Add(int64(n)) > b.limit.Load() {
+		b.used.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+// force charges n bytes that already exist (a write that just came up short).
+func (b *budget) force(n int) {
+	if b != nil && n > 0 {
+		b.used.Add(int64(n))
+	}
+}
+
+// release returns n charged bytes.
+func (b *budget) release(n int) {
+	if b != nil && n > 0 {
+		b.used.Add(-int64(n))
+	}
+}
+
+// inUse is the number of bytes charged now.
+func (b *budget) inUse() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.used.Load()
+}

@@ -1,0 +1,125 @@
+package proxy
+
+// Every two-way request Stormgate accepts gets exactly one answer (DESIGN §8a). The
+// books that make this true, in one place:
+//
+//	accept ──▶ held (holdQueue) ──▶ pending (an upConn's pendingTable) ──▶ answer / refuse
+//	             ▲    │ expiry: refuse        │ response: answer
+//	             │    ▼                       │ oversize / event frame: refuse
+//	             └── unsent when its connection died (never handed to the kernel): re-held
+//	                                          │ connection lost after the kernel took it: refuse
+//	                                          │ max_request_age: refuse
+//
+// A request has exactly one owner at a time: the hold queue (under holdQueue.mu) or
+// one pending table (under its upConn.mu). Whoever removes it from its owner either
+// moves it to the other owner or settles it with answer or refuse, which are the
+// only two ways a request leaves the books. A request whose consumer has closed is
+// still settled the same way (its late answer is counted and dropped): a closed
+// consumer's entries leave when their answer, expiry or connection loss comes, so
+// that no path needs an index of requests by consumer.
+
+// request is a two-way request Stormgate owes one answer.
+type request struct {
+	sess    *session
+	id      int64 // the consumer's id, restored on the answer
+	serial  byte  // the consumer's serialization id, echoed in Stormgate's own replies
+	arrived int64 // when it reached Stormgate, unix nanos on the server's clock
+}
+
+// pending is a frame on an upstream connection that expects an answer: a
+// consumer's request, or Stormgate's own heartbeat (sess nil).
+type pending struct {
+	request
+	off uint64 // the frame's offset in the connection's output stream
+	n   int    // the frame's length
+}
+
+func (p *pending) heartbeat() bool { return p.sess == nil }
+
+// pendingTable maps the upstream ids of one connection to what they answer. It is
+// guarded by its upConn's mu.
+type pendingTable struct {
+	m map[int64]pending
+}
+
+func (t *pendingTable) init() { t.m = make(map[int64]pending, 256) }
+
+func (t *pendingTable) add(id int64, p pending) { t.m[id] = p }
+
+// take removes and returns the entry for id.
+func (t *pendingTable) take(id int64) (pending, bool) {
+	p, ok := t.m[id]
+	if ok {
+		delete(t.m, id)
+	}
+	return p, ok
+}
+
+// takeAll empties the table and returns what it held (the connection died).
+func (t *pendingTable) takeAll() map[int64]pending {
+	m := t.m
+	t.m = nil
+	return m
+}
+
+// takeExpired removes and appends to dst every entry that arrived before cutoff
+// and whose frame was fully handed to the kernel (ends at or before written).
+// stalled reports such an old entry still queued in Stormgate; it stays.
+func (t *pendingTable) takeExpired(cutoff int64, written uint64, dst []pending) (_ []pending, stalled bool) {
+	for id, p := range t.m {
+		if p.arrived >= cutoff {
+			continue
+		}
+		if p.off+uint64(p.n) > written {
+			stalled = true
+			continue
+		}
+		delete(t.m, id)
+		dst = append(dst, p)
+	}
+	return dst, stalled
+}
+
+func (t *pendingTable) len() int { return len(t.m) }
+
+// accept enters r in the books: from here on exactly one answer or refuse settles it.
+func (s *Server) accept(r request) {
+	r.sess.inflight.Add(1)
+	s.inflight.Add(1)
+}
+
+// answer settles r with the provider's response; its id is restored in place.
+func (s *Server) answer(r request, resp []byte, now int64) {
+	if !s.settle(r) {
+		return
+	}
+	s.codec.SetID(resp, r.id)
+	s.m.responses.Inc() // counted before the consumer can see the response
+	s.m.duration.Observe(float64(now-r.arrived) / 1e9)
+	r.sess.write(resp)
+}
+
+// refuse settles r with Stormgate's own error response.
+func (s *Server) refuse(r request, why Failure, msg string, reason replyReason) {
+	if !s.settle(r) {
+		return
+	}
+	r.sess.replyError(Frame{ID: r.id, Serial: r.serial}, why, msg, reason)
+}
+
+// settle does the books of one answer and reports whether the consumer is still
+// there to receive it.
+func (s *Server) settle(r request) bool {
+	r.sess.inflight.Add(-1)
+	if s.inflight.Add(-1) == 0 && s.draining.Load() {
+		select {
+		case s.drainIdle <- struct{}{}:
+		default:
+		}
+	}
+	if r.sess.closing.Load() {
+		s.m.lateResponses.Inc()
+		return false
+	}
+	return true
+}

@@ -1,0 +1,442 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudwego/netpoll"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/stormgate/stormgate/keepalive"
+)
+
+// pool is the set of M connections to one provider address: the upstream id
+// allocator, the choice of a connection per request, the hold queue for requests
+// no connection takes, the reconnect loops, the READONLY policy, warm-up and the
+// max_request_age sweep.
+type pool struct {
+	srv  *Server
+	addr string
+	port uint16 // transparent mode: the original destination port; 0 otherwise
+
+	ids   atomic.Int64
+	rr    atomic.Uint32
+	slots atomic.Pointer[[]*poolSlot] // copy on write under mu
+	mu    sync.Mutex
+	hold  holdQueue
+
+	readonlySent atomic.Bool  // PROPAGATE: READONLY broadcast is in effect
+	downSince    atomic.Int64 // when the pool last had no usable connection; 0 while it has one
+	wasDown      atomic.Bool  // lost every connection after having one (warm-up trigger)
+	meter        rateMeter
+	warm         atomic.Pointer[warmup]
+	sweepArmed   atomic.Bool
+	sweep        keepalive.Timer
+	dials        dialLog
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var errClosedAtConnect = errors.New("the provider closed the connection right after accepting it")
+
+type poolSlot struct {
+	uc     atomic.Pointer[upConn]
+	retire atomic.Bool
+	cancel context.CancelFunc
+}
+
+func newPool(srv *Server, addr string, port uint16) *pool {
+	p := &pool{srv: srv, addr: addr, port: port}
+	p.ids.Store(rand.Int64N(1 << 40)) // distinct id ranges across restarts help when reading captures
+	p.slots.Store(&[]*poolSlot{})
+	p.hold.init(p)
+	p.sweep.Init(p.onSweep)
+	p.downSince.Store(srv.now())
+	p.ctx, p.cancel = context.WithCancel(srv.ctx)
+	p.resize(srv.cfg.Load().UpstreamConns)
+	return p
+}
+
+func (p *pool) slotList() []*poolSlot { return *p.slots.Load() }
+
+// resize grows or shrinks the number of slots. A shrunk slot retires: its
+// connection takes no new requests and closes once its in-flight requests end.
+func (p *pool) resize(n int) {
+	p.mu.Lock()
+	old := p.slotList()
+	next := append([]*poolSlot(nil), old...)
+	for i := len(old); i < n; i++ {
+		ctx, cancel := context.WithCancel(p.ctx)
+		sl := &poolSlot{cancel: cancel}
+		next = append(next, sl)
+		p.wg.Add(1)
+		go func() { defer p.wg.Done(); p.slotLoop(ctx, i, sl) }()
+	}
+	for i := n; i < len(old); i++ {
+		old[i].retire.Store(true)
+		old[i].cancel()
+	}
+	if n < len(next) {
+		next = next[:n]
+	}
+	p.slots.Store(&next)
+	p.mu.Unlock()
+	if n < len(old) {
+		p.connChanged()
+	}
+}
+
+func (p *pool) retiring(slot int) bool { return slot >= len(p.slotList()) }
+
+// slotLoop keeps one connection up: dial, serve until it dies, back off, redial.
+// Backoff is exponential with full jitter so a fleet of sidecars never redials in step.
+func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
+	srv := p.srv
+	var bo keepalive.Backoff
+	connectedBefore := false
+	for ctx.Err() == nil && !sl.retire.Load() {
+		cfg := srv.cfg.Load()
+		bo.Base, bo.Max = cfg.BackoffBase, cfg.BackoffMax
+		uc, err := p.connect(idx)
+		if err != nil {
+			d := bo.Next()
+			p.dials.failed(p, err, d)
+			if !srv.sleep(ctx, d) {
+				return
+			}
+			continue
+		}
+		if connectedBefore {
+			srv.m.upReconnects.Inc()
+		}
+		connectedBefore = true
+		bo.Reset()
+		sl.uc.Store(uc)
+		srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
+		p.dials.connected(p, idx)
+		p.connChanged()
+		if p.wasDown.CompareAndSwap(true, false) {
+			p.startWarmup()
+		}
+		p.hold.dispatch()
+
+		select {
+		case <-uc.done:
+		case <-ctx.Done():
+			if sl.retire.Load() && p.ctx.Err() == nil {
+				// Retiring: in-flight requests finish; the last answer (readonlyDrained) or
+				// max_request_age (onSweep) closes the connection.
+				uc.state.CompareAndSwap(stateReady, stateReadonly)
+				p.connChanged()
+				if uc.npending.Load() == 0 {
+					uc.close("slot retired")
+				}
+				select {
+				case <-uc.done:
+				case <-p.ctx.Done():
+				}
+			}
+			uc.close("shutting down")
+			sl.uc.CompareAndSwap(uc, nil)
+			p.connChanged()
+			return
+		}
+		sl.uc.CompareAndSwap(uc, nil)
+		p.connChanged()
+		// Reconnect after a short jittered pause, then with growing backoff.
+		if !srv.sleep(ctx, bo.Next()) {
+			return
+		}
+	}
+}
+
+// connect dials the provider and registers the connection with netpoll.
+func (p *pool) connect(slot int) (*upConn, error) {
+	srv := p.srv
+	fd, err := dialTCP(p.addr, srv.cfg.Load().ConnectTimeout)
+	if err != nil {
+		srv.m.upDialErrors.Inc()
+		return nil, err
+	}
+	conn, err := netpoll.NewFDConnection(fd)
+	if err != nil {
+		_ = unix.Close(fd)
+		return nil, err
+	}
+	uc := newUpConn(p, conn, fd, slot)
+	_ = conn.AddCloseCallback(func(netpoll.Connection) error {
+		// Synchronously, before netpoll closes the fd: no write may reach a reused fd
+		// number. netpoll never runs this while onRequest runs, so the reader is ours.
+		uc.w.close()
+		uc.rd.reset(&srv.budget)
+		srv.spawn(func() { uc.fail("closed by provider") })
+		return nil
+	})
+	_ = conn.SetOnRequest(uc.onRequest)
+	if !conn.IsActive() {
+		_ = conn.Close() // gone already: netpoll ran no close callback for it without a handler
+		<-uc.done
+		return nil, errClosedAtConnect
+	}
+	return uc, nil
+}
+
+// pick returns the ready connection with the fewest requests in flight.
+func (p *pool) pick(slots []*poolSlot) *upConn {
+	n := len(slots)
+	if n == 0 {
+		return nil
+	}
+	start := int(p.rr.Add(1))
+	var best *upConn
+	var bestLoad int32
+	for i := range n {
+		uc := slots[(start+i)%n].uc.Load()
+		if uc == nil || uc.state.Load() != stateReady {
+			continue
+		}
+		if l := uc.npending.Load(); best == nil || l < bestLoad {
+			best, bestLoad = uc, l
+		}
+	}
+	return best
+}
+
+// forward accepts a two-way request: sent on a connection, or held while none
+// takes it (held ones go first, so that order is kept).
+func (p *pool) forward(r request, frame []byte) {
+	p.meter.count.Add(1)
+	p.srv.accept(r)
+	if p.hold.len() == 0 && (!p.warming() || p.warmAllow()) && p.send(r, frame) {
+		return
+	}
+	p.hold.push(r, frame)
+}
+
+// send puts r on the least loaded connection that takes it; false when none does.
+func (p *pool) send(r request, frame []byte) bool {
+	slots := p.slotList()
+	best := p.pick(slots)
+	if best == nil {
+		return false
+	}
+	if best.send(r, frame) {
+		return true
+	}
+	for _, sl := range slots { // its queue was full: any other that takes it
+		if uc := sl.uc.Load(); uc != nil && uc != best && uc.send(r, frame) {
+			return true
+		}
+	}
+	return false
+}
+
+// forwardOneWay sends a one-way request under a fresh id; when no connection takes
+// it, it is dropped and counted (nobody waits for an answer).
+func (p *pool) forwardOneWay(frame []byte) {
+	m := p.srv.m
+	slots := p.slotList()
+	if best := p.pick(slots); best != nil {
+		if best.sendOneWay(frame) {
+			m.oneway.Inc()
+			return
+		}
+		for _, sl := range slots {
+			if uc := sl.uc.Load(); uc != nil && uc != best && uc.sendOneWay(frame) {
+				m.oneway.Inc()
+				return
+			}
+		}
+		m.dropped[dropOneWayOverloaded].Inc()
+		return
+	}
+	m.dropped[dropOneWayNoUpstream].Inc()
+}
+
+// usable counts connections that take new requests.
+func (p *pool) usable() int {
+	n := 0
+	for _, sl := range p.slotList() {
+		if uc := sl.uc.Load(); uc != nil && uc.state.Load() == stateReady {
+			n++
+		}
+	}
+	return n
+}
+
+// connStates counts connections by state.
+func (p *pool) connStates() (ready, readonly int) {
+	for _, sl := range p.slotList() {
+		if uc := sl.uc.Load(); uc != nil {
+			switch uc.state.Load() {
+			case stateReady:
+				ready++
+			case stateReadonly:
+				readonly++
+			}
+		}
+	}
+	return
+}
+
+// connChanged runs after any connection changes state: gauges, the outage clock,
+// and the READONLY policy.
+func (p *pool) connChanged() {
+	ready, readonly := p.connStates()
+	if ready > 0 {
+		p.downSince.Store(0)
+	} else if p.downSince.CompareAndSwap(0, p.srv.now()) {
+		p.wasDown.Store(true)
+	}
+	p.srv.updateUpstreamGauges()
+	p.onReadonlyChange(ready, readonly)
+}
+
+// readonlyDrained closes a READONLY connection whose in-flight work is done when
+// its slot is retiring; a provider-initiated READONLY waits for the provider to close.
+func (p *pool) readonlyDrained(uc *upConn) {
+	if p.retiring(uc.slot) {
+		p.srv.spawn(func() { uc.close("slot retired") })
+	}
+}
+
+// onReadonlyChange implements readonly_policy PROPAGATE: consumers get READONLY
+// when no connection is usable because the provider said so, WRITEABLE when one is back.
+func (p *pool) onReadonlyChange(ready, readonly int) {
+	if p.srv.cfg.Load().ReadonlyPolicy != ReadonlyPropagate {
+		return
+	}
+	if ready == 0 && readonly > 0 && p.readonlySent.CompareAndSwap(false, true) {
+		p.srv.broadcast(p, EventReadonly)
+	} else if ready > 0 && p.readonlySent.CompareAndSwap(true, false) {
+		p.srv.broadcast(p, EventWriteable)
+	}
+}
+
+// armSweep makes sure the max_request_age sweep runs while requests are pending.
+func (p *pool) armSweep() {
+	if !p.sweepArmed.Load() && p.sweepArmed.CompareAndSwap(false, true) {
+		p.srv.wheel.Schedule(&p.sweep, sweepEvery)
+	}
+}
+
+const sweepEvery = time.Second
+
+// onSweep runs on the wheel every second while requests are pending: it answers
+// requests older than max_request_age. A request that old whose bytes are still
+// queued in Stormgate means the connection has not written for that long: the
+// connection is failed, which re-holds its unsent requests (then answered by the
+// hold queue's own deadline) instead of answering a request that may still be sent.
+func (p *pool) onSweep() {
+	srv := p.srv
+	now := srv.now()
+	p.meter.sample(sweepEvery)
+	cutoff := now - int64(srv.cfg.Load().MaxRequestAge)
+	var expired []pending
+	left := 0
+	for _, sl := range p.slotList() {
+		uc := sl.uc.Load()
+		if uc == nil {
+			continue
+		}
+		var stalled bool
+		expired, stalled = uc.sweep(cutoff, expired)
+		switch {
+		case stalled:
+			srv.spawn(func() { uc.fail("a request waited limits.max_request_age in Stormgate's send queue") })
+		case uc.state.Load() == stateReadonly && p.retiring(uc.slot) && uc.npending.Load() == 0:
+			srv.spawn(func() { uc.close("slot retired") })
+		}
+		left += int(uc.npending.Load())
+	}
+	for _, e := range expired {
+		srv.refuse(e.request, FailTimeout, "stormgate: the provider did not answer within limits.max_request_age", replyMaxAge)
+	}
+	p.sweepArmed.Store(false)
+	if left > 0 {
+		p.armSweep()
+	}
+}
+
+func (p *pool) close() {
+	p.cancel()
+	p.wg.Wait()
+	p.hold.failAll("stormgate: shutting down")
+	p.srv.wheel.Stop(&p.sweep)
+}
+
+// queuedBytes is the bytes waiting to be written to the provider.
+func (p *pool) queuedBytes() int {
+	n := 0
+	for _, sl := range p.slotList() {
+		if uc := sl.uc.Load(); uc != nil {
+			n += uc.w.queued()
+		}
+	}
+	return n
+}
+
+// dialLog tells the truth about an outage at once and then without flooding: the
+// first failed connect after being connected (or at start) is logged immediately
+// with the kernel's error and what it means; later failures are summarised every
+// 10 s with a count; a success after failures says how long it took.
+type dialLog struct {
+	mu       sync.Mutex
+	failures int   // since the last success
+	since    int64 // first failure of this run
+	lastLog  int64
+}
+
+const dialLogEvery = 10 * time.Second
+
+func (d *dialLog) failed(p *pool, err error, retry time.Duration) {
+	srv := p.srv
+	now := srv.now()
+	cfg := srv.cfg.Load()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.failures++
+	if d.failures == 1 {
+		d.since, d.lastLog = now, now
+		srv.log.Warn("cannot connect to provider", zap.String("provider", p.addr), zap.Error(err),
+			zap.String("meaning", dialMeaning(err)), zap.Duration("retry_in", retry),
+			zap.String("requests", holdPolicyText(cfg)))
+		return
+	}
+	if time.Duration(now-d.lastLog) >= dialLogEvery {
+		srv.log.Warn("still cannot connect to provider", zap.String("provider", p.addr), zap.Error(err),
+			zap.String("meaning", dialMeaning(err)), zap.Int("failed_attempts", d.failures),
+			zap.Duration("down_for", time.Duration(now-d.since)), zap.String("requests", holdPolicyText(cfg)))
+		d.lastLog = now
+	}
+}
+
+func (d *dialLog) connected(p *pool, slot int) {
+	srv := p.srv
+	d.mu.Lock()
+	failures, since := d.failures, d.since
+	d.failures = 0
+	d.mu.Unlock()
+	if failures > 0 {
+		srv.log.Info("connected to provider", zap.String("provider", p.addr), zap.Int("slot", slot),
+			zap.Int("failed_attempts", failures), zap.Duration("after", time.Duration(srv.now()-since)))
+		return
+	}
+	srv.log.Info("connected to provider", zap.String("provider", p.addr), zap.Int("slot", slot))
+}
+
+// holdPolicyText says what happens to requests while the provider is unreachable.
+func holdPolicyText(cfg *Config) string {
+	if cfg.HoldTimeout <= 0 {
+		return "answered at once with an error (status 35): hold.timeout is 0"
+	}
+	return "held up to hold.timeout (" + cfg.HoldTimeout.String() + "), then answered with an error (status 35); " +
+		"consumer connections stay open"
+}

@@ -1,0 +1,415 @@
+package proxy
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudwego/netpoll"
+	"go.uber.org/zap"
+
+	"github.com/stormgate/stormgate/keepalive"
+)
+
+// Upstream connection states.
+const (
+	stateReady    int32 = iota // takes new requests
+	stateReadonly              // provider sent READONLY, or the slot is retiring: in-flight only
+	stateClosed                // dead; its requests have been settled or re-held
+)
+
+// upConn is one provider connection: a writer for the requests sent on it, a frame
+// reader for the provider's answers, the pending table that maps its upstream ids
+// back to requests, and its liveness checks. Its lifecycle:
+//
+//	| step          | who runs it                          | what it does
+//	|---------------|--------------------------------------|-------------------------------------------------------
+//	| send          | consumer onRequest, hold dispatch    | new id, frame into the writer, pending entry, under mu
+//	| onRequest     | netpoll, one at a time               | routes responses; answers the provider's heartbeats and
+//	|               |                                      | callbacks; READONLY/WRITEABLE; skips oversize answers
+//	| onBeat        | wheel goroutine                      | heartbeat when silent; dead when one goes unanswered
+//	| onStallTimer  | wheel goroutine                      | dead when the kernel took no byte for write_timeout
+//	| fail          | anyone, the first caller wins        | closes; settles what may have run, re-holds what never left
+//
+// Lock order: holdQueue.mu -> mu -> writer.mu. fail never runs with mu or
+// holdQueue.mu held by its caller (it re-holds), so send hands a write error to a
+// goroutine of its own.
+type upConn struct {
+	pool *pool
+	conn netpoll.Connection
+	slot int
+
+	rd       frameReader
+	w        writer
+	state    atomic.Int32
+	lastRead atomic.Int64
+	npending atomic.Int32
+	failing  atomic.Bool
+	expected atomic.Bool // the close is Stormgate's own (shutdown, slot retired): logged at info
+	beat     keepalive.Timer
+	stall    keepalive.Timer
+	live     liveness // onBeat only
+	done     chan struct{}
+	scratch  [64]byte // onRequest only: heartbeat replies
+
+	mu      sync.Mutex
+	pending pendingTable
+}
+
+func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
+	srv := p.srv
+	uc := &upConn{pool: p, conn: conn, slot: slot, done: make(chan struct{})}
+	uc.w = writer{fd: fd, now: srv.now, spawn: srv.spawn, budget: &srv.budget, batches: srv.m.upBatch,
+		onStall: uc.onStall, onError: func(err error) { uc.fail("write failed: " + err.Error()) }}
+	uc.pending.init()
+	now := srv.now()
+	uc.lastRead.Store(now)
+	uc.live.lastCheck = now
+	uc.beat.Init(uc.onBeat)
+	uc.stall.Init(uc.onStallTimer)
+	return uc
+}
+
+// send puts a two-way request on this connection under a fresh upstream id. It
+// returns false, leaving the request with the caller, when the connection takes no
+// new requests or its queue is full.
+func (uc *upConn) send(r request, frame []byte) bool {
+	p := uc.pool
+	srv := p.srv
+	uc.mu.Lock()
+	if uc.state.Load() != stateReady {
+		uc.mu.Unlock()
+		return false
+	}
+	id := p.ids.Add(1)
+	srv.codec.SetID(frame, id)
+	off, ok, err := uc.w.send(frame, srv.cfg.Load().MaxQueuedBytesPerUpstream)
+	if !ok {
+		uc.mu.Unlock()
+		return false
+	}
+	uc.pending.add(id, pending{request: r, off: off, n: len(frame)})
+	uc.npending.Add(1)
+	uc.mu.Unlock()
+	if err != nil {
+		srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
+	}
+	p.armSweep()
+	return true
+}
+
+// sendOneWay puts a one-way request on this connection under a fresh id.
+func (uc *upConn) sendOneWay(frame []byte) bool {
+	p := uc.pool
+	uc.mu.Lock()
+	defer uc.mu.Unlock()
+	if uc.state.Load() != stateReady {
+		return false
+	}
+	p.srv.codec.SetID(frame, p.ids.Add(1))
+	_, ok, err := uc.w.send(frame, p.srv.cfg.Load().MaxQueuedBytesPerUpstream)
+	if err != nil {
+		p.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
+	}
+	return ok
+}
+
+// sendControl writes a heartbeat, a heartbeat reply or a callback refusal; beat
+// registers a heartbeat under id so that its answer is recognised.
+func (uc *upConn) sendControl(frame []byte, id int64, beat bool) bool {
+	uc.mu.Lock()
+	if uc.state.Load() == stateClosed {
+		uc.mu.Unlock()
+		return false
+	}
+	off, ok, err := uc.w.send(frame, 0)
+	if ok && beat {
+		uc.pending.add(id, pending{request: request{arrived: uc.pool.srv.now()}, off: off, n: len(frame)})
+		uc.npending.Add(1)
+	}
+	uc.mu.Unlock()
+	if err != nil {
+		uc.pool.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
+	}
+	return ok
+}
+
+func (uc *upConn) onRequest(_ context.Context, conn netpoll.Connection) error {
+	srv := uc.pool.srv
+	cfg := srv.cfg.Load()
+	now := srv.now()
+	uc.lastRead.Store(now)
+	r := conn.Reader()
+	for uc.state.Load() != stateClosed {
+		f, frame, res, err := uc.rd.next(r, srv.codec, cfg.MaxFrameBytes, true, &srv.budget, now)
+		if res == readMore {
+			break
+		}
+		switch res {
+		case readFrame:
+			uc.handle(f, frame, now)
+		case readSkipped:
+			uc.skipped(f, err)
+		case readBad:
+			srv.log.Error("malformed frame from the provider; closing that connection",
+				zap.String("provider", uc.pool.addr), zap.Int("slot", uc.slot), zap.Error(err))
+			uc.fail("malformed frame from provider")
+		}
+	}
+	if uc.state.Load() == stateClosed {
+		_ = r.Skip(r.Len())
+	}
+	_ = r.Release()
+	return nil
+}
+
+func (uc *upConn) handle(f Frame, frame []byte, now int64) {
+	srv := uc.pool.srv
+	switch f.Kind {
+	case FrameResponse:
+		uc.route(f, frame, now)
+	case FrameEventResponse:
+		// A heartbeat's answer. An event frame carrying a request's id is no answer a
+		// consumer would take (Java ignores heartbeat responses): refuse the request.
+		if p, ok := uc.take(f.ID); !ok {
+			srv.m.unknownIDs.Inc()
+		} else if !p.heartbeat() {
+			srv.refuse(p.request, FailBadResponse, "stormgate: the provider answered this request with an event frame", replyBadResponse)
+		}
+	case FrameEventTwoWay:
+		// The provider's heartbeat: its ids are its own id space; answer with its id.
+		uc.sendControl(srv.codec.AppendHeartbeatReply(uc.scratch[:0], f), 0, false)
+		srv.m.hbAnsweredUp.Inc()
+	case FrameEventOneWay:
+		switch srv.codec.EventOf(frame, f) {
+		case EventReadonly:
+			uc.onReadonly()
+		case EventWriteable:
+			uc.onWriteable()
+		default:
+			srv.m.dropped[dropProviderEvent].Inc()
+		}
+	case FrameRequest:
+		// A callback to a consumer: Stormgate cannot know which consumer exported it.
+		var buf [192]byte
+		uc.sendControl(srv.codec.AppendErrorReply(buf[:0], f, FailNotRoutable,
+			"stormgate: provider-to-consumer requests (callbacks) cannot be routed through Stormgate"), 0, false)
+		srv.m.dropped[dropProviderCallback].Inc()
+	default:
+		srv.m.dropped[dropProviderOneWay].Inc()
+	}
+}
+
+// route hands a provider response back to its consumer with the original id.
+func (uc *upConn) route(f Frame, frame []byte, now int64) {
+	p, ok := uc.take(f.ID)
+	if !ok {
+		uc.pool.srv.m.unknownIDs.Inc()
+		return
+	}
+	if !p.heartbeat() {
+		uc.pool.srv.answer(p.request, frame, now)
+	}
+	if uc.state.Load() == stateReadonly && uc.npending.Load() == 0 {
+		uc.pool.readonlyDrained(uc)
+	}
+}
+
+// skipped settles the request whose answer cannot be delivered: over
+// limits.max_frame_bytes, or no buffer memory to reassemble it. The connection
+// stays: the body is discarded as it arrives.
+func (uc *upConn) skipped(f Frame, err error) {
+	srv := uc.pool.srv
+	srv.m.dropped[dropOversizeResponse].Inc()
+	srv.log.Warn("dropping a provider frame that cannot be delivered", zap.String("provider", uc.pool.addr),
+		zap.Int("frame_bytes", f.Len), zap.Error(err))
+	if f.Kind != FrameResponse && f.Kind != FrameEventResponse {
+		return
+	}
+	if p, ok := uc.take(f.ID); ok && !p.heartbeat() {
+		srv.refuse(p.request, FailBadResponse, "stormgate: the provider's answer cannot be delivered: "+err.Error(), replyBadResponse)
+	}
+}
+
+func (uc *upConn) take(id int64) (pending, bool) {
+	uc.mu.Lock()
+	p, ok := uc.pending.take(id)
+	uc.mu.Unlock()
+	if ok {
+		uc.npending.Add(-1)
+	}
+	return p, ok
+}
+
+func (uc *upConn) onReadonly() {
+	p := uc.pool
+	p.srv.m.readonlyIn[0].Inc()
+	if uc.state.CompareAndSwap(stateReady, stateReadonly) {
+		p.srv.log.Info("provider sent READONLY; connection takes no new requests", zap.String("provider", p.addr),
+			zap.Int("slot", uc.slot))
+		p.connChanged()
+	}
+}
+
+func (uc *upConn) onWriteable() {
+	p := uc.pool
+	p.srv.m.readonlyIn[1].Inc()
+	if !p.retiring(uc.slot) && uc.state.CompareAndSwap(stateReadonly, stateReady) {
+		p.srv.log.Info("provider sent WRITEABLE; connection takes requests again", zap.String("provider", p.addr),
+			zap.Int("slot", uc.slot))
+		p.connChanged()
+		p.hold.dispatch()
+	}
+}
+
+// liveness decides, at each heartbeat check of a connection, whether to send a
+// heartbeat and whether the connection is dead. A heartbeat goes out when nothing
+// was read during the whole previous check period; the connection is dead when a
+// heartbeat has gone maxMissed intervals with nothing read after it. Anything read
+// counts as an answer, so a provider that answers its heartbeats is never declared
+// dead, whatever interval, jitter and maxMissed the settings allow
+// (TestLivenessNeverKillsAResponsiveProvider).
+type liveness struct {
+	lastCheck int64 // time of the previous check
+	sentAt    int64 // the unanswered heartbeat's send time; 0 when none
+}
+
+func (l *liveness) check(now, lastRead int64, interval time.Duration, maxMissed int) (send, dead bool) {
+	if l.sentAt != 0 && lastRead >= l.sentAt {
+		l.sentAt = 0
+	}
+	if l.sentAt != 0 && now-l.sentAt >= int64(maxMissed)*int64(interval) {
+		return false, true
+	}
+	if l.sentAt == 0 && lastRead < l.lastCheck {
+		send = true
+		l.sentAt = now
+	}
+	l.lastCheck = now
+	return send, false
+}
+
+// onBeat runs on the wheel, every upstream_interval ± jitter.
+func (uc *upConn) onBeat() {
+	if uc.state.Load() == stateClosed {
+		return
+	}
+	p := uc.pool
+	srv := p.srv
+	cfg := srv.cfg.Load()
+	send, dead := uc.live.check(srv.now(), uc.lastRead.Load(), cfg.UpstreamInterval, cfg.UpstreamMaxMissed)
+	if dead {
+		srv.spawn(func() {
+			uc.fail("no answer to a heartbeat within " + (time.Duration(cfg.UpstreamMaxMissed) * cfg.UpstreamInterval).String())
+		})
+		return
+	}
+	if send {
+		id := p.ids.Add(1)
+		var buf [64]byte
+		if uc.sendControl(srv.codec.AppendHeartbeatRequest(buf[:0], id), id, true) {
+			srv.m.hbSent.Inc()
+		}
+	}
+	srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
+}
+
+// onStall runs when the kernel refuses bytes: the write deadline starts.
+func (uc *upConn) onStall() {
+	if t := uc.pool.srv.cfg.Load().WriteTimeout; t > 0 {
+		uc.pool.srv.wheel.Schedule(&uc.stall, t)
+	}
+}
+
+// onStallTimer declares the connection dead when the kernel has taken no byte for
+// upstream.write_timeout (the provider stopped reading), so that its requests are
+// answered instead of waiting behind it.
+func (uc *upConn) onStallTimer() {
+	srv := uc.pool.srv
+	t := srv.cfg.Load().WriteTimeout
+	stalled := time.Duration(uc.w.stalledFor(srv.now()))
+	switch {
+	case t <= 0 || stalled == 0 || uc.state.Load() == stateClosed:
+	case stalled >= t:
+		srv.spawn(func() { uc.fail("the provider accepted no bytes for upstream.write_timeout (" + t.String() + ")") })
+	default:
+		srv.wheel.Schedule(&uc.stall, t-stalled)
+	}
+}
+
+// close ends the connection on Stormgate's own initiative (shutdown, a retired slot).
+func (uc *upConn) close(why string) {
+	uc.expected.Store(true)
+	uc.fail(why)
+}
+
+// fail closes the connection once and settles every request on it: a request whose
+// bytes never fully left Stormgate cannot have run and goes back to the hold queue
+// (sent again on the next connection); one the kernel took may or may not have run
+// and is answered CHANNEL_INACTIVE, never retried by Stormgate.
+func (uc *upConn) fail(why string) {
+	if !uc.failing.CompareAndSwap(false, true) {
+		return
+	}
+	p := uc.pool
+	srv := p.srv
+	uc.mu.Lock()
+	uc.state.Store(stateClosed)
+	entries := uc.pending.takeAll()
+	uc.mu.Unlock()
+	final := uc.w.close()
+	srv.wheel.Stop(&uc.beat)
+	srv.wheel.Stop(&uc.stall)
+	close(uc.done)
+	if uc.conn != nil {
+		_ = uc.conn.Close() // runs the close callback, which calls fail again: a no-op now
+	}
+	uc.rd.reset(&srv.budget) // never concurrent with onRequest: netpoll runs the close callback after it
+	p.connChanged()
+
+	var unsent []held
+	lost := 0
+	for _, e := range entries {
+		uc.npending.Add(-1)
+		if e.heartbeat() {
+			continue
+		}
+		if e.off+uint64(e.n) > final {
+			if b, ok := uc.w.copyFrame(nil, e.off, e.n); ok {
+				unsent = append(unsent, held{request: e.request, frame: b})
+				continue
+			}
+			srv.log.Error("BUG: an unsent request's bytes are gone; answering it as lost", zap.Uint64("offset", e.off))
+		}
+		lost++
+		srv.refuse(e.request, FailUpstreamLost, "stormgate: provider connection lost while the request was in flight ("+
+			why+"); it may or may not have run", replyUpstreamLost)
+	}
+	level := zap.WarnLevel
+	if uc.expected.Load() {
+		level = zap.InfoLevel
+	}
+	srv.log.Log(level, "provider connection closed", zap.String("provider", p.addr), zap.Int("slot", uc.slot),
+		zap.String("why", why), zap.Int("failed_in_flight", lost), zap.Int("reheld_unsent", len(unsent)))
+	p.hold.rehold(unsent)
+}
+
+// sweep removes the requests that arrived before cutoff and are fully written,
+// appending them to expired. stalled reports an older request still queued in
+// Stormgate (left in place for fail to re-hold).
+func (uc *upConn) sweep(cutoff int64, expired []pending) (_ []pending, stalled bool) {
+	uc.mu.Lock()
+	n := len(expired)
+	expired, stalled = uc.pending.takeExpired(cutoff, uc.w.written.Load(), expired)
+	uc.mu.Unlock()
+	uc.npending.Add(-int32(len(expired) - n))
+	// Stormgate's own heartbeats leave the table here too, and are not answered.
+	kept := expired[:n]
+	for _, e := range expired[n:] {
+		if !e.heartbeat() {
+			kept = append(kept, e)
+		}
+	}
+	return kept, stalled
+}

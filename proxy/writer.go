@@ -1,0 +1,399 @@
+package proxy
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+)
+
+// writer owns the outgoing bytes of one socket. Consumer sessions and upstream
+// connections both send through one, so there is one write path to get right.
+//
+// What it promises:
+//   - No caller ever blocks on a slow peer: a send writes at once with one
+//     non-blocking write(2) when nobody else is writing (straight from the caller's
+//     memory, no copy), and otherwise queues a copy behind the bytes already queued.
+//   - Bytes leave in send order, each frame whole and exactly once: a buffer is owned
+//     either by the senders (q, appended under mu) or by the goroutine holding the
+//     writer role (batch, read by write(2)), never both; a fully written batch becomes
+//     the next q (spare) only once nothing reads it any more.
+//   - Write combining: frames queued while another goroutine writes go out together,
+//     many frames per system call under load.
+//   - When the kernel refuses bytes (EAGAIN or a short write) the writer is stalled:
+//     a flusher goroutine waits for the socket through Go's poller and finishes the
+//     queue; senders keep queueing. Stalled bytes are charged to the process-wide
+//     budget, and the owner learns when the stall began (onStall) and how long it has
+//     lasted without progress (stalledFor), to enforce a write deadline.
+//   - Every byte has a stream offset (send returns the frame's). After close, written
+//     is final: a frame ending at or before it was handed to the kernel (the peer may
+//     have it); a frame ending after it never left whole, and copyFrame returns its
+//     bytes so the owner can send it elsewhere.
+//
+// Lock order: the owner's lock (upConn.mu) -> mu; fdMu is held only around write(2)
+// and the written counter, and never while taking mu.
+type writer struct {
+	fd      int
+	now     func() int64                        // clock, unix nanos
+	spawn   func(func())                        // starts the flusher under the server's WaitGroup
+	onStall func()                              // a stall began; may be nil; runs on the sender's goroutine
+	onError func(error)                         // the flusher hit a socket error (never called by send)
+	budget  *budget                             // stalled bytes are charged here
+	batches prometheus.Observer                 // frames per write(2); nil: not observed
+	sys     func(fd int, b []byte) (int, error) // tests: replaces write(2)
+
+	mu         sync.Mutex
+	q          []byte // queued behind the batch, whole frames
+	qFrames    int
+	spare      []byte // an empty buffer for q: the last fully written batch
+	batch      []byte // owned by the writer role; batch[:sent] is written
+	sent       int
+	batchOff   uint64 // stream offset of batch[0]
+	appended   uint64 // stream offset just past the last byte sent or queued
+	writing    bool   // a goroutine holds the writer role
+	stalled    bool   // the flusher holds the role
+	closed     bool
+	charged    int // stalled bytes charged to budget
+	progressAt int64
+	file       *os.File // while the flusher runs: a dup of fd registered with Go's poller
+	err        error    // the socket error that ended writing
+
+	fdMu     sync.Mutex // around write(2): close waits for a write in progress
+	fdClosed bool
+	written  atomic.Uint64 // stream offset: bytes handed to the kernel; changes under fdMu
+}
+
+// Errors send returns when it refuses a frame; the frame was not queued.
+var (
+	errWriterClosed = errors.New("connection closed")
+	errQueueFull    = errors.New("send queue full")
+	errOverBudget   = errors.New("process buffer budget exhausted (limits.max_buffered_bytes)")
+)
+
+// spareKeep caps the buffer a writer keeps for reuse between batches, so that one
+// burst does not pin megabytes on an idle connection.
+const spareKeep = 64 << 10
+
+// send queues b whole or refuses it whole. It returns b's stream offset and
+// accepted=true when b is in the stream (written, or held by the writer until
+// written or closed); err is then non-nil only when the socket failed, and the owner
+// must close the connection (the unwritten bytes stay readable through copyFrame).
+// With accepted=false, err says why b was refused (closed, queue full, over budget).
+// maxQueued bounds the bytes waiting in the writer; an empty writer always takes b.
+// b may be reused by the caller once send returns.
+func (w *writer) send(b []byte, maxQueued int) (off uint64, accepted bool, err error) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return 0, false, errWriterClosed
+	}
+	off = w.appended
+	if w.writing {
+		if queued := int(off - w.written.Load()); maxQueued > 0 && queued > 0 && queued+len(b) > maxQueued {
+			w.mu.Unlock()
+			return 0, false, errQueueFull
+		}
+		if w.stalled {
+			if !w.budget.tryReserve(len(b)) {
+				w.mu.Unlock()
+				return 0, false, errOverBudget
+			}
+			w.charged += len(b)
+		}
+		w.q = append(w.q, b...)
+		w.qFrames++
+		w.appended += uint64(len(b))
+		w.mu.Unlock()
+		return off, true, nil
+	}
+	// Nobody writes: write b straight from the caller's memory. Until this goroutine
+	// takes mu again, batch is the caller's b, so a close in between can still copy it.
+	w.writing = true
+	w.appended += uint64(len(b))
+	w.batch, w.batchOff, w.sent = b, off, 0
+	w.mu.Unlock()
+	if w.batches != nil {
+		w.batches.Observe(1)
+	}
+	n, werr := w.write(b)
+	w.mu.Lock()
+	if n == len(b) {
+		w.batch, w.sent = nil, 0
+		w.mu.Unlock()
+		return off, true, w.run()
+	}
+	// The kernel took part of b or none: keep all of b (its written prefix too) so that
+	// the frame can be re-sent whole elsewhere if this connection dies before it leaves.
+	w.batch = append(w.takeSpare(len(b)), b...)
+	w.sent = n
+	return off, true, w.stallOrFail(werr)
+}
+
+// run writes what was queued while this goroutine held the writer role, until the
+// queue is empty (role released) or the socket stalls (role passed to the flusher).
+func (w *writer) run() error {
+	for {
+		w.mu.Lock()
+		if w.closed || len(w.q) == 0 {
+			w.writing = false
+			w.mu.Unlock()
+			return nil
+		}
+		b, frames := w.q, w.qFrames
+		w.batch, w.batchOff, w.sent = b, w.appended-uint64(len(b)), 0
+		w.q, w.qFrames, w.spare = w.spare[:0], 0, nil
+		w.mu.Unlock()
+		if w.batches != nil {
+			w.batches.Observe(float64(frames))
+		}
+		n, werr := w.write(b)
+		w.mu.Lock()
+		w.sent = n
+		if n == len(b) {
+			w.recycleLocked(b)
+			w.mu.Unlock()
+			continue
+		}
+		return w.stallOrFail(werr)
+	}
+}
+
+// stallOrFail handles a write that came up short; called with mu held, returns with
+// it released. EAGAIN or a short write starts a stall; anything else is a socket
+// error, returned to the sender (who owns closing).
+func (w *writer) stallOrFail(werr error) error {
+	if werr != nil && werr != unix.EAGAIN {
+		w.err = werr
+		w.mu.Unlock()
+		return werr
+	}
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.stalled = true
+	w.progressAt = w.now()
+	w.charged = len(w.batch) - w.sent + len(w.q)
+	w.budget.force(w.charged)
+	w.mu.Unlock()
+	if w.onStall != nil {
+		w.onStall()
+	}
+	w.spawn(w.flush)
+	return nil
+}
+
+// flush runs on its own goroutine while the writer is stalled: it waits for the
+// socket through Go's poller (on a dup of fd, so that netpoll keeps its own
+// registration) and writes the batch and everything queued behind it, then hands
+// the writer role back.
+func (w *writer) flush() {
+	f, err := w.pollable()
+	if err != nil {
+		w.fail(err)
+		return
+	}
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		w.fail(err)
+		return
+	}
+	for {
+		w.mu.Lock()
+		if w.closed {
+			w.mu.Unlock()
+			return
+		}
+		if w.sent == len(w.batch) {
+			w.recycleLocked(w.batch)
+			if len(w.q) == 0 {
+				w.stalled, w.writing, w.file = false, false, nil
+				w.budget.release(w.charged)
+				w.charged = 0
+				w.mu.Unlock()
+				return
+			}
+			b, frames := w.q, w.qFrames
+			w.batch, w.batchOff, w.sent = b, w.appended-uint64(len(b)), 0
+			w.q, w.qFrames, w.spare = w.spare[:0], 0, nil
+			if w.batches != nil {
+				w.batches.Observe(float64(frames))
+			}
+		}
+		rest := w.batch[w.sent:]
+		w.mu.Unlock()
+
+		n, werr := w.writeWhenReady(rc, rest)
+		w.mu.Lock()
+		w.sent += n
+		if n > 0 {
+			w.progressAt = w.now()
+			w.budget.release(n)
+			w.charged -= n
+		}
+		w.mu.Unlock()
+		if werr != nil {
+			w.fail(werr)
+			return
+		}
+	}
+}
+
+// pollable registers a dup of the socket with Go's poller, for waiting on
+// writability off netpoll's pollers. close closes it, which wakes the flusher.
+func (w *writer) pollable() (*os.File, error) {
+	nfd, err := unix.FcntlInt(uintptr(w.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(nfd), "stormgate-writer")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		f.Close()
+		return nil, errWriterClosed
+	}
+	w.file = f
+	return f, nil
+}
+
+// writeWhenReady writes b once the socket takes bytes; it returns after one write
+// that took some, or an error.
+func (w *writer) writeWhenReady(rc interface {
+	Write(func(uintptr) bool) error
+}, b []byte) (n int, err error) {
+	var werr error
+	perr := rc.Write(func(fd uintptr) bool {
+		n, werr = w.writeTo(int(fd), b)
+		return werr != unix.EAGAIN || n > 0
+	})
+	if werr == unix.EAGAIN {
+		werr = nil
+	}
+	if werr == nil && perr != nil {
+		werr = perr
+	}
+	return n, werr
+}
+
+// fail ends a flusher on an error: the owner is told unless it closed the writer.
+func (w *writer) fail(err error) {
+	w.mu.Lock()
+	closed := w.closed
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+	if !closed && w.onError != nil {
+		w.onError(err)
+	}
+}
+
+// write hands b to the kernel on the connection's own fd.
+func (w *writer) write(b []byte) (int, error) { return w.writeTo(w.fd, b) }
+
+// writeTo is one write(2), under fdMu so that close can wait for it and so that the
+// written counter and the kernel agree when close reads it.
+func (w *writer) writeTo(fd int, b []byte) (int, error) {
+	w.fdMu.Lock()
+	defer w.fdMu.Unlock()
+	if w.fdClosed {
+		return 0, errWriterClosed
+	}
+	var n int
+	var err error
+	if w.sys != nil {
+		n, err = w.sys(fd, b)
+	} else {
+		n, err = writeFD(fd, b)
+	}
+	if n > 0 {
+		w.written.Add(uint64(n))
+	}
+	return n, err
+}
+
+func writeFD(fd int, b []byte) (int, error) {
+	for {
+		n, err := unix.Write(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		return max(n, 0), err
+	}
+}
+
+// takeSpare returns an empty buffer with room for n bytes, reusing spare.
+func (w *writer) takeSpare(n int) []byte {
+	b := w.spare[:0]
+	w.spare = nil
+	if cap(b) < n {
+		return make([]byte, 0, n)
+	}
+	return b
+}
+
+// recycleLocked keeps a fully written batch as the next spare buffer.
+func (w *writer) recycleLocked(b []byte) {
+	w.batch, w.sent = nil, 0
+	if cap(b) <= spareKeep && w.spare == nil {
+		w.spare = b[:0]
+	}
+}
+
+// close stops the writer: after it returns no byte reaches the kernel. It returns
+// the final written offset (see the type's doc). Idempotent.
+func (w *writer) close() uint64 {
+	w.fdMu.Lock()
+	w.fdClosed = true
+	final := w.written.Load()
+	w.fdMu.Unlock()
+	w.mu.Lock()
+	w.closed = true
+	f := w.file
+	w.file = nil
+	w.budget.release(w.charged)
+	w.charged = 0
+	w.mu.Unlock()
+	if f != nil {
+		f.Close() // wakes a flusher waiting for the socket
+	}
+	return final
+}
+
+// copyFrame appends the n bytes at stream offset off to dst, when the writer still
+// holds them (they were not fully written before close). ok is false otherwise.
+func (w *writer) copyFrame(dst []byte, off uint64, n int) (out []byte, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	end := off + uint64(n)
+	if qOff := w.appended - uint64(len(w.q)); off >= qOff && end <= w.appended {
+		return append(dst, w.q[off-qOff:end-qOff]...), true
+	}
+	if off >= w.batchOff && end <= w.batchOff+uint64(len(w.batch)) {
+		return append(dst, w.batch[off-w.batchOff:end-w.batchOff]...), true
+	}
+	return dst, false
+}
+
+// queued is the number of bytes sent but not yet handed to the kernel.
+func (w *writer) queued() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return int(w.appended - w.written.Load())
+}
+
+// stalledFor is how long the writer has been stalled without the kernel taking a
+// byte; 0 when it is not stalled.
+func (w *writer) stalledFor(now int64) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.stalled || w.closed {
+		return 0
+	}
+	return max(now-w.progressAt, 1)
+}
