@@ -113,12 +113,7 @@ func runIntegrity(t *testing.T, m int, seed uint64, ld integrityLoad) {
 	}
 	defer prov.Close()
 
-	srv, err := proxy.New(proxy.Config{
-		Upstream:      prov.Addr(),
-		UpstreamConns: m,
-		HoldTimeout:   3 * time.Second,
-		MaxFrameBytes: 1 << 20,
-	}, proxy.Options{
+	srv, err := proxy.New(integrityConfig(prov.Addr(), m), proxy.Options{
 		Logger:     zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named("proxy"),
 		Registerer: prometheus.NewRegistry(),
 	})
@@ -234,6 +229,35 @@ func runWeather(prov *peer.EchoProvider, think *atomic.Int64, r *rand.Rand, ld i
 			think.Store(int64(ld.think))
 		}
 		time.Sleep(d)
+	}
+}
+
+// integrityConfig is the shipped settings (xds.Defaults, as `sidecar run` resolves them),
+// written out because proxy.Config applies no defaults of its own, with M upstream connections
+// and a 1 MiB frame cap (bodies are at most 256 KiB).
+func integrityConfig(upstream string, m int) proxy.Config {
+	return proxy.Config{
+		Upstream:                  upstream,
+		UpstreamConns:             m,
+		ConnectTimeout:            time.Second,
+		BackoffBase:               50 * time.Millisecond,
+		BackoffMax:                2 * time.Second,
+		WriteTimeout:              10 * time.Second,
+		MaxQueuedBytesPerUpstream: 8 << 20,
+		HoldTimeout:               3 * time.Second,
+		HoldMaxRequests:           10000,
+		HoldMaxBytes:              64 << 20,
+		DownstreamIdleTimeout:     180 * time.Second,
+		UpstreamInterval:          30 * time.Second,
+		UpstreamJitter:            0.2,
+		UpstreamMaxMissed:         3,
+		MaxFrameBytes:             1 << 20,
+		MaxInflightPerConn:        10000,
+		MaxQueuedBytesPerConn:     4 << 20,
+		MaxRequestAge:             60 * time.Second,
+		FrameReadTimeout:          30 * time.Second,
+		MaxBufferedBytes:          256 << 20,
+		DrainTimeout:              10 * time.Second,
 	}
 }
 
