@@ -180,8 +180,18 @@ func runIntegrity(t *testing.T, m int, seed uint64, ld integrityLoad) {
 	for _, v := range prov.Violations() {
 		led.fail("provider saw: "+v.Kind, "%v", v)
 	}
-	if st := prov.Stats(); st.Violations > uint64(len(prov.Violations())) {
-		led.fail("provider saw: more violations", "%d violations in all (details kept for the first %d)", st.Violations, len(prov.Violations()))
+	pst := prov.Stats()
+	if pst.Violations > uint64(len(prov.Violations())) {
+		led.fail("provider saw: more violations", "%d violations in all (details kept for the first %d)", pst.Violations, len(prov.Violations()))
+	}
+	// A provider that is slow or pauses for a few hundred milliseconds is backpressure, not a
+	// dead connection: over its queue bound Stormgate holds or refuses new requests (issue 10,
+	// "Bounds"); closing the connection would fail every request in flight on it with "may or
+	// may not have run". Only the kill may end provider connections: M before it, M after.
+	if pst.ConnsAccepted != uint64(2*m) || pst.Truncated != 0 {
+		led.fail("stormgate closed a provider connection on its own",
+			"the provider accepted %d connections (want %d: M before the kill, M after) and saw %d closed in the middle of a frame",
+			pst.ConnsAccepted, 2*m, pst.Truncated)
 	}
 
 	var tot intTally
@@ -190,7 +200,7 @@ func runIntegrity(t *testing.T, m int, seed uint64, ld integrityLoad) {
 	}
 	t.Logf("M=%d in %v: %s; one-way seen by the provider %d of %d sent", m, time.Since(start).Round(time.Millisecond),
 		&tot, oneWay.seenCount(), tot.oneWay)
-	t.Logf("provider: %+v", prov.Stats())
+	t.Logf("provider: %+v", pst)
 	st := srv.Stats()
 	t.Logf("stormgate: requests %d responses %d local replies %v closed %v unknown ids %d late %d",
 		st.Requests, st.Responses, st.LocalReplies, st.Closed, st.UnknownIDs, st.LateResponses)
