@@ -232,9 +232,9 @@ func (s *Suite) runSoak(ctx context.Context, o SoakOptions, res *SoakResult) err
 	if err != nil {
 		return err
 	}
-	if err := waitFor(ctx, px.procs[0], 30*time.Second, "4 upstream connections", func() bool {
+	if err := waitFor(ctx, px.procs[0], 30*time.Second, "the upstream connections", func() bool {
 		mt, err := scrape(ctx, px.metrics)
-		return err == nil && mt.sum("stormgate_upstream_connections") >= 4
+		return err == nil && mt.sum("stormgate_upstream_connections") >= stormgateUpstreamConns
 	}); err != nil {
 		return err
 	}
@@ -491,6 +491,11 @@ func (r *SoakResult) evaluate() {
 			l.ConnsOpened, l.ConnsOpenAtEnd, l.Resets, l.ClosedByPeer, l.ProtocolErrors, l.ConnectFailures.Total())
 	}
 	if p := r.Provider; p != nil {
+		// A slow or pausing provider is backpressure: only the kills may end its connections.
+		want := uint64(stormgateUpstreamConns * (p.Restarts + 1))
+		add("the sidecar closed no provider connection on its own", p.ConnsAccepted == want && p.Truncated == 0,
+			"%d provider connections for %d restarts (want %d: M=%d per provider lifetime), %d closed by the sidecar in the middle of a frame",
+			p.ConnsAccepted, p.Restarts, want, stormgateUpstreamConns, p.Truncated)
 		add("the provider saw no malformed frame, repeated upstream id or request twice", p.Violations == 0,
 			"%d violations; %d two-way and %d one-way requests checked (%d distinct bodies) on %d connections, %d restarts",
 			p.Violations, p.Requests, p.OneWay, p.UniqueKeys, p.ConnsAccepted, p.Restarts)

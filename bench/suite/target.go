@@ -35,6 +35,9 @@ const (
 // same two cores as one process with nbthread 2.
 const haproxyProcs = 2
 
+// stormgateUpstreamConns is M, Stormgate's connections to the provider, in every scenario.
+const stormgateUpstreamConns = 4
+
 // haproxyMaxconn is each HAProxy process's maxconn: 2 fds per connection must fit in 20,000.
 const haproxyMaxconn = 9000
 
@@ -180,7 +183,7 @@ func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o pro
 			lvl = "warn"
 		}
 		argv := []string{s.bins.sidecar, "run", "--listen", px.addr, "--upstream", up.addr,
-			"--upstream-conns", "4", "--log-level", lvl}
+			"--upstream-conns", strconv.Itoa(stormgateUpstreamConns), "--log-level", lvl}
 		if o.ns == "" {
 			mp, err1 := freePort()
 			ap, err2 := freePort()
