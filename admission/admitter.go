@@ -580,11 +580,8 @@ func (a *Admitter) Update(cfg Config) error {
 	a.updateMu.Lock()
 	defer a.updateMu.Unlock()
 	old := a.set.Load()
-	if ns.addr != old.addr && ns.addr != a.addr {
-		return fmt.Errorf("admission: Address cannot change live (listening on %s, asked for %s)", a.addr, cfg.Address)
-	}
-	if ns.cfg.Transparent != old.cfg.Transparent {
-		return fmt.Errorf("admission: Transparent cannot change live (is %t)", old.cfg.Transparent)
+	if err := a.fixed(old, ns); err != nil {
+		return err
 	}
 	var opErr error
 	if err := a.raw.Control(func(fd uintptr) {
@@ -709,4 +706,26 @@ func (a *Admitter) Stats() Stats {
 		st.Rejected[r.String()] = a.rejected[r].Load()
 	}
 	return st
+}
+
+// Check reports whether Update would accept cfg (its values and the fields that
+// cannot change live), changing nothing. Update can still fail afterwards only if
+// the kernel refuses the new listener options.
+func (a *Admitter) Check(cfg Config) error {
+	ns, err := newSettings(cfg)
+	if err != nil {
+		return err
+	}
+	return a.fixed(a.set.Load(), ns)
+}
+
+// fixed refuses a change of what cannot change live.
+func (a *Admitter) fixed(old, ns *settings) error {
+	if ns.addr != old.addr && ns.addr != a.addr {
+		return fmt.Errorf("admission: Address cannot change live (listening on %s, asked for %s)", a.addr, ns.cfg.Address)
+	}
+	if ns.cfg.Transparent != old.cfg.Transparent {
+		return fmt.Errorf("admission: Transparent cannot change live (is %t)", old.cfg.Transparent)
+	}
+	return nil
 }

@@ -11,27 +11,24 @@ import (
 	"time"
 )
 
-// Defaults. See doc.go and docs/design.md for how the rate and burst were chosen.
+// Fallbacks for a zero Config, so that it is usable in tests and tools. They are not
+// Stormgate's defaults: those live in xds.Defaults, and the settings schema never
+// sends zero for these fields.
 const (
-	DefaultAddress        = "0.0.0.0:20881"
-	DefaultBacklog        = 65535
-	DefaultAcceptRate     = 5000
-	DefaultAcceptBurst    = 500
-	DefaultMaxWait        = time.Second
-	DefaultMaxConnections = 100000
-	DefaultMaxPending     = 10000
+	zeroBacklog    = 65535
+	zeroMaxPending = 10000
 )
 
 // Config is the admission stage's settings. It is a value: Update takes a new one whole.
 //
-// The zero value is usable: every field documents what zero (and negative) mean, and
-// DefaultConfig returns the values Stormgate ships with.
+// The zero value is usable: every field documents what zero (and negative) mean. The
+// values Stormgate ships with are xds.AdmissionConfig(xds.Defaults()).
 type Config struct {
 	// Address is "IP:port" to listen on. An empty host means 0.0.0.0; port 0 picks a free port.
 	// Cannot change live.
 	Address string
 	// Backlog is the listen(2) backlog; the kernel caps it at net.core.somaxconn.
-	// <= 0 means DefaultBacklog. Live: listen(2) is called again on the same socket.
+	// <= 0 means 65535. Live: listen(2) is called again on the same socket.
 	Backlog int
 	// AcceptRate is the token bucket rate, admissions per second. <= 0 means unlimited.
 	// When more connections are pending than AcceptRate admits within MaxWait, admission
@@ -40,13 +37,13 @@ type Config struct {
 	// AcceptBurst is the token bucket size. <= 0 means 1 (strict pacing).
 	AcceptBurst int
 	// MaxWait bounds how long an accepted connection waits for a token: past it, the connection
-	// is admitted regardless. <= 0 means DefaultMaxWait.
+	// is admitted regardless. <= 0 means no wait: a connection without a token is admitted at once.
 	MaxWait time.Duration
 	// MaxConnections caps admitted plus pending connections; a connection accepted over it is
 	// closed at once (reason "max_connections"). <= 0 means no cap.
 	MaxConnections int
 	// MaxPending caps accepted connections waiting for admission; over it, a newly accepted
-	// connection is closed at once (reason "max_pending"). <= 0 means DefaultMaxPending.
+	// connection is closed at once (reason "max_pending"). <= 0 means 10,000.
 	MaxPending int
 	// PerSourceFairness admits pending connections round-robin across source IPs, instead of
 	// in accept order, so that one host reconnecting many connections cannot starve the others.
@@ -67,20 +64,6 @@ type Config struct {
 	// connection redirected from another port is closed at once (reason "port_not_allowed").
 	// Empty means every port is allowed. Ignored unless Transparent.
 	InboundPorts []uint16
-}
-
-// DefaultConfig returns the settings Stormgate ships with.
-func DefaultConfig() Config {
-	return Config{
-		Address:        DefaultAddress,
-		Backlog:        DefaultBacklog,
-		AcceptRate:     DefaultAcceptRate,
-		AcceptBurst:    DefaultAcceptBurst,
-		MaxWait:        DefaultMaxWait,
-		MaxConnections: DefaultMaxConnections,
-		MaxPending:     DefaultMaxPending,
-		TCPNoDelay:     true,
-	}
 }
 
 // settings is a Config with zero values resolved and the address parsed; immutable once built.
@@ -141,21 +124,18 @@ func newSettings(c Config) (*settings, error) {
 	s.inboundPorts = s.cfg.InboundPorts
 	s.backlog = c.Backlog
 	if s.backlog <= 0 {
-		s.backlog = DefaultBacklog
+		s.backlog = zeroBacklog
 	}
 	if s.backlog > math.MaxInt32 {
 		s.backlog = math.MaxInt32
 	}
 	s.unlimited = c.AcceptRate <= 0 || math.IsInf(c.AcceptRate, 1)
 	s.burst = max(c.AcceptBurst, 1)
-	s.maxWait = c.MaxWait
-	if s.maxWait <= 0 {
-		s.maxWait = DefaultMaxWait
-	}
+	s.maxWait = max(c.MaxWait, 0)
 	s.maxConnections = max(c.MaxConnections, 0)
 	s.maxPending = c.MaxPending
 	if s.maxPending <= 0 {
-		s.maxPending = DefaultMaxPending
+		s.maxPending = zeroMaxPending
 	}
 	if c.KeepAliveIdle > 0 {
 		s.keepIdleSecs = int((c.KeepAliveIdle + time.Second - 1) / time.Second)

@@ -81,11 +81,8 @@ func (r *recorder) next(d time.Duration) Conn {
 
 // testConfig is a loopback config with pacing off, so tests opt into what they exercise.
 func testConfig() Config {
-	c := DefaultConfig()
-	c.Address = "127.0.0.1:0"
-	c.AcceptRate = 0
-	c.KeepAliveIdle = 0
-	return c
+	return Config{Address: "127.0.0.1:0", Backlog: 65535, AcceptBurst: 500, MaxWait: time.Second,
+		MaxConnections: 100000, MaxPending: 10000, TCPNoDelay: true}
 }
 
 // serve starts an Admitter with h and stops it when the test ends, checking Serve's result.

@@ -68,15 +68,9 @@ func TestNewSettingsZeroValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.backlog != DefaultBacklog || !s.unlimited || s.burst != 1 || s.maxWait != DefaultMaxWait ||
-		s.maxConnections != 0 || s.maxPending != DefaultMaxPending || s.keepIdleSecs != 0 || s.addr.Port() != 0 {
+	// Zero means what each field documents: no pacing, no wait, no cap.
+	if s.backlog != zeroBacklog || !s.unlimited || s.burst != 1 || s.maxWait != 0 ||
+		s.maxConnections != 0 || s.maxPending != zeroMaxPending || s.keepIdleSecs != 0 || s.addr.Port() != 0 {
 		t.Errorf("zero Config resolved to %+v", s)
-	}
-	d, err := newSettings(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.addr.String() != DefaultAddress || d.unlimited || d.burst != DefaultAcceptBurst {
-		t.Errorf("DefaultConfig resolved to %+v", d)
 	}
 }

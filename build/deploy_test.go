@@ -203,8 +203,7 @@ var metricRef = regexp.MustCompile(`\b(?:stormgate|process|container)_[a-z0-9_]+
 // pendingMetrics are names the dashboard, the alerts and the runbooks rely on that the data plane
 // rewrite (issue 16, proxy/) adds. A pending name is accepted although no Go source defines it yet;
 // once a source defines it, the test asks for its removal here, so this list stays honest.
-var pendingMetrics = map[string]string{
-}
+var pendingMetrics = map[string]string{}
 
 // externalMetrics are the names used that Stormgate's Go sources do not define, with who exports them.
 var externalMetrics = map[string]string{

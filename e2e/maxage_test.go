@@ -21,7 +21,7 @@ func TestMaxRequestAge(t *testing.T) {
 		bound = maxAge + time.Second + 500*time.Millisecond
 	)
 	prov := startProvider(t, "")
-	sc := startSidecar(t, prov.addr, "limits:\n  max_request_age: 1s\n", 4)
+	sc := startSidecar(t, prov.addr, "limits:\n  max_request_age: 1s\nhold:\n  timeout: 500ms\n", 4)
 	f := dialFleet(t, sc.listen, conns, false)
 	sc.waitMetric(t, 20*time.Second, "stormgate_downstream_connections", func(v float64) bool { return v == conns })
 

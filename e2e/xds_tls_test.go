@@ -56,7 +56,7 @@ func TestXDSOverMutualTLS(t *testing.T) {
 		{"no client certificate", noCert, "certificate"},
 	} {
 		var line string
-		if !poll(20*time.Second, func() bool { line = logLine(c.s, "xds stream ended", c.log); return line != "" }) {
+		if !poll(20*time.Second, func() bool { line = logLine(c.s, "xds control plane unreachable", c.log); return line != "" }) {
 			t.Errorf("%s: no xds log line naming %q; log:\n%s", c.name, c.log, strings.Join(c.s.logLines(), "\n"))
 			continue
 		}

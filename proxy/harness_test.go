@@ -111,6 +111,13 @@ func testConfig(upstream string) Config {
 // each mod) and a listener.
 func newFixture(t testing.TB, pcfg peer.ProviderConfig, mods ...func(*Config)) *fixture {
 	t.Helper()
+	return newFixtureWith(t, pcfg, Options{}, mods...)
+}
+
+// newFixtureWith is newFixture with the Server's Options (a clock); its logger and
+// registry are the fixture's.
+func newFixtureWith(t testing.TB, pcfg peer.ProviderConfig, opts Options, mods ...func(*Config)) *fixture {
+	t.Helper()
 	log := zaptest.NewLogger(t)
 	if pcfg.Addr == "" {
 		pcfg.Addr = "127.0.0.1:0"
@@ -126,7 +133,8 @@ func newFixture(t testing.TB, pcfg peer.ProviderConfig, mods ...func(*Config)) *
 		mod(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	srv, err := New(cfg, Options{Logger: log.Named("proxy"), Registerer: reg})
+	opts.Logger, opts.Registerer = log.Named("proxy"), reg
+	srv, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

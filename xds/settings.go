@@ -39,6 +39,8 @@ func Defaults() *sg.Settings {
 			BackoffBase:    dur(50 * time.Millisecond),
 			BackoffMax:     dur(2 * time.Second),
 			Warmup:         dur(0),
+			WriteTimeout:   dur(10 * time.Second),
+			MaxQueuedBytes: proto.Int32(8 << 20),
 		},
 		Hold: &sg.Hold{
 			Timeout:     dur(3 * time.Second),
@@ -56,6 +58,8 @@ func Defaults() *sg.Settings {
 			MaxInflightPerConnection:    proto.Int32(10000),
 			MaxRequestAge:               dur(60 * time.Second),
 			MaxQueuedBytesPerConnection: proto.Int32(4 << 20),
+			FrameReadTimeout:            dur(30 * time.Second),
+			MaxBufferedBytes:            proto.Int32(256 << 20),
 		},
 		Drain: &sg.Drain{
 			ReadonlyPolicy: sg.ReadonlyPolicy_HOLD.Enum(),

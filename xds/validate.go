@@ -70,8 +70,16 @@ func Validate(s *sg.Settings) error {
 		}
 		ps = append(ps, r.check(r, v)...)
 	}
+	bad := map[string]bool{}
+	for _, p := range ps {
+		bad[p.Field] = true
+	}
 	for _, c := range crossRules {
-		ps = append(ps, c(s)...)
+		for _, p := range c(s) {
+			if !bad[p.Field] { // a value already out of range says enough
+				ps = append(ps, p)
+			}
+		}
 	}
 	if len(ps) == 0 {
 		return nil
@@ -288,6 +296,8 @@ var fieldRules = []rule{
 	{"upstream.backoff_base", "First reconnect backoff (exponential, full jitter).", "between 1ms and 1m", durIn(time.Millisecond, time.Minute, false)},
 	{"upstream.backoff_max", "Reconnect backoff cap.", "between 1ms and 10m", durIn(time.Millisecond, 10*time.Minute, false)},
 	{"upstream.warmup", "After a reconnect, ramp traffic onto the new connection over this long; 0 = at once.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
+	{"upstream.write_timeout", "A provider connection whose queued requests the kernel takes no byte of for this long is dead (the provider stopped reading): its requests that never left Stormgate are sent on another connection, the others answered; 0 turns the check off.", "0 (off) or between 100ms and 10m", durIn(100*time.Millisecond, 10*time.Minute, true)},
+	{"upstream.max_queued_bytes", "Bytes that may wait in Stormgate for one provider connection; over it new requests go to another connection or the hold queue (an empty connection always takes one frame).", "between 65536 and 1073741824", intIn(64*kib, gib)},
 	{"hold.timeout", "Longest a request waits for the provider to come back; 0 fails it at once.", "between 0s and 1m", durIn(0, time.Minute, false)},
 	{"hold.max_requests", "Requests the hold queue keeps; more get an error response.", "between 0 and 1000000", intIn(0, 1e6)},
 	{"hold.max_bytes", "Bytes the hold queue keeps; more get an error response.", "between 0 and 1073741824", intIn(0, gib)},
@@ -299,6 +309,8 @@ var fieldRules = []rule{
 	{"limits.max_inflight_per_connection", "In-flight two-way requests per consumer.", "between 1 and 1000000", intIn(1, 1e6)},
 	{"limits.max_request_age", "A pending request older than this gets an error response.", "between 1s and 1h", durIn(time.Second, time.Hour, false)},
 	{"limits.max_queued_bytes_per_connection", "A consumer whose unread responses exceed this is closed.", "between 65536 and 1073741824", intIn(64*kib, gib)},
+	{"limits.frame_read_timeout", "A consumer that sent part of a frame and not the rest for this long is closed (instead of holding a buffer until the idle timeout); 0 turns it off.", "0 (off) or between 1s and 1h", durIn(time.Second, time.Hour, true)},
+	{"limits.max_buffered_bytes", "Bytes the whole process keeps because a peer is slow or absent (requests queued behind a stalled socket on either side, the hold queue, frames arriving in pieces); over it new ones are refused with an overload error.", "between 1048576 and 2147483647", intIn(mib, 2*gib-1)},
 	{"drain.readonly_policy", "On a provider READONLY event: HOLD requests for the provider's return, or PROPAGATE READONLY to consumers.", "HOLD or PROPAGATE", enumIn("HOLD", "PROPAGATE")},
 	{"drain.timeout", "Longest a drain waits for in-flight requests.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
 	{"log.level", "Log level.", "debug, info, warn or error", oneOf("debug", "info", "warn", "error")},
@@ -307,6 +319,34 @@ var fieldRules = []rule{
 
 // crossRules check relations between fields.
 var crossRules = []func(*sg.Settings) Problems{
+	func(s *sg.Settings) Problems {
+		h, a := s.GetHold().GetTimeout(), s.GetLimits().GetMaxRequestAge()
+		if h == nil || a == nil || h.AsDuration() < a.AsDuration() {
+			return nil
+		}
+		// A held request counts its age from its arrival: held this long, it would be
+		// answered as too old right after it is finally sent.
+		return Problems{{Field: "hold.timeout", Message: fmt.Sprintf("%s is not below limits.max_request_age (%s); must be below limits.max_request_age",
+			fmtDur(h.AsDuration()), fmtDur(a.AsDuration()))}}
+	},
+	func(s *sg.Settings) Problems {
+		if !s.GetListener().GetTransparent() {
+			return nil
+		}
+		_, port, err := net.SplitHostPort(s.GetListener().GetAddress())
+		if err != nil {
+			return nil
+		}
+		var ps Problems
+		for i, p := range s.GetListener().GetInboundPorts() {
+			if strconv.Itoa(int(p)) == port {
+				// The pool for that port would dial 127.0.0.1:port: Stormgate itself.
+				ps = append(ps, Problem{Field: fmt.Sprintf("listener.inbound_ports[%d]", i), Message: fmt.Sprintf(
+					"%d is listener.address's own port; must be the provider's ports, not Stormgate's", p)})
+			}
+		}
+		return ps
+	},
 	func(s *sg.Settings) Problems {
 		b, m := s.GetUpstream().GetBackoffBase(), s.GetUpstream().GetBackoffMax()
 		if b == nil || m == nil || b.AsDuration() <= m.AsDuration() {

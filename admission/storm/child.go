@@ -205,9 +205,6 @@ func runServer(opt Options, in *bufio.Scanner, out *json.Encoder) error {
 		Admitted: len(stamps), Rejected: st.Rejected, MaxPending: qs.maxPending,
 	}
 	maxWait := cfg.MaxWait
-	if maxWait <= 0 {
-		maxWait = admission.DefaultMaxWait
-	}
 	var paced []time.Time // token-paced admissions, in order
 	for _, s := range stamps {
 		w := s.admitted.Sub(s.accepted)

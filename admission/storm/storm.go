@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stormgate/stormgate/admission"
+	"github.com/stormgate/stormgate/xds"
 )
 
 // Target is the listener a storm runs against.
@@ -43,7 +44,7 @@ type Options struct {
 	Timeout        time.Duration // the whole run; default 60 s
 
 	// Admission configures the Stormgate target (Address is replaced by 127.0.0.1:0).
-	// The zero value means admission.DefaultConfig().
+	// Nil means the shipped settings, xds.AdmissionConfig(xds.Defaults()).
 	Admission *admission.Config
 	// Baseline target: backlog (default 50) and the pause after each accept (default 1 ms).
 	BaselineBacklog     int
@@ -85,7 +86,7 @@ func (o *Options) defaults() {
 		o.Timeout = 60 * time.Second
 	}
 	if o.Admission == nil {
-		c := admission.DefaultConfig()
+		c := xds.AdmissionConfig(xds.Defaults())
 		o.Admission = &c
 	}
 	if o.BaselineBacklog <= 0 {

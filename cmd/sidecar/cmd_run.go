@@ -240,14 +240,14 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		lns[name] = ln
 	}
 
-	adm, err := admission.Listen(toAdmissionConfig(settings), log.Named("admission"), reg)
+	adm, err := admission.Listen(xds.AdmissionConfig(settings), log.Named("admission"), reg)
 	if err != nil {
 		for _, l := range lns {
 			l.Close()
 		}
 		return listenerError(layered, err)
 	}
-	srv, err := proxy.New(toProxyConfig(settings), proxy.Options{
+	srv, err := proxy.New(xds.ProxyConfig(settings), proxy.Options{
 		Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: adm.ConnClosed,
 	})
 	if err != nil {
@@ -256,6 +256,9 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	}
 	if err := srv.Start(ctx); err != nil {
 		return err
+	}
+	for _, w := range xds.Warnings(settings) {
+		log.Warn("settings warning", zap.String("field", w.Field), zap.String("warning", w.Message))
 	}
 	log.Info("stormgate started", zap.String("version", version), zap.Stringer("listen", adm.Addr()),
 		zap.String("upstream", upstreamDesc(settings)), zap.Bool("transparent", settings.GetListener().GetTransparent()),
@@ -356,7 +359,7 @@ wait:
 		break wait
 	}
 	adm.StopAccepting()
-	dctx, cancel := context.WithTimeout(context.Background(), toProxyConfig(store.Settings()).DrainTimeout+time.Second)
+	dctx, cancel := context.WithTimeout(context.Background(), xds.ProxyConfig(store.Settings()).DrainTimeout+time.Second)
 	go func() {
 		// A second signal skips the rest of the drain.
 		select {

@@ -93,6 +93,9 @@ func validateTargets(args []string) ([]target, error) {
 func reportFile(out, errOut io.Writer, path string, err error) bool {
 	if err == nil {
 		fmt.Fprintf(out, "%s: ok\n", path)
+		for _, w := range fileWarnings(path) {
+			fmt.Fprintf(errOut, "%s: warning: %s\n", path, w.Error())
+		}
 		return true
 	}
 	var ps xds.Problems
@@ -119,4 +122,17 @@ func validatePath(path string) error {
 		}
 	}
 	return nil
+}
+
+// fileWarnings lists what is valid but probably a mistake in a settings file,
+// merged over the defaults (none for a control-plane file or a directory).
+func fileWarnings(path string) xds.Problems {
+	if xds.IsControlPlaneConfig(path) {
+		return nil
+	}
+	s, err := xds.LoadFile(path)
+	if err != nil {
+		return nil
+	}
+	return xds.Warnings(xds.WithDefaults(s))
 }

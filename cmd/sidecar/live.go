@@ -21,9 +21,16 @@ type liveSettings struct {
 	mu    sync.Mutex
 	log   *zap.Logger
 	store *xds.Store
-	srv   *proxy.Server
-	adm   *admission.Admitter
+	srv   stage[proxy.Config]     // *proxy.Server
+	adm   stage[admission.Config] // *admission.Admitter
 	level zap.AtomicLevel
+}
+
+// stage is what a change needs of a stage: Check says whether Update would take
+// cfg without changing anything; Update applies it.
+type stage[C any] interface {
+	Check(cfg C) error
+	Update(cfg C) error
 }
 
 // apply makes s (complete settings) live in every stage, or refuses it; the
@@ -73,19 +80,33 @@ func (l *liveSettings) reload(file string, load func() (xds.Layered, error)) {
 }
 
 // stages checks next against the running prev (every problem: ranges and
-// fields that cannot change live) and hands it to each stage.
+// fields that cannot change live), then asks every stage whether it takes its
+// part, and only then hands each its part: a change reaches every stage or none.
 func (l *liveSettings) stages(prev, next *sg.Settings) error {
 	if err := allProblems(xds.Validate(next), xds.CheckLive(prev, next)); err != nil {
 		return err
 	}
-	if err := l.srv.Update(toProxyConfig(next)); err != nil {
+	pc, ac := xds.ProxyConfig(next), xds.AdmissionConfig(next)
+	if err := l.srv.Check(pc); err != nil {
 		return err
 	}
-	if err := l.adm.Update(toAdmissionConfig(next)); err != nil {
+	if err := l.adm.Check(ac); err != nil {
+		return err
+	}
+	// Admission first: its Update may still meet a kernel refusal (listen(2) with a new
+	// backlog), and then nothing has changed anywhere. The proxy's cannot fail after Check.
+	if err := l.adm.Update(ac); err != nil {
+		return err
+	}
+	if err := l.srv.Update(pc); err != nil {
+		l.log.Error("BUG: the proxy refused settings it had accepted; listener settings are ahead of it", zap.Error(err))
 		return err
 	}
 	if lv, err := zap.ParseAtomicLevel(next.GetLog().GetLevel()); err == nil {
 		l.level.SetLevel(lv.Level())
+	}
+	for _, w := range xds.Warnings(next) {
+		l.log.Warn("settings warning", zap.String("field", w.Field), zap.String("warning", w.Message))
 	}
 	return nil
 }

@@ -393,9 +393,15 @@ type Upstream struct {
 	BackoffBase *durationpb.Duration `protobuf:"bytes,4,opt,name=backoff_base,json=backoffBase,proto3" json:"backoff_base,omitempty"`
 	BackoffMax  *durationpb.Duration `protobuf:"bytes,5,opt,name=backoff_max,json=backoffMax,proto3" json:"backoff_max,omitempty"`
 	// After a reconnect, ramp traffic onto the new connection over this long.
-	Warmup        *durationpb.Duration `protobuf:"bytes,6,opt,name=warmup,proto3" json:"warmup,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Warmup *durationpb.Duration `protobuf:"bytes,6,opt,name=warmup,proto3" json:"warmup,omitempty"`
+	// A connection whose queued requests the kernel takes no byte of for this
+	// long is dead (the provider stopped reading); 0 turns the check off.
+	WriteTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=write_timeout,json=writeTimeout,proto3" json:"write_timeout,omitempty"`
+	// Bytes that may wait in Stormgate for one provider connection; over it, new
+	// requests go to another connection or wait in the hold queue.
+	MaxQueuedBytes *int32 `protobuf:"varint,8,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3,oneof" json:"max_queued_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Upstream) Reset() {
@@ -468,6 +474,20 @@ func (x *Upstream) GetWarmup() *durationpb.Duration {
 		return x.Warmup
 	}
 	return nil
+}
+
+func (x *Upstream) GetWriteTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.WriteTimeout
+	}
+	return nil
+}
+
+func (x *Upstream) GetMaxQueuedBytes() int32 {
+	if x != nil && x.MaxQueuedBytes != nil {
+		return *x.MaxQueuedBytes
+	}
+	return 0
 }
 
 // Hold bounds the queue of requests waiting for the provider to come back.
@@ -613,8 +633,14 @@ type Limits struct {
 	MaxRequestAge *durationpb.Duration `protobuf:"bytes,3,opt,name=max_request_age,json=maxRequestAge,proto3" json:"max_request_age,omitempty"`
 	// A consumer whose unread responses exceed this is closed.
 	MaxQueuedBytesPerConnection *int32 `protobuf:"varint,4,opt,name=max_queued_bytes_per_connection,json=maxQueuedBytesPerConnection,proto3,oneof" json:"max_queued_bytes_per_connection,omitempty"`
-	unknownFields               protoimpl.UnknownFields
-	sizeCache                   protoimpl.SizeCache
+	// A consumer that sent part of a frame and not the rest for this long is
+	// closed; 0 turns it off.
+	FrameReadTimeout *durationpb.Duration `protobuf:"bytes,5,opt,name=frame_read_timeout,json=frameReadTimeout,proto3" json:"frame_read_timeout,omitempty"`
+	// Bytes the whole process keeps because a peer is slow or absent (stalled
+	// sockets, the hold queue, frames arriving in pieces).
+	MaxBufferedBytes *int32 `protobuf:"varint,6,opt,name=max_buffered_bytes,json=maxBufferedBytes,proto3,oneof" json:"max_buffered_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -671,6 +697,20 @@ func (x *Limits) GetMaxRequestAge() *durationpb.Duration {
 func (x *Limits) GetMaxQueuedBytesPerConnection() int32 {
 	if x != nil && x.MaxQueuedBytesPerConnection != nil {
 		return *x.MaxQueuedBytesPerConnection
+	}
+	return 0
+}
+
+func (x *Limits) GetFrameReadTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.FrameReadTimeout
+	}
+	return nil
+}
+
+func (x *Limits) GetMaxBufferedBytes() int32 {
+	if x != nil && x.MaxBufferedBytes != nil {
+		return *x.MaxBufferedBytes
 	}
 	return 0
 }
@@ -825,7 +865,7 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\f_max_pendingB\x16\n" +
 	"\x14_per_source_fairnessB\x0f\n" +
 	"\r_tcp_quickackB\x0f\n" +
-	"\r_tcp_fastopen\"\xdd\x02\n" +
+	"\r_tcp_fastopen\"\xe1\x03\n" +
 	"\bUpstream\x12\x1d\n" +
 	"\aaddress\x18\x01 \x01(\tH\x00R\aaddress\x88\x01\x01\x12%\n" +
 	"\vconnections\x18\x02 \x01(\x05H\x01R\vconnections\x88\x01\x01\x12B\n" +
@@ -833,10 +873,13 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\fbackoff_base\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vbackoffBase\x12:\n" +
 	"\vbackoff_max\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"backoffMax\x121\n" +
-	"\x06warmup\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06warmupB\n" +
+	"\x06warmup\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06warmup\x12>\n" +
+	"\rwrite_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\fwriteTimeout\x12-\n" +
+	"\x10max_queued_bytes\x18\b \x01(\x05H\x02R\x0emaxQueuedBytes\x88\x01\x01B\n" +
 	"\n" +
 	"\b_addressB\x0e\n" +
-	"\f_connections\"\xa4\x01\n" +
+	"\f_connectionsB\x13\n" +
+	"\x11_max_queued_bytes\"\xa4\x01\n" +
 	"\x04Hold\x123\n" +
 	"\atimeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12&\n" +
 	"\fmax_requests\x18\x02 \x01(\x05H\x00R\vmaxRequests\x88\x01\x01\x12 \n" +
@@ -850,15 +893,18 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\x0fupstream_jitter\x18\x03 \x01(\x01H\x00R\x0eupstreamJitter\x88\x01\x01\x123\n" +
 	"\x13upstream_max_missed\x18\x04 \x01(\x05H\x01R\x11upstreamMaxMissed\x88\x01\x01B\x12\n" +
 	"\x10_upstream_jitterB\x16\n" +
-	"\x14_upstream_max_missed\"\xdf\x02\n" +
+	"\x14_upstream_max_missed\"\xf2\x03\n" +
 	"\x06Limits\x12+\n" +
 	"\x0fmax_frame_bytes\x18\x01 \x01(\x05H\x00R\rmaxFrameBytes\x88\x01\x01\x12B\n" +
 	"\x1bmax_inflight_per_connection\x18\x02 \x01(\x05H\x01R\x18maxInflightPerConnection\x88\x01\x01\x12A\n" +
 	"\x0fmax_request_age\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\rmaxRequestAge\x12I\n" +
-	"\x1fmax_queued_bytes_per_connection\x18\x04 \x01(\x05H\x02R\x1bmaxQueuedBytesPerConnection\x88\x01\x01B\x12\n" +
+	"\x1fmax_queued_bytes_per_connection\x18\x04 \x01(\x05H\x02R\x1bmaxQueuedBytesPerConnection\x88\x01\x01\x12G\n" +
+	"\x12frame_read_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x10frameReadTimeout\x121\n" +
+	"\x12max_buffered_bytes\x18\x06 \x01(\x05H\x03R\x10maxBufferedBytes\x88\x01\x01B\x12\n" +
 	"\x10_max_frame_bytesB\x1e\n" +
 	"\x1c_max_inflight_per_connectionB\"\n" +
-	" _max_queued_bytes_per_connection\"\x9c\x01\n" +
+	" _max_queued_bytes_per_connectionB\x15\n" +
+	"\x13_max_buffered_bytes\"\x9c\x01\n" +
 	"\x05Drain\x12J\n" +
 	"\x0freadonly_policy\x18\x01 \x01(\x0e2\x1c.stormgate.v1.ReadonlyPolicyH\x00R\x0ereadonlyPolicy\x88\x01\x01\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeoutB\x12\n" +
@@ -915,17 +961,19 @@ var file_xds_stormgatev1_settings_proto_depIdxs = []int32{
 	10, // 11: stormgate.v1.Upstream.backoff_base:type_name -> google.protobuf.Duration
 	10, // 12: stormgate.v1.Upstream.backoff_max:type_name -> google.protobuf.Duration
 	10, // 13: stormgate.v1.Upstream.warmup:type_name -> google.protobuf.Duration
-	10, // 14: stormgate.v1.Hold.timeout:type_name -> google.protobuf.Duration
-	10, // 15: stormgate.v1.Keepalive.downstream_idle_timeout:type_name -> google.protobuf.Duration
-	10, // 16: stormgate.v1.Keepalive.upstream_interval:type_name -> google.protobuf.Duration
-	10, // 17: stormgate.v1.Limits.max_request_age:type_name -> google.protobuf.Duration
-	0,  // 18: stormgate.v1.Drain.readonly_policy:type_name -> stormgate.v1.ReadonlyPolicy
-	10, // 19: stormgate.v1.Drain.timeout:type_name -> google.protobuf.Duration
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	10, // 14: stormgate.v1.Upstream.write_timeout:type_name -> google.protobuf.Duration
+	10, // 15: stormgate.v1.Hold.timeout:type_name -> google.protobuf.Duration
+	10, // 16: stormgate.v1.Keepalive.downstream_idle_timeout:type_name -> google.protobuf.Duration
+	10, // 17: stormgate.v1.Keepalive.upstream_interval:type_name -> google.protobuf.Duration
+	10, // 18: stormgate.v1.Limits.max_request_age:type_name -> google.protobuf.Duration
+	10, // 19: stormgate.v1.Limits.frame_read_timeout:type_name -> google.protobuf.Duration
+	0,  // 20: stormgate.v1.Drain.readonly_policy:type_name -> stormgate.v1.ReadonlyPolicy
+	10, // 21: stormgate.v1.Drain.timeout:type_name -> google.protobuf.Duration
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_xds_stormgatev1_settings_proto_init() }
