@@ -34,6 +34,7 @@ import (
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/dubbo"
+	"github.com/stormgate/stormgate/xds"
 )
 
 var integritySeed = flag.Uint64("integrity.seed", 0, "seed of TestIntegrityUnderPressure (0: a new one, printed)")
@@ -242,33 +243,12 @@ func runWeather(prov *peer.EchoProvider, think *atomic.Int64, r *rand.Rand, ld i
 	}
 }
 
-// integrityConfig is the shipped settings (xds.Defaults, as `sidecar run` resolves them),
-// written out because proxy.Config applies no defaults of its own, with M upstream connections
-// and a 1 MiB frame cap (bodies are at most 256 KiB).
+// integrityConfig is the shipped settings as `sidecar run` resolves them, with the
+// provider at upstream, M connections and a 1 MiB frame cap (bodies are at most 256 KiB).
 func integrityConfig(upstream string, m int) proxy.Config {
-	return proxy.Config{
-		Upstream:                  upstream,
-		UpstreamConns:             m,
-		ConnectTimeout:            time.Second,
-		BackoffBase:               50 * time.Millisecond,
-		BackoffMax:                2 * time.Second,
-		WriteTimeout:              10 * time.Second,
-		MaxQueuedBytesPerUpstream: 8 << 20,
-		HoldTimeout:               3 * time.Second,
-		HoldMaxRequests:           10000,
-		HoldMaxBytes:              64 << 20,
-		DownstreamIdleTimeout:     180 * time.Second,
-		UpstreamInterval:          30 * time.Second,
-		UpstreamJitter:            0.2,
-		UpstreamMaxMissed:         3,
-		MaxFrameBytes:             1 << 20,
-		MaxInflightPerConn:        10000,
-		MaxQueuedBytesPerConn:     4 << 20,
-		MaxRequestAge:             60 * time.Second,
-		FrameReadTimeout:          30 * time.Second,
-		MaxBufferedBytes:          256 << 20,
-		DrainTimeout:              10 * time.Second,
-	}
+	cfg := xds.ProxyConfig(xds.Defaults())
+	cfg.Upstream, cfg.UpstreamConns, cfg.MaxFrameBytes = upstream, m, 1<<20
+	return cfg
 }
 
 // serveAccepted listens on 127.0.0.1 and hands every accepted connection to srv as a
