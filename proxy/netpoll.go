@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"os"
 	"runtime"
+	"strconv"
 
 	"github.com/cloudwego/netpoll"
 	"go.uber.org/zap"
@@ -24,7 +26,7 @@ func ConfigureNetpoll(log *zap.Logger, bufferSize int) error {
 	// lowering it too, BufferSize below 4 KiB has no effect.
 	netpoll.LinkBufferCap = bufferSize
 	return netpoll.Configure(netpoll.Config{
-		PollerNum:    runtime.GOMAXPROCS(0),
+		PollerNum:    pollers(),
 		BufferSize:   bufferSize,
 		LoggerOutput: w,
 		LoadBalance:  netpoll.RoundRobin,
@@ -34,4 +36,13 @@ func ConfigureNetpoll(log *zap.Logger, bufferSize int) error {
 		// are non-blocking, and slow paths (a full socket, timers) run elsewhere.
 		Runner: func(_ context.Context, f func()) { f() },
 	})
+}
+
+// pollers is the number of netpoll pollers: one per core unless STORMGATE_POLLERS says
+// otherwise (an experiment knob, not a setting).
+func pollers() int {
+	if n, err := strconv.Atoi(os.Getenv("STORMGATE_POLLERS")); err == nil && n > 0 {
+		return n
+	}
+	return runtime.GOMAXPROCS(0)
 }
