@@ -11,9 +11,13 @@ import (
 )
 
 // DefaultNetpollBuffer is the initial per-connection input buffer (netpoll's
-// default is one page). Measured in docs/benchmarks.md: it sets most of the
-// memory an idle consumer connection costs.
-const DefaultNetpollBuffer = 1024
+// default is one page); netpoll doubles it for a connection whose reads fill it.
+// It is a large part of what an idle consumer costs: with 10,000 idle consumers
+// (30 s heartbeats) RSS grew 4,487 bytes per connection at 1,024 and 3,919 at 256
+// (measured here with stormbench load; the rest is netpoll's connection, its unused
+// output barrier, about 1.3 KiB, and the session). A heartbeat is 17 bytes and a
+// typical request a few hundred.
+const DefaultNetpollBuffer = 256
 
 // ConfigureNetpoll sets netpoll's process-wide options once, before any
 // connection exists: one poller per core (netpoll's default is one per 20
