@@ -96,11 +96,13 @@ type Admitter struct {
 	kernelOK     bool
 	kernelKick   chan struct{}
 
-	serving  atomic.Bool
-	stopping atomic.Bool
-	stopCh   chan struct{}
-	stopOnce sync.Once
-	closeErr error
+	serving   atomic.Bool
+	stopping  atomic.Bool
+	frozen    atomic.Bool   // Freeze ended Serve: the listener and pending fds belong to the Snapshot
+	loopsDone chan struct{} // closed when Serve's goroutines have exited (or Serve started none)
+	stopCh    chan struct{}
+	stopOnce  sync.Once
+	closeErr  error
 }
 
 // Listen creates the listening socket with the configured backlog and options, logs the
@@ -119,8 +121,28 @@ func Listen(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Admitter, 
 	if err != nil {
 		return nil, err
 	}
-	// A non-blocking fd makes os.NewFile register it with the runtime poller, so RawConn.Read
-	// parks the accept goroutine until the kernel queue is readable.
+	a, err := newAdmitter(fd, addr, ipv6, s, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.m.register(reg); err != nil {
+		a.file.Close()
+		return nil, fmt.Errorf("admission: registering metrics: %w", err)
+	}
+	if base, err := KernelCounters(); err == nil {
+		a.kernelLast, a.kernelOK = base, true
+	} else {
+		log.Warn("admission: TcpExt counters unavailable; listen overflow metrics stay 0", zap.Error(err))
+	}
+	a.logLimits(s, "listening", true)
+	return a, nil
+}
+
+// newAdmitter wraps the non-blocking listening socket fd in an Admitter with settings s. A
+// non-blocking fd makes os.NewFile register it with the runtime poller, so RawConn.Read parks
+// the accept goroutine until the kernel queue is readable. Its metrics are built, not
+// registered; on error fd is closed.
+func newAdmitter(fd int, addr netip.AddrPort, ipv6 bool, s *settings, log *zap.Logger) (*Admitter, error) {
 	file := os.NewFile(uintptr(fd), "stormgate-listener")
 	raw, err := file.SyscallConn()
 	if err != nil {
@@ -137,23 +159,14 @@ func Listen(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Admitter, 
 		wake:       make(chan struct{}, 1),
 		queue:      newPendingQueue(s.maxWait),
 		stopCh:     make(chan struct{}),
+		loopsDone:  make(chan struct{}),
 		kernelKick: make(chan struct{}, 1),
 	}
 	a.set.Store(s)
 	a.m = newMetrics(a.listenQueue)
 	a.m.all = append(a.m.all, kernelCollector{a}) // overflows and drops, sampled at scrape
-	if err := a.m.register(reg); err != nil {
-		file.Close()
-		return nil, fmt.Errorf("admission: registering metrics: %w", err)
-	}
 	a.m.rateLimit.Set(rateGauge(s))
 	a.m.burst.Set(float64(s.burst))
-	if base, err := KernelCounters(); err == nil {
-		a.kernelLast, a.kernelOK = base, true
-	} else {
-		log.Warn("admission: TcpExt counters unavailable; listen overflow metrics stay 0", zap.Error(err))
-	}
-	a.logLimits(s, "listening", true)
 	return a, nil
 }
 
@@ -210,16 +223,21 @@ func (a *Admitter) listenQueue() (length, limit uint32) {
 }
 
 // Serve runs the accept loop, the admission loop and the kernel counter sampler until ctx is
-// done, StopAccepting or Close is called, or accepting fails for good. It always returns a
-// non-nil error: net.ErrClosed after StopAccepting/Close, ctx.Err() when ctx ended it (the
-// listener is then closed as by StopAccepting), or the accept error. It returns after its
-// goroutines have exited. Serve may be called once.
+// done, StopAccepting, Close or Freeze is called, or accepting fails for good. It always
+// returns a non-nil error: net.ErrClosed after StopAccepting/Close, ErrFrozen after Freeze (the
+// listener stays open), ctx.Err() when ctx ended it (the listener is then closed as by
+// StopAccepting), or the accept error. It returns after its goroutines have exited. Serve may
+// be called once.
 func (a *Admitter) Serve(ctx context.Context, h Handler) error {
 	if h == nil {
 		return errors.New("admission: nil Handler")
 	}
 	if !a.serving.CompareAndSwap(false, true) {
 		return errors.New("admission: Serve called twice")
+	}
+	defer close(a.loopsDone)
+	if a.frozen.Load() {
+		return ErrFrozen
 	}
 	if a.stopping.Load() {
 		return net.ErrClosed
@@ -243,8 +261,11 @@ func (a *Admitter) Serve(ctx context.Context, h Handler) error {
 			a.log.Error("admission: accept loop failed", zap.Error(err))
 		}
 	}
-	a.stop()
+	a.stop() // a no-op after Freeze, which owns the stop
 	wg.Wait()
+	if a.frozen.Load() {
+		return ErrFrozen
+	}
 	return err
 }
 
@@ -714,17 +735,23 @@ func (a *Admitter) doStop() {
 	// Blocks until the accept loop's current batch is done (it sees stopping and returns).
 	a.closeErr = a.file.Close()
 
-	a.mu.Lock()
-	a.stopped = true
-	pending := a.queue.takeAll()
-	a.m.pending.Set(0)
-	a.mu.Unlock()
+	pending := a.takePending()
 	for _, c := range pending {
 		a.reject(rShutdown)
 		closeWithFIN(c.FD)
 	}
 	a.log.Info("admission: stopped accepting", zap.Int("pending_closed", len(pending)),
 		zap.Int64("active", a.active.Load()))
+}
+
+// takePending closes the queue (nothing enters it afterwards) and returns what it held, in
+// accept order.
+func (a *Admitter) takePending() []Conn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stopped = true
+	a.m.pending.Set(0)
+	return a.queue.takeAll()
 }
 
 // Stats returns a snapshot of the counters.

@@ -15,6 +15,8 @@
 //	  │          └─ sampler goroutine  TcpExt deltas every 1 s
 //	  └─ connections queue in the kernel until Serve runs
 //	StopAccepting / Close / ctx done ──▶ listener closed, pending closed (FIN), Serve returns
+//	Freeze ──▶ Serve returns ErrFrozen; Snapshot owns listener + pending ──▶ Restore ──▶ Serve
+//	           (MarshalBinary / UnmarshalBinary in between when an execve separates them)
 //
 // | Event                       | Runs on                | What happens                                            |
 // |-----------------------------|------------------------|---------------------------------------------------------|
@@ -29,6 +31,12 @@
 // | Stats / metrics scrape      | caller                 | atomics, pending length under the mutex, TCP_INFO        |
 // | StopAccepting/Close/ctx     | caller                 | final accept sweep (FIN, not the RST a close would give), |
 // |                             |                        | listener closed, pending closed with FIN, Serve returns  |
+// | Freeze                      | caller                 | goroutines stopped (deadline wakes the accept one), the  |
+// |                             |                        | listener dup'd out of Go's poller, pending taken: all    |
+// |                             |                        | without FD_CLOEXEC; handshakes wait in the kernel queue  |
+// | Restore(snapshot)           | caller (new image, or  | same socket back in the poller, pending re-queued with   |
+// |                             | this one after a       | their accept times, counters and active count carried    |
+// |                             | failed handover)       | over; Serve next                                         |
 //
 // # Concurrency
 //
@@ -40,6 +48,16 @@
 // time: the accept goroutine until it is queued, the queue until it is popped (by admission,
 // or by StopAccepting, which closes it), then the Handler. Update, ConnClosed, Stats, Addr,
 // StopAccepting and Close are safe to call concurrently with Serve and with each other.
+//
+// # Handover (sidecar upgrade, issue 14)
+//
+// Freeze and Restore move the admission stage to a new program image without refusing or
+// resetting anyone: the listening socket is never closed, so the kernel keeps completing
+// handshakes into its accept queue (up to the backlog) while no process accepts; connections
+// that were waiting for admission keep their unread bytes in the kernel and their place in
+// time (MaxWait counts from their accept). The Snapshot is the unit of ownership in between.
+// The frozen Admitter keeps counting ConnClosed until the Snapshot is marshalled or restored,
+// because the Handler may close admitted connections until it is frozen too.
 //
 // # Why these mechanisms
 //
