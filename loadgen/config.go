@@ -94,6 +94,11 @@ type Config struct {
 	// HonorReadonly skips connections that received READONLY (until WRITEABLE) when choosing where to
 	// send a request, as a Dubbo consumer does. Requests with no usable connection count as Unsent.
 	HonorReadonly bool `json:"honor_readonly"`
+	// LeaveOnReadonly goes further, as a Dubbo consumer does once its registry drops a provider that
+	// said READONLY: after READONLY the connection sends nothing more (no request, no heartbeat) and
+	// is closed by this side as soon as its requests and heartbeats are answered (LeftOnReadonly
+	// counts them; with Reconnect it redials after the delay). Implies HonorReadonly.
+	LeaveOnReadonly bool `json:"leave_on_readonly,omitempty"`
 
 	// WaitStart, if set, is called once after the connect phase and before the request phase, with the
 	// number of open connections; the run continues when it returns nil. Worker processes use it to
@@ -110,6 +115,9 @@ type testHooks struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.LeaveOnReadonly {
+		c.HonorReadonly = true
+	}
 	if c.DialConcurrency <= 0 {
 		c.DialConcurrency = DefaultDialConcurrency
 	}

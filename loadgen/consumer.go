@@ -21,9 +21,13 @@ const (
 	stateDown uint32 = iota
 	stateOpen
 	stateReadonly
+	stateLeaving // LeaveOnReadonly: READONLY received; closed once nothing is outstanding
 )
 
-var errProtocol = errors.New("protocol error")
+var (
+	errProtocol = errors.New("protocol error")
+	errLeft     = errors.New("left after READONLY")
+)
 
 // consumer is one simulated Dubbo consumer: one connection slot whose goroutine (run) dials, reads,
 // closes and, if configured, redials. It is the only closer of its connection.
@@ -107,7 +111,7 @@ func (c *consumer) sendRequest(sched int64, key uint64, size int, oneWay bool) b
 // critical, so the scheduler leaves their writes to the shards, several per wake-up.
 func (c *consumer) sendHeartbeat(now int64) bool {
 	c.mu.Lock()
-	if c.nc == nil || len(c.out) > maxQueued {
+	if c.nc == nil || len(c.out) > maxQueued || c.state.Load() == stateLeaving {
 		c.mu.Unlock()
 		return false
 	}
@@ -379,6 +383,8 @@ func (c *consumer) serve(ctx context.Context, nc net.Conn) {
 		err = werr
 	}
 	switch {
+	case errors.Is(err, errLeft):
+		r.cnt.left.Add(1)
 	case errors.Is(err, errProtocol):
 		r.cnt.protocolErrors.Add(1)
 	case errors.Is(err, io.EOF):
@@ -422,6 +428,9 @@ func (c *consumer) readLoop(nc net.Conn) error {
 		if rerr != nil {
 			return rerr
 		}
+		if c.state.Load() == stateLeaving && c.idle() {
+			return errLeft
+		}
 	}
 }
 
@@ -435,7 +444,11 @@ func (c *consumer) handle(h dubbo.Header, body []byte) {
 		switch dubbo.EventBody(body) {
 		case 'R':
 			r.cnt.readonly.Add(1)
-			c.state.CompareAndSwap(stateOpen, stateReadonly)
+			if r.cfg.LeaveOnReadonly {
+				c.state.Store(stateLeaving) // final for this connection: WRITEABLE does not undo it
+			} else {
+				c.state.CompareAndSwap(stateOpen, stateReadonly)
+			}
 		case 'W':
 			r.cnt.writeable.Add(1)
 			c.state.CompareAndSwap(stateReadonly, stateOpen)
@@ -503,6 +516,13 @@ func (c *consumer) handle(h dubbo.Header, body []byte) {
 	}
 	r.latHist.Record(lat)
 	r.win.Load().Record(lat)
+}
+
+// idle reports whether nothing sent on the connection waits for an answer.
+func (c *consumer) idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ring.head == c.ring.next
 }
 
 // sleepCtx waits d; false if ctx ended first.

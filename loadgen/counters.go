@@ -8,6 +8,7 @@ type counters struct {
 	connsOpened, reconnects                       atomic.Uint64
 	dialRefused, dialTimeout, dialReset, dialElse atomic.Uint64
 	resets, closedByPeer, protocolErrors, other   atomic.Uint64
+	left                                          atomic.Uint64 // LeaveOnReadonly closes
 
 	scheduled, sent, unsent, oneWaySent atomic.Uint64
 	ok, exceptions, errors              atomic.Uint64

@@ -231,6 +231,28 @@ func TestProbeOnConnectAndHonorReadonly(t *testing.T) {
 	}
 }
 
+// With LeaveOnReadonly a connection sends nothing after READONLY (WRITEABLE does not bring it
+// back) and closes itself once nothing is outstanding: no request lost, no reset, no heartbeat
+// left unanswered, every connection counted as left.
+func TestLeaveOnReadonly(t *testing.T) {
+	p := startResponder(t, func(p *responder) { p.events = true })
+	res := run(t, Config{Target: p.addr(), Conns: 3, ProbeOnConnect: true, LeaveOnReadonly: true,
+		HeartbeatInterval: 20 * time.Millisecond, Rate: 100, Duration: 300 * time.Millisecond})
+	if res.LeftOnReadonly != 3 || res.ClosedByPeer != 0 || res.Resets != 0 || res.OtherConnErrors != 0 {
+		t.Fatalf("left %d closed by peer %d resets %d other %d; want 3 left", res.LeftOnReadonly, res.ClosedByPeer, res.Resets, res.OtherConnErrors)
+	}
+	if res.Lost != 0 || res.HeartbeatsLost != 0 || res.HeartbeatsAnswered != res.HeartbeatsSent || res.OK != res.Sent {
+		t.Fatalf("lost %d, heartbeats lost %d, heartbeats %d/%d answered, ok %d of %d sent", res.Lost, res.HeartbeatsLost,
+			res.HeartbeatsAnswered, res.HeartbeatsSent, res.OK, res.Sent)
+	}
+	if res.Unsent < 25 {
+		t.Fatalf("unsent %d: requests went to connections that had left", res.Unsent)
+	}
+	if !res.HonorReadonly {
+		t.Fatal("LeaveOnReadonly does not imply HonorReadonly")
+	}
+}
+
 func TestCancelledRun(t *testing.T) {
 	p := startResponder(t, func(p *responder) { p.withhold = true })
 	ctx, cancel := context.WithCancel(context.Background())

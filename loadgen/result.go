@@ -30,10 +30,11 @@ type Result struct {
 	ConnsOpened     uint64          `json:"conns_opened"`      // successful dials, reconnects included
 	ConnsOpenAtEnd  uint64          `json:"conns_open_at_end"` // open when the run ended
 	ConnectFailures ConnectFailures `json:"connect_failures"`
-	Reconnects      uint64          `json:"reconnects"`      // successful redials after a close (Config.Reconnect)
-	Resets          uint64          `json:"resets"`          // ECONNRESET/EPIPE on an open connection
-	ClosedByPeer    uint64          `json:"closed_by_peer"`  // orderly close (EOF) from the server
-	ProtocolErrors  uint64          `json:"protocol_errors"` // bad magic or frame length: we closed
+	Reconnects      uint64          `json:"reconnects"`       // successful redials after a close (Config.Reconnect)
+	Resets          uint64          `json:"resets"`           // ECONNRESET/EPIPE on an open connection
+	ClosedByPeer    uint64          `json:"closed_by_peer"`   // orderly close (EOF) from the server
+	LeftOnReadonly  uint64          `json:"left_on_readonly"` // closed by us after READONLY (LeaveOnReadonly)
+	ProtocolErrors  uint64          `json:"protocol_errors"`  // bad magic or frame length: we closed
 	OtherConnErrors uint64          `json:"other_conn_errors"`
 
 	// Requests (two-way, non-event).
@@ -161,6 +162,7 @@ func (r *Result) Merge(o *Result) {
 	add(&r.ConnectFailures.Reset, o.ConnectFailures.Reset)
 	add(&r.ConnectFailures.Other, o.ConnectFailures.Other)
 	add(&r.Reconnects, o.Reconnects)
+	add(&r.LeftOnReadonly, o.LeftOnReadonly)
 	add(&r.Resets, o.Resets)
 	add(&r.ClosedByPeer, o.ClosedByPeer)
 	add(&r.ProtocolErrors, o.ProtocolErrors)

@@ -187,6 +187,7 @@ func (r *runner) result() *Result {
 	res.Reconnects = c.reconnects.Load()
 	res.Resets = c.resets.Load()
 	res.ClosedByPeer = c.closedByPeer.Load()
+	res.LeftOnReadonly = c.left.Load()
 	res.ProtocolErrors = c.protocolErrors.Load()
 	res.OtherConnErrors = c.other.Load()
 	res.Scheduled = c.scheduled.Load()

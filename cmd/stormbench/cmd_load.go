@@ -117,6 +117,7 @@ Every run is bounded: --duration at most 30m, --timeout at most 1m, and the conn
 	f.Uint64Var(&c.Seed, "seed", 0, "seed of body sizes, one-way draws and heartbeat phases; 0 = random (the result records it)")
 	f.DurationVar(&c.Reconnect, "reconnect", 0, "redial a closed connection after this delay; 0 = stay closed")
 	f.BoolVar(&c.HonorReadonly, "honor-readonly", false, "stop sending on a connection after READONLY (until WRITEABLE), as Dubbo consumers do")
+	f.BoolVar(&c.LeaveOnReadonly, "leave-on-readonly", false, "after READONLY send nothing more on the connection (heartbeats neither) and close it once its answers are in, as a Dubbo consumer does when the registry drops the provider; implies --honor-readonly")
 	f.IntVar(&c.MaxFrame, "max-frame", loadgen.DefaultMaxFrame, "largest frame accepted from the server (header + body)")
 	f.IntVar(&o.workers, "workers", 0, "worker processes; 0 = one per 19,000 connections")
 	f.StringVar(&o.jsonPath, "json", "", "write the result as JSON to this file (- = stdout)")

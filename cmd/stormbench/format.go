@@ -47,8 +47,12 @@ func printSummary(w io.Writer, r *loadgen.Result) {
 	cf := r.ConnectFailures
 	fmt.Fprintf(&b, "  connections  opened %d (connect phase %v)  open at end %d  failed %d (refused %d, timeout %d, reset %d, other %d)  reconnects %d\n",
 		r.ConnsOpened, r.ConnectPhase.Round(time.Millisecond), r.ConnsOpenAtEnd, cf.Total(), cf.Refused, cf.Timeout, cf.Reset, cf.Other, r.Reconnects)
-	fmt.Fprintf(&b, "               resets %d  closed by peer %d  protocol errors %d  other errors %d\n",
+	fmt.Fprintf(&b, "               resets %d  closed by peer %d  protocol errors %d  other errors %d",
 		r.Resets, r.ClosedByPeer, r.ProtocolErrors, r.OtherConnErrors)
+	if r.LeaveOnReadonly {
+		fmt.Fprintf(&b, "  left after READONLY %d", r.LeftOnReadonly)
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "  requests     scheduled %d  sent %d  ok %d  exceptions %d  errors %d%s  timeouts %d  lost %d  unsent %d  abandoned %d\n",
 		r.Scheduled, r.Sent, r.OK, r.Exceptions, r.Errors, byStatus(r.ErrorByStatus), r.Timeouts, r.Lost, r.Unsent, r.Abandoned)
 	if r.BodyMax > 0 {
