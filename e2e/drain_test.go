@@ -20,7 +20,9 @@ func TestSidecarSIGTERMDrainsUnderLoad(t *testing.T) {
 		drainTimeout = 10 * time.Second
 	)
 	prov := startProvider(t, "")
-	sc := startSidecar(t, prov.addr, "drain:\n  timeout: 10s\n", 4)
+	// No drain.min_duration window: this test is about the in-flight part of the drain
+	// (drain_window_test.go tests the window).
+	sc := startSidecar(t, prov.addr, "drain:\n  timeout: 10s\n  min_duration: 0s\n", 4)
 	f := dialFleet(t, sc.listen, conns, true)
 	sc.waitMetric(t, 20*time.Second, "stormgate_downstream_connections", func(v float64) bool { return v == conns })
 
@@ -141,7 +143,7 @@ func TestSidecarSIGTERMDrainsUnderLoad(t *testing.T) {
 func TestAdminDrainEndpoint(t *testing.T) {
 	const conns = 20
 	prov := startProvider(t, "")
-	sc := startSidecar(t, prov.addr, "", 4)
+	sc := startSidecar(t, prov.addr, "drain:\n  min_duration: 1s\n", 4)
 	f := dialFleet(t, sc.listen, conns, true)
 	sc.waitMetric(t, 20*time.Second, "stormgate_downstream_connections", func(v float64) bool { return v == conns })
 
@@ -207,7 +209,7 @@ func TestDrainTimeoutAnswersInFlight(t *testing.T) {
 		drainTimeout = time.Second
 	)
 	prov := startProvider(t, "")
-	sc := startSidecar(t, prov.addr, "drain:\n  timeout: 1s\n", 4)
+	sc := startSidecar(t, prov.addr, "drain:\n  timeout: 1s\n  min_duration: 0s\n", 4)
 	f := dialFleet(t, sc.listen, conns, true)
 	sc.waitMetric(t, 20*time.Second, "stormgate_downstream_connections", func(v float64) bool { return v == conns })
 

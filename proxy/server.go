@@ -60,6 +60,7 @@ type Server struct {
 	eventIDs  atomic.Int64
 	upClosed  upClosed      // counts of provider connections that ended
 	drainIdle chan struct{} // signalled when a session's in-flight count reaches 0 while draining
+	announced atomic.Bool   // READONLY broadcast to every consumer (Announce, or Drain)
 	draining  atomic.Bool
 	closed    atomic.Bool
 
@@ -253,7 +254,7 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 	}
 	_ = conn.AddCloseCallback(sess.onClosed)
 	_ = conn.SetOnRequest(sess.onRequest)
-	if p.readonlySent.Load() {
+	if p.readonlySent.Load() || s.announced.Load() {
 		sess.sendEvent(EventReadonly)
 	}
 	if !conn.IsActive() {
@@ -348,23 +349,39 @@ func (s *Server) upstreamQueued() int {
 	return n
 }
 
-// Ready reports whether the server takes traffic: started, not draining.
-func (s *Server) Ready() bool { return s.ctx != nil && !s.draining.Load() && !s.closed.Load() }
+// Ready reports whether the server takes traffic: started, not draining (nor
+// announcing a drain).
+func (s *Server) Ready() bool {
+	return s.ctx != nil && !s.announced.Load() && !s.draining.Load() && !s.closed.Load()
+}
 
 // Draining reports whether Drain has started.
 func (s *Server) Draining() bool { return s.draining.Load() }
 
+// Announce starts a drain without stopping service (drain.min_duration): Ready
+// turns false and every consumer gets READONLY, also each one that connects
+// afterwards, while requests are still served. Drain finishes it. Calls after
+// the first do nothing.
+func (s *Server) Announce() {
+	if s.announced.Swap(true) {
+		return
+	}
+	s.log.Info("draining: sending READONLY to every consumer; still serving", zap.Int("consumers", s.sessions.len()))
+	s.broadcast(nil, EventReadonly)
+}
+
 // Drain shuts down gracefully: every consumer gets READONLY (so it stops sending
-// here and fails over), requests in flight finish until drain.timeout or ctx ends,
-// then every connection closes. The caller stops the listener first.
+// here and fails over) unless Announce sent it already, requests in flight finish
+// until drain.timeout or ctx ends, then every connection closes. The caller stops
+// the listener first.
 func (s *Server) Drain(ctx context.Context) error {
 	if !s.draining.CompareAndSwap(false, true) {
 		return errors.New("proxy: drain already in progress")
 	}
 	cfg := s.cfg.Load()
-	s.log.Info("draining: sending READONLY to every consumer", zap.Int("consumers", s.sessions.len()),
+	s.log.Info("draining: waiting for requests in flight", zap.Int("consumers", s.sessions.len()),
 		zap.Duration("timeout", cfg.DrainTimeout))
-	s.broadcast(nil, EventReadonly)
+	s.Announce()
 	var err error
 	if s.InFlight() > 0 {
 		timeout := make(chan struct{})

@@ -64,6 +64,7 @@ func Defaults() *sg.Settings {
 		Drain: &sg.Drain{
 			ReadonlyPolicy: sg.ReadonlyPolicy_HOLD.Enum(),
 			Timeout:        dur(10 * time.Second),
+			MinDuration:    dur(5 * time.Second),
 		},
 		Log: &sg.Log{
 			Level:  proto.String("info"),

@@ -74,6 +74,20 @@ func AdmissionConfig(s *sg.Settings) admission.Config {
 	}
 }
 
+// DrainConfig is the part of s that the sidecar's own shutdown reads when it
+// starts (SIGTERM, POST /drain): live, like every drain setting.
+type DrainConfig struct {
+	// MinDuration is how long the sidecar keeps accepting and serving after it
+	// announced the drain (/readyz 503, READONLY), before accepting stops.
+	MinDuration time.Duration
+}
+
+// DrainSettings is the shutdown sequence's part of s (drain.timeout belongs to
+// the proxy, which waits for its requests in flight).
+func DrainSettings(s *sg.Settings) DrainConfig {
+	return DrainConfig{MinDuration: s.GetDrain().GetMinDuration().AsDuration()}
+}
+
 // LogConfig is the logger's part of s: level (live) and format (start only).
 type LogConfig struct{ Level, Format string }
 
@@ -100,8 +114,18 @@ func Warnings(s *sg.Settings) Problems {
 				"closed between heartbeats and reconnect; use at least %s, or 0 to turn it off",
 			fmtDur(d), fmtDur(javaHeartbeat), fmtDur(2*javaHeartbeat))})
 	}
+	d := s.GetDrain()
+	if total := d.GetMinDuration().AsDuration() + d.GetTimeout().AsDuration(); total > kubeGrace {
+		ps = append(ps, Problem{Field: "drain.min_duration", Message: fmt.Sprintf(
+			"with drain.timeout a drain can take %s, more than Kubernetes' default terminationGracePeriodSeconds (%s): "+
+				"raise the pod's terminationGracePeriodSeconds above %s, or the kubelet kills the sidecar mid-drain",
+			fmtDur(total), fmtDur(kubeGrace), fmtDur(total))})
+	}
 	return ps
 }
+
+// kubeGrace is Kubernetes' default terminationGracePeriodSeconds.
+const kubeGrace = 30 * time.Second
 
 // javaHeartbeat is the heartbeat interval of a Java Dubbo consumer by default.
 const javaHeartbeat = 60 * time.Second

@@ -20,6 +20,7 @@ func TestEveryFieldReachesItsStage(t *testing.T) {
 		toAdmission = "admission"
 		toBoth      = "proxy+admission"
 		toLog       = "log"
+		toDrain     = "drain"
 	)
 	cases := map[string]struct {
 		stage string
@@ -61,6 +62,7 @@ func TestEveryFieldReachesItsStage(t *testing.T) {
 		"limits.max_buffered_bytes":              {toProxy, func(s *sg.Settings) { s.Limits.MaxBufferedBytes = proto.Int32(1 << 20) }},
 		"drain.readonly_policy":                  {toProxy, func(s *sg.Settings) { s.Drain.ReadonlyPolicy = sg.ReadonlyPolicy_PROPAGATE.Enum() }},
 		"drain.timeout":                          {toProxy, func(s *sg.Settings) { s.Drain.Timeout = dur(0) }},
+		"drain.min_duration":                     {toDrain, func(s *sg.Settings) { s.Drain.MinDuration = dur(0) }},
 		"log.level":                              {toLog, func(s *sg.Settings) { s.Log.Level = proto.String("debug") }},
 		"log.format":                             {toLog, func(s *sg.Settings) { s.Log.Format = proto.String("console") }},
 	}
@@ -93,6 +95,9 @@ func TestEveryFieldReachesItsStage(t *testing.T) {
 			if LogSettings(s) != LogSettings(base) {
 				changed = toLog
 			}
+			if DrainSettings(s) != DrainSettings(base) {
+				changed = toDrain
+			}
 			if changed != c.stage {
 				t.Fatalf("changed the %q stage config; want %q", changed, c.stage)
 			}
@@ -109,6 +114,7 @@ func TestZeroMeansWhatTheSchemaSays(t *testing.T) {
 	s.Hold.MaxBytes = proto.Int32(0)
 	s.Hold.Timeout = dur(0)
 	s.Drain.Timeout = dur(0)
+	s.Drain.MinDuration = dur(0)
 	s.Admission.MaxWait = dur(0)
 	s.Limits.FrameReadTimeout = dur(0)
 	s.Upstream.WriteTimeout = dur(0)
@@ -116,6 +122,9 @@ func TestZeroMeansWhatTheSchemaSays(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, a := ProxyConfig(s), AdmissionConfig(s)
+	if DrainSettings(s).MinDuration != 0 {
+		t.Fatal("drain.min_duration 0 replaced")
+	}
 	if p.DownstreamIdleTimeout != 0 || p.HoldMaxRequests != 0 || p.HoldMaxBytes != 0 || p.HoldTimeout != 0 ||
 		p.DrainTimeout != 0 || p.FrameReadTimeout != 0 || p.WriteTimeout != 0 || a.MaxWait != 0 {
 		t.Fatalf("zeros replaced: proxy %+v admission %+v", p, a)
@@ -135,6 +144,11 @@ func TestWarnings(t *testing.T) {
 	s.Keepalive.DownstreamIdleTimeout = dur(0)
 	if w := Warnings(s); len(w) != 0 {
 		t.Fatalf("off is not a mistake: %v", w)
+	}
+	// A drain longer than Kubernetes waits before SIGKILL.
+	s.Drain.MinDuration = dur(25 * time.Second)
+	if w := Warnings(s); len(w) != 1 || w[0].Field != "drain.min_duration" {
+		t.Fatalf("warnings %v", w)
 	}
 }
 

@@ -313,6 +313,7 @@ var fieldRules = []rule{
 	{"limits.max_buffered_bytes", "Bytes the whole process keeps because a peer is slow or absent (requests queued behind a stalled socket on either side, the hold queue, frames arriving in pieces); over it new ones are refused with an overload error.", "between 1048576 and 2147483647", intIn(mib, 2*gib-1)},
 	{"drain.readonly_policy", "On a provider READONLY event: HOLD requests for the provider's return, or PROPAGATE READONLY to consumers.", "HOLD or PROPAGATE", enumIn("HOLD", "PROPAGATE")},
 	{"drain.timeout", "Longest a drain waits for in-flight requests.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
+	{"drain.min_duration", "On SIGTERM or POST /drain: how long /readyz answers 503 and READONLY is out while the listener still accepts and requests are still served, before accepting stops and in-flight requests get drain.timeout to finish (Istio's terminationDrainDuration). A second SIGTERM skips the rest of it.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
 	{"log.level", "Log level.", "debug, info, warn or error", oneOf("debug", "info", "warn", "error")},
 	{"log.format", "Log encoding.", "json or console", oneOf("json", "console")},
 }

@@ -74,8 +74,10 @@ Endpoints:
              last rejected version), POST /drain, GET /logging (the level),
              POST /logging?level=debug (change it live). Keep it on loopback.
 
-Signals: SIGTERM or SIGINT drains gracefully (READONLY to every consumer, in-flight
-requests finish up to drain.timeout), then exits 0. SIGHUP re-reads --config (and
+Signals: SIGTERM or SIGINT drains gracefully: /readyz answers 503 and every consumer
+gets READONLY at once, Stormgate keeps accepting and serving for drain.min_duration
+(default 5s; a second signal skips it), then stops accepting, lets in-flight requests
+finish up to drain.timeout, and exits 0. SIGHUP re-reads --config (and
 these flags) and applies it live like an xDS push: all of it or, when any field is
 invalid or cannot change live, none of it (logged with every problem). With --xds,
 SIGHUP is ignored: the control plane owns the settings (docs/operations.md).`,
@@ -358,13 +360,28 @@ wait:
 		}
 		break wait
 	}
+	// READONLY and /readyz 503 at once; still accepting and serving for
+	// drain.min_duration, so consumers act on READONLY and Kubernetes takes the pod
+	// out of its endpoints before anything is refused (issue 14).
+	srv.Announce()
+	if w := xds.DrainSettings(store.Settings()).MinDuration; w > 0 && exitErr == nil {
+		log.Info("draining: still accepting and serving for drain.min_duration; a second signal skips it",
+			zap.Duration("min_duration", w))
+		t := time.NewTimer(w)
+		select {
+		case <-t.C:
+		case <-sigs:
+			t.Stop()
+			log.Info("second signal: skipping the rest of drain.min_duration")
+		}
+	}
 	adm.StopAccepting()
 	dctx, cancel := context.WithTimeout(context.Background(), xds.ProxyConfig(store.Settings()).DrainTimeout+time.Second)
 	go func() {
-		// A second signal skips the rest of the drain.
+		// Another signal skips the rest of the drain.
 		select {
 		case <-sigs:
-			log.Info("second signal: closing now")
+			log.Info("another signal: closing now")
 			cancel()
 		case <-dctx.Done():
 		}

@@ -720,8 +720,13 @@ type Drain struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	ReadonlyPolicy *ReadonlyPolicy        `protobuf:"varint,1,opt,name=readonly_policy,json=readonlyPolicy,proto3,enum=stormgate.v1.ReadonlyPolicy,oneof" json:"readonly_policy,omitempty"`
 	Timeout        *durationpb.Duration   `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// On SIGTERM or POST /drain, how long Stormgate keeps accepting and serving
+	// after /readyz turns 503 and READONLY goes out, so that consumers act on
+	// READONLY and Kubernetes takes the pod out of its endpoints; then accepting
+	// stops and in-flight requests finish within timeout.
+	MinDuration   *durationpb.Duration `protobuf:"bytes,3,opt,name=min_duration,json=minDuration,proto3" json:"min_duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Drain) Reset() {
@@ -764,6 +769,13 @@ func (x *Drain) GetReadonlyPolicy() ReadonlyPolicy {
 func (x *Drain) GetTimeout() *durationpb.Duration {
 	if x != nil {
 		return x.Timeout
+	}
+	return nil
+}
+
+func (x *Drain) GetMinDuration() *durationpb.Duration {
+	if x != nil {
+		return x.MinDuration
 	}
 	return nil
 }
@@ -904,10 +916,11 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\x10_max_frame_bytesB\x1e\n" +
 	"\x1c_max_inflight_per_connectionB\"\n" +
 	" _max_queued_bytes_per_connectionB\x15\n" +
-	"\x13_max_buffered_bytes\"\x9c\x01\n" +
+	"\x13_max_buffered_bytes\"\xda\x01\n" +
 	"\x05Drain\x12J\n" +
 	"\x0freadonly_policy\x18\x01 \x01(\x0e2\x1c.stormgate.v1.ReadonlyPolicyH\x00R\x0ereadonlyPolicy\x88\x01\x01\x123\n" +
-	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeoutB\x12\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12<\n" +
+	"\fmin_duration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vminDurationB\x12\n" +
 	"\x10_readonly_policy\"R\n" +
 	"\x03Log\x12\x19\n" +
 	"\x05level\x18\x01 \x01(\tH\x00R\x05level\x88\x01\x01\x12\x1b\n" +
@@ -969,11 +982,12 @@ var file_xds_stormgatev1_settings_proto_depIdxs = []int32{
 	10, // 19: stormgate.v1.Limits.frame_read_timeout:type_name -> google.protobuf.Duration
 	0,  // 20: stormgate.v1.Drain.readonly_policy:type_name -> stormgate.v1.ReadonlyPolicy
 	10, // 21: stormgate.v1.Drain.timeout:type_name -> google.protobuf.Duration
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	10, // 22: stormgate.v1.Drain.min_duration:type_name -> google.protobuf.Duration
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_xds_stormgatev1_settings_proto_init() }
