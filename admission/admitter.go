@@ -69,6 +69,7 @@ const kernelSampleEvery = time.Second
 type Admitter struct {
 	log  *zap.Logger
 	m    *metrics
+	reg  prometheus.Registerer // where m is registered (Freeze unregisters it)
 	file *os.File        // the listening socket; its fd is the only one in Go's poller
 	raw  syscall.RawConn // file's; Read waits for accept readiness, Control reaches the fd
 	addr netip.AddrPort  // bound address
@@ -129,6 +130,7 @@ func Listen(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Admitter, 
 		a.file.Close()
 		return nil, fmt.Errorf("admission: registering metrics: %w", err)
 	}
+	a.reg = reg
 	if base, err := KernelCounters(); err == nil {
 		a.kernelLast, a.kernelOK = base, true
 	} else {

@@ -133,6 +133,9 @@ func (a *Admitter) Freeze() (*Snapshot, error) {
 	for r := range numReasons {
 		sn.Counters.Rejected[r.String()] = a.rejected[r].Load()
 	}
+	// The restored Admitter registers the same series (in this process, after a failed
+	// handover) and carries the counts over.
+	a.m.unregister(a.reg)
 	a.log.Info("admission: frozen for a handover", zap.Stringer("address", a.addr),
 		zap.Int("pending", len(sn.Pending)), zap.Int64("active", a.active.Load()))
 	return sn, nil
@@ -217,8 +220,8 @@ func (sn *Snapshot) UnmarshalBinary(b []byte) error {
 // connections back in the queue with their accept times (a connection waits at most MaxWait
 // in total, the handover included), the counters and active count carried over. cfg must keep
 // what cannot change live (Address, Transparent); the rest applies as by Update (listen(2)
-// again when the backlog differs). Metrics are registered on reg as by Listen: in the process
-// that froze sn, pass another registry than the frozen Admitter's. On success the Admitter
+// again when the backlog differs). Metrics are registered on reg as by Listen (Freeze
+// unregistered the frozen Admitter's, so the same registry works in the same process). On success the Admitter
 // owns the snapshot's descriptors (close-on-exec set again); on error they stay with sn.
 // Call Serve next.
 func Restore(sn *Snapshot, cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Admitter, error) {
@@ -268,6 +271,7 @@ func Restore(sn *Snapshot, cfg Config, log *zap.Logger, reg prometheus.Registere
 		a.file.Close()
 		return nil, fmt.Errorf("admission: registering metrics: %w", err)
 	}
+	a.reg = reg
 	c := sn.Counters
 	a.accepted.Store(c.Accepted)
 	a.admitted.Store(c.Admitted)

@@ -47,7 +47,8 @@ func TestFreezeRestoreLosesNothing(t *testing.T) {
 	cfg := testConfig()
 	cfg.AcceptRate, cfg.AcceptBurst, cfg.MaxWait = 0.001, 1, time.Minute // one token, then nothing
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	a, err := Listen(cfg, log, prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	a, err := Listen(cfg, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +116,7 @@ func TestFreezeRestoreLosesNothing(t *testing.T) {
 	}
 	cfg2 := cfg
 	cfg2.AcceptRate = 0 // unlimited: the settings of the new image apply
-	reg := prometheus.NewRegistry()
-	r, err := Restore(&crossed, cfg2, log, reg)
+	r, err := Restore(&crossed, cfg2, log, reg) // the same registry: Freeze gave the series up
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,3 +127,13 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	}
 	return nil
 }
+
+// unregister removes what register added (a frozen Admitter hands its series to the restored one).
+func (m *metrics) unregister(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	for _, c := range m.all {
+		reg.Unregister(c)
+	}
+}
