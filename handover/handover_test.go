@@ -1,0 +1,179 @@
+package handover
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestStateRoundTrip(t *testing.T) {
+	in := &State{
+		Header: Header{ID: "abc", From: "v1", Binary: "/bin/new", Args: []string{"sidecar", "run"},
+			Listeners: map[string]int{"admin": 7}, FDs: []int{8, 9}, Started: time.Now().Round(0),
+			Phases: map[string]time.Duration{"freeze": time.Millisecond}, Counts: map[string]uint64{"success": 3}},
+		Sections: map[string][]byte{"proxy": bytes.Repeat([]byte{0, 1, 2}, 1000), "empty": {}},
+	}
+	var b bytes.Buffer
+	if err := in.Encode(&b); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Decode(b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Header.ID != "abc" || out.Header.Listeners["admin"] != 7 || !out.Header.Started.Equal(in.Header.Started) ||
+		out.Header.Counts["success"] != 3 || out.Header.Format != Format {
+		t.Fatalf("header %+v", out.Header)
+	}
+	if !bytes.Equal(out.Sections["proxy"], in.Sections["proxy"]) || len(out.Sections["empty"]) != 0 || len(out.Sections) != 2 {
+		t.Fatalf("sections %d", len(out.Sections))
+	}
+	// Every truncation is refused, never misread.
+	for n := range b.Len() {
+		if _, err := Decode(b.Bytes()[:n]); err == nil {
+			t.Fatalf("a state cut at %d of %d bytes decoded", n, b.Len())
+		}
+	}
+	other := bytes.Clone(b.Bytes())
+	other[len(magic)+3] = Format + 1
+	if _, err := Decode(other); err == nil || !strings.Contains(err.Error(), "format") {
+		t.Fatalf("another format: %v", err)
+	}
+}
+
+// The memfd round trip as the new image sees it: FromEnv reads the state, removes the
+// variables (a later child must not inherit them) and keeps the descriptors for RollBack.
+func TestMemfdFromEnv(t *testing.T) {
+	fd, err := WriteMemfd(&State{Header: Header{ID: "x"}, Sections: map[string][]byte{"a": []byte("hello")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fl, _ := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); fl&unix.FD_CLOEXEC != 0 {
+		t.Fatal("the memfd has FD_CLOEXEC: it would not survive the exec")
+	}
+	exe, err := OpenSelf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvState, fmt.Sprintf("%d:%d", fd, exe))
+	t.Setenv(EnvRollback, "why")
+	in, err := FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Done()
+	if in.State.Header.ID != "x" || string(in.State.Sections["a"]) != "hello" || in.Rollback != "why" {
+		t.Fatalf("incoming %+v", in)
+	}
+	if _, ok := os.LookupEnv(EnvState); ok {
+		t.Error("EnvState still set")
+	}
+	if _, ok := os.LookupEnv(EnvRollback); ok {
+		t.Error("EnvRollback still set")
+	}
+	if none, err := FromEnv(); none != nil || err != nil {
+		t.Errorf("second FromEnv: %v, %v", none, err)
+	}
+	t.Setenv(EnvState, "7")
+	if _, err := FromEnv(); err == nil {
+		t.Error("a malformed EnvState was accepted")
+	}
+}
+
+// TestExecKeepsExactlyTheListedFDs execs for real: a child process (this test binary)
+// opens two pipes, then Exec()s this test binary again keeping only one; the new image
+// reports which of them it has.
+func TestExecKeepsExactlyTheListedFDs(t *testing.T) {
+	switch os.Getenv("HANDOVER_TEST_MODE") {
+	case "exec":
+		var kept, dropped [2]int
+		if err := unix.Pipe2(kept[:], unix.O_CLOEXEC); err != nil {
+			panic(err)
+		}
+		if err := unix.Pipe(dropped[:]); err != nil { // no FD_CLOEXEC: Exec must close it anyway
+			panic(err)
+		}
+		var env []string
+		for _, kv := range Env() {
+			if !strings.HasPrefix(kv, "HANDOVER_TEST_MODE=") {
+				env = append(env, kv)
+			}
+		}
+		env = append(env, "HANDOVER_TEST_MODE=report",
+			"HANDOVER_TEST_FDS="+strconv.Itoa(kept[0])+","+strconv.Itoa(dropped[0]))
+		err := Exec(os.Args[0], []string{os.Args[0], "-test.run=TestExecKeepsExactlyTheListedFDs"}, env, []int{kept[0]})
+		fmt.Println("exec failed:", err)
+		os.Exit(3)
+	case "report":
+		fds := strings.Split(os.Getenv("HANDOVER_TEST_FDS"), ",")
+		for i, s := range fds {
+			fd, _ := strconv.Atoi(s)
+			_, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+			fmt.Printf("fd%d open=%t\n", i, err == nil)
+		}
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=TestExecKeepsExactlyTheListedFDs")
+	cmd.Env = append(os.Environ(), "HANDOVER_TEST_MODE=exec")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "fd0 open=true") || !strings.Contains(string(out), "fd1 open=false") {
+		t.Fatalf("after exec, want the kept fd open and the other closed; got:\n%s", out)
+	}
+}
+
+// script writes an executable shell script.
+func script(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPreflight(t *testing.T) {
+	ctx := context.Background()
+	ok := fmt.Sprintf(`echo '{"preflight":"ok","version":"v9","handover_format":%d}'`, Format)
+	rep, err := Preflight(ctx, script(t, `read line; [ "$line" = settings ] && [ "$3" = --preflight ] || exit 9`+"\n"+ok),
+		[]string{"run", "--x", PreflightFlag}, []byte("settings\n"), 5*time.Second)
+	if err != nil || rep.Version != "v9" {
+		t.Fatalf("a passing binary: %+v, %v", rep, err)
+	}
+	for name, c := range map[string]struct{ body, want string }{
+		"exits 1":      {"echo 'bad flag --x' >&2; exit 1", "bad flag --x"},
+		"no report":    {"echo hello", "without a preflight report"},
+		"other format": {`echo '{"preflight":"ok","version":"v9","handover_format":99}'`, "format 99"},
+		"hangs":        {"sleep 30 & sleep 30", "did not finish"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			start := time.Now()
+			_, err := Preflight(ctx, script(t, c.body), []string{PreflightFlag}, nil, 500*time.Millisecond)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v; want it to say %q", err, c.want)
+			}
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("took %v", time.Since(start))
+			}
+		})
+	}
+	notExec := filepath.Join(t.TempDir(), "plain")
+	os.WriteFile(notExec, []byte("x"), 0o644)
+	if _, err := Preflight(ctx, notExec, nil, nil, time.Second); err == nil || !strings.Contains(err.Error(), "not executable") {
+		t.Errorf("non-executable: %v", err)
+	}
+	if _, err := Preflight(ctx, "/nonexistent/sidecar", nil, nil, time.Second); err == nil {
+		t.Error("missing binary accepted")
+	}
+}
