@@ -487,6 +487,7 @@ func (c *consumer) handle(h dubbo.Header, body []byte) {
 		return
 	}
 	r.cnt.inflight.Add(-1)
+	r.noteAnswer(now)
 	if first >= 0 {
 		r.firstHist.Record(time.Duration(now - first))
 	}

@@ -164,6 +164,10 @@ func TestLatencyFromScheduleServerStall(t *testing.T) {
 	p := startResponder(t, func(p *responder) { p.stallAt, p.stall = 300, 200*time.Millisecond })
 	res := run(t, Config{Target: p.addr(), Conns: 4, Rate: 1000, Duration: time.Second})
 	checkStall(t, res)
+	// No answer arrived while the provider stalled: the longest gap is the stall.
+	if res.MaxAnswerGap < 150*time.Millisecond || res.MaxAnswerGap > 600*time.Millisecond {
+		t.Errorf("longest gap without an answer %v; want about the 200 ms stall", res.MaxAnswerGap)
+	}
 }
 
 // The same when this process falls behind (the scheduler itself is blocked for 200 ms): requests are

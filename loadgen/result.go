@@ -25,6 +25,11 @@ type Result struct {
 	Elapsed      time.Duration `json:"elapsed_ns"`
 	ConnectPhase time.Duration `json:"connect_phase_ns"`
 	RunPhase     time.Duration `json:"run_phase_ns"`
+	// MaxAnswerGap is the longest time in the request phase without any answer (request or
+	// heartbeat) arriving: a stall of the server shows here whole (an upgrade's handover, a
+	// pause). Merged results keep the largest of their processes', an upper bound of the
+	// gap across all of them.
+	MaxAnswerGap time.Duration `json:"max_answer_gap_ns"`
 
 	// Connections.
 	ConnsOpened     uint64          `json:"conns_opened"`      // successful dials, reconnects included
@@ -161,6 +166,7 @@ func (r *Result) Merge(o *Result) {
 	add(&r.ConnectFailures.Timeout, o.ConnectFailures.Timeout)
 	add(&r.ConnectFailures.Reset, o.ConnectFailures.Reset)
 	add(&r.ConnectFailures.Other, o.ConnectFailures.Other)
+	r.MaxAnswerGap = max(r.MaxAnswerGap, o.MaxAnswerGap)
 	add(&r.Reconnects, o.Reconnects)
 	add(&r.LeftOnReadonly, o.LeftOnReadonly)
 	add(&r.Resets, o.Resets)

@@ -32,6 +32,27 @@ type runner struct {
 	windows                                 [2]hist.Histogram
 	win                                     atomic.Pointer[hist.Histogram]
 	phase                                   atomic.Value // string
+
+	// The longest time without any answer during the request phase (answerGap).
+	gapOn              atomic.Bool
+	lastAnswer, maxGap atomic.Int64 // ns since t0; ns
+}
+
+// noteAnswer records an answer (request or heartbeat) at now for the longest gap.
+func (r *runner) noteAnswer(now int64) {
+	if !r.gapOn.Load() {
+		return
+	}
+	r.raiseGap(now - r.lastAnswer.Swap(now))
+}
+
+func (r *runner) raiseGap(gap int64) {
+	for {
+		m := r.maxGap.Load()
+		if gap <= m || r.maxGap.CompareAndSwap(m, gap) {
+			return
+		}
+	}
 }
 
 // now is the monotonic time since the run started, in nanoseconds.
@@ -130,12 +151,17 @@ func (r *runner) run(parent context.Context, progress func(Snapshot)) (*Result, 
 	r.phase.Store("run")
 	runStart := r.now()
 	cpu1, frames1 := rusage(), r.cnt.frames()
+	r.lastAnswer.Store(runStart)
+	r.gapOn.Store(true)
 	startReqs <- runStart
 	select {
 	case <-schedDone:
 	case <-ctx.Done():
 	}
-	runPhase := time.Duration(r.now() - runStart)
+	runEnd := r.now()
+	r.gapOn.Store(false)
+	r.raiseGap(runEnd - r.lastAnswer.Load())
+	runPhase := time.Duration(runEnd - runStart)
 	cpu2, frames2 := rusage(), r.cnt.frames()
 
 	// Drain: answers still in flight get up to Timeout (the sweeper expires the rest).
@@ -160,6 +186,7 @@ func (r *runner) run(parent context.Context, progress func(Snapshot)) (*Result, 
 	res.Elapsed = time.Since(r.t0)
 	res.ConnectPhase = connectPhase
 	res.RunPhase = runPhase
+	res.MaxAnswerGap = time.Duration(r.maxGap.Load())
 	cpu3 := rusage()
 	res.CPU = CPUUsage{
 		User: cpu3.user - cpu0.user, Sys: cpu3.sys - cpu0.sys,
