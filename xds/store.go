@@ -52,8 +52,9 @@ type Store struct {
 	mu        sync.Mutex  // serialises Update, Rebase and Reject; guards subs and base
 	base      Layered     // what an xDS push is merged over, with its sources
 	subs      map[chan struct{}]struct{}
-	info      *prometheus.GaugeVec // nil without a registerer
-	rejGauge  prometheus.Gauge     // nil without a registerer
+	info      *prometheus.GaugeVec   // nil without a registerer
+	rejGauge  prometheus.Gauge       // nil without a registerer
+	build     atomic.Pointer[string] // the binary's version, for /config_dump (SetBuildVersion)
 }
 
 // NewStore starts a store with complete settings s (normally WithDefaults of
@@ -89,6 +90,19 @@ func NewLayeredStore(base Layered, version string, reg prometheus.Registerer) (*
 	st.swap(&Active{Settings: base.Settings, Version: version, Source: base.Source, Sources: base.Sources, File: base.File})
 	return st, nil
 }
+
+// Base returns what xDS pushes are merged over and attributed against: the
+// settings from defaults, the file and the flags, with their sources (a
+// handover carries it to the next process image).
+func (st *Store) Base() Layered {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.base
+}
+
+// SetBuildVersion sets the binary's version that /config_dump prints as
+// "stormgate_version" (after an upgrade, the new binary's).
+func (st *Store) SetBuildVersion(v string) { st.build.Store(&v) }
 
 // Load returns the active settings. Never nil.
 func (st *Store) Load() *Active { return st.cur.Load() }
@@ -252,7 +266,12 @@ func (st *Store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.At = r.At.UTC()
 		rej = &r
 	}
+	build := ""
+	if p := st.build.Load(); p != nil {
+		build = *p
+	}
 	b, err := json.MarshalIndent(struct {
+		Build        string          `json:"stormgate_version,omitempty"`
 		Version      string          `json:"version"`
 		Source       string          `json:"source"`
 		File         string          `json:"file,omitempty"`
@@ -261,7 +280,7 @@ func (st *Store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		LastRejected *Rejection      `json:"last_rejected"`
 		FieldSources FieldSources    `json:"field_sources"`
 		Settings     json.RawMessage `json:"settings"`
-	}{a.Version, a.Source, a.File, a.Applied.UTC(), st.Rejecting(), rej, a.Sources, settings}, "", "  ")
+	}{build, a.Version, a.Source, a.File, a.Applied.UTC(), st.Rejecting(), rej, a.Sources, settings}, "", "  ")
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
