@@ -103,6 +103,7 @@ func startXDSSidecar(t *testing.T, upstream, cpAddr, nodeID string, wantUpstream
 
 // configDump is the sidecar's /config_dump.
 type configDump struct {
+	Build    string         `json:"stormgate_version"` // the binary's version
 	Version  string         `json:"version"`
 	Source   string         `json:"source"`
 	Applied  time.Time      `json:"applied"`

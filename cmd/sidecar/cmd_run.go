@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stormgate/stormgate/admission"
+	"github.com/stormgate/stormgate/handover"
 	"github.com/stormgate/stormgate/inject/appprobe"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/transparent"
@@ -49,6 +50,8 @@ type runFlags struct {
 	logLevel      string
 	logFormat     string
 	netpollBuffer int
+	upgradeBinary string
+	preflight     bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -111,6 +114,9 @@ SIGHUP is ignored: the control plane owns the settings (docs/operations.md).`,
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console (log.format)")
 	fl.IntVar(&f.netpollBuffer, "netpoll-buffer", proxy.DefaultNetpollBuffer, "initial input buffer per connection in bytes (grows on demand)")
 	_ = fl.MarkHidden("netpoll-buffer")
+	fl.StringVar(&f.upgradeBinary, "upgrade-binary", "", "binary SIGUSR2 (and 'sidecar upgrade' without --binary) upgrades to; default: the path this process was started from (replace the file, then signal)")
+	fl.BoolVar(&f.preflight, "preflight", false, "check the flags and settings as run would, print a JSON report, exit (what an upgrade asks of the new binary); binds nothing")
+	_ = fl.MarkHidden("preflight")
 	addXDSNodeFlags(cmd, &f.node)
 	return cmd
 }
@@ -169,41 +175,91 @@ func buildSettings(cmd *cobra.Command, f runFlags) (xds.Layered, error) {
 }
 
 func runSidecar(cmd *cobra.Command, f runFlags) error {
+	if f.preflight {
+		return runPreflight(cmd, f)
+	}
+	// SIGUSR2 upgrades; caught at once, since by default it would end the process.
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	defer signal.Stop(usr2)
+
+	// A new image of an upgrade (or the old one after a rollback) restores instead of
+	// binding: see upgrade.go. Any failure before it serves rolls back (rs.fail).
+	var rs *restoring
+	in, err := handover.FromEnv()
+	if in != nil {
+		rs = &restoring{in: in, start: time.Now()}
+		if err != nil {
+			return rs.fail(nil, err)
+		}
+	}
 	// Everything that can fail without a socket fails before one is bound.
 	if f.xdsAddr != "" {
 		if _, err := xds.NodeID(f.nodeID, os.Getenv); err != nil {
 			return fmt.Errorf("--xds %s: %w", f.xdsAddr, err)
 		}
 	}
-	layered, err := buildSettings(cmd, f)
-	if err != nil {
-		return err
+	var (
+		layered xds.Layered
+		active  *sg.Settings // the settings in force: the startup ones, or those handed over
+		ss      settingsState
+	)
+	if rs != nil {
+		ss, layered, active, err = restoredSettings(in.State.Sections[secSettings])
+		if err == nil && faultInjection == "restore" && in.Rollback == "" {
+			err = errors.New("fault injected by a test build: this binary refuses every handed-over state")
+		}
+		if err != nil {
+			return rs.fail(nil, err)
+		}
+	} else {
+		if layered, err = buildSettings(cmd, f); err != nil {
+			return err
+		}
+		active = layered.Settings
 	}
-	settings := layered.Settings
-	log, level, err := newLogger(settings.GetLog().GetLevel(), settings.GetLog().GetFormat())
+	settings := layered.Settings // the base: defaults < file < flags
+	log, level, err := newLogger(active.GetLog().GetLevel(), active.GetLog().GetFormat())
 	if err != nil {
+		if rs != nil {
+			return rs.fail(nil, err)
+		}
 		return err
 	}
 	defer log.Sync() //nolint:errcheck
-	if err := proxy.ConfigureNetpoll(log, f.netpollBuffer); err != nil {
+	// fail is for errors before serving: an upgrade rolls back, a start just fails.
+	fail := func(err error) error {
+		if rs != nil {
+			return rs.fail(log, err)
+		}
 		return err
+	}
+	if err := proxy.ConfigureNetpoll(log, f.netpollBuffer); err != nil {
+		return fail(err)
 	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := registerBuildInfo(reg); err != nil {
-		return err
+		return fail(err)
 	}
-	store, err := xds.NewLayeredStore(layered, xds.Version(settings), reg)
+	var store *xds.Store
+	if rs != nil {
+		store, err = restoredStore(ss, layered, active, reg)
+	} else {
+		store, err = xds.NewLayeredStore(layered, xds.Version(settings), reg)
+	}
 	if err != nil {
-		return err
+		return fail(err)
 	}
+	store.SetBuildVersion(version)
 	// With a control plane, not ready until its first settings are in force (applied, or equal
 	// to the startup ones: ACKed): a sidecar that cannot
 	// reach it (or cannot verify it: wrong CA) must not take traffic with settings it never got.
-	// Once applied they are kept when the control plane goes away, and readiness with them.
+	// Once applied they are kept when the control plane goes away, and readiness with them
+	// (also across an upgrade: the settings in force are handed over).
 	var xdsSynced atomic.Bool
-	xdsSynced.Store(f.xdsAddr == "")
+	xdsSynced.Store(f.xdsAddr == "" || rs != nil)
 	var xdsClient *xds.Client
 	if f.xdsAddr != "" {
 		// Base is the startup settings (fix found by e2e/xds_live_test.go): a push is
@@ -213,14 +269,14 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 				log.Info("first settings from the control plane in force; ready", zap.String("version", version))
 			}
 		}); err != nil {
-			return err
+			return fail(err)
 		}
 	}
 
 	// Application probes injection moved off the redirected ports (inject/appprobe).
 	appProbes, err := appprobe.Parse(os.Getenv(appprobe.EnvVar))
 	if err != nil {
-		return err
+		return fail(err)
 	}
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -228,8 +284,13 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 
 	// Bind the HTTP listeners first: a port clash must fail before consumers are accepted.
 	lns := map[string]net.Listener{}
+	if rs != nil {
+		if lns, err = inheritedListeners(in.State.Header.Listeners); err != nil {
+			return fail(err)
+		}
+	}
 	for name, addr := range map[string]string{"metrics": f.metrics, "admin": f.admin} {
-		if addr == "" {
+		if addr == "" || lns[name] != nil {
 			continue
 		}
 		ln, err := net.Listen("tcp", addr)
@@ -237,35 +298,65 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 			for _, l := range lns {
 				l.Close()
 			}
-			return fmt.Errorf("--%s %s: %w (pick a free address, or --%s '' to turn it off)", name, addr, err, name)
+			return fail(fmt.Errorf("--%s %s: %w (pick a free address, or --%s '' to turn it off)", name, addr, err, name))
 		}
 		lns[name] = ln
 	}
 
-	adm, err := admission.Listen(xds.AdmissionConfig(settings), log.Named("admission"), reg)
+	p := &plane{ctx: ctx, log: log, reg: reg, store: store, lns: lns}
+	if rs != nil {
+		var sn admission.Snapshot
+		if err = sn.UnmarshalBinary(in.State.Sections[secAdmission]); err == nil {
+			p.adm, err = admission.Restore(&sn, xds.AdmissionConfig(active), log.Named("admission"), reg)
+		}
+	} else {
+		p.adm, err = admission.Listen(xds.AdmissionConfig(active), log.Named("admission"), reg)
+	}
 	if err != nil {
 		for _, l := range lns {
 			l.Close()
 		}
+		if rs != nil {
+			return fail(err)
+		}
 		return listenerError(layered, err)
 	}
-	srv, err := proxy.New(xds.ProxyConfig(settings), proxy.Options{
-		Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: adm.ConnClosed,
-	})
+	p.admNow.Store(p.adm)
+	opts := proxy.Options{Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: func() { p.admNow.Load().ConnClosed() }}
+	var psn proxy.Snapshot
+	if rs != nil {
+		if err = psn.UnmarshalBinary(in.State.Sections[secProxy]); err == nil {
+			p.srv, err = proxy.Restore(&psn, xds.ProxyConfig(active), opts)
+		}
+	} else {
+		p.srv, err = proxy.New(xds.ProxyConfig(active), opts)
+	}
 	if err != nil {
-		adm.Close()
-		return err
+		p.adm.Close()
+		return fail(err)
 	}
+	srv := p.srv
 	if err := srv.Start(ctx); err != nil {
-		return err
+		return fail(err)
 	}
-	for _, w := range xds.Warnings(settings) {
+	for _, w := range xds.Warnings(active) {
 		log.Warn("settings warning", zap.String("field", w.Field), zap.String("warning", w.Message))
 	}
-	log.Info("stormgate started", zap.String("version", version), zap.Stringer("listen", adm.Addr()),
-		zap.String("upstream", upstreamDesc(settings)), zap.Bool("transparent", settings.GetListener().GetTransparent()),
-		zap.String("settings_source", layered.Source), zap.String("config_file", layered.File))
-	live := &liveSettings{log: log, store: store, srv: srv, adm: adm, level: level}
+	log.Info("stormgate started", zap.String("version", version), zap.Stringer("listen", p.adm.Addr()),
+		zap.String("upstream", upstreamDesc(active)), zap.Bool("transparent", active.GetListener().GetTransparent()),
+		zap.String("settings_source", store.Load().Source), zap.String("config_file", layered.File),
+		zap.Bool("upgraded", rs != nil))
+	live := &liveSettings{log: log, store: store, srv: srv, adm: p.adm, level: level}
+	p.live = live
+	p.handler = admission.HandlerFunc(func(c admission.Conn) { srv.ServeFD(c.FD, c.Remote, c.OrigDst) })
+	self, _ := os.Executable() // the path this process was started from, even if it has been replaced since
+	if f.upgradeBinary != "" {
+		self = f.upgradeBinary
+	}
+	u, err := newUpgrader(log.Named("upgrade"), self, store.Settings, srv.Draining, reg)
+	if err != nil {
+		return fail(err)
+	}
 
 	drainCh := make(chan struct{}, 1)
 	requestDrain := func() {
@@ -314,6 +405,8 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 			fmt.Fprintln(w, "draining")
 		})
 		mux.HandleFunc("/logging", loggingHandler(level, log))
+		mux.Handle("/upgrade", u.handler(ctx))
+		mux.HandleFunc("/version", versionHandler)
 		servers = append(servers, serveHTTP("admin", lns["admin"], mux, log))
 	}
 
@@ -328,12 +421,13 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		}()
 	}
 
-	serveErr := make(chan error, 1)
-	go func() {
-		serveErr <- adm.Serve(ctx, admission.HandlerFunc(func(c admission.Conn) {
-			srv.ServeFD(c.FD, c.Remote, c.OrigDst)
-		}))
-	}()
+	p.serve()
+	if rs != nil {
+		// Serving: the restored sockets are this image's (a later preflight must not
+		// inherit them), and there is nothing to roll back to any more.
+		handover.CloseOnExec(in.State.Header.FDs...)
+		rs.done(u, log)
+	}
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -348,11 +442,22 @@ wait:
 		case <-hup:
 			reloadOnHUP(live, cmd, f)
 			continue
+		case <-usr2:
+			log.Info("SIGUSR2: upgrading", zap.String("binary", u.defaultBinary))
+			u.fromSignal(ctx)
+			continue
+		case job := <-u.jobs:
+			// Returns only when the exec did not happen.
+			if err := u.handover(p, job); !errors.Is(err, errThawFailed) {
+				continue
+			} else {
+				exitErr = err
+			}
 		case sig := <-sigs:
 			log.Info("signal received; draining", zap.String("signal", sig.String()))
 		case <-drainCh:
 			log.Info("drain requested on the admin endpoint")
-		case err := <-serveErr:
+		case err := <-p.serveErr:
 			if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, context.Canceled) {
 				exitErr = err
 				log.Error("listener stopped", zap.Error(err))
@@ -375,7 +480,7 @@ wait:
 			log.Info("second signal: skipping the rest of drain.min_duration")
 		}
 	}
-	adm.StopAccepting()
+	p.adm.StopAccepting()
 	dctx, cancel := context.WithTimeout(context.Background(), xds.ProxyConfig(store.Settings()).DrainTimeout+time.Second)
 	go func() {
 		// Another signal skips the rest of the drain.
@@ -390,7 +495,7 @@ wait:
 		log.Warn("drain ended early", zap.Error(err))
 	}
 	cancel()
-	adm.Close()
+	p.adm.Close()
 	for _, hs := range servers {
 		sctx, c := context.WithTimeout(context.Background(), time.Second)
 		_ = hs.Shutdown(sctx)

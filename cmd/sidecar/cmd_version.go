@@ -2,8 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"runtime"
 	"runtime/debug"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -12,11 +16,32 @@ import (
 var version = "dev"
 
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version, Go version and key dependency versions",
-		Args:  cobra.NoArgs,
+	var admin string
+	cmd := &cobra.Command{
+		Use:   "version [--admin 127.0.0.1:15000]",
+		Short: "Print the version, Go version and key dependency versions (with --admin: of the running sidecar)",
+		Long: `Print this binary's version, Go version and key dependency versions.
+
+With --admin, ask the running sidecar on that admin listener instead (GET /version):
+after 'sidecar upgrade' the binary on disk and the one serving may differ.`,
+		Example: `  sidecar version
+  kubectl exec -n shop orders-7d9f -c stormgate -- sidecar version --admin 127.0.0.1:15000`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if admin != "" {
+				hc := &http.Client{Timeout: 5 * time.Second}
+				resp, err := hc.Get("http://" + admin + "/version")
+				if err != nil {
+					return fmt.Errorf("no sidecar answers on --admin %s: %w", admin, err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("GET /version on %s: %s", admin, resp.Status)
+				}
+				fmt.Fprint(cmd.OutOrStdout(), "running: "+string(b))
+				return nil
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), versionLine())
 			if bi, ok := debug.ReadBuildInfo(); ok {
 				for _, d := range bi.Deps {
@@ -30,9 +55,22 @@ func newVersionCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&admin, "admin", "", "admin listener of a running sidecar to ask, e.g. 127.0.0.1:15000")
+	return cmd
 }
 
 // versionLine is the first line of `sidecar version` and all of `sidecar --version`.
 func versionLine() string {
 	return fmt.Sprintf("stormgate %s (%s %s/%s)", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// versionHandler serves GET /version on the admin listener: the running binary's version
+// line (after an upgrade, the new one's) and its PID.
+func versionHandler(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "use GET /version", http.StatusMethodNotAllowed)
+		return
+	}
+	fmt.Fprintf(w, "%s pid %d\n", versionLine(), os.Getpid())
 }

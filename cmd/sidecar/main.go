@@ -41,6 +41,7 @@ Start here:
 		newIptablesCmd(),
 		newInjectCmd(),
 		newInjectWebhookCmd(),
+		newUpgradeCmd(),
 	)
 	return root
 }
