@@ -49,6 +49,8 @@ type Header struct {
 	ID     string `json:"id"`     // of the upgrade (sidecar upgrade polls for it)
 	From   string `json:"from"`   // version of the binary that wrote the state
 	Binary string `json:"binary"` // the new binary, as asked
+	// Trigger is what asked for the upgrade ("admin", "SIGUSR2").
+	Trigger string `json:"trigger,omitempty"`
 	// Args is the old process's command line (os.Args): the new image and a rollback run
 	// with the same arguments.
 	Args []string `json:"args"`

@@ -75,7 +75,8 @@ Endpoints:
              /app-health/... (the application probes sidecar inject moved here, if any)
   --admin    /config_dump (active settings, version, where each field came from, the
              last rejected version), POST /drain, GET /logging (the level),
-             POST /logging?level=debug (change it live). Keep it on loopback.
+             POST /logging?level=debug (change it live), GET /version,
+             GET|POST /upgrade (see 'sidecar upgrade'). Keep it on loopback.
 
 Signals: SIGTERM or SIGINT drains gracefully: /readyz answers 503 and every consumer
 gets READONLY at once, Stormgate keeps accepting and serving for drain.min_duration
@@ -83,7 +84,9 @@ gets READONLY at once, Stormgate keeps accepting and serving for drain.min_durat
 finish up to drain.timeout, and exits 0. SIGHUP re-reads --config (and
 these flags) and applies it live like an xDS push: all of it or, when any field is
 invalid or cannot change live, none of it (logged with every problem). With --xds,
-SIGHUP is ignored: the control plane owns the settings (docs/operations.md).`,
+SIGHUP is ignored: the control plane owns the settings (docs/operations.md).
+SIGUSR2 upgrades in place to --upgrade-binary (default: the path this process was
+started from) without closing a connection, as 'sidecar upgrade' does.`,
 		Example: `  # standalone, provider on 20880, consumers dial 20881
   sidecar run --upstream 127.0.0.1:20880 --listen 0.0.0.0:20881
 

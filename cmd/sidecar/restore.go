@@ -232,8 +232,14 @@ func runPreflight(cmd *cobra.Command, f runFlags) error {
 	if _, err := appprobe.Parse(os.Getenv(appprobe.EnvVar)); err != nil {
 		return err
 	}
-	if st, err := os.Stdin.Stat(); err == nil && st.Mode()&os.ModeCharDevice == 0 {
-		b, err := io.ReadAll(io.LimitReader(os.Stdin, 16<<20))
+	in := cmd.InOrStdin()
+	if f, ok := in.(*os.File); ok {
+		if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice != 0 {
+			in = nil // a terminal: a person running --preflight by hand
+		}
+	}
+	if in != nil {
+		b, err := io.ReadAll(io.LimitReader(in, 16<<20))
 		if err != nil {
 			return fmt.Errorf("reading the settings in force: %w", err)
 		}
