@@ -240,13 +240,20 @@ func (p *tpPod) providerPeers(t *testing.T) []string {
 // on exit.
 func (p *tpPod) stopProvider(t *testing.T) peer.ProviderStats {
 	t.Helper()
-	if err := p.provider.signal(syscall.SIGINT); err != nil {
+	return stopProvider(t, p.provider)
+}
+
+// stopProvider stops a `stormbench provider` process at once (SIGINT) and returns the
+// counters it prints on exit.
+func stopProvider(t *testing.T, pr *proc) peer.ProviderStats {
+	t.Helper()
+	if err := pr.signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.provider.wait(t, 10*time.Second); code != 0 {
+	if code := pr.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("provider exited with status %d", code)
 	}
-	lines := p.provider.stdoutLines()
+	lines := pr.stdoutLines()
 	for i := len(lines) - 1; i >= 0; i-- {
 		var st peer.ProviderStats
 		if strings.Contains(lines[i], `"conns_accepted"`) && json.Unmarshal([]byte(lines[i]), &st) == nil {
