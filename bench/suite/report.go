@@ -29,12 +29,26 @@ func writeReport(r *Results, docPath, imgDir string) error {
 	if err := os.MkdirAll(filepath.Dir(docPath), 0o755); err != nil {
 		return err
 	}
-	// The soak's section is written by `suite soak`, from another run: keep it.
-	doc := rp.markdown()
-	if soak := soakSectionOf(docPath); soak != "" {
-		doc = withSoakSection(doc, soak)
+	return os.WriteFile(docPath, []byte(keepSections(rp.markdown(), docPath)), 0o644)
+}
+
+// Sections other runs write into the same doc, which make bench keeps as they are: the soak's
+// (`suite soak`) and the upgrade's (make upgrade-bench, issue 14).
+const (
+	upgradeBegin = "<!-- upgrade:begin (make upgrade-bench writes the figures; make bench keeps this section) -->"
+	upgradeEnd   = "<!-- upgrade:end -->"
+)
+
+var keptSections = [][2]string{{soakBegin, soakEnd}, {upgradeBegin, upgradeEnd}}
+
+// keepSections puts the kept sections of the doc at path into the new doc.
+func keepSections(doc, path string) string {
+	for _, m := range keptSections {
+		if sec := sectionOf(path, m[0], m[1]); sec != "" {
+			doc = spliceSection(doc, m[0], m[1], strings.TrimRight(sec, "\n"))
+		}
 	}
-	return os.WriteFile(docPath, []byte(doc), 0o644)
+	return doc
 }
 
 // spliceSection replaces the text from begin to end (markers included) in doc with section,

@@ -97,14 +97,18 @@ func withSoakSection(doc, section string) string {
 
 // soakSectionOf returns the soak section of the doc at path ("" if none), for the benchmark
 // report to keep when it rewrites the file.
-func soakSectionOf(path string) string {
+func soakSectionOf(path string) string { return sectionOf(path, soakBegin, soakEnd) }
+
+// sectionOf returns the text from begin to end (markers included) of the doc at path, "" if
+// it has none.
+func sectionOf(path, begin, end string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
-	i, j := bytes.Index(b, []byte(soakBegin)), bytes.Index(b, []byte(soakEnd))
+	i, j := bytes.Index(b, []byte(begin)), bytes.Index(b, []byte(end))
 	if i < 0 || j < i {
 		return ""
 	}
-	return string(b[i:j+len(soakEnd)]) + "\n"
+	return string(b[i:j+len(end)]) + "\n"
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +91,23 @@ func TestSoakEvaluate(t *testing.T) {
 func TestLabelValue(t *testing.T) {
 	if got := labelValue(`stormgate_local_replies_total{reason="upstream_lost"}`, "reason"); got != "upstream_lost" {
 		t.Fatalf("got %q", got)
+	}
+}
+
+// make bench rewrites docs/benchmarks.md and keeps what other runs wrote: the soak's section
+// and the upgrade's (issue 14).
+func TestKeptSections(t *testing.T) {
+	soak := soakBegin + "\n## Soak\nsoak figures\n" + soakEnd
+	up := upgradeBegin + "\n## Upgrade\nupgrade figures\n" + upgradeEnd
+	path := t.TempDir() + "/benchmarks.md"
+	if err := os.WriteFile(path, []byte("# old\n\n"+soak+"\n\n"+up+"\n\n## Load tool overhead\nold\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc := keepSections("# Benchmarks\n\nnew tables\n\n## Load tool overhead\nnew\n", path)
+	if !strings.Contains(doc, soak) || !strings.Contains(doc, up) || !strings.Contains(doc, "new tables") || strings.Contains(doc, "# old") {
+		t.Fatalf("kept:\n%s", doc)
+	}
+	if i, j := strings.Index(doc, up), strings.Index(doc, "## Load tool overhead"); i < 0 || i > j {
+		t.Fatalf("the upgrade section is not before the load tool's:\n%s", doc)
 	}
 }
