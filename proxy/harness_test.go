@@ -93,6 +93,8 @@ func testConfig(upstream string) Config {
 		HoldTimeout:               3 * time.Second,
 		HoldMaxRequests:           10000,
 		HoldMaxBytes:              64 << 20,
+		NotExecutedRetries:        3,
+		NotExecutedWindow:         10 * time.Second,
 		DownstreamIdleTimeout:     180 * time.Second,
 		UpstreamInterval:          30 * time.Second,
 		UpstreamJitter:            0.2,

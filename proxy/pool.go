@@ -38,6 +38,7 @@ type pool struct {
 	sweepArmed   atomic.Bool
 	sweep        keepalive.Timer
 	dials        dialLog
+	life         poolLife // not-executed pauses, provider drains (lifecycle.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -58,6 +59,7 @@ func newPool(srv *Server, addr string, port uint16) *pool {
 	p.slots.Store(&[]*poolSlot{})
 	p.hold.init(p)
 	p.sweep.Init(p.onSweep)
+	p.life.drainTimer.Init(func() { p.endDrain("drain.timeout passed") })
 	p.downSince.Store(srv.now())
 	p.ctx, p.cancel = context.WithCancel(srv.ctx)
 	p.resize(srv.cfg.Load().UpstreamConns)
@@ -108,6 +110,7 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 		if err != nil {
 			d := bo.Next()
 			p.dials.failed(p, err, d)
+			p.dialFailed()
 			if !srv.sleep(ctx, d) {
 				return
 			}
@@ -119,6 +122,7 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 		connectedBefore = true
 		bo.Reset()
 		sl.uc.Store(uc)
+		p.adopt(uc)
 		srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 		p.dials.connected(p, idx)
 		p.connChanged()
@@ -174,6 +178,7 @@ func (p *pool) connect(slot int) (*upConn, error) {
 	_ = conn.AddCloseCallback(func(netpoll.Connection) error {
 		// Synchronously, before netpoll closes the fd: no write may reach a reused fd
 		// number. netpoll never runs this while onRequest runs, so the reader is ours.
+		uc.notePeerEnd()
 		uc.w.close()
 		uc.rd.reset(&srv.budget)
 		srv.spawn(func() { uc.fail("closed by provider") })
@@ -214,7 +219,7 @@ func (p *pool) pick(slots []*poolSlot) *upConn {
 func (p *pool) forward(r request, frame []byte) {
 	p.meter.count.Add(1)
 	p.srv.accept(r)
-	if p.hold.len() == 0 && (!p.warming() || p.warmAllow()) && p.send(r, frame) {
+	if p.hold.len() == 0 && p.life.pauseUntil.Load() == 0 && (!p.warming() || p.warmAllow()) && p.send(r, frame) {
 		return
 	}
 	p.hold.push(r, frame)
@@ -300,10 +305,15 @@ func (p *pool) connChanged() {
 }
 
 // readonlyDrained closes a READONLY connection whose in-flight work is done when
-// its slot is retiring; a provider-initiated READONLY waits for the provider to close.
+// its slot is retiring, or when the provider sent READONLY on it: a Java provider
+// waits for its consumers to disconnect (up to its shutdown timeout) before it
+// closes, so this lets it finish and come back sooner.
 func (p *pool) readonlyDrained(uc *upConn) {
-	if p.retiring(uc.slot) {
+	switch {
+	case p.retiring(uc.slot):
 		p.srv.spawn(func() { uc.close("slot retired") })
+	case uc.life.gotReadonly.Load():
+		p.srv.spawn(func() { uc.close("the provider sent READONLY and nothing is in flight on this connection") })
 	}
 }
 
@@ -370,6 +380,7 @@ func (p *pool) close() {
 	p.wg.Wait()
 	p.hold.failAll("stormgate: shutting down")
 	p.srv.wheel.Stop(&p.sweep)
+	p.srv.wheel.Stop(&p.life.drainTimer)
 }
 
 // queuedBytes is the bytes waiting to be written to the provider.

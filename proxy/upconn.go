@@ -55,6 +55,7 @@ type upConn struct {
 
 	mu      sync.Mutex
 	pending pendingTable
+	life    connLife // provider lifecycle: not-executed window, replay ring, peer end (lifecycle.go)
 }
 
 func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
@@ -66,6 +67,7 @@ func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 	now := srv.now()
 	uc.lastRead.Store(now)
 	uc.live.lastCheck = now
+	uc.life.noteConnected(fd, now)
 	uc.beat.Init(uc.onBeat)
 	uc.stall.Init(uc.onStallTimer)
 	return uc
@@ -74,11 +76,14 @@ func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 // send puts a two-way request on this connection under a fresh upstream id. It
 // returns false, leaving the request with the caller, when the connection takes no
 // new requests or its queue is full.
-func (uc *upConn) send(r request, frame []byte) bool {
+func (uc *upConn) send(r request, frame []byte) bool { return uc.sendIn(r, frame, false) }
+
+// sendIn is send; readonlyOK lets a READONLY connection take the request too.
+func (uc *upConn) sendIn(r request, frame []byte, readonlyOK bool) bool {
 	p := uc.pool
 	srv := p.srv
 	uc.mu.Lock()
-	if uc.state.Load() != stateReady {
+	if st := uc.state.Load(); st != stateReady && (!readonlyOK || st != stateReadonly) {
 		uc.mu.Unlock()
 		return false
 	}
@@ -91,6 +96,7 @@ func (uc *upConn) send(r request, frame []byte) bool {
 	}
 	uc.pending.add(id, pending{request: r, off: off, n: len(frame)})
 	uc.npending.Add(1)
+	uc.life.ring.put(off, frame)
 	uc.mu.Unlock()
 	if err != nil {
 		srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
@@ -209,7 +215,10 @@ func (uc *upConn) route(f Frame, frame []byte, now int64) {
 		return
 	}
 	if !p.heartbeat() {
-		uc.pool.srv.answer(p.request, frame, now)
+		uc.pool.checkClosing(frame)
+		if !uc.reholdNotExecuted(p, frame, now) {
+			uc.pool.srv.answer(p.request, frame, now)
+		}
 	}
 	if uc.state.Load() == stateReadonly && uc.npending.Load() == 0 {
 		uc.pool.readonlyDrained(uc)
@@ -245,22 +254,30 @@ func (uc *upConn) take(id int64) (pending, bool) {
 func (uc *upConn) onReadonly() {
 	p := uc.pool
 	p.srv.m.readonlyIn[0].Inc()
+	uc.life.gotReadonly.Store(true)
 	if uc.state.CompareAndSwap(stateReady, stateReadonly) {
 		p.srv.log.Info("provider sent READONLY; connection takes no new requests", zap.String("provider", p.addr),
 			zap.Int("slot", uc.slot))
 		p.connChanged()
+	}
+	p.startDrain(drainReadonly)
+	if uc.npending.Load() == 0 {
+		p.readonlyDrained(uc)
 	}
 }
 
 func (uc *upConn) onWriteable() {
 	p := uc.pool
 	p.srv.m.readonlyIn[1].Inc()
+	uc.life.gotReadonly.Store(false)
 	if !p.retiring(uc.slot) && uc.state.CompareAndSwap(stateReadonly, stateReady) {
 		p.srv.log.Info("provider sent WRITEABLE; connection takes requests again", zap.String("provider", p.addr),
 			zap.Int("slot", uc.slot))
+		uc.life.windowFrom.Store(p.srv.now())
 		p.connChanged()
 		p.hold.dispatch()
 	}
+	p.endDrain("the provider sent WRITEABLE")
 }
 
 // liveness decides, at each heartbeat check of a connection, whether to send a
@@ -358,6 +375,7 @@ func (uc *upConn) fail(why string) {
 	uc.state.Store(stateClosed)
 	entries := uc.pending.takeAll()
 	uc.mu.Unlock()
+	uc.notePeerEnd()
 	final := uc.w.close()
 	srv.wheel.Stop(&uc.beat)
 	srv.wheel.Stop(&uc.stall)
@@ -368,7 +386,7 @@ func (uc *upConn) fail(why string) {
 	uc.rd.reset(&srv.budget) // never concurrent with onRequest: netpoll runs the close callback after it
 	p.connChanged()
 
-	var unsent []held
+	var unsent, unseen []held
 	lost := 0
 	for _, e := range entries {
 		uc.npending.Add(-1)
@@ -381,6 +399,11 @@ func (uc *upConn) fail(why string) {
 				continue
 			}
 			srv.log.Error("BUG: an unsent request's bytes are gone; answering it as lost", zap.Uint64("offset", e.off))
+		} else if uc.life.end.unseen(e.off, e.n, final) {
+			if b, ok := uc.life.ring.copyOut(e.off, e.n); ok { // nobody sends on a closed connection: no lock needed
+				unseen = append(unseen, held{request: e.request, frame: b})
+				continue
+			}
 		}
 		lost++
 		srv.refuse(e.request, FailUpstreamLost, "stormgate: provider connection lost while the request was in flight ("+
@@ -391,8 +414,10 @@ func (uc *upConn) fail(why string) {
 		level = zap.InfoLevel
 	}
 	srv.log.Log(level, "provider connection closed", zap.String("provider", p.addr), zap.Int("slot", uc.slot),
-		zap.String("why", why), zap.Int("failed_in_flight", lost), zap.Int("reheld_unsent", len(unsent)))
-	p.hold.rehold(unsent)
+		zap.String("why", why), zap.Int("failed_in_flight", lost), zap.Int("reheld_unsent", len(unsent)),
+		zap.Int("reheld_unseen", len(unseen)))
+	p.hold.rehold(unsent, holdReheld)
+	p.hold.rehold(unseen, holdReheldUnseen)
 }
 
 // sweep removes the requests that arrived before cutoff and are fully written,

@@ -1,0 +1,414 @@
+package proxy
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/stormgate/stormgate/keepalive"
+)
+
+// Provider lifecycle: what Stormgate does with requests while a provider starts,
+// stops gracefully or dies, so that consumers see none of it when the provider's
+// own answers or the kernel prove that a request never ran. docs/design.md has the
+// table of provider events; in short:
+//
+//	| event                                   | requests
+//	|-----------------------------------------|------------------------------------------------------------
+//	| connection opens (start, restart)       | a not-executed answer within hold.not_executed_window is
+//	|                                         | re-held (at most hold.not_executed_retries times, within the
+//	|                                         | request's hold deadline); the pool pauses backoff_base,
+//	|                                         | doubling, before sending again
+//	| READONLY, or a closing=true answer      | drain: no connection of the provider takes new requests; they
+//	|                                         | wait in the hold queue; in flight ones finish; READONLY
+//	|                                         | connections close once empty; a request whose hold ends while
+//	|                                         | the provider still serves is sent to it rather than failed
+//	| WRITEABLE, a refused dial, drain.timeout| drain ends: connections take requests again
+//	| FIN (provider closed, queue empty)      | requests the provider's kernel never acknowledged are re-held
+//	| RST (provider closed with unread bytes) | the last request handed to the kernel is re-held
+//	| anything else, silence                  | may have run: CHANNEL_INACTIVE, never retried
+//
+// Both re-hold rules rely on TCP as Linux implements it and on providers that close
+// their sockets with close(2) (Java's Netty and dubbo-go's getty do): a FIN means
+// the provider's application had read everything its kernel had acknowledged and
+// takes nothing more; a RST at close means unread bytes were discarded, and unread
+// bytes are always the end of what arrived. A provider that half-closes and keeps
+// reading, or aborts with SO_LINGER 0 after running a request, would break them.
+//
+// Re-holding needs the request's bytes after the kernel took them: each connection
+// keeps the last replaySize bytes of requests it sent (replayRing), copied under
+// upConn.mu when they are sent. A request that is no longer there is answered as
+// before.
+
+// replaySize is how many bytes of recently sent requests each provider connection
+// keeps for re-holding. It covers every request in flight on a connection up to
+// this many bytes; larger frames are never kept.
+const replaySize = 64 << 10
+
+// replayRing keeps the bytes of recently sent request frames by stream offset. It
+// is guarded by its upConn's mu; frames are put in stream order.
+type replayRing struct {
+	buf []byte
+	end uint64 // stream offset just past the last frame put
+}
+
+func (r *replayRing) put(off uint64, frame []byte) {
+	if len(frame) > replaySize {
+		return
+	}
+	if r.buf == nil {
+		r.buf = make([]byte, replaySize)
+	}
+	n := copy(r.buf[off%replaySize:], frame)
+	copy(r.buf, frame[n:])
+	r.end = off + uint64(len(frame))
+}
+
+// copyOut returns a copy of the frame put at off, if no later frame overwrote it.
+func (r *replayRing) copyOut(off uint64, n int) ([]byte, bool) {
+	if r.buf == nil || n > replaySize || off+uint64(n) > r.end || r.end-off > replaySize {
+		return nil, false
+	}
+	out := make([]byte, n)
+	m := copy(out, r.buf[off%replaySize:])
+	copy(out[m:], r.buf)
+	return out, true
+}
+
+// connLife is one provider connection's part of the lifecycle.
+type connLife struct {
+	windowFrom  atomic.Int64 // start of the not-executed window (connect, READONLY/WRITEABLE/closing)
+	ring        replayRing   // under upConn.mu
+	ackBase     uint64       // tcpi_bytes_acked right after connect (the SYN); set before the connection is used
+	ackOK       bool
+	end         peerEnd     // the first peer end seen; under w.fdMu, read after w.close
+	gotReadonly atomic.Bool // the provider sent READONLY on this connection
+}
+
+// TCP states (include/net/tcp_states.h).
+const (
+	tcpClose     = 7 // after a RST
+	tcpCloseWait = 8 // after the peer's FIN
+)
+
+// peerEnd is what the kernel knew when the connection's end was first seen.
+type peerEnd struct {
+	state uint8  // tcpi_state; 0 when not read
+	acked uint64 // stream bytes the provider's kernel acknowledged
+}
+
+// unseen reports whether the frame [off, off+n), which the kernel took (it ends at or
+// before final, the stream's end), provably never reached the provider's
+// application:
+//   - after a FIN the application had read exactly what its kernel acknowledged:
+//     a frame ending beyond that arrived after it closed;
+//   - after a RST the provider closed with unread bytes, which are the end of what
+//     arrived: the last frame sent is unread (or never arrived).
+func (e peerEnd) unseen(off uint64, n int, final uint64) bool {
+	end := off + uint64(n)
+	switch e.state {
+	case tcpCloseWait:
+		return end > e.acked
+	case tcpClose:
+		return end == final
+	}
+	return false
+}
+
+// noteConnected reads the acknowledged-bytes base of a new connection.
+func (l *connLife) noteConnected(fd int, now int64) {
+	l.windowFrom.Store(now)
+	if info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+		l.ackBase, l.ackOK = info.Bytes_acked, true
+	}
+}
+
+// notePeerEnd records what the kernel says about the connection's end, once, while
+// the fd is still open: call it before w.close.
+func (uc *upConn) notePeerEnd() {
+	l := &uc.life
+	if !l.ackOK {
+		return
+	}
+	uc.w.withFD(func(fd int) {
+		if l.end.state != 0 {
+			return
+		}
+		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil || info.Bytes_acked < l.ackBase {
+			return
+		}
+		l.end = peerEnd{state: info.State, acked: info.Bytes_acked - l.ackBase}
+	})
+}
+
+// withFD runs f with the writer's fd while it is open (close waits for it), so the
+// fd number cannot be closed and reused under f.
+func (w *writer) withFD(f func(fd int)) {
+	w.fdMu.Lock()
+	defer w.fdMu.Unlock()
+	if !w.fdClosed {
+		f(w.fd)
+	}
+}
+
+// replayCopy returns a copy of the request frame sent at off.
+func (uc *upConn) replayCopy(off uint64, n int) ([]byte, bool) {
+	uc.mu.Lock()
+	defer uc.mu.Unlock()
+	return uc.life.ring.copyOut(off, n)
+}
+
+// inWindow reports whether not-executed answers on this connection are re-held now.
+func (uc *upConn) inWindow(now int64, cfg *Config) bool {
+	return cfg.NotExecutedWindow > 0 && now-uc.life.windowFrom.Load() < int64(cfg.NotExecutedWindow)
+}
+
+// reholdNotExecuted puts a request back in the hold queue when the provider's answer
+// proves it never ran and the rules allow; false leaves the answer to be passed on.
+func (uc *upConn) reholdNotExecuted(pe pending, frame []byte, now int64) bool {
+	p := uc.pool
+	srv := p.srv
+	why := srv.codec.NotExecuted(frame)
+	if why == "" {
+		p.life.answered()
+		return false
+	}
+	cfg := srv.cfg.Load()
+	outcome := notRunPassedOn
+	switch {
+	case !uc.inWindow(now, cfg):
+		outcome = notRunOutsideWindow
+	case int(pe.tries) < cfg.NotExecutedRetries:
+		d := p.life.nextPause(cfg)
+		if now+int64(d) >= pe.arrived+int64(cfg.HoldTimeout) {
+			break // its hold would end before the retry: the provider's own answer is the better one
+		}
+		b, ok := uc.replayCopy(pe.off, pe.n)
+		if !ok {
+			break
+		}
+		pe.tries++
+		srv.m.life.notRunCounter(why, notRunReheld).Inc()
+		p.life.pause(now, d)
+		if pe.tries == 1 {
+			srv.log.Debug("the provider answered that it did not run a request; holding it and retrying",
+				zap.String("provider", p.addr), zap.String("answer", why), zap.Duration("pause", d))
+		}
+		p.hold.rehold([]held{{request: pe.request, frame: b}}, holdReheldNotRun)
+		return true
+	}
+	srv.m.life.notRunCounter(why, outcome).Inc()
+	return false
+}
+
+// poolLife is a pool's part of the lifecycle.
+type poolLife struct {
+	pauseUntil  atomic.Int64 // no request goes out before this after a not-executed answer
+	pauseStreak atomic.Int32 // not-executed answers since the last ordinary one
+	drainSince  atomic.Int64 // the provider is draining since; 0 when not
+	drainTimer  keepalive.Timer
+}
+
+// answered notes an ordinary answer: the provider serves, pauses start small again.
+func (l *poolLife) answered() {
+	if l.pauseStreak.Load() != 0 {
+		l.pauseStreak.Store(0)
+	}
+}
+
+// nextPause is how long the next not-executed answer stops sending: backoff_base,
+// doubling with each such answer in a row, capped at backoff_max.
+func (l *poolLife) nextPause(cfg *Config) time.Duration {
+	d := cfg.BackoffBase << min(l.pauseStreak.Load(), 20)
+	if d > cfg.BackoffMax || d <= 0 {
+		d = cfg.BackoffMax
+	}
+	return d
+}
+
+// pause stops sending until now+d and counts one more not-executed answer in a row.
+func (l *poolLife) pause(now int64, d time.Duration) {
+	l.pauseStreak.Add(1)
+	until := now + int64(d)
+	for {
+		old := l.pauseUntil.Load()
+		if old >= until || l.pauseUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
+// paused reports whether sending waits for a pause, and until when.
+func (p *pool) paused() (until int64, ok bool) {
+	u := p.life.pauseUntil.Load()
+	if u == 0 {
+		return 0, false
+	}
+	if p.srv.now() >= u {
+		p.life.pauseUntil.CompareAndSwap(u, 0)
+		return 0, false
+	}
+	return u, true
+}
+
+// drainTrigger labels stormgate_provider_drains_total{trigger}.
+type drainTrigger uint8
+
+const (
+	drainReadonly drainTrigger = iota
+	drainClosing
+	nDrainTriggers
+)
+
+var drainTriggerNames = [nDrainTriggers]string{drainReadonly: "readonly", drainClosing: "closing"}
+
+// draining reports whether the provider is shutting down gracefully.
+func (p *pool) draining() bool { return p.life.drainSince.Load() != 0 }
+
+// checkClosing starts a drain when an answer says the provider is closing.
+func (p *pool) checkClosing(frame []byte) {
+	if !p.draining() && p.srv.codec.Closing(frame) {
+		p.startDrain(drainClosing)
+	}
+}
+
+// startDrain stops sending new requests to the provider: every connection takes only
+// what is in flight, new ones wait in the hold queue, until endDrain.
+func (p *pool) startDrain(trigger drainTrigger) {
+	srv := p.srv
+	now := srv.now()
+	if !p.life.drainSince.CompareAndSwap(0, now) {
+		return
+	}
+	cfg := srv.cfg.Load()
+	srv.m.life.drains[trigger].Inc()
+	srv.log.Info("provider is shutting down gracefully: new requests wait in the hold queue until it is back",
+		zap.String("provider", p.addr), zap.String("signal", drainTriggerNames[trigger]),
+		zap.Duration("at_most", cfg.DrainTimeout), zap.String("requests", holdPolicyText(cfg)))
+	for _, sl := range p.slotList() {
+		if uc := sl.uc.Load(); uc != nil {
+			uc.state.CompareAndSwap(stateReady, stateReadonly)
+			uc.life.windowFrom.Store(now)
+		}
+	}
+	srv.wheel.Schedule(&p.life.drainTimer, cfg.DrainTimeout)
+	p.connChanged()
+}
+
+// endDrain lets the provider's connections take requests again.
+func (p *pool) endDrain(why string) {
+	srv := p.srv
+	since := p.life.drainSince.Swap(0)
+	if since == 0 {
+		return
+	}
+	srv.wheel.Stop(&p.life.drainTimer)
+	now := srv.now()
+	srv.log.Info("provider drain over: connections take requests again", zap.String("provider", p.addr),
+		zap.String("why", why), zap.Duration("after", time.Duration(now-since)))
+	for _, sl := range p.slotList() {
+		if uc := sl.uc.Load(); uc != nil && !p.retiring(uc.slot) {
+			uc.state.CompareAndSwap(stateReadonly, stateReady)
+			uc.life.gotReadonly.Store(false)
+			uc.life.windowFrom.Store(now)
+		}
+	}
+	p.connChanged()
+	p.hold.dispatch()
+}
+
+// adopt makes a new connection follow a drain in progress; call it right after the
+// connection is stored in its slot.
+func (p *pool) adopt(uc *upConn) {
+	if p.draining() {
+		uc.state.CompareAndSwap(stateReady, stateReadonly)
+		// endDrain may have looked at the slots before uc was in one.
+		if !p.draining() {
+			uc.state.CompareAndSwap(stateReadonly, stateReady)
+		}
+	}
+}
+
+// dialFailed ends a drain: nothing listens any more, so the next connection is to
+// a provider that started afresh.
+func (p *pool) dialFailed() {
+	if p.draining() {
+		p.endDrain("the provider stopped listening")
+	}
+}
+
+// sendToDraining sends a request whose hold ended on a connection of a draining
+// provider that still serves, rather than failing it.
+func (p *pool) sendToDraining(r request, frame []byte) bool {
+	if !p.draining() || r.sess.closing.Load() {
+		return false
+	}
+	for _, sl := range p.slotList() {
+		if uc := sl.uc.Load(); uc != nil && !p.retiring(uc.slot) && uc.sendIn(r, frame, true) {
+			return true
+		}
+	}
+	return false
+}
+
+// not-executed answer outcomes, labels of stormgate_not_executed_answers_total{outcome}.
+type notRunOutcome uint8
+
+const (
+	notRunReheld notRunOutcome = iota
+	notRunPassedOn
+	notRunOutsideWindow
+	nNotRunOutcomes
+)
+
+var notRunOutcomeNames = [nNotRunOutcomes]string{
+	notRunReheld:        "reheld",
+	notRunPassedOn:      "passed_on",
+	notRunOutsideWindow: "outside_window",
+}
+
+// lifeMetrics are the lifecycle's counters.
+type lifeMetrics struct {
+	notRun     map[string]*[nNotRunOutcomes]prometheus.Counter
+	drains     [nDrainTriggers]prometheus.Counter
+	collectors []prometheus.Collector
+}
+
+func newLifeMetrics(reasons []string) lifeMetrics {
+	m := lifeMetrics{notRun: make(map[string]*[nNotRunOutcomes]prometheus.Counter, len(reasons)+1)}
+	reasons = append(reasons[:len(reasons):len(reasons)], "unknown")
+	notRun := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_not_executed_answers_total",
+		Help: "Provider answers proving the request never ran (service not exported yet or any more, thread pool " +
+			"full), by answer and outcome: reheld (back to the hold queue, sent again), passed_on (retries or hold " +
+			"deadline used up), outside_window (not within hold.not_executed_window of a connect or state change)."},
+		[]string{"reason", "outcome"})
+	for _, r := range reasons {
+		var cs [nNotRunOutcomes]prometheus.Counter
+		for i := range cs {
+			cs[i] = notRun.WithLabelValues(r, notRunOutcomeNames[i])
+		}
+		m.notRun[r] = &cs
+	}
+	drains := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_provider_drains_total",
+		Help: "Graceful shutdowns of the provider seen, by signal (readonly: a READONLY event; closing: an answer " +
+			"carrying closing=true)."}, []string{"trigger"})
+	for i := range m.drains {
+		m.drains[i] = drains.WithLabelValues(drainTriggerNames[i])
+	}
+	m.collectors = []prometheus.Collector{notRun, drains}
+	return m
+}
+
+// notRunCounter returns the counter of one answer and outcome; reasons the codec
+// did not list at start share the "unknown" series.
+func (m *lifeMetrics) notRunCounter(why string, o notRunOutcome) prometheus.Counter {
+	cs, ok := m.notRun[why]
+	if !ok {
+		cs = m.notRun["unknown"]
+	}
+	return cs[o]
+}
