@@ -101,6 +101,8 @@ func main() {
 		err = cmdBaseline(os.Args[2:])
 	case "storm-client":
 		err = cmdStormClient(os.Args[2:])
+	case "soak":
+		err = cmdSoak(os.Args[2:])
 	case "-h", "--help", "help":
 		usage()
 		return
@@ -115,8 +117,9 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprint(os.Stderr, `usage: suite run|render|baseline [flags]   (see bench/run.sh; -h on each for flags)
+	fmt.Fprint(os.Stderr, `usage: suite run|render|soak|baseline|storm-client [flags]   (see bench/run.sh, bench/soak.sh; -h on each for flags)
   run       run the benchmark scenarios and regenerate the doc and plots
+  soak      the long integrity run (make soak): provider restarts, checked bodies, leak check
   render    regenerate the doc and plots from a results.json
   baseline  the accept-storm baseline listener (backlog 50, slow accept)
   storm-client  open connections at once and time their first answers (accept storm)
@@ -240,10 +243,8 @@ func cmdRun(args []string) error {
 	if s.bins.haproxy, err = exec.LookPath("haproxy"); err != nil && needsHAProxy(o.Scenarios) {
 		return errors.New("haproxy not found (bench/run.sh installs it with apt-get)")
 	}
-	for _, b := range []string{s.bins.sidecar, s.bins.stormbench} {
-		if _, err := os.Stat(b); err != nil {
-			return fmt.Errorf("missing binary: %w (bench/run.sh builds them)", err)
-		}
+	if err := requireBins("bench/run.sh", s.bins.sidecar, s.bins.stormbench); err != nil {
+		return err
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -306,6 +307,16 @@ func cmdRun(args []string) error {
 		return err
 	}
 	s.logf("wrote %s, %s/*.svg and %s in %v", d.doc, d.img, d.results, res.Wall.Round(time.Second))
+	return nil
+}
+
+// requireBins fails when a binary is missing, naming the script that builds it.
+func requireBins(script string, paths ...string) error {
+	for _, b := range paths {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("missing binary: %w (%s builds them)", err, script)
+		}
+	}
 	return nil
 }
 
