@@ -423,6 +423,17 @@ func newRawProvider(t *testing.T) *rawProvider {
 	return p
 }
 
+// rawFixture is a fixture with one connection to a rawProvider, a consumer, and the
+// provider's side of that connection.
+func rawFixture(t *testing.T) (*fixture, *rawProvider, context.Context, *peer.Client, net.Conn) {
+	t.Helper()
+	prov := newRawProvider(t)
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = prov.ln.Addr().String(); c.UpstreamConns = 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return f, prov, ctx, f.dial(ctx), <-prov.conns
+}
+
 // readWholeFrame reads one whole frame from c.
 func readWholeFrame(t *testing.T, c net.Conn) (dubbo.Header, []byte) {
 	t.Helper()
@@ -458,12 +469,7 @@ func unread(c net.Conn) int {
 // the provider: it is sent again on the next connection and succeeds. (Before this
 // rule both failed: the kernel had taken both.)
 func TestProviderResetReholdsTheLastRequest(t *testing.T) {
-	prov := newRawProvider(t)
-	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = prov.ln.Addr().String(); c.UpstreamConns = 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cl := f.dial(ctx)
-	first := <-prov.conns
+	f, prov, ctx, cl, first := rawFixture(t)
 
 	ran := callAsync(ctx, cl, 1, "read-then-crash")
 	_, frame := readWholeFrame(t, first)
@@ -499,12 +505,7 @@ func TestProviderResetReholdsTheLastRequest(t *testing.T) {
 // TestProviderFINAfterReadingAllFailsInFlight: a provider that read every request
 // and closes (FIN) may have run them all: none is re-held.
 func TestProviderFINAfterReadingAllFailsInFlight(t *testing.T) {
-	prov := newRawProvider(t)
-	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = prov.ln.Addr().String(); c.UpstreamConns = 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cl := f.dial(ctx)
-	first := <-prov.conns
+	f, _, ctx, cl, first := rawFixture(t)
 	var results []<-chan callResult
 	for i := range 3 {
 		results = append(results, callAsync(ctx, cl, int64(i+1), "r"))
