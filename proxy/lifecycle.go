@@ -27,16 +27,21 @@ import (
 //	|                                         | connections close once empty; a request whose hold ends while
 //	|                                         | the provider still serves is sent to it rather than failed
 //	| WRITEABLE, a refused dial, drain.timeout| drain ends: connections take requests again
-//	| FIN (provider closed, queue empty)      | requests the provider's kernel never acknowledged are re-held
+//	| FIN (provider closed, queue empty)      | requests the provider's kernel never acknowledged are re-held,
+//	|                                         | once it refuses them with a RST (its socket is gone)
 //	| RST (provider closed with unread bytes) | the last request handed to the kernel is re-held
 //	| anything else, silence                  | may have run: CHANNEL_INACTIVE, never retried
 //
-// Both re-hold rules rely on TCP as Linux implements it and on providers that close
-// their sockets with close(2) (Java's Netty and dubbo-go's getty do): a FIN means
-// the provider's application had read everything its kernel had acknowledged and
-// takes nothing more; a RST at close means unread bytes were discarded, and unread
-// bytes are always the end of what arrived. A provider that half-closes and keeps
-// reading, or aborts with SO_LINGER 0 after running a request, would break them.
+// Both re-hold rules rely on TCP as Linux implements it: a FIN from a provider that
+// closed its socket (close(2): Java's Netty and dubbo-go's getty) means its
+// application had read everything its kernel acknowledged, and takes nothing more; a
+// RST at close means unread bytes were discarded, and unread bytes are always the end
+// of what arrived. A provider may instead half-close and keep reading: so the FIN rule
+// waits (up to finConfirm) for the provider's kernel to refuse the bytes past its FIN
+// with a RST, and gives up, re-holding nothing, if it acknowledges any of them
+// instead. What remains unprovable: a provider that half-closes, reads a request
+// without acknowledging it yet (delayed ACK), and closes with more unread bytes within
+// those few milliseconds; or one that aborts with SO_LINGER 0 after running a request.
 //
 // Re-holding needs the request's bytes after the kernel took them: each connection
 // keeps the last replaySize bytes of requests it sent (replayRing), copied under
@@ -85,6 +90,7 @@ type connLife struct {
 	ackBase     uint64       // tcpi_bytes_acked right after connect (the SYN); set before the connection is used
 	ackOK       bool
 	end         peerEnd     // the first peer end seen; under w.fdMu, read after w.close
+	endFD       int         // after a FIN: a dup of the socket, to watch for the RST (fail closes it); -1 when none
 	gotReadonly atomic.Bool // the provider sent READONLY on this connection
 }
 
@@ -121,6 +127,7 @@ func (e peerEnd) unseen(off uint64, n int, final uint64) bool {
 // noteConnected reads the acknowledged-bytes base of a new connection.
 func (l *connLife) noteConnected(fd int, now int64) {
 	l.windowFrom.Store(now)
+	l.endFD = -1
 	if info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
 		l.ackBase, l.ackOK = info.Bytes_acked, true
 	}
@@ -128,21 +135,56 @@ func (l *connLife) noteConnected(fd int, now int64) {
 
 // notePeerEnd records what the kernel says about the connection's end, once, while
 // the fd is still open: call it before w.close.
-func (uc *upConn) notePeerEnd() {
-	l := &uc.life
-	if !l.ackOK {
+func (uc *upConn) notePeerEnd() { uc.w.withFD(uc.life.captureEnd) }
+
+// captureEnd reads the connection's end from fd, once; after a FIN it keeps a dup of
+// the socket for confirmFIN.
+func (l *connLife) captureEnd(fd int) {
+	if !l.ackOK || l.end.state != 0 {
 		return
 	}
-	uc.w.withFD(func(fd int) {
-		if l.end.state != 0 {
-			return
+	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil || info.Bytes_acked < l.ackBase {
+		return
+	}
+	l.end = peerEnd{state: info.State, acked: info.Bytes_acked - l.ackBase}
+	if info.State == tcpCloseWait {
+		if d, err := unix.Dup(fd); err == nil {
+			l.endFD = d
 		}
+	}
+}
+
+// finConfirm bounds the wait for a provider that sent a FIN to refuse the bytes past it.
+// On loopback the RST comes within microseconds; a half-closed provider's delayed ACK
+// within 40 ms.
+const finConfirm = 100 * time.Millisecond
+
+// confirmFIN decides the FIN rule once the connection is closed: a frame that ends past
+// what the provider acknowledged before its FIN is unseen only if the provider's kernel
+// then refused it (a RST: the socket is closed) without acknowledging any of it. It
+// returns end, changed to no proof when that is not seen within finConfirm. final is the
+// stream's end; the dup of the socket is closed.
+func (l *connLife) confirmFIN(final uint64) peerEnd {
+	e, fd := l.end, l.endFD
+	l.endFD = -1
+	if fd < 0 {
+		return e
+	}
+	defer unix.Close(fd)
+	if e.state != tcpCloseWait || final <= e.acked {
+		return e // nothing past the FIN's acknowledgement
+	}
+	for deadline := time.Now().Add(finConfirm); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
-		if err != nil || info.Bytes_acked < l.ackBase {
-			return
+		switch {
+		case err != nil || info.Bytes_acked-l.ackBase > e.acked:
+			return peerEnd{} // it read on after its FIN (a half-close): nothing is proven
+		case info.State == tcpClose:
+			return e
 		}
-		l.end = peerEnd{state: info.State, acked: info.Bytes_acked - l.ackBase}
-	})
+	}
+	return peerEnd{}
 }
 
 // withFD runs f with the writer's fd while it is open (close waits for it), so the

@@ -644,3 +644,57 @@ func TestReadonlyClosesEmptyConnections(t *testing.T) {
 		t.Fatalf("provider saw %d requests, want 2", n)
 	}
 }
+
+// fdOf returns the fd of a TCP connection (valid while c is open).
+func fdOf(t *testing.T, c *net.TCPConn) int {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := -1
+	_ = rc.Control(func(f uintptr) { fd = int(f) })
+	return fd
+}
+
+// TestFINRuleNeedsTheRST: bytes past a FIN are proven unread only when the provider's
+// kernel refuses them (it closed its socket); a provider that half-closed and keeps
+// reading acknowledges them instead, and nothing is proven.
+func TestFINRuleNeedsTheRST(t *testing.T) {
+	for _, halfClose := range []bool{false, true} {
+		c, s := pair(t)
+		var l connLife
+		l.noteConnected(fdOf(t, c), 0)
+		if _, err := c.Write(bytes.Repeat([]byte{'a'}, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(s, make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if halfClose {
+			_ = s.CloseWrite()
+		} else {
+			s.Close()
+		}
+		waitFor(t, 5*time.Second, "the FIN", func() bool { return tcpInfo(t, c).State == tcpCloseWait })
+		l.captureEnd(fdOf(t, c))
+		if l.end.state != tcpCloseWait || l.end.acked != 100 || l.endFD < 0 {
+			t.Fatalf("captured %+v fd %d", l.end, l.endFD)
+		}
+		if _, err := c.Write(bytes.Repeat([]byte{'b'}, 50)); err != nil { // past the FIN
+			t.Fatal(err)
+		}
+		if halfClose {
+			if _, err := io.ReadFull(s, make([]byte, 50)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		end := l.confirmFIN(150)
+		if got := end.unseen(100, 50, 150); got == halfClose {
+			t.Fatalf("half-close %v: the bytes past the FIN unseen = %v", halfClose, got)
+		}
+		if l.endFD != -1 {
+			t.Fatal("the dup was not released")
+		}
+	}
+}

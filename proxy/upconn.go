@@ -386,6 +386,7 @@ func (uc *upConn) fail(why string) {
 	uc.rd.reset(&srv.budget) // never concurrent with onRequest: netpoll runs the close callback after it
 	p.connChanged()
 
+	end := uc.life.confirmFIN(final)
 	var unsent, unseen []held
 	lost := 0
 	for _, e := range entries {
@@ -399,7 +400,7 @@ func (uc *upConn) fail(why string) {
 				continue
 			}
 			srv.log.Error("BUG: an unsent request's bytes are gone; answering it as lost", zap.Uint64("offset", e.off))
-		} else if uc.life.end.unseen(e.off, e.n, final) {
+		} else if end.unseen(e.off, e.n, final) {
 			if b, ok := uc.life.ring.copyOut(e.off, e.n); ok { // nobody sends on a closed connection: no lock needed
 				unseen = append(unseen, held{request: e.request, frame: b})
 				continue
