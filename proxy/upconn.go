@@ -30,7 +30,8 @@ const (
 //	|               |                                      | callbacks; READONLY/WRITEABLE; skips oversize answers
 //	| onBeat        | wheel goroutine                      | heartbeat when silent; dead when one goes unanswered
 //	| onStallTimer  | wheel goroutine                      | dead when the kernel took no byte for write_timeout
-//	| fail          | anyone, the first caller wins        | closes; settles what may have run, re-holds what never left
+//	| fail          | anyone, the first caller wins        | closes; settles what may have run, re-holds what provably
+//	|               |                                      | never reached the provider (lifecycle.go)
 //
 // Lock order: holdQueue.mu -> mu -> writer.mu. fail never runs with mu or
 // holdQueue.mu held by its caller (it re-holds), so send hands a write error to a
@@ -363,8 +364,10 @@ func (uc *upConn) close(why string) {
 
 // fail closes the connection once and settles every request on it: a request whose
 // bytes never fully left Stormgate cannot have run and goes back to the hold queue
-// (sent again on the next connection); one the kernel took may or may not have run
-// and is answered CHANNEL_INACTIVE, never retried by Stormgate.
+// (sent again on the next connection), and so does one the kernel took that the
+// provider's FIN or RST proves it never read (lifecycle.go; after a FIN this waits up
+// to finConfirm); any other may or may not have run and is answered CHANNEL_INACTIVE,
+// never retried by Stormgate.
 func (uc *upConn) fail(why string) {
 	if !uc.failing.CompareAndSwap(false, true) {
 		return
