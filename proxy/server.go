@@ -88,7 +88,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		codec:     opts.Codec,
 		clock:     clock,
 		pools:     make(map[uint16]*pool),
-		wheel:     keepalive.NewWheel(10*time.Millisecond, 4096, clock),
+		wheel:     keepalive.NewWheel(10*time.Millisecond, 4096, opts.Clock), // nil: the system clock, and an idle wheel sleeps
 		drainIdle: make(chan struct{}, 1),
 	}
 	s.m.life = newLifeMetrics(s.codec.NotExecutedReasons())
@@ -247,11 +247,13 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 	sess := newSession(s, p, conn, fd, remote)
 	s.sessions.add(sess)
 	s.m.downConns.Inc()
-	_ = conn.AddCloseCallback(sess.onClosed)
-	_ = conn.SetOnRequest(sess.onRequest)
 	if t := cfg.DownstreamIdleTimeout; t > 0 {
+		// Before SetOnRequest: bytes already buffered run onRequest inside it, which may arm
+		// the timer sooner (frame_read_timeout); that schedule must win.
 		s.wheel.Schedule(&sess.timer, t)
 	}
+	_ = conn.AddCloseCallback(sess.onClosed)
+	_ = conn.SetOnRequest(sess.onRequest)
 	if p.readonlySent.Load() {
 		sess.sendEvent(EventReadonly)
 	}

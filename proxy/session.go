@@ -24,9 +24,10 @@ import (
 //	|             |                                | answers heartbeats; forwards requests to the pool
 //	| write       | any goroutine                  | through the session's writer: never blocks the caller
 //	| onTimer     | keepalive wheel goroutine      | idle timeout; a frame left unfinished for frame_read_timeout
-//	| closeWith   | anyone, the first caller wins  | records the reason, closes the netpoll connection
-//	| onClosed    | netpoll close callback, once   | closes the writer (no byte reaches a reused fd), unregisters,
-//	|             |                                | counts; runs before netpoll closes the fd, never during onRequest
+//	| closeWith   | anyone, the first caller wins  | records the reason, shuts the socket down (writer.close)
+//	| onClosed    | netpoll close callback, once   | on the poller that saw the hangup: closes the writer (no byte
+//	|             |                                | reaches a reused fd), unregisters, counts; before netpoll closes
+//	|             |                                | the fd, never during onRequest
 //
 // The session keeps no index of its requests: they live in the hold queue or in
 // upstream pending tables and are settled there (see pending.go).
@@ -163,12 +164,14 @@ func (s *session) write(b []byte) {
 }
 
 // closeWith closes the consumer connection, recording why. The first reason wins.
+// It shuts the socket down (writer.close); netpoll's poller runs onClosed when it
+// sees the hangup. Safe from any goroutine, a handler of this connection included.
 func (s *session) closeWith(reason closeReason) {
 	if !s.closing.CompareAndSwap(false, true) {
 		return
 	}
 	s.reason.Store(uint32(reason) + 1)
-	_ = s.conn.Close()
+	s.w.close()
 }
 
 // onClosed runs once, from netpoll's close callback: before netpoll closes the fd,

@@ -116,7 +116,7 @@ func (uc *upConn) sendOneWay(frame []byte) bool {
 	}
 	p.srv.codec.SetID(frame, p.ids.Add(1))
 	_, ok, err := uc.w.send(frame, p.srv.cfg.Load().MaxQueuedBytesPerUpstream)
-	if err != nil {
+	if ok && err != nil { // taken, then the socket failed; a refusal (queue full) is not a failure
 		p.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
 	}
 	return ok
@@ -136,7 +136,7 @@ func (uc *upConn) sendControl(frame []byte, id int64, beat bool) bool {
 		uc.npending.Add(1)
 	}
 	uc.mu.Unlock()
-	if err != nil {
+	if ok && err != nil {
 		uc.pool.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
 	}
 	return ok
@@ -378,15 +378,11 @@ func (uc *upConn) fail(why string) {
 	uc.state.Store(stateClosed)
 	entries := uc.pending.takeAll()
 	uc.mu.Unlock()
-	uc.notePeerEnd()
-	final := uc.w.close()
+	uc.notePeerEnd()      // before the shutdown below: what the provider's kernel said
+	final := uc.w.close() // shuts the socket down: the poller then runs the close callback (fail again: a no-op)
 	srv.wheel.Stop(&uc.beat)
 	srv.wheel.Stop(&uc.stall)
 	close(uc.done)
-	if uc.conn != nil {
-		_ = uc.conn.Close() // runs the close callback, which calls fail again: a no-op now
-	}
-	uc.rd.reset(&srv.budget) // never concurrent with onRequest: netpoll runs the close callback after it
 	p.connChanged()
 
 	end := uc.life.confirmFIN(final)

@@ -347,8 +347,19 @@ func (w *writer) recycleLocked(b []byte) {
 
 // close stops the writer: after it returns no byte reaches the kernel. It returns
 // the final written offset (see the type's doc). Idempotent.
+//
+// The first close also shuts the socket down (shutdown(2), both directions): that is
+// how Stormgate closes a connection. netpoll's poller then sees the hangup and runs
+// the connection's close callbacks, and netpoll closes the fd, on the poller's own
+// goroutine and never inside a handler: with handlers running on the pollers, a
+// netpoll Close from within one would deadlock (its fd operator is busy until the
+// handler returns, and the close callback waits for it). The fd is still ours here:
+// netpoll closes it only after the close callbacks, and they close the writer first.
 func (w *writer) close() uint64 {
 	w.fdMu.Lock()
+	if !w.fdClosed && w.fd >= 0 && w.sys == nil {
+		_ = unix.Shutdown(w.fd, unix.SHUT_RDWR)
+	}
 	w.fdClosed = true
 	final := w.written.Load()
 	w.fdMu.Unlock()
