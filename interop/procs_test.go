@@ -460,6 +460,7 @@ type loopSummary struct {
 		Err string `json:"err"`
 	} `json:"failures"`
 	FailedArgs []string `json:"failed_args"`
+	FailedErrs []string `json:"failed_errs"`
 }
 
 func isJSON(l string) bool { return strings.HasPrefix(l, "{") }

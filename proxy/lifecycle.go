@@ -155,6 +155,16 @@ func (l *connLife) captureEnd(fd int) {
 	}
 }
 
+// lostFate says, in the answer to a request lost with its connection, what is known of
+// it: that the provider received it (its kernel acknowledged it before the provider
+// closed with a FIN), or nothing.
+func (l *connLife) lostFate(off uint64, n int) string {
+	if l.end.state == tcpCloseWait && off+uint64(n) <= l.end.acked {
+		return "the provider had received it before it closed; it may or may not have run"
+	}
+	return "it may or may not have run"
+}
+
 // finConfirm bounds the wait for a provider that sent a FIN to refuse the bytes past it.
 // On loopback the RST comes within microseconds; a half-closed provider's delayed ACK
 // within 40 ms.

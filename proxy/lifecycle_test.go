@@ -488,8 +488,9 @@ func TestProviderResetReholdsTheLastRequest(t *testing.T) {
 	if _, err := second.Write(dubbo.AppendValueResponse(nil, h.ID, dubbo.SerialHessian2, "never-read")); err != nil {
 		t.Fatal(err)
 	}
-	if r := <-ran; r.err != nil || r.resp.Status != dubbo.StatusChannelInactive {
-		t.Fatalf("the request the provider had read: %+v %v; want CHANNEL_INACTIVE (it may have run)", r.resp, r.err)
+	if r := <-ran; r.err != nil || r.resp.Status != dubbo.StatusChannelInactive || strings.Contains(r.resp.Value, "received") {
+		t.Fatalf("the request the provider had read: %+v %v; want CHANNEL_INACTIVE (it may have run; after a RST "+
+			"nothing says whether it was received)", r.resp, r.err)
 	}
 	if r := <-unseen; r.err != nil || r.resp.Status != dubbo.StatusOK || r.resp.Value != "never-read" {
 		t.Fatalf("the request the provider never read: %+v %v; want it sent again and answered", r.resp, r.err)
@@ -513,8 +514,12 @@ func TestProviderFINAfterReadingAllFailsInFlight(t *testing.T) {
 	}
 	first.Close()
 	for _, ch := range results {
-		if r := <-ch; r.err != nil || r.resp.Status != dubbo.StatusChannelInactive {
+		r := <-ch
+		if r.err != nil || r.resp.Status != dubbo.StatusChannelInactive {
 			t.Fatalf("%+v %v; want CHANNEL_INACTIVE for every request the provider read", r.resp, r.err)
+		}
+		if !strings.Contains(r.resp.Value, "the provider had received it before it closed") {
+			t.Fatalf("the answer does not say the provider had received the request: %q", r.resp.Value)
 		}
 	}
 	if n := f.holdOutcome(holdReheldUnseen); n != 0 {

@@ -407,7 +407,7 @@ func (uc *upConn) fail(why string) {
 		}
 		lost++
 		srv.refuse(e.request, FailUpstreamLost, "stormgate: provider connection lost while the request was in flight ("+
-			why+"); it may or may not have run", replyUpstreamLost)
+			why+"); "+uc.life.lostFate(e.off, e.n), replyUpstreamLost)
 	}
 	level := zap.WarnLevel
 	if uc.expected.Load() {

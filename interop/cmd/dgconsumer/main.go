@@ -92,6 +92,7 @@ type LoopSummary struct {
 	Elapsed    string      `json:"elapsed"`
 	Failures   []CallError `json:"failures,omitempty"`    // first maxRecorded failures
 	FailedArgs []string    `json:"failed_args,omitempty"` // the argument of every failed call (errors and timeouts)
+	FailedErrs []string    `json:"failed_errs,omitempty"` // their errors, in the same order
 }
 
 func main() {
@@ -362,6 +363,7 @@ func (c *caller) loop(addr string, duration, interval time.Duration, workers int
 							At: t.Sub(start).Round(time.Millisecond).String(), Method: method, Err: oneLine(err)})
 					}
 					s.FailedArgs = append(s.FailedArgs, want)
+					s.FailedErrs = append(s.FailedErrs, oneLine(err))
 				case got != want:
 					s.Mismatches++
 				default:
