@@ -26,7 +26,8 @@ import (
 //	|                                         | wait in the hold queue; in flight ones finish; READONLY
 //	|                                         | connections close once empty; a request whose hold ends while
 //	|                                         | the provider still serves is sent to it rather than failed
-//	| WRITEABLE, a refused dial, drain.timeout| drain ends: connections take requests again
+//	| WRITEABLE, drain.timeout, or a refused  | drain ends: connections take requests again (after a
+//	| dial and no connection to it left       | refused dial, new connections take them at once)
 //	| FIN (provider closed, queue empty)      | requests the provider's kernel never acknowledged are re-held,
 //	|                                         | once it refuses them with a RST (its socket is gone)
 //	| RST (provider closed with unread bytes) | the last request handed to the kernel is re-held
@@ -92,6 +93,7 @@ type connLife struct {
 	end         peerEnd     // the first peer end seen; under w.fdMu, read after w.close
 	endFD       int         // after a FIN: a dup of the socket, to watch for the RST (fail closes it); -1 when none
 	gotReadonly atomic.Bool // the provider sent READONLY on this connection
+	draining    atomic.Bool // a connection to the draining provider: readonly until the drain ends
 }
 
 // TCP states (include/net/tcp_states.h).
@@ -262,6 +264,7 @@ type poolLife struct {
 	pauseUntil  atomic.Int64 // no request goes out before this after a not-executed answer
 	pauseStreak atomic.Int32 // not-executed answers since the last ordinary one
 	drainSince  atomic.Int64 // the provider is draining since; 0 when not
+	gone        atomic.Bool  // during a drain: a dial was refused, the draining provider no longer listens
 	drainTimer  keepalive.Timer
 }
 
@@ -336,6 +339,7 @@ func (p *pool) startDrain(trigger drainTrigger) {
 	if !p.life.drainSince.CompareAndSwap(0, now) {
 		return
 	}
+	p.life.gone.Store(false)
 	cfg := srv.cfg.Load()
 	srv.m.life.drains[trigger].Inc()
 	srv.log.Info("provider is shutting down gracefully: new requests wait in the hold queue until it is back",
@@ -343,6 +347,7 @@ func (p *pool) startDrain(trigger drainTrigger) {
 		zap.Duration("at_most", cfg.DrainTimeout), zap.String("requests", holdPolicyText(cfg)))
 	for _, sl := range p.slotList() {
 		if uc := sl.uc.Load(); uc != nil {
+			uc.life.draining.Store(true)
 			uc.state.CompareAndSwap(stateReady, stateReadonly)
 			uc.life.windowFrom.Store(now)
 		}
@@ -364,6 +369,7 @@ func (p *pool) endDrain(why string) {
 		zap.String("why", why), zap.Duration("after", time.Duration(now-since)))
 	for _, sl := range p.slotList() {
 		if uc := sl.uc.Load(); uc != nil && !p.retiring(uc.slot) {
+			uc.life.draining.Store(false)
 			uc.state.CompareAndSwap(stateReadonly, stateReady)
 			uc.life.gotReadonly.Store(false)
 			uc.life.windowFrom.Store(now)
@@ -373,24 +379,44 @@ func (p *pool) endDrain(why string) {
 	p.hold.dispatch()
 }
 
-// adopt makes a new connection follow a drain in progress; call it right after the
-// connection is stored in its slot.
+// adopt makes a new connection follow a drain in progress, unless the draining
+// provider no longer listens (then the connection is to its successor); call it right
+// after the connection is stored in its slot.
 func (p *pool) adopt(uc *upConn) {
-	if p.draining() {
+	if p.draining() && !p.life.gone.Load() {
+		uc.life.draining.Store(true)
 		uc.state.CompareAndSwap(stateReady, stateReadonly)
 		// endDrain may have looked at the slots before uc was in one.
 		if !p.draining() {
+			uc.life.draining.Store(false)
 			uc.state.CompareAndSwap(stateReadonly, stateReady)
 		}
 	}
 }
 
-// dialFailed ends a drain: nothing listens any more, so the next connection is to
-// a provider that started afresh.
+// dialFailed notes, during a drain, that the draining provider no longer listens:
+// connections made from now on are to the provider that replaces it and take requests;
+// the drain ends once no connection to the old one is left (a provider may close its
+// listener first and drain its connections after).
 func (p *pool) dialFailed() {
 	if p.draining() {
-		p.endDrain("the provider stopped listening")
+		p.life.gone.Store(true)
+		p.drainDone()
 	}
+}
+
+// drainDone ends a drain whose provider no longer listens once its last connection
+// has closed; fail calls it too.
+func (p *pool) drainDone() {
+	if !p.draining() || !p.life.gone.Load() {
+		return
+	}
+	for _, sl := range p.slotList() {
+		if uc := sl.uc.Load(); uc != nil && uc.life.draining.Load() && uc.state.Load() != stateClosed {
+			return
+		}
+	}
+	p.endDrain("the draining provider stopped listening and its connections are closed")
 }
 
 // sendToDraining sends a request whose hold ended on a connection of a draining

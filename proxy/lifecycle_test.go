@@ -703,3 +703,46 @@ func TestFINRuleNeedsTheRST(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainEndsForTheSuccessor: a draining provider may close its listener first and
+// its connections later. Once a dial is refused, connections to the provider that
+// replaces it take requests at once, while the old provider's last connection still
+// drains; the drain ends when that one closes. (The e2e READONLY test failed when a
+// restarted provider was listening before Stormgate's next dial: the new connections
+// stayed read-only until drain.timeout.)
+func TestDrainEndsForTheSuccessor(t *testing.T) {
+	var closing atomic.Bool
+	var seen atomic.Int32
+	old := closingProvider(t, "127.0.0.1:0", &closing, &seen)
+	addr := old.addr()
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = addr; c.UpstreamConns = 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl := f.dial(ctx)
+	closing.Store(true)
+	wantHi(t, "the answer that says closing", callAsync(ctx, cl, 1, "hi"))
+	p := f.srv.poolList()[0]
+	waitFor(t, 5*time.Second, "the drain", p.draining)
+
+	old.ln.Close() // stops listening, keeps its connections
+	old.mu.Lock()
+	first, last := old.conns[0], old.conns[1]
+	old.mu.Unlock()
+	first.Close() // that slot redials: refused
+	waitFor(t, 5*time.Second, "a refused dial", p.life.gone.Load)
+	if !p.draining() {
+		t.Fatal("the drain ended while a connection to the old provider is still open")
+	}
+	var seenNew atomic.Int32
+	closingProvider(t, addr, new(atomic.Bool), &seenNew) // the successor, not closing
+	start := time.Now()
+	wantHi(t, "a request while the old provider's last connection drains", callAsync(ctx, cl, 2, "hi"))
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("answered after %v: the successor's connections did not take requests", d)
+	}
+	if seenNew.Load() != 1 {
+		t.Fatalf("the successor saw %d requests, want 1", seenNew.Load())
+	}
+	last.Close()
+	waitFor(t, 5*time.Second, "the drain to end", func() bool { return !p.draining() })
+}

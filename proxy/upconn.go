@@ -384,6 +384,7 @@ func (uc *upConn) fail(why string) {
 	srv.wheel.Stop(&uc.stall)
 	close(uc.done)
 	p.connChanged()
+	p.drainDone()
 
 	end := uc.life.confirmFIN(final)
 	var unsent, unseen []held
