@@ -99,10 +99,20 @@ func testGracefulRestarts(t *testing.T) {
 // for a call the process read from its socket and died before running (getty reads, decodes and dispatches in
 // a few hundred microseconds), by Stormgate's answer: the provider's kernel acknowledged the request before the
 // provider's FIN, which, for a process that closes its sockets, means the process read it.
+//
+// One exception, reported rather than failed: Stormgate re-holds a request it wrote into the dying process's
+// socket only when the kernel's reset counters rule out a SO_LINGER 0 abort of a connection the provider had read
+// to the end (that would run the request twice). Those counters are per network namespace, so any such reset on
+// this machine in the meantime (other tests, the previous kill) vetoes the proof, and the request is answered as
+// lost: counted in stormgate_unread_proof_vetoed_total.
 func testKillRestarts(t *testing.T) {
 	r := killRestarts(t, 3, 15*time.Second, "--interval", "20ms")
-	if len(r.failedUnseen) > 0 {
-		t.Errorf("calls failed although the provider never read them: %v", r.failedUnseen)
+	if len(r.failedUnseen) > r.vetoed {
+		t.Errorf("calls failed although the provider never read them, more than the %d vetoed proofs: %v",
+			r.vetoed, r.failedUnseen)
+	} else if len(r.failedUnseen) > 0 {
+		t.Logf("NOTE: %d call(s) failed unread because the proof was vetoed (an ambiguous reset in the namespace): %v",
+			len(r.failedUnseen), r.failedUnseen)
 	}
 }
 
@@ -119,7 +129,10 @@ func testKillRestartsUnderLoad(t *testing.T) {
 
 // killResult sorts the failed calls: ran (in the provider's log), received (not in it, but Stormgate's answer says
 // the provider's kernel acknowledged it before the FIN: read, then lost in the dying process) and unseen (neither).
-type killResult struct{ failedRan, failedReceived, failedUnseen []string }
+type killResult struct {
+	failedRan, failedReceived, failedUnseen []string
+	vetoed                                  int // stormgate_unread_proof_vetoed_total
+}
 
 // killRestarts runs a loop consumer with loopArgs through Stormgate while the provider is SIGKILLed and started
 // again 1 s later, rounds times, and checks what every kill may and may not do.
@@ -147,10 +160,11 @@ func killRestarts(t *testing.T, rounds int, duration time.Duration, loopArgs ...
 	checkNoneClosed(t, sc, before)
 	closeStdinAndWait(t, c)
 	t.Logf("consumer: %s", line)
-	logLifecycleMetrics(t, sc.scrape(t))
+	m := sc.scrape(t)
+	logLifecycleMetrics(t, m)
 
 	ran := ranTwice(t, reqLog)
-	var r killResult
+	r := killResult{vetoed: int(m.sum("stormgate_unread_proof_vetoed_total"))}
 	for i, arg := range s.FailedArgs {
 		switch {
 		case ran[arg] > 0:
@@ -204,9 +218,10 @@ func ranTwice(t *testing.T, reqLog string) map[string]int {
 
 func logLifecycleMetrics(t *testing.T, m metrics) {
 	t.Helper()
-	t.Logf("metrics: not-executed answers %s; hold outcomes %s; local replies %s; drains %s",
+	t.Logf("metrics: not-executed answers %s; hold outcomes %s; local replies %s; drains %s; unread proofs vetoed %v",
 		m.filter("stormgate_not_executed_answers_total"), m.filter("stormgate_hold_outcomes_total"),
-		m.filter("stormgate_local_replies_total"), m.filter("stormgate_provider_drains_total"))
+		m.filter("stormgate_local_replies_total"), m.filter("stormgate_provider_drains_total"),
+		m.sum("stormgate_unread_proof_vetoed_total"))
 }
 
 // TestDubboGoAnswerFixture keeps proxy/dubbo/testdata honest: the real dubbo-go v3.3.0 provider, in its startup

@@ -1,6 +1,13 @@
 package proxy
 
 import (
+	"bufio"
+	"bytes"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -26,11 +33,14 @@ import (
 //	|                                         | wait in the hold queue; in flight ones finish; READONLY
 //	|                                         | connections close once empty; a request whose hold ends while
 //	|                                         | the provider still serves is sent to it rather than failed
-//	| WRITEABLE, drain.timeout, or a refused  | drain ends: connections take requests again (after a
-//	| dial and no connection to it left       | refused dial, new connections take them at once)
+//	| WRITEABLE, drain.timeout, or, once the  | drain ends: connections take requests again (after a
+//	| old connections are closed, a refused   | refused dial, new connections take them at once)
+//	| dial or a heartbeat answered on a new   |
+//	| connection                              |
 //	| FIN (provider closed, queue empty)      | requests the provider's kernel never acknowledged are re-held,
 //	|                                         | once it refuses them with a RST (its socket is gone)
-//	| RST (provider closed with unread bytes) | the last request handed to the kernel is re-held
+//	| RST (provider closed with unread bytes) | the last request handed to the kernel is re-held, if the
+//	|                                         | namespace's reset counters rule out a SO_LINGER 0 abort
 //	| anything else, silence                  | may have run: CHANNEL_INACTIVE, never retried
 //
 // Both re-hold rules rely on TCP as Linux implements it: a FIN from a provider that
@@ -40,9 +50,16 @@ import (
 // of what arrived. A provider may instead half-close and keep reading: so the FIN rule
 // waits (up to finConfirm) for the provider's kernel to refuse the bytes past its FIN
 // with a RST, and gives up, re-holding nothing, if it acknowledges any of them
-// instead. What remains unprovable: a provider that half-closes, reads a request
-// without acknowledging it yet (delayed ACK), and closes with more unread bytes within
-// those few milliseconds; or one that aborts with SO_LINGER 0 after running a request.
+// instead. A provider may also abort with SO_LINGER 0 after reading everything: a RST
+// with nothing unread. Its kernel counts that reset apart from a close with unread
+// bytes, and a provider on loopback shares Stormgate's network namespace, so both rules
+// read the namespace's reset counters (vetoAbortive) and prove nothing when they do not
+// explain the reset; such a reset anywhere in the namespace vetoes too (counted in
+// stormgate_unread_proof_vetoed_total). What remains unprovable: a provider that
+// half-closes, reads a request without acknowledging it yet (delayed ACK) and then
+// aborts, within those few milliseconds. The rules are sound only for a provider in
+// Stormgate's network namespace (loopback, the sidecar's case): for a provider on
+// another host they are off (noteConnected).
 //
 // Re-holding needs the request's bytes after the kernel took them: each connection
 // keeps the last replaySize bytes of requests it sent (replayRing), copied under
@@ -90,10 +107,13 @@ type connLife struct {
 	ring        replayRing   // under upConn.mu
 	ackBase     uint64       // tcpi_bytes_acked right after connect (the SYN); set before the connection is used
 	ackOK       bool
-	end         peerEnd     // the first peer end seen; under w.fdMu, read after w.close
-	endFD       int         // after a FIN: a dup of the socket, to watch for the RST (fail closes it); -1 when none
-	gotReadonly atomic.Bool // the provider sent READONLY on this connection
-	draining    atomic.Bool // a connection to the draining provider: readonly until the drain ends
+	resets      atomic.Pointer[resetCounts] // the namespace's reset counters at connect or the last heartbeat check
+	end         peerEnd                     // the first peer end seen; under w.fdMu, read after w.close
+	endFD       int                         // after a FIN: a dup of the socket, to watch for the RST (fail closes it); -1 when none
+	gotReadonly atomic.Bool                 // the provider sent READONLY on this connection
+	draining    atomic.Bool                 // a connection to the draining provider: readonly until the drain ends
+	late        atomic.Bool                 // made during a drain: to the draining provider or to its successor
+	probe       atomic.Bool                 // a heartbeat is out to tell which (probeAnswered)
 }
 
 // TCP states (include/net/tcp_states.h).
@@ -126,13 +146,33 @@ func (e peerEnd) unseen(off uint64, n int, final uint64) bool {
 	return false
 }
 
-// noteConnected reads the acknowledged-bytes base of a new connection.
+// noteConnected reads the acknowledged-bytes base of a new connection. The FIN and RST
+// rules stay off (ackOK false) for a provider that is not on loopback.
 func (l *connLife) noteConnected(fd int, now int64) {
 	l.windowFrom.Store(now)
 	l.endFD = -1
+	if !loopbackPeer(fd) {
+		return
+	}
+	l.noteResets()
 	if info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
 		l.ackBase, l.ackOK = info.Bytes_acked, true
 	}
+}
+
+// loopbackPeer reports whether the socket's peer is a loopback address.
+func loopbackPeer(fd int) bool {
+	sa, err := unix.Getpeername(fd)
+	if err != nil {
+		return false
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return a.Addr[0] == 127
+	case *unix.SockaddrInet6:
+		return netip.AddrFrom16(a.Addr).Unmap().IsLoopback()
+	}
+	return false
 }
 
 // notePeerEnd records what the kernel says about the connection's end, once, while
@@ -165,6 +205,106 @@ func (l *connLife) lostFate(off uint64, n int) string {
 		return "the provider had received it before it closed; it may or may not have run"
 	}
 	return "it may or may not have run"
+}
+
+// resetCounts are the TcpExt counters of /proc/net/netstat that say why the kernel of
+// this network namespace reset connections, in three groups. unread (TCPAbortOnClose):
+// an application closed with bytes unread. ambiguous (TCPAbortOnData): bytes arrived
+// after the application closed, or it closed with SO_LINGER 0 and nothing unread (Linux
+// counts both there). other (TCPAbortOnLinger, TCPAbortOnMemory, TCPAbortOnTimeout,
+// TCPAbortFailed): resets that say nothing of what was read. A provider on loopback
+// shares the namespace, so its kernel's reasons are counted here.
+type resetCounts struct{ unread, ambiguous, other uint64 }
+
+var (
+	resetUnread    = []string{"TCPAbortOnClose"}
+	resetAmbiguous = []string{"TCPAbortOnData"}
+	resetOther     = []string{"TCPAbortOnLinger", "TCPAbortOnMemory", "TCPAbortOnTimeout", "TCPAbortFailed"}
+)
+
+// readResetCounts reads the counters; false when they are not available.
+func readResetCounts() (resetCounts, bool) {
+	b, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		return resetCounts{}, false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 1<<20)
+	var names []string
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 || f[0] != "TcpExt:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		var c resetCounts
+		found := 0
+		for i, n := range names {
+			if i >= len(f) {
+				break
+			}
+			v, err := strconv.ParseUint(f[i], 10, 64)
+			switch {
+			case err != nil:
+			case slices.Contains(resetUnread, n):
+				c.unread += v
+				found++
+			case slices.Contains(resetAmbiguous, n):
+				c.ambiguous += v
+				found++
+			case slices.Contains(resetOther, n):
+				c.other += v
+				found++
+			}
+		}
+		return c, found == len(resetUnread)+len(resetAmbiguous)+len(resetOther)
+	}
+	return resetCounts{}, false
+}
+
+// noteResets takes the reset counters as the connection's baseline (at connect, and at
+// each heartbeat check, so that the window a veto looks at stays short).
+func (l *connLife) noteResets() {
+	if c, ok := readResetCounts(); ok {
+		l.resets.Store(&c)
+	} else {
+		l.resets.Store(nil)
+	}
+}
+
+// resetSettle is how long fail waits after a peer's RST before it reads the counters:
+// the peer's kernel counts the reset right after sending it.
+const resetSettle = 2 * time.Millisecond
+
+// vetoAbortive keeps a peer end's proof only if the kernel's counters, since the
+// baseline, explain the provider's resets: after a RST alone, a close with unread bytes
+// was counted and nothing else (a SO_LINGER 0 abort after reading everything counts as
+// ambiguous); after a FIN confirmed by a RST, nothing but unread or ambiguous resets (the
+// bytes past the FIN draw an ambiguous one). A veto is counted, and the requests are
+// answered as lost. Resets of other connections in the namespace in the meantime veto
+// too: the rule errs towards answering.
+func (l *connLife) vetoAbortive(e peerEnd, vetoed prometheus.Counter) peerEnd {
+	if e.state != tcpClose && e.state != tcpCloseWait {
+		return e
+	}
+	base := l.resets.Load()
+	if base == nil {
+		return peerEnd{}
+	}
+	time.Sleep(resetSettle)
+	now, ok := readResetCounts()
+	explained := ok && now.other == base.other
+	if e.state == tcpClose {
+		explained = explained && now.unread > base.unread && now.ambiguous == base.ambiguous
+	}
+	if !explained {
+		vetoed.Inc()
+		return peerEnd{}
+	}
+	return e
 }
 
 // finConfirm bounds the wait for a provider that sent a FIN to refuse the bytes past it.
@@ -370,6 +510,8 @@ func (p *pool) endDrain(why string) {
 	for _, sl := range p.slotList() {
 		if uc := sl.uc.Load(); uc != nil && !p.retiring(uc.slot) {
 			uc.life.draining.Store(false)
+			uc.life.late.Store(false)
+			uc.life.probe.Store(false)
 			uc.state.CompareAndSwap(stateReadonly, stateReady)
 			uc.life.gotReadonly.Store(false)
 			uc.life.windowFrom.Store(now)
@@ -379,25 +521,31 @@ func (p *pool) endDrain(why string) {
 	p.hold.dispatch()
 }
 
-// adopt makes a new connection follow a drain in progress, unless the draining
-// provider no longer listens (then the connection is to its successor); call it right
-// after the connection is stored in its slot.
+// adopt makes a new connection follow a drain in progress; call it right after the
+// connection is stored in its slot. Until the drain ends it takes no requests: it may
+// reach the draining provider (a Java server accepts and closes new connections while
+// it closes; dubbo-go serves on until it exits) or its successor. Once the draining
+// provider no longer listens (a refused dial), new connections are to the successor.
 func (p *pool) adopt(uc *upConn) {
-	if p.draining() && !p.life.gone.Load() {
-		uc.life.draining.Store(true)
-		uc.state.CompareAndSwap(stateReady, stateReadonly)
-		// endDrain may have looked at the slots before uc was in one.
-		if !p.draining() {
-			uc.life.draining.Store(false)
-			uc.state.CompareAndSwap(stateReadonly, stateReady)
-		}
+	if !p.draining() || p.life.gone.Load() {
+		return
 	}
+	uc.life.draining.Store(true)
+	uc.life.late.Store(true)
+	uc.state.CompareAndSwap(stateReady, stateReadonly)
+	if !p.draining() { // endDrain may have looked at the slots before uc was in one
+		uc.life.draining.Store(false)
+		uc.life.late.Store(false)
+		uc.state.CompareAndSwap(stateReadonly, stateReady)
+		return
+	}
+	p.drainDone()
 }
 
 // dialFailed notes, during a drain, that the draining provider no longer listens:
-// connections made from now on are to the provider that replaces it and take requests;
-// the drain ends once no connection to the old one is left (a provider may close its
-// listener first and drain its connections after).
+// connections made from now on take requests; the drain ends once no connection to the
+// old provider is left (a provider may close its listener first and drain its
+// connections after).
 func (p *pool) dialFailed() {
 	if p.draining() {
 		p.life.gone.Store(true)
@@ -405,18 +553,45 @@ func (p *pool) dialFailed() {
 	}
 }
 
-// drainDone ends a drain whose provider no longer listens once its last connection
-// has closed; fail calls it too.
+// drainDone moves a drain on when connections close or open: once no connection that
+// was open when the drain started is left, the drain ends if the provider no longer
+// listens; otherwise each connection made since is probed with a heartbeat, and the
+// first answer ends the drain (the provider serves new connections: its successor, or
+// a draining dubbo-go provider that still serves and will say closing again). A Java
+// server that is closing closes new connections without answering.
 func (p *pool) drainDone() {
-	if !p.draining() || !p.life.gone.Load() {
+	if !p.draining() {
 		return
 	}
+	var late []*upConn
 	for _, sl := range p.slotList() {
-		if uc := sl.uc.Load(); uc != nil && uc.life.draining.Load() && uc.state.Load() != stateClosed {
-			return
+		uc := sl.uc.Load()
+		if uc == nil || !uc.life.draining.Load() || uc.state.Load() == stateClosed {
+			continue
+		}
+		if !uc.life.late.Load() {
+			return // a connection to the draining provider is still open
+		}
+		late = append(late, uc)
+	}
+	if p.life.gone.Load() {
+		p.endDrain("the draining provider stopped listening and its connections are closed")
+		return
+	}
+	for _, uc := range late {
+		if uc.life.probe.CompareAndSwap(false, true) {
+			id := p.ids.Add(1)
+			var buf [64]byte
+			uc.sendControl(p.srv.codec.AppendHeartbeatRequest(buf[:0], id), id, true)
 		}
 	}
-	p.endDrain("the draining provider stopped listening and its connections are closed")
+}
+
+// probeAnswered ends a drain: a connection made after the draining provider's last
+// connection closed answered its heartbeat.
+func (p *pool) probeAnswered(uc *upConn) {
+	uc.life.probe.Store(false)
+	p.endDrain("the provider answers on a new connection after its old ones closed")
 }
 
 // sendToDraining sends a request whose hold ended on a connection of a draining
@@ -453,6 +628,7 @@ var notRunOutcomeNames = [nNotRunOutcomes]string{
 type lifeMetrics struct {
 	notRun     map[string]*[nNotRunOutcomes]prometheus.Counter
 	drains     [nDrainTriggers]prometheus.Counter
+	vetoed     prometheus.Counter
 	collectors []prometheus.Collector
 }
 
@@ -477,7 +653,11 @@ func newLifeMetrics(reasons []string) lifeMetrics {
 	for i := range m.drains {
 		m.drains[i] = drains.WithLabelValues(drainTriggerNames[i])
 	}
-	m.collectors = []prometheus.Collector{notRun, drains}
+	m.vetoed = prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_unread_proof_vetoed_total",
+		Help: "Provider connections that ended with a FIN or RST whose requests could not be proven unread because " +
+			"the network namespace's kernel counted resets that prove nothing (SO_LINGER 0 aborts, timeouts) in the " +
+			"meantime, or no reset for unread bytes: their requests were answered as lost instead of sent again."})
+	m.collectors = []prometheus.Collector{notRun, drains, m.vetoed}
 	return m
 }
 

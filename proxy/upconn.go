@@ -183,6 +183,8 @@ func (uc *upConn) handle(f Frame, frame []byte, now int64) {
 			srv.m.unknownIDs.Inc()
 		} else if !p.heartbeat() {
 			srv.refuse(p.request, FailBadResponse, "stormgate: the provider answered this request with an event frame", replyBadResponse)
+		} else if uc.life.probe.Load() {
+			uc.pool.probeAnswered(uc)
 		}
 	case FrameEventTwoWay:
 		// The provider's heartbeat: its ids are its own id space; answer with its id.
@@ -316,6 +318,9 @@ func (uc *upConn) onBeat() {
 	p := uc.pool
 	srv := p.srv
 	cfg := srv.cfg.Load()
+	if uc.life.ackOK {
+		uc.life.noteResets() // a recent baseline for the reset counters (lifecycle.go)
+	}
 	send, dead := uc.live.check(srv.now(), uc.lastRead.Load(), cfg.UpstreamInterval, cfg.UpstreamMaxMissed)
 	if dead {
 		srv.spawn(func() {
@@ -387,6 +392,12 @@ func (uc *upConn) fail(why string) {
 	p.drainDone()
 
 	end := uc.life.confirmFIN(final)
+	for _, e := range entries {
+		if !e.heartbeat() && e.off+uint64(e.n) <= final { // a request the kernel took: the proofs matter
+			end = uc.life.vetoAbortive(end, srv.m.life.vetoed)
+			break
+		}
+	}
 	var unsent, unseen []held
 	lost := 0
 	for _, e := range entries {
