@@ -628,22 +628,34 @@ func TestDrainingProviderServesAtHoldEnd(t *testing.T) {
 	}
 }
 
+// echoScript answers every request with its argument and counts it in seen.
+func echoScript(t *testing.T, seen *atomic.Int32) func(net.Conn, dubbo.Header, []byte) {
+	return func(c net.Conn, h dubbo.Header, frame []byte) {
+		seen.Add(1)
+		_, _ = c.Write(dubbo.AppendValueResponse(nil, h.ID, dubbo.SerialHessian2, argOf(t, frame)))
+	}
+}
+
+// echoFixture is a scripted provider running script, a fixture with 2 connections to
+// it, and a consumer.
+func echoFixture(t *testing.T, script func(net.Conn, dubbo.Header, []byte)) (*scriptedProvider, *fixture, context.Context, *peer.Client) {
+	t.Helper()
+	prov := newScriptedProvider(t, script)
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = prov.addr(); c.UpstreamConns = 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return prov, f, ctx, f.dial(ctx)
+}
+
 // TestReadonlyClosesEmptyConnections: on READONLY (Java providers send it on every
 // connection when their shutdown starts) no new request goes out, and each
 // connection closes once nothing is in flight on it (a Java provider waits for its
 // consumers to disconnect before it closes); requests wait for the provider's return.
 func TestReadonlyClosesEmptyConnections(t *testing.T) {
 	var seen atomic.Int32
-	echo := func(c net.Conn, h dubbo.Header, frame []byte) {
-		seen.Add(1)
-		_, _ = c.Write(dubbo.AppendValueResponse(nil, h.ID, dubbo.SerialHessian2, argOf(t, frame)))
-	}
-	prov := newScriptedProvider(t, echo)
+	echo := echoScript(t, &seen)
+	prov, f, ctx, cl := echoFixture(t, echo)
 	addr := prov.addr()
-	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = addr; c.UpstreamConns = 2 })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cl := f.dial(ctx)
 	wantHi(t, "before READONLY", callAsync(ctx, cl, 1, "hi"))
 	// A closing Java server takes no new connections (AbstractServer.connected closes them).
 	prov.ln.Close()
@@ -774,16 +786,9 @@ func TestDrainEndsForTheSuccessor(t *testing.T) {
 // test failed this way: the new connections stayed read-only until drain.timeout.)
 func TestDrainEndsWhenANewConnectionAnswers(t *testing.T) {
 	var seen atomic.Int32
-	echo := func(c net.Conn, h dubbo.Header, frame []byte) {
-		seen.Add(1)
-		_, _ = c.Write(dubbo.AppendValueResponse(nil, h.ID, dubbo.SerialHessian2, argOf(t, frame)))
-	}
-	old := newScriptedProvider(t, echo)
+	echo := echoScript(t, &seen)
+	old, f, ctx, cl := echoFixture(t, echo)
 	addr := old.addr()
-	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = addr; c.UpstreamConns = 2 })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cl := f.dial(ctx)
 	wantHi(t, "before", callAsync(ctx, cl, 1, "hi"))
 	old.ln.Close() // the successor takes the port before the old provider's connections go
 	newScriptedProviderOn(t, addr, echo)
