@@ -43,7 +43,8 @@ type session struct {
 	idle     keepalive.Idle
 	timer    keepalive.Timer
 	inflight atomic.Int32 // accepted two-way requests not yet answered
-	scratch  [32]byte     // heartbeat replies; used by onRequest only (one at a time)
+	counts   sessionCounters
+	scratch  [32]byte // heartbeat replies; used by onRequest only (one at a time)
 
 	closing  atomic.Bool
 	closed   atomic.Bool
@@ -103,17 +104,17 @@ func (s *session) handle(f Frame, frame []byte, cfg *Config, now int64) {
 		// The reply is built in the session's scratch buffer: a stack buffer would
 		// escape through the Codec interface call and cost an allocation per heartbeat.
 		s.write(s.srv.codec.AppendHeartbeatReply(s.scratch[:0], f))
-		m.hbAnsweredDown.Inc()
+		s.counts.heartbeats.Add(1)
 	case FrameRequest:
-		m.requests.Inc()
+		s.counts.requests.Add(1)
 		if int(s.inflight.Load()) >= cfg.MaxInflightPerConn {
 			s.replyError(f, FailOverloaded, "stormgate: too many in-flight requests on this connection (limits.max_inflight_per_connection)", replyInflight)
 			return
 		}
 		s.pool.forward(request{sess: s, id: f.ID, serial: f.Serial, arrived: now}, frame)
 	case FrameOneWay:
-		m.requests.Inc()
-		s.pool.forwardOneWay(frame)
+		s.counts.requests.Add(1)
+		s.pool.forwardOneWay(s, frame)
 	case FrameEventOneWay:
 		m.dropped[dropEventOneWay].Inc()
 	default: // responses from a consumer answer nothing Stormgate forwarded

@@ -2,12 +2,10 @@ package proxy
 
 import (
 	"errors"
+	"golang.org/x/sys/unix"
 	"os"
 	"sync"
 	"sync/atomic"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 )
 
 // writer owns the outgoing bytes of one socket. Consumer sessions and upstream
@@ -42,7 +40,7 @@ type writer struct {
 	onStall func()                              // a stall began; may be nil; runs on the sender's goroutine
 	onError func(error)                         // the flusher hit a socket error (never called by send)
 	budget  *budget                             // stalled bytes are charged here
-	batches prometheus.Observer                 // frames per write(2); nil: not observed
+	batches *countHist                          // frames per write(2); nil: not observed
 	sys     func(fd int, b []byte) (int, error) // tests: replaces write(2)
 
 	mu         sync.Mutex
@@ -116,7 +114,7 @@ func (w *writer) send(b []byte, maxQueued int) (off uint64, accepted bool, err e
 	w.batch, w.batchOff, w.sent = b, off, 0
 	w.mu.Unlock()
 	if w.batches != nil {
-		w.batches.Observe(1)
+		w.batches.observe(1)
 	}
 	n, werr := w.write(b)
 	w.mu.Lock()
@@ -147,7 +145,7 @@ func (w *writer) run() error {
 		w.q, w.qFrames, w.spare = w.spare[:0], 0, nil
 		w.mu.Unlock()
 		if w.batches != nil {
-			w.batches.Observe(float64(frames))
+			w.batches.observe(frames)
 		}
 		n, werr := w.write(b)
 		w.mu.Lock()
@@ -221,7 +219,7 @@ func (w *writer) flush() {
 			w.batch, w.batchOff, w.sent = b, w.appended-uint64(len(b)), 0
 			w.q, w.qFrames, w.spare = w.spare[:0], 0, nil
 			if w.batches != nil {
-				w.batches.Observe(float64(frames))
+				w.batches.observe(frames)
 			}
 		}
 		rest := w.batch[w.sent:]
