@@ -580,9 +580,8 @@ func (p *pool) drainDone() {
 	}
 	for _, uc := range late {
 		if uc.life.probe.CompareAndSwap(false, true) {
-			id := p.ids.Add(1)
 			var buf [64]byte
-			uc.sendControl(p.srv.codec.AppendHeartbeatRequest(buf[:0], id), id, true)
+			uc.sendControl(p.srv.codec.AppendHeartbeatRequest(buf[:0], 0), true) // the id is the connection's
 		}
 	}
 }
