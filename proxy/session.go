@@ -44,7 +44,7 @@ type session struct {
 	timer    keepalive.Timer
 	inflight atomic.Int32 // accepted two-way requests not yet answered
 	counts   sessionCounters
-	stash    []byte // bytes read during a handover, not yet handled (handover.go)
+	stash    []byte   // bytes read during a handover, not yet handled (handover.go)
 	scratch  [32]byte // heartbeat replies; used by onRequest only (one at a time)
 
 	closing  atomic.Bool

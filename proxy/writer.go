@@ -55,7 +55,7 @@ type writer struct {
 	stalled    bool   // the flusher holds the role
 	closed     bool
 	held       bool // a handover: senders queue, nobody writes (hold, export, resume)
-	charged    int // stalled bytes charged to budget
+	charged    int  // stalled bytes charged to budget
 	progressAt int64
 	file       *os.File // while the flusher runs: a dup of fd registered with Go's poller
 	err        error    // the socket error that ended writing
