@@ -45,6 +45,9 @@ type upConn struct {
 	w        writer
 	state    atomic.Int32
 	lastRead atomic.Int64
+	// lastBeatAnswer is lastRead when what was read was only an answer to Stormgate's
+	// own heartbeat (liveness: that is not traffic).
+	lastBeatAnswer atomic.Int64
 	npending atomic.Int32
 	failing  atomic.Bool
 	expected atomic.Bool // the close is Stormgate's own (shutdown, slot retired): logged at info
@@ -225,6 +228,8 @@ func (uc *upConn) handle(f Frame, frame []byte, now int64) {
 			srv.m.unknownIDs.Inc()
 		} else if !p.heartbeat() {
 			srv.refuse(p.request, FailBadResponse, "stormgate: the provider answered this request with an event frame", replyBadResponse)
+		} else {
+			uc.lastBeatAnswer.Store(now)
 		}
 	case FrameEventTwoWay:
 		// The provider's heartbeat: its ids are its own id space; answer with its id.
@@ -259,6 +264,8 @@ func (uc *upConn) route(f Frame, frame []byte, now int64) {
 	}
 	if !p.heartbeat() {
 		uc.pool.srv.answer(p.request, frame, now, &uc.counts)
+	} else {
+		uc.lastBeatAnswer.Store(now) // a heartbeat answered with a plain response
 	}
 	if uc.state.Load() == stateReadonly && uc.npending.Load() == 0 {
 		uc.pool.readonlyDrained(uc)
@@ -313,29 +320,37 @@ func (uc *upConn) onWriteable() {
 }
 
 // liveness decides, at each heartbeat check of a connection, whether to send a
-// heartbeat and whether the connection is dead. A heartbeat goes out when nothing
-// was read during the whole previous check period; the connection is dead when a
-// heartbeat has gone maxMissed intervals with nothing read after it. Anything read
-// counts as an answer, so a provider that answers its heartbeats is never declared
-// dead, whatever interval, jitter and maxMissed the settings allow
-// (TestLivenessNeverKillsAResponsiveProvider).
+// heartbeat and whether the connection is dead. Java Dubbo's rule for sending: a
+// heartbeat goes out when the previous check period saw no read or no write other
+// than Stormgate's own heartbeat and its answer, so an idle connection gets one every
+// interval and a provider's idle timeout (3 intervals by default) never closes it.
+// The connection is dead when a heartbeat has gone maxMissed intervals with nothing
+// read after it. Anything read counts as its answer, so a provider that answers its
+// heartbeats is never declared dead, whatever interval, jitter and maxMissed the
+// settings allow (TestLivenessNeverKillsAResponsiveProvider).
 type liveness struct {
-	lastCheck int64 // time of the previous check
-	sentAt    int64 // the unanswered heartbeat's send time; 0 when none
+	lastCheck    int64  // time of the previous check
+	lastAppended uint64 // the writer's stream offset then, after our own heartbeat
+	sentAt       int64  // the unanswered heartbeat's send time; 0 when none
 }
 
-func (l *liveness) check(now, lastRead int64, interval time.Duration, maxMissed int) (send, dead bool) {
+// check takes the time, the last read, the last read that was only a heartbeat's
+// answer, and the writer's stream offset (bytes ever queued).
+func (l *liveness) check(now, lastRead, lastBeatAnswer int64, appended uint64, interval time.Duration, maxMissed int) (send, dead bool) {
 	if l.sentAt != 0 && lastRead >= l.sentAt {
 		l.sentAt = 0
 	}
 	if l.sentAt != 0 && now-l.sentAt >= int64(maxMissed)*int64(interval) {
 		return false, true
 	}
-	if l.sentAt == 0 && lastRead < l.lastCheck {
+	readData := lastRead >= l.lastCheck && lastRead != lastBeatAnswer
+	wrote := appended != l.lastAppended
+	if l.sentAt == 0 && (!readData || !wrote) {
 		send = true
 		l.sentAt = now
 	}
 	l.lastCheck = now
+	l.lastAppended = appended
 	return send, false
 }
 
@@ -347,7 +362,8 @@ func (uc *upConn) onBeat() {
 	p := uc.pool
 	srv := p.srv
 	cfg := srv.cfg.Load()
-	send, dead := uc.live.check(srv.now(), uc.lastRead.Load(), cfg.UpstreamInterval, cfg.UpstreamMaxMissed)
+	send, dead := uc.live.check(srv.now(), uc.lastRead.Load(), uc.lastBeatAnswer.Load(), uc.w.streamOffset(),
+		cfg.UpstreamInterval, cfg.UpstreamMaxMissed)
 	if dead {
 		srv.spawn(func() {
 			uc.fail("no answer to a heartbeat within " + (time.Duration(cfg.UpstreamMaxMissed) * cfg.UpstreamInterval).String())
@@ -359,6 +375,7 @@ func (uc *upConn) onBeat() {
 		if uc.sendControl(srv.codec.AppendHeartbeatRequest(buf[:0], 0), true) {
 			srv.m.hbSent.Inc()
 		}
+		uc.live.lastAppended = uc.w.streamOffset() // our own heartbeat is not traffic
 	}
 	srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 }
