@@ -48,15 +48,15 @@ type upConn struct {
 	// lastBeatAnswer is lastRead when what was read was only an answer to Stormgate's
 	// own heartbeat (liveness: that is not traffic).
 	lastBeatAnswer atomic.Int64
-	npending atomic.Int32
-	failing  atomic.Bool
-	expected atomic.Bool // the close is Stormgate's own (shutdown, slot retired): logged at info
-	beat     keepalive.Timer
-	stall    keepalive.Timer
-	live     liveness // onBeat only
-	done     chan struct{}
-	scratch  [64]byte // onRequest only: heartbeat replies
-	stash    []byte   // bytes read during a handover, not yet handled (handover.go)
+	npending       atomic.Int32
+	failing        atomic.Bool
+	expected       atomic.Bool // the close is Stormgate's own (shutdown, slot retired): logged at info
+	beat           keepalive.Timer
+	stall          keepalive.Timer
+	live           liveness // onBeat only
+	done           chan struct{}
+	scratch        [64]byte // onRequest only: heartbeat replies
+	stash          []byte   // bytes read during a handover, not yet handled (handover.go)
 
 	counts  upCounters
 	sent    atomic.Uint64 // two-way requests sent (warm-up's rate meter)
