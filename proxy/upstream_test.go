@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"context"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"io"
 	"net"
 	"sync"
@@ -157,4 +160,37 @@ func TestUnknownIDsDroppedAndCounted(t *testing.T) {
 	}()
 	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = ln.Addr().String(); c.UpstreamConns = 2 })
 	waitFor(t, 3*time.Second, "unknown ids counted", func() bool { return f.srv.Stats().UnknownIDs == 2 })
+}
+
+// TestShutdownLogsNoWarning: a normal shutdown closes provider connections at info
+// level: WARN is for what needs a human (issue 16: it logged "provider connection
+// closed" at WARN on every stop).
+func TestShutdownLogsNoWarning(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	prov, err := peer.NewProvider(peer.ProviderConfig{Addr: "127.0.0.1:0"}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go prov.Serve(ctx)
+	defer prov.Close()
+	srv, err := New(testConfig(prov.Addr()), Options{Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "connections", func() bool { return srv.Stats().UpstreamConns == 4 })
+	srv.Close()
+	closed := logs.FilterMessage("provider connection closed").All()
+	if len(closed) != 4 {
+		t.Fatalf("%d close lines, want 4", len(closed))
+	}
+	for _, e := range logs.All() {
+		if e.Level >= zap.WarnLevel {
+			t.Errorf("a normal shutdown logged at %v: %s %v", e.Level, e.Message, e.ContextMap())
+		}
+	}
 }
