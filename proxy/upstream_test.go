@@ -2,15 +2,15 @@ package proxy
 
 import (
 	"context"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
