@@ -16,6 +16,7 @@
 //	lifecycle.go  a provider starting, draining or dying: answers that prove a request
 //	              never ran, and requests the kernel proves it never read, go back to
 //	              the hold queue; READONLY / closing=true stop new requests (a drain)
+//	handover.go   Freeze / Restore: the whole data plane moves to a new process (an upgrade)
 //
 // # What runs where
 //

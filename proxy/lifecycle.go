@@ -92,7 +92,7 @@ func (r *replayRing) put(off uint64, frame []byte) {
 
 // copyOut returns a copy of the frame put at off, if no later frame overwrote it.
 func (r *replayRing) copyOut(off uint64, n int) ([]byte, bool) {
-	if r.buf == nil || n > replaySize || off+uint64(n) > r.end || r.end-off > replaySize {
+	if r.buf == nil || n <= 0 || n > replaySize || off+uint64(n) > r.end || r.end-off > replaySize {
 		return nil, false
 	}
 	out := make([]byte, n)
@@ -136,6 +136,9 @@ type peerEnd struct {
 //   - after a RST the provider closed with unread bytes, which are the end of what
 //     arrived: the last frame sent is unread (or never arrived).
 func (e peerEnd) unseen(off uint64, n int, final uint64) bool {
+	if n <= 0 {
+		return false // a request restored from a handover that the kernel took before it
+	}
 	end := off + uint64(n)
 	switch e.state {
 	case tcpCloseWait:
@@ -521,12 +524,12 @@ func (p *pool) endDrain(why string) {
 	p.hold.dispatch()
 }
 
-// adopt makes a new connection follow a drain in progress; call it right after the
+// followDrain makes a new connection follow a drain in progress; call it right after the
 // connection is stored in its slot. Until the drain ends it takes no requests: it may
 // reach the draining provider (a Java server accepts and closes new connections while
 // it closes; dubbo-go serves on until it exits) or its successor. Once the draining
 // provider no longer listens (a refused dial), new connections are to the successor.
-func (p *pool) adopt(uc *upConn) {
+func (p *pool) followDrain(uc *upConn) {
 	if !p.draining() || p.life.gone.Load() {
 		return
 	}

@@ -46,14 +46,18 @@ type upConn struct {
 	w        writer
 	state    atomic.Int32
 	lastRead atomic.Int64
-	npending atomic.Int32
-	failing  atomic.Bool
-	expected atomic.Bool // the close is Stormgate's own (shutdown, slot retired): logged at info
-	beat     keepalive.Timer
-	stall    keepalive.Timer
-	live     liveness // onBeat only
-	done     chan struct{}
-	scratch  [64]byte // onRequest only: heartbeat replies
+	// lastBeatAnswer is lastRead when what was read was only an answer to Stormgate's
+	// own heartbeat (liveness: that is not traffic).
+	lastBeatAnswer atomic.Int64
+	npending       atomic.Int32
+	failing        atomic.Bool
+	expected       atomic.Bool // the close is Stormgate's own (shutdown, slot retired): logged at info
+	beat           keepalive.Timer
+	stall          keepalive.Timer
+	live           liveness // onBeat only
+	done           chan struct{}
+	scratch        [64]byte // onRequest only: heartbeat replies
+	stash          []byte   // bytes read during a handover, not yet handled (handover.go)
 
 	counts  upCounters
 	sent    atomic.Uint64 // two-way requests sent (warm-up's rate meter)
@@ -80,6 +84,27 @@ func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 	uc.beat.Init(uc.onBeat)
 	uc.stall.Init(uc.onStallTimer)
 	return uc
+}
+
+// serve sets the connection's netpoll handlers.
+func (uc *upConn) serve() error {
+	srv := uc.pool.srv
+	_ = uc.conn.AddCloseCallback(func(netpoll.Connection) error {
+		// Synchronously, before netpoll closes the fd: no write may reach a reused fd
+		// number. netpoll never runs this while onRequest runs, so the reader is ours.
+		uc.notePeerEnd()
+		uc.w.close()
+		uc.rd.reset(&srv.budget)
+		srv.spawn(func() { uc.fail("closed by provider") })
+		return nil
+	})
+	_ = uc.conn.SetOnRequest(uc.onRequest)
+	if !uc.conn.IsActive() {
+		_ = uc.conn.Close() // gone already: netpoll ran no close callback for it without a handler
+		<-uc.done
+		return errClosedAtConnect
+	}
+	return nil
 }
 
 // send puts a two-way request on this connection under a fresh upstream id. It
@@ -161,11 +186,23 @@ func (uc *upConn) sendControl(frame []byte, beat bool) bool {
 }
 
 func (uc *upConn) onRequest(_ context.Context, conn netpoll.Connection) error {
+	r := conn.Reader()
+	if uc.pool.srv.handover.holding() { // a handover: keep the bytes for whoever serves next
+		uc.stash = stashAll(uc.stash, r)
+		uc.pool.srv.handover.park()
+		return nil
+	}
+	uc.consume(r)
+	_ = r.Release()
+	return nil
+}
+
+// consume handles every whole frame available in r and keeps a partial one.
+func (uc *upConn) consume(r byteSource) {
 	srv := uc.pool.srv
 	cfg := srv.cfg.Load()
 	now := srv.now()
 	uc.lastRead.Store(now)
-	r := conn.Reader()
 	for uc.state.Load() != stateClosed {
 		f, frame, res, err := uc.rd.next(r, srv.codec, cfg.MaxFrameBytes, true, &srv.budget, now)
 		if res == readMore {
@@ -185,8 +222,6 @@ func (uc *upConn) onRequest(_ context.Context, conn netpoll.Connection) error {
 	if uc.state.Load() == stateClosed {
 		_ = r.Skip(r.Len())
 	}
-	_ = r.Release()
-	return nil
 }
 
 func (uc *upConn) handle(f Frame, frame []byte, now int64) {
@@ -201,8 +236,11 @@ func (uc *upConn) handle(f Frame, frame []byte, now int64) {
 			srv.m.unknownIDs.Inc()
 		} else if !p.heartbeat() {
 			srv.refuse(p.request, FailBadResponse, "stormgate: the provider answered this request with an event frame", replyBadResponse)
-		} else if uc.life.probe.Load() {
-			uc.pool.probeAnswered(uc)
+		} else {
+			uc.lastBeatAnswer.Store(now)
+			if uc.life.probe.Load() {
+				uc.pool.probeAnswered(uc)
+			}
 		}
 	case FrameEventTwoWay:
 		// The provider's heartbeat: its ids are its own id space; answer with its id.
@@ -239,6 +277,11 @@ func (uc *upConn) route(f Frame, frame []byte, now int64) {
 		uc.pool.checkClosing(frame)
 		if !uc.reholdNotExecuted(p, frame, now) {
 			uc.pool.srv.answer(p.request, frame, now, &uc.counts)
+		}
+	} else {
+		uc.lastBeatAnswer.Store(now) // a heartbeat answered with a plain response
+		if uc.life.probe.Load() {
+			uc.pool.probeAnswered(uc)
 		}
 	}
 	if uc.state.Load() == stateReadonly && uc.npending.Load() == 0 {
@@ -302,29 +345,37 @@ func (uc *upConn) onWriteable() {
 }
 
 // liveness decides, at each heartbeat check of a connection, whether to send a
-// heartbeat and whether the connection is dead. A heartbeat goes out when nothing
-// was read during the whole previous check period; the connection is dead when a
-// heartbeat has gone maxMissed intervals with nothing read after it. Anything read
-// counts as an answer, so a provider that answers its heartbeats is never declared
-// dead, whatever interval, jitter and maxMissed the settings allow
-// (TestLivenessNeverKillsAResponsiveProvider).
+// heartbeat and whether the connection is dead. Java Dubbo's rule for sending: a
+// heartbeat goes out when the previous check period saw no read or no write other
+// than Stormgate's own heartbeat and its answer, so an idle connection gets one every
+// interval and a provider's idle timeout (3 intervals by default) never closes it.
+// The connection is dead when a heartbeat has gone maxMissed intervals with nothing
+// read after it. Anything read counts as its answer, so a provider that answers its
+// heartbeats is never declared dead, whatever interval, jitter and maxMissed the
+// settings allow (TestLivenessNeverKillsAResponsiveProvider).
 type liveness struct {
-	lastCheck int64 // time of the previous check
-	sentAt    int64 // the unanswered heartbeat's send time; 0 when none
+	lastCheck    int64  // time of the previous check
+	lastAppended uint64 // the writer's stream offset then, after our own heartbeat
+	sentAt       int64  // the unanswered heartbeat's send time; 0 when none
 }
 
-func (l *liveness) check(now, lastRead int64, interval time.Duration, maxMissed int) (send, dead bool) {
+// check takes the time, the last read, the last read that was only a heartbeat's
+// answer, and the writer's stream offset (bytes ever queued).
+func (l *liveness) check(now, lastRead, lastBeatAnswer int64, appended uint64, interval time.Duration, maxMissed int) (send, dead bool) {
 	if l.sentAt != 0 && lastRead >= l.sentAt {
 		l.sentAt = 0
 	}
 	if l.sentAt != 0 && now-l.sentAt >= int64(maxMissed)*int64(interval) {
 		return false, true
 	}
-	if l.sentAt == 0 && lastRead < l.lastCheck {
+	readData := lastRead >= l.lastCheck && lastRead != lastBeatAnswer
+	wrote := appended != l.lastAppended
+	if l.sentAt == 0 && (!readData || !wrote) {
 		send = true
 		l.sentAt = now
 	}
 	l.lastCheck = now
+	l.lastAppended = appended
 	return send, false
 }
 
@@ -339,7 +390,8 @@ func (uc *upConn) onBeat() {
 	if uc.life.ackOK {
 		uc.life.noteResets() // a recent baseline for the reset counters (lifecycle.go)
 	}
-	send, dead := uc.live.check(srv.now(), uc.lastRead.Load(), cfg.UpstreamInterval, cfg.UpstreamMaxMissed)
+	send, dead := uc.live.check(srv.now(), uc.lastRead.Load(), uc.lastBeatAnswer.Load(), uc.w.streamOffset(),
+		cfg.UpstreamInterval, cfg.UpstreamMaxMissed)
 	if dead {
 		srv.spawn(func() {
 			uc.fail("no answer to a heartbeat within " + (time.Duration(cfg.UpstreamMaxMissed) * cfg.UpstreamInterval).String())
@@ -351,6 +403,7 @@ func (uc *upConn) onBeat() {
 		if uc.sendControl(srv.codec.AppendHeartbeatRequest(buf[:0], 0), true) {
 			srv.m.hbSent.Inc()
 		}
+		uc.live.lastAppended = uc.w.streamOffset() // our own heartbeat is not traffic
 	}
 	srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 }
