@@ -158,6 +158,8 @@ func TestPeerEndRules(t *testing.T) {
 		{"FIN, before the ack", peerEnd{state: tcpCloseWait, acked: 50}, 30, 10, 100, false},
 		{"RST, last frame", peerEnd{state: tcpClose, acked: 100}, 90, 10, 100, true},
 		{"RST, an earlier frame", peerEnd{state: tcpClose, acked: 0}, 80, 10, 100, false},
+		{"RST, a restored request the kernel took before a handover", peerEnd{state: tcpClose}, 0, 0, 0, false},
+		{"FIN, a restored request", peerEnd{state: tcpCloseWait, acked: 0}, 0, 0, 100, false},
 	}
 	for _, tc := range cases {
 		if got := tc.e.unseen(tc.off, tc.n, tc.final); got != tc.unseen {
@@ -190,6 +192,9 @@ func TestReplayRing(t *testing.T) {
 		if ok && !bytes.Equal(b, frame(i, n)) {
 			t.Fatalf("frame %d came back changed", i)
 		}
+	}
+	if _, ok := r.copyOut(offs[99], 0); ok {
+		t.Fatal("an empty frame was returned")
 	}
 	r.put(off, frame(1, replaySize+1))
 	if _, ok := r.copyOut(off, replaySize+1); ok {
