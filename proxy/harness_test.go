@@ -179,7 +179,7 @@ func newFixtureWith(t testing.TB, pcfg peer.ProviderConfig, opts Options, mods .
 		prov.Close()
 		cancel()
 	})
-	waitFor(t, 5*time.Second, "upstream connections", func() bool {
+	waitFor(t, 30*time.Second, "upstream connections", func() bool {
 		return srv.Stats().UpstreamConns == int64(srv.Config().UpstreamConns)
 	})
 	return f

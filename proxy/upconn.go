@@ -244,8 +244,8 @@ func (uc *upConn) handle(f Frame, frame []byte, now int64) {
 		}
 	case FrameEventTwoWay:
 		// The provider's heartbeat: its ids are its own id space; answer with its id.
+		uc.counts.heartbeats.Add(1) // counted before the provider can see the reply
 		uc.sendControl(srv.codec.AppendHeartbeatReply(uc.scratch[:0], f), false)
-		uc.counts.heartbeats.Add(1)
 	case FrameEventOneWay:
 		switch srv.codec.EventOf(frame, f) {
 		case EventReadonly:
