@@ -88,10 +88,10 @@ type SessionSnapshot struct {
 	Remote   string        `json:"remote"`
 	Port     uint16        `json:"port"` // pool key: the original destination port in transparent mode, else 0
 	Readonly bool          `json:"readonly,omitempty"`
-	Idle     time.Duration `json:"idle"`            // since the consumer last sent anything
-	In       []byte        `json:"in,omitempty"`    // read, not handled: a partial frame and what followed
-	Skip     int           `json:"skip,omitempty"`  // bytes of a refused frame still to discard
-	Out      []byte        `json:"out,omitempty"`   // not written yet; Out[:Sent] went out already
+	Idle     time.Duration `json:"idle"`           // since the consumer last sent anything
+	In       []byte        `json:"in,omitempty"`   // read, not handled: a partial frame and what followed
+	Skip     int           `json:"skip,omitempty"` // bytes of a refused frame still to discard
+	Out      []byte        `json:"out,omitempty"`  // not written yet; Out[:Sent] went out already
 	Sent     int           `json:"sent,omitempty"`
 	Partial  time.Duration `json:"partial,omitempty"` // age of the partial frame, for frame_read_timeout
 }
@@ -447,7 +447,7 @@ func (s *Server) restore(sn *Snapshot) error {
 			s.accept(r)
 			held = append(held, heldEntry(r, h.Frame))
 		}
-		defer p.hold.rehold(held) // once the connections take requests
+		defer p.hold.rehold(held, holdReheld) // once the connections take requests
 	}
 	s.mu.Lock()
 	for port, p := range pools {

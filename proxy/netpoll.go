@@ -61,5 +61,5 @@ var netpollConf struct {
 	inline  atomic.Bool
 }
 
-func netpollInline() bool  { return netpollConf.inline.Load() }
+func netpollInline() bool { return netpollConf.inline.Load() }
 func netpollPollers() int { return int(netpollConf.pollers.Load()) }

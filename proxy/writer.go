@@ -55,7 +55,7 @@ type writer struct {
 	stalled    bool   // the flusher holds the role
 	closed     bool
 	held       bool // a handover: senders queue, nobody writes (hold, export, resume)
-	charged    int // stalled bytes charged to budget
+	charged    int  // stalled bytes charged to budget
 	progressAt int64
 	file       *os.File // while the flusher runs: a dup of fd registered with Go's poller
 	err        error    // the socket error that ended writing
@@ -397,6 +397,13 @@ func (w *writer) copyFrame(dst []byte, off uint64, n int) (out []byte, ok bool) 
 		return append(dst, w.batch[off-w.batchOff:end-w.batchOff]...), true
 	}
 	return dst, false
+}
+
+// streamOffset is the number of bytes ever sent through the writer (queued or written).
+func (w *writer) streamOffset() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.appended
 }
 
 // queued is the number of bytes sent but not yet handed to the kernel.
