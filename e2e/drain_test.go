@@ -114,12 +114,10 @@ func TestSidecarSIGTERMDrainsUnderLoad(t *testing.T) {
 		if c.done.After(ro) {
 			answeredAfterRO++
 		}
-		f.conns[c.conn].mu.Lock()
-		closedAt := f.conns[c.conn].closedAt
-		f.conns[c.conn].mu.Unlock()
-		if !closedAt.IsZero() && closedAt.Before(c.done) {
-			el.Errorf("request %d/%d answered after its connection closed", c.conn, c.id)
-		}
+		// An OK answer was read before the connection's end by construction (one reader
+		// per connection, in order). Comparing c.done with closedAt compared two
+		// goroutines' wake-ups after the last answer and its FIN arrived together, and
+		// failed about one run in three on a loaded machine.
 	}
 	el.Done()
 	t.Logf("%v; in flight at SIGTERM: %d (all OK), answered after READONLY: %d, sent after READONLY (not expected of a consumer): %d",
