@@ -356,7 +356,8 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if f.upgradeBinary != "" {
 		self = f.upgradeBinary
 	}
-	u, err := newUpgrader(log.Named("upgrade"), self, store.Settings, srv.Draining, reg)
+	// Not while draining, from the moment the drain is announced (drain.min_duration).
+	u, err := newUpgrader(log.Named("upgrade"), self, store.Settings, func() bool { return !srv.Ready() }, reg)
 	if err != nil {
 		return fail(err)
 	}

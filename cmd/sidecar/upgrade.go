@@ -328,7 +328,7 @@ func (u *upgrader) handover(p *plane, job upgradeJob) error {
 	}
 	p.live.mu.Lock()
 	defer p.live.mu.Unlock()
-	if p.srv.Draining() {
+	if !p.srv.Ready() {
 		return fail(resultRefused, errors.New("the sidecar started draining"))
 	}
 	t0 := time.Now()
