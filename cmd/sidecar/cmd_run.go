@@ -9,6 +9,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -209,9 +210,6 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	)
 	if rs != nil {
 		ss, layered, active, err = restoredSettings(in.State.Sections[secSettings])
-		if err == nil && faultInjection == "restore" && in.Rollback == "" {
-			err = errors.New("fault injected by a test build: this binary refuses every handed-over state")
-		}
 		if err != nil {
 			return rs.fail(nil, err)
 		}
@@ -288,7 +286,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	// Bind the HTTP listeners first: a port clash must fail before consumers are accepted.
 	lns := map[string]net.Listener{}
 	if rs != nil {
-		if lns, err = inheritedListeners(in.State.Header.Listeners); err != nil {
+		if lns, rs.listenerFiles, err = inheritedListeners(in.State.Header.Listeners); err != nil {
 			return fail(err)
 		}
 	}
@@ -307,6 +305,9 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	}
 
 	p := &plane{ctx: ctx, log: log, reg: reg, store: store, lns: lns}
+	// A rollback execs from inside fail(): the restored admitter must still own the listening
+	// socket then (an unreachable os.File's finalizer would close it).
+	defer runtime.KeepAlive(p)
 	if rs != nil {
 		var sn admission.Snapshot
 		if err = sn.UnmarshalBinary(in.State.Sections[secAdmission]); err == nil {
@@ -328,15 +329,20 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	opts := proxy.Options{Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: func() { p.admNow.Load().ConnClosed() }}
 	var psn proxy.Snapshot
 	if rs != nil {
+		if faultInjection == "restore" && in.Rollback == "" {
+			// As late as a rollback is still safe: listeners and admission restored.
+			return fail(errors.New("fault injected by a test build: this binary refuses every handed-over state"))
+		}
 		if err = psn.UnmarshalBinary(in.State.Sections[secProxy]); err == nil {
 			p.srv, err = proxy.Restore(&psn, xds.ProxyConfig(active), opts)
 		}
-	} else {
-		p.srv, err = proxy.New(xds.ProxyConfig(active), opts)
-	}
-	if err != nil {
+		if err != nil {
+			// The listening socket goes back to the old binary: not closed here.
+			return fail(err)
+		}
+	} else if p.srv, err = proxy.New(xds.ProxyConfig(active), opts); err != nil {
 		p.adm.Close()
-		return fail(err)
+		return err
 	}
 	srv := p.srv
 	if err := srv.Start(ctx); err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -118,28 +119,32 @@ func restoreRejection(st *xds.Store, ss settingsState) {
 	}
 }
 
-// inheritedListeners wraps the metrics and admin listening sockets of the old image.
-func inheritedListeners(fds map[string]int) (map[string]net.Listener, error) {
+// inheritedListeners wraps the metrics and admin listening sockets of the old image. The
+// handed-over descriptors stay open (files) until the restore is done: a rollback hands
+// them to the old binary again.
+func inheritedListeners(fds map[string]int) (map[string]net.Listener, []*os.File, error) {
 	lns := map[string]net.Listener{}
+	var files []*os.File
 	for name, fd := range fds {
 		f := os.NewFile(uintptr(fd), "stormgate-"+name)
+		files = append(files, f)
 		ln, err := net.FileListener(f) // a dup of its own, in Go's poller
-		f.Close()
 		if err != nil {
 			for _, l := range lns {
 				l.Close()
 			}
-			return nil, fmt.Errorf("the %s listener (fd %d): %w", name, fd, err)
+			return nil, files, fmt.Errorf("the %s listener (fd %d): %w", name, fd, err)
 		}
 		lns[name] = ln
 	}
-	return lns, nil
+	return lns, files, nil
 }
 
 // restoring is a handover this image is receiving.
 type restoring struct {
-	in    *handover.Incoming
-	start time.Time // this image's start, wall clock
+	in            *handover.Incoming
+	start         time.Time  // this image's start, wall clock
+	listenerFiles []*os.File // the handed-over HTTP listeners' descriptors, kept for a rollback
 }
 
 // fail gives up on the restore: the new binary rolls back to the old one (which restores
@@ -160,6 +165,7 @@ func (r *restoring) fail(log *zap.Logger, err error) error {
 	logErr("upgrade: the new binary cannot restore the handed-over state; rolling back to the old binary", zap.Error(err))
 	_ = log.Sync()
 	rerr := r.in.RollBack(version + ": " + err.Error())
+	runtime.KeepAlive(r.listenerFiles) // their finalizers must not close the descriptors before the exec
 	return fmt.Errorf("restore failed (%w), and so did the rollback: %v", err, rerr)
 }
 
@@ -196,6 +202,10 @@ func (r *restoring) done(u *upgrader, log *zap.Logger) {
 	serving := time.Now()
 	h := r.in.State.Header
 	r.in.Done()
+	for _, f := range r.listenerFiles {
+		f.Close() // the listeners run on dups of their own
+	}
+	r.listenerFiles = nil
 	u.carry(h.Counts)
 	o := r.outcome(serving)
 	for p, d := range map[string]time.Duration{"preflight": h.Phases["preflight"], "freeze": h.Phases["freeze"],
