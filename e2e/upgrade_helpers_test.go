@@ -19,22 +19,27 @@ import (
 )
 
 // Versions of the sidecar builds the upgrade tests switch between: TestMain's build
-// (bins.sidecar, "dev"), a "next" one and a faulty one (-X main.faultInjection=restore:
-// passes its preflight, then refuses every handed-over state).
+// (bins.sidecar, "dev"), a "next" one, a faulty one (-X main.faultInjection=restore:
+// passes its preflight, then refuses every handed-over state) and a slow one
+// (faultInjection=slow: each side of a handover waits 500 ms, to aim signals at it).
 const (
 	versionFirst = "dev"
 	versionNext  = "e2e-next"
 	versionFault = "e2e-fault"
+	versionSlow  = "e2e-slow"
 )
 
+// sidecarBuilds are the extra builds, made once per test binary.
+type sidecarBuilds struct{ next, fault, slow string }
+
 var upgradeBins struct {
-	once        sync.Once
-	next, fault string
-	err         error
+	once sync.Once
+	b    sidecarBuilds
+	err  error
 }
 
-// upgradeBinaries builds the next and the faulty sidecar once per test binary.
-func upgradeBinaries(t *testing.T) (next, fault string) {
+// upgradeBinaries builds the next, the faulty and the slow sidecar once per test binary.
+func upgradeBinaries(t *testing.T) sidecarBuilds {
 	t.Helper()
 	upgradeBins.once.Do(func() {
 		root, err := moduleRoot()
@@ -43,7 +48,11 @@ func upgradeBinaries(t *testing.T) (next, fault string) {
 			return
 		}
 		dir := filepath.Dir(bins.sidecar)
-		build := func(out, ldflags string) error {
+		build := func(name, ldflags string) string {
+			out := filepath.Join(dir, name)
+			if upgradeBins.err != nil {
+				return out
+			}
 			args := []string{"build", "-o", out, "-ldflags", ldflags}
 			if os.Getenv("STORMGATE_E2E_RACE") == "1" {
 				args = append(args, "-race")
@@ -51,21 +60,20 @@ func upgradeBinaries(t *testing.T) (next, fault string) {
 			cmd := exec.Command("go", append(args, "./cmd/sidecar")...)
 			cmd.Dir = root
 			if b, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("go build %s: %v\n%s", out, err, b)
+				upgradeBins.err = fmt.Errorf("go build %s: %v\n%s", out, err, b)
 			}
-			return nil
+			return out
 		}
-		upgradeBins.next = filepath.Join(dir, "sidecar-next")
-		upgradeBins.fault = filepath.Join(dir, "sidecar-fault")
-		if upgradeBins.err = build(upgradeBins.next, "-X main.version="+versionNext); upgradeBins.err != nil {
-			return
+		upgradeBins.b = sidecarBuilds{
+			next:  build("sidecar-next", "-X main.version="+versionNext),
+			fault: build("sidecar-fault", "-X main.version="+versionFault+" -X main.faultInjection=restore"),
+			slow:  build("sidecar-slow", "-X main.version="+versionSlow+" -X main.faultInjection=slow"),
 		}
-		upgradeBins.err = build(upgradeBins.fault, "-X main.version="+versionFault+" -X main.faultInjection=restore")
 	})
 	if upgradeBins.err != nil {
 		t.Fatal(upgradeBins.err)
 	}
-	return upgradeBins.next, upgradeBins.fault
+	return upgradeBins.b
 }
 
 // upgrade runs `sidecar upgrade --binary binary --admin s.admin [extra]` (through prefix,

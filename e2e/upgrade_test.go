@@ -47,7 +47,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		maxGap    = 300 * time.Millisecond
 		spacing   = 500 * time.Millisecond
 	)
-	next, _ := upgradeBinaries(t)
+	next := upgradeBinaries(t).next
 	prov := startEchoProvider(t)
 	sc := startSidecar(t, prov.addr, "", upstreamM)
 	workers := (conns + 4999) / 5000 // 5,000 connections per load process
@@ -286,7 +286,8 @@ func TestUpgradeRefusedKeepsServing(t *testing.T) {
 // bodies, no repeated id at the provider); a later upgrade works. Also through SIGUSR2.
 func TestUpgradeRollsBack(t *testing.T) {
 	const conns, rate, upstreamM = 500, 1000, 4
-	next, fault := upgradeBinaries(t)
+	builds := upgradeBinaries(t)
+	next, fault := builds.next, builds.fault
 	prov := startEchoProvider(t)
 	sc := startSidecarArgs(t, prov.addr, upstreamM, "--upgrade-binary", next)
 	load := startLoad(t, nil, "--target", sc.listen, "--conns", strconv.Itoa(conns), "--rate", strconv.Itoa(rate),
@@ -370,7 +371,7 @@ func TestUpgradeTransparentKeepsPortsAndPools(t *testing.T) {
 		loadRate  = 200
 		probes    = 4
 	)
-	next, _ := upgradeBinaries(t)
+	next := upgradeBinaries(t).next
 	p := startTransparentPod(t, fmt.Sprintf("%d,%d", tpProviderPort, port2), []int{tpProviderPort, port2})
 	sc := p.sidecar
 	adminLine := sc.waitJSONLine(t, false, 10*time.Second, `admin "http listener started"`, func(m map[string]any) bool {
@@ -445,5 +446,60 @@ func TestUpgradeTransparentKeepsPortsAndPools(t *testing.T) {
 		if st.Requests != want {
 			t.Errorf("provider on :%d answered %d requests, want the %d sent to its port: a handed-over connection went to another pool", ports[i], st.Requests, want)
 		}
+	}
+}
+
+// A stop signal during an upgrade must end in a drain, never in an abrupt death. Aimed with
+// the slow build (each side of its handovers waits 500 ms): before the exec, the upgrade is
+// abandoned and the sidecar thaws and drains; during the new binary's restore, the new
+// binary drains once it serves. Either way the sidecar exits 0 and consumers that honour
+// READONLY see no error and no reset. (A signal in the few milliseconds of the exec itself,
+// before the new Go runtime has handlers, still ends the process: docs/operations.md.)
+func TestSIGTERMDuringUpgrade(t *testing.T) {
+	const conns, rate = 200, 400
+	builds := upgradeBinaries(t)
+	for _, c := range []struct {
+		name, from, to, want string
+	}{
+		{"before the exec", builds.slow, builds.next, "arrived during the handover"},
+		{"during the restore", bins.sidecar, builds.slow, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prov := startProvider(t, "")
+			sc := attachSidecar(t, startProc(t, "sidecar", c.from, "run", "--listen", "127.0.0.1:0", "--upstream", prov.addr,
+				"--metrics", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-level", "info"), 4)
+			load := startLoad(t, nil, "--target", sc.listen, "--conns", strconv.Itoa(conns), "--rate", strconv.Itoa(rate),
+				"--duration", "5s", "--heartbeat", "1s", "--timeout", "3s", "--honor-readonly", "--leave-on-readonly")
+			sc.waitMetric(t, 20*time.Second, "stormgate_downstream_connections", func(v float64) bool { return v == conns })
+			sc.waitMetric(t, 20*time.Second, "stormgate_requests_total", func(v float64) bool { return v >= rate })
+
+			up := startProc(t, "upgrade", bins.sidecar, "upgrade", "--binary", c.to, "--admin", sc.admin, "--timeout", "20s")
+			if !poll(20*time.Second, func() bool {
+				return up.exited() || slices.ContainsFunc(up.stdoutLines(), func(l string) bool { return strings.HasPrefix(l, "preflight passed") })
+			}) {
+				t.Fatal("sidecar upgrade printed nothing")
+			}
+			time.Sleep(200 * time.Millisecond) // into the 500 ms wait of the slow side
+			if err := sc.signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			code := sc.wait(t, 20*time.Second)
+			up.wait(t, 30*time.Second)
+			said := strings.Join(append(up.stdoutLines(), up.logLines()...), " | ")
+			t.Logf("sidecar exit %d; sidecar upgrade said: %s", code, said)
+			if code != 0 {
+				t.Errorf("sidecar exit code %d after SIGTERM during an upgrade, want 0 (a drain)", code)
+			}
+			if c.want != "" && !strings.Contains(said, c.want) {
+				t.Errorf("sidecar upgrade did not report %q", c.want)
+			}
+			res := load.result(t, time.Minute)
+			t.Logf("load: sent %d ok %d, errors %d, resets %d, left after READONLY %d, closed by the sidecar %d", res.Sent, res.OK,
+				res.Errors, res.Resets, res.LeftOnReadonly, res.ClosedByPeer)
+			if res.Errors+res.Timeouts+res.Lost+res.Resets+res.OtherConnErrors+res.HeartbeatsTimedOut+res.HeartbeatsLost != 0 || res.OK != res.Sent {
+				t.Errorf("consumers saw errors %d, timeouts %d, lost %d, resets %d, other %d, heartbeats timed out %d lost %d; want a clean drain",
+					res.Errors, res.Timeouts, res.Lost, res.Resets, res.OtherConnErrors, res.HeartbeatsTimedOut, res.HeartbeatsLost)
+			}
+		})
 	}
 }

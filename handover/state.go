@@ -62,6 +62,8 @@ type Header struct {
 	// Phases are the durations of the old process's phases (preflight, freeze, ...).
 	Started time.Time                `json:"started"`
 	Phases  map[string]time.Duration `json:"phases,omitempty"`
+	// ExecAt is when the old image called execve (wall clock).
+	ExecAt time.Time `json:"exec_at"`
 	// Counts carries cumulative counters over (stormgate_upgrades_total by result).
 	Counts map[string]uint64 `json:"counts,omitempty"`
 	// Stats is what was handed over (consumers, upstream connections, pending), for the logs.

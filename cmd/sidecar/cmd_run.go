@@ -182,10 +182,15 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if f.preflight {
 		return runPreflight(cmd, f)
 	}
-	// SIGUSR2 upgrades; caught at once, since by default it would end the process.
+	// Caught at once: SIGUSR2 upgrades; a stop signal that arrives while a new image restores
+	// waits until it serves (then it drains) instead of ending it, and every connection, as
+	// Go's default for SIGTERM would.
 	usr2 := make(chan os.Signal, 1)
 	signal.Notify(usr2, syscall.SIGUSR2)
 	defer signal.Stop(usr2)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 
 	// A new image of an upgrade (or the old one after a rollback) restores instead of
 	// binding: see upgrade.go. Any failure before it serves rolls back (rs.fail).
@@ -212,6 +217,9 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		ss, layered, active, err = restoredSettings(in.State.Sections[secSettings])
 		if err != nil {
 			return rs.fail(nil, err)
+		}
+		if faultInjection == "slow" {
+			time.Sleep(500 * time.Millisecond) // test builds only: a window to aim signals at
 		}
 	} else {
 		if layered, err = buildSettings(cmd, f); err != nil {
@@ -439,9 +447,6 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		rs.done(u, log)
 	}
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -458,10 +463,15 @@ wait:
 			continue
 		case job := <-u.jobs:
 			// Returns only when the exec did not happen.
-			if err := u.handover(p, job); !errors.Is(err, errThawFailed) {
-				continue
-			} else {
+			var sig os.Signal
+			err := u.handover(p, job, sigs, &sig)
+			switch {
+			case errors.Is(err, errThawFailed):
 				exitErr = err
+			case sig != nil:
+				log.Info("signal received during an upgrade; upgrade abandoned, draining", zap.String("signal", sig.String()))
+			default:
+				continue
 			}
 		case sig := <-sigs:
 			log.Info("signal received; draining", zap.String("signal", sig.String()))

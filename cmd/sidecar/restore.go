@@ -55,8 +55,9 @@ func encodeSettingsState(st *xds.Store) ([]byte, error) {
 }
 
 // faultInjection is empty in every release build. The e2e tests build binaries with
-// -ldflags "-X main.faultInjection=restore": such a binary passes its preflight and then
-// refuses every handed-over state, to prove the rollback.
+// -ldflags "-X main.faultInjection=...": "restore" passes its preflight and then refuses
+// every handed-over state (to prove the rollback); "slow" waits 500 ms before its exec and
+// in its restore (to aim signals at a handover).
 var faultInjection string
 
 // restoredSettings decodes the settings section: the base and the settings in force, both
@@ -189,11 +190,11 @@ func (r *restoring) outcome(serving time.Time) upgradeOutcome {
 
 // execTook is from the old image's execve to this image's start (wall clock).
 func (r *restoring) execTook() time.Duration {
-	at := r.in.State.Header.Phases["exec_at_unix_ns"]
-	if at == 0 {
+	at := r.in.State.Header.ExecAt
+	if at.IsZero() {
 		return 0
 	}
-	return r.start.Sub(time.Unix(0, int64(at)))
+	return r.start.Sub(at)
 }
 
 // done records the handover in the upgrader and the metrics, logs that this image serves,

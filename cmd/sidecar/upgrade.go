@@ -318,8 +318,10 @@ func (u *upgrader) handler(ctx context.Context) http.HandlerFunc {
 var errThawFailed = errors.New("upgrade: could not resume after a failed handover")
 
 // handover moves p to job's binary: freeze, state, exec. It returns only when the exec did
-// not happen; p then serves again (thawed), unless the error wraps errThawFailed.
-func (u *upgrader) handover(p *plane, job upgradeJob) error {
+// not happen; p then serves again (thawed), unless the error wraps errThawFailed. A stop
+// signal pending on stop right before the exec abandons the upgrade (the new image would
+// never see it) and is handed back in *got.
+func (u *upgrader) handover(p *plane, job upgradeJob, stop <-chan os.Signal, got *os.Signal) error {
 	defer u.busy.Store(false)
 	fail := func(result string, err error) error {
 		job.out.Result, job.out.Reason = result, err.Error()
@@ -354,6 +356,16 @@ func (u *upgrader) handover(p *plane, job upgradeJob) error {
 		zap.Int("consumers", stats["consumers"]), zap.Int("upstream", stats["upstream"]), zap.Int("pending", stats["pending"]))
 
 	st, keep, closeFDs, err := u.state(p, job, admSnap, psn, t0, frozen, stats)
+	if err == nil {
+		if faultInjection == "slow" {
+			time.Sleep(500 * time.Millisecond) // test builds only: a window to aim signals at
+		}
+		select {
+		case *got = <-stop:
+			err = fmt.Errorf("%s arrived during the handover", *got)
+		default:
+		}
+	}
 	if err == nil {
 		u.log.Info("upgrade: exec", zap.String("id", job.out.ID), zap.String("binary", job.out.Binary),
 			zap.Duration("since_freeze", time.Since(t0)), zap.Int("descriptors", len(keep)))
@@ -420,7 +432,7 @@ func (u *upgrader) state(p *plane, job upgradeJob, admSnap *admission.Snapshot, 
 		Listeners: listeners, FDs: append(admSnap.FDs(), psn.FDs()...), Started: t0.Round(0),
 		Phases: map[string]time.Duration{"preflight": job.preflight, "freeze": frozen, "state": time.Since(t0) - frozen},
 		Counts: counts, Stats: stats}
-	h.Phases["exec_at_unix_ns"] = time.Duration(time.Now().UnixNano())
+	h.ExecAt = time.Now().Round(0)
 	st := &handover.State{Header: h, Sections: map[string][]byte{secSettings: settings, secAdmission: admB, secProxy: proxyB}}
 	if fds.memfd, err = handover.WriteMemfd(st); err != nil {
 		return fail(err)
