@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stormgate/stormgate/loadgen"
+	"github.com/stormgate/stormgate/peer"
 )
 
 // Issue 14, acceptance 1 and 2: `sidecar upgrade` under load, several times in a row,
@@ -501,5 +502,74 @@ func TestSIGTERMDuringUpgrade(t *testing.T) {
 					res.Errors, res.Timeouts, res.Lost, res.Resets, res.OtherConnErrors, res.HeartbeatsTimedOut, res.HeartbeatsLost)
 			}
 		})
+	}
+}
+
+// Requests in flight at the handover are answered however long the provider takes, and
+// requests held while the provider is away are sent once it is back, by the new binary:
+// the pending tables and the hold queue cross the exec (issue 14).
+func TestUpgradeCarriesSlowAndHeldRequests(t *testing.T) {
+	const conns = 40
+	next := upgradeBinaries(t).next
+	prov := startProvider(t, "")
+	sc := startSidecar(t, prov.addr, "hold:\n  timeout: 10s\nlimits:\n  max_request_age: 30s\n", 4)
+	f := dialFleet(t, sc.listen, conns, false)
+	sc.waitMetric(t, 20*time.Second, "stormgate_downstream_connections", func(v float64) bool { return v == conns })
+
+	// Half the consumers call a method that takes 1.5 s: in flight across the upgrade.
+	type result struct {
+		arg  string
+		resp peer.Response
+		err  error
+	}
+	results := make(chan result, conns)
+	call := func(c *consumer, id int64, method, arg string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		resp, err := c.c.Call(ctx, id, service, method, arg)
+		results <- result{arg, resp, err}
+	}
+	for _, c := range f.conns[:conns/2] {
+		go call(c, 1, "sleep", "1500ms")
+	}
+	sc.waitMetric(t, 5*time.Second, "stormgate_inflight_requests", func(v float64) bool { return v == conns/2 })
+	out, code := sc.upgrade(t, nil, next)
+	if code != 0 {
+		t.Fatalf("upgrade with slow requests in flight: exit %d\n%s", code, out)
+	}
+	for range conns / 2 {
+		r := <-results
+		if r.err != nil || r.resp.Status != 20 || r.resp.Value != r.arg {
+			t.Errorf("a request in flight across the upgrade: status %d value %q err %v; want its answer", r.resp.Status, r.resp.Value, r.err)
+		}
+	}
+
+	// The provider goes away; the other half's requests are held; upgrade back; the provider
+	// returns and the new binary sends them.
+	prov.kill()
+	sc.waitMetric(t, 10*time.Second, "stormgate_upstream_connections", func(v float64) bool { return v == 0 })
+	for i, c := range f.conns[conns/2:] {
+		go call(c, 2, "echo", fmt.Sprintf("held-%d", i))
+	}
+	sc.waitMetric(t, 5*time.Second, "stormgate_held_requests", func(v float64) bool { return v == conns/2 })
+	if out, code := sc.upgrade(t, nil, bins.sidecar); code != 0 {
+		t.Fatalf("upgrade with requests held: exit %d\n%s", code, out)
+	}
+	if got := sc.metric(t, "stormgate_held_requests"); got != conns/2 {
+		t.Errorf("stormgate_held_requests = %v after the upgrade, want the %d held before it", got, conns/2)
+	}
+	startProvider(t, prov.addr)
+	for range conns / 2 {
+		r := <-results
+		if r.err != nil || r.resp.Status != 20 || r.resp.Value != r.arg {
+			t.Errorf("a request held across the upgrade: status %d value %q err %v; want its echo %q", r.resp.Status, r.resp.Value, r.err, r.arg)
+		}
+	}
+	for _, c := range f.conns {
+		select {
+		case <-c.c.Closed():
+			t.Fatalf("consumer %d was closed", c.idx)
+		default:
+		}
 	}
 }
