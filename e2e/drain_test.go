@@ -112,12 +112,10 @@ func TestSidecarSIGTERMDrainsUnderLoad(t *testing.T) {
 		if c.done.After(ro) {
 			answeredAfterRO++
 		}
-		f.conns[c.conn].mu.Lock()
-		closedAt := f.conns[c.conn].closedAt
-		f.conns[c.conn].mu.Unlock()
-		if !closedAt.IsZero() && closedAt.Before(c.done) {
-			el.Errorf("request %d/%d answered after its connection closed", c.conn, c.id)
-		}
+		// An answer the server wrote after closing would be no answer at all: the call above
+		// would have failed with the connection's end. (Comparing the caller's wake-up time
+		// with the watcher's is a race between two goroutines, not a property of the wire:
+		// it failed on a loaded machine with every answer in order on the wire.)
 	}
 	el.Done()
 	t.Logf("%v; in flight at SIGTERM: %d (all OK), answered after READONLY: %d, sent after READONLY (not expected of a consumer): %d",
