@@ -69,11 +69,12 @@ const kernelSampleEvery = time.Second
 type Admitter struct {
 	log  *zap.Logger
 	m    *metrics
-	reg  prometheus.Registerer // where m is registered (Freeze unregisters it)
 	file *os.File        // the listening socket; its fd is the only one in Go's poller
 	raw  syscall.RawConn // file's; Read waits for accept readiness, Control reaches the fd
 	addr netip.AddrPort  // bound address
 	ipv6 bool            // AF_INET6 listener
+
+	reg prometheus.Registerer // where m is registered (Freeze unregisters it)
 
 	set atomic.Pointer[settings]
 	lim *rate.Limiter // goroutine-safe; Update retunes it in place so tokens carry over

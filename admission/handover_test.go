@@ -116,7 +116,8 @@ func TestFreezeRestoreLosesNothing(t *testing.T) {
 	}
 	cfg2 := cfg
 	cfg2.AcceptRate = 0 // unlimited: the settings of the new image apply
-	r, err := Restore(&crossed, cfg2, log, reg) // the same registry: Freeze gave the series up
+	// The same registry: Freeze gave the series up.
+	r, err := Restore(&crossed, cfg2, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
