@@ -23,6 +23,13 @@ type Results struct {
 	Restart    *RestartResult    `json:"restart,omitempty"`
 	Storm      *StormResult      `json:"storm,omitempty"`
 	Fleet      *FleetResult      `json:"fleet,omitempty"`
+	Quiet      *QuietResult      `json:"quiet,omitempty"`
+	Heartbeat  *HeartbeatResult  `json:"heartbeat,omitempty"`
+	Forward    *ForwardResult    `json:"forward,omitempty"`
+
+	// Profiles are the CPU profiles taken during the run (quiet, heartbeat, idle, forward,
+	// throughput), each with its scenario key and target.
+	Profiles []Profile `json:"profiles,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -39,6 +46,7 @@ type Machine struct {
 	NoFile      string `json:"nofile"`
 	LoadAvgPre  string `json:"loadavg_pre"`  // /proc/loadavg when the run started
 	LoadAvgPost string `json:"loadavg_post"` // and when it ended
+	Perf        bool   `json:"perf"`         // perf sampled and counted (else Go's profiler only)
 }
 
 // MicroResult is the hot-path micro-benchmarks.

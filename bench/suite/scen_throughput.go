@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -93,6 +94,11 @@ func (s *Suite) tpSeries(ctx context.Context, tg string, conns int) (TPSeries, e
 			lo = mid
 		} else {
 			hi = mid
+		}
+	}
+	if o.TPProfile && tg == stormgate && conns == slices.Max(o.TPConns) && se.Max > 0 {
+		if err := s.profileAtMax(ctx, prov, px, conns, se.Max); err != nil {
+			s.logf("  throughput %s %d conns: profiled step: %v", tg, conns, err)
 		}
 	}
 	return se, nil

@@ -100,7 +100,9 @@ type proxy struct {
 	addr    string
 	port    int
 	procs   []*Proc
-	metrics string // Stormgate's metrics listener (host namespace only)
+	metrics string      // Stormgate's metrics listener (host namespace only)
+	admin   string      // Stormgate's admin listener (host namespace only): /debug/pprof
+	counts  chan uint64 // hbfloor: the counts it prints on SIGUSR1
 }
 
 // proxyOpts tune a proxy for a scenario.
@@ -184,8 +186,8 @@ func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o pro
 			if err1 != nil || err2 != nil {
 				return nil, fmt.Errorf("no free port: %v %v", err1, err2)
 			}
-			px.metrics = "127.0.0.1:" + strconv.Itoa(mp)
-			argv = append(argv, "--metrics", px.metrics, "--admin", "127.0.0.1:"+strconv.Itoa(ap))
+			px.metrics, px.admin = "127.0.0.1:"+strconv.Itoa(mp), "127.0.0.1:"+strconv.Itoa(ap)
+			argv = append(argv, "--metrics", px.metrics, "--admin", px.admin)
 		} else {
 			argv = append(argv, "--metrics", "127.0.0.1:15090", "--admin", "127.0.0.1:15000")
 		}
@@ -207,6 +209,10 @@ func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o pro
 		}
 		if err != nil {
 			px.stop()
+			return nil, err
+		}
+	case hbFloor, fwdFloor:
+		if err := s.startFloor(ctx, px, up, o); err != nil {
 			return nil, err
 		}
 	default:

@@ -9,6 +9,8 @@
 //     response carrying an exception).
 //   - Big(s) returns s; the tests call it with a 50 KB argument (dubbo-go's frame limit is 102,400 bytes).
 //   - Sleep(d) sleeps for the Go duration d (capped at one minute), then returns d.
+//   - SayHello(name) returns "Hello, " + name: the request `make bench` forwards to measure proxy CPU per
+//     request (bench/suite's forward scenario calls it as sayHello, the Java spelling; dubbo-go finds both).
 //
 // The process runs until SIGINT or SIGTERM; the tests usually end it with SIGKILL.
 package main
@@ -61,6 +63,11 @@ func (*Greeter) Fail(_ context.Context, s string) (string, error) {
 
 // Big returns its argument; it exists so large frames have a method of their own in traces.
 func (*Greeter) Big(_ context.Context, s string) (string, error) { return s, nil }
+
+// SayHello greets name, the hello-world method of the Dubbo samples.
+func (*Greeter) SayHello(_ context.Context, name string) (string, error) {
+	return "Hello, " + name, nil
+}
 
 // Sleep sleeps for the duration d (Go syntax, e.g. "100ms"), then returns d.
 func (*Greeter) Sleep(ctx context.Context, d string) (string, error) {

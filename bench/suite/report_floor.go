@@ -1,0 +1,617 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The doc's parts about the floors (issue 12): the heartbeat ratio, the quiet cost, CPU per
+// forwarded request, and where Stormgate's CPU goes (profiles).
+
+// Targets of issue 12, from DESIGN §8.
+const (
+	targetHBRatio   = 1.15  // Stormgate CPU per heartbeat ÷ the bare epoll responder's
+	targetQuiet     = 0.002 // cores with no consumer connected
+	targetFwdRatio  = 0.8   // proxy CPU per forwarded request, Stormgate ÷ HAProxy
+	targetTPRatio   = 1.2   // max throughput at the largest connection count, Stormgate ÷ HAProxy
+	targetKiBIdle   = 4.0   // RSS per idle consumer connection
+	targetAddedP99  = 0.5   // ms, p99 added over direct
+	pprofTopN       = 20
+	kernelRowsShown = 6
+)
+
+// --- lookups ---
+
+func (p *reporter) profile(key, tg string) *Profile {
+	for i := range p.r.Profiles {
+		x := &p.r.Profiles[i]
+		if x.Scenario == key && x.Target == tg {
+			return x
+		}
+	}
+	return nil
+}
+
+func (p *reporter) fwdRow(tg string, l FwdLoad) *FwdRow {
+	if p.r.Forward == nil {
+		return nil
+	}
+	for i := range p.r.Forward.Rows {
+		x := &p.r.Forward.Rows[i]
+		if x.Target == tg && x.Conns == l.Conns && x.Rate == l.Rate && x.Error == "" && len(x.UsPerReq) > 0 {
+			return x
+		}
+	}
+	return nil
+}
+
+func (p *reporter) fwdLoads() []FwdLoad {
+	if p.r.Forward != nil {
+		return p.r.Forward.Loads
+	}
+	return p.r.Options.FwdLoads
+}
+
+func (p *reporter) quietRow(tg string) *QuietRow {
+	if p.r.Quiet == nil {
+		return nil
+	}
+	for i := range p.r.Quiet.Rows {
+		if p.r.Quiet.Rows[i].Target == tg {
+			return &p.r.Quiet.Rows[i]
+		}
+	}
+	return nil
+}
+
+func (r *FwdRow) median() float64 {
+	if r == nil || len(r.UsPerReq) == 0 {
+		return math.NaN()
+	}
+	return median(r.UsPerReq)
+}
+
+// spread prints a row's windows as "min–max".
+func spread(v []float64, prec int) string {
+	if len(v) == 0 {
+		return na
+	}
+	return num(slices.Min(v), prec) + "–" + num(slices.Max(v), prec)
+}
+
+// --- summary rows ---
+
+// floorSummaryRows are the summary rows of issue 12's targets that come from the floor
+// scenarios and the profiles.
+func (p *reporter) heartbeatSummaryRow() sumRow {
+	hr := p.r.Heartbeat
+	r, fl, sg, pairs := hr.ratio()
+	known := len(pairs) > 0
+	row := sumRow{
+		figure: fmt.Sprintf("CPU per answered heartbeat, %s consumers beating every second: Stormgate ÷ the bare epoll responder (same run, alternating windows, median of %d)", count(uint64(p.hbConns())), max(len(pairs), p.hbPairs())),
+		d:      "–", h: "–", target: fmt.Sprintf("≤ %s×", num(targetHBRatio, 2)), known: known, ok: r <= targetHBRatio,
+	}
+	row.s = na
+	if known {
+		row.s = fmt.Sprintf("%s (responder %s)", usStr(sg), usStr(fl))
+		row.verdict = num(r, 2) + "×: " + verdict(true, r <= targetHBRatio)
+		row.note = fmt.Sprintf("%s above the target: Stormgate spent %s per heartbeat, %s more than the %s the target allows (responder %s × %s). %s",
+			pctOver(r, targetHBRatio), usStr(sg), usStr(sg-targetHBRatio*fl), usStr(targetHBRatio*fl), usStr(fl), num(targetHBRatio, 2),
+			p.profileWhy(profileHeartbeat, hbFloor, "the responder"))
+	}
+	return row
+}
+
+func (p *reporter) quietSummaryRow() sumRow {
+	d, h, s := p.quietRow(direct), p.quietRow(haproxy), p.quietRow(stormgate)
+	cores := func(x *QuietRow) float64 {
+		if x == nil {
+			return math.NaN()
+		}
+		return x.Cores()
+	}
+	sv := cores(s)
+	row := sumRow{
+		figure: fmt.Sprintf("CPU with no consumer connected, over %s (Direct: the dubbo-go provider alone)", dur(p.quietWindow())),
+		d:      pctCore2(cores(d)), h: pctCore2(cores(h)), s: pctCore2(sv), target: "Stormgate ≤ " + pctCore2(targetQuiet),
+		known: s != nil, ok: sv <= targetQuiet,
+	}
+	if s != nil {
+		pr := p.profile(profileQuiet, stormgate)
+		row.note = fmt.Sprintf("%s of a core over the target (%s of CPU in %s). %s", pctCore2(sv-targetQuiet), s.CPUTime.Round(time.Millisecond), dur(s.Elapsed), quietWhy(pr, p.profile(profileQuiet, haproxy)))
+	}
+	return row
+}
+
+func (p *reporter) idle30SummaryRow() sumRow {
+	h, s := p.idle(haproxy, 30*time.Second), p.idle(stormgate, 30*time.Second)
+	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
+	hv, sv := fIdle(h, pc), fIdle(s, pc)
+	row := sumRow{
+		figure: fmt.Sprintf("Proxy CPU with %s idle consumers heartbeating every 30 s", count(uint64(p.idleConns()))),
+		d:      "–", h: pctCore2(hv), s: pctCore2(sv), target: "Stormgate ≤ HAProxy", known: !math.IsNaN(hv + sv), ok: sv <= hv,
+	}
+	if row.known {
+		row.note = fmt.Sprintf("Stormgate used %s of a core more than HAProxy (%s of its own with nothing connected, section 8). %s",
+			pctCore2(sv-hv), pctCore2(fQuiet(p.quietRow(stormgate))), p.profileWhy(profileIdle30, "", ""))
+	}
+	return row
+}
+
+func (p *reporter) forwardSummaryRows() []sumRow {
+	var rows []sumRow
+	for _, l := range p.fwdLoads() {
+		h, s, f := p.fwdRow(haproxy, l), p.fwdRow(stormgate, l), p.fwdRow(fwdFloor, l)
+		hv, sv, fv := h.median(), s.median(), f.median()
+		row := sumRow{
+			figure: fmt.Sprintf("Proxy CPU per forwarded request, SayHello on the dubbo-go provider, %s conns, %s req/s: Stormgate ÷ HAProxy (median of %d windows)",
+				count(uint64(l.Conns)), num(l.Rate, 0), p.fwdWindows()),
+			d: "–", h: usStr(hv), s: usStr(sv), target: fmt.Sprintf("≤ %s×", num(targetFwdRatio, 1)),
+			known: !math.IsNaN(hv+sv) && hv > 0, ok: sv <= targetFwdRatio*hv,
+		}
+		if row.known {
+			row.s += " (" + ratio(sv, hv) + ")"
+			row.note = fmt.Sprintf("%s above the target: Stormgate spent %s per request, %s more than the %s the target allows (HAProxy %s × %s); the bare epoll forwarder spent %s. %s",
+				pctOver(sv/hv, targetFwdRatio), usStr(sv), usStr(sv-targetFwdRatio*hv), usStr(targetFwdRatio*hv), usStr(hv), num(targetFwdRatio, 1), usStr(fv),
+				p.profileWhy(profileForward(l), haproxy, "HAProxy"))
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+func (p *reporter) throughputSummaryRow(c int) sumRow {
+	d, h, s := p.tp(direct, c), p.tp(haproxy, c), p.tp(stormgate, c)
+	hv, sv := fTP(h), fTP(s)
+	row := sumRow{
+		figure: fmt.Sprintf("Max throughput, small requests, %s conns: Stormgate ÷ HAProxy", count(uint64(c))),
+		d:      tpLabel(d) + " req/s", h: tpLabel(h) + " req/s", s: tpLabel(s) + " req/s", target: fmt.Sprintf("≥ %s×", num(targetTPRatio, 1)),
+		known: !math.IsNaN(hv + sv), ok: sv >= targetTPRatio*hv,
+	}
+	if row.known {
+		row.verdict = ratio(sv, hv) + ": " + verdict(true, row.ok)
+		note := fmt.Sprintf("%s below the target: the target needs %s req/s. The load tool, the provider and the proxy share 2 cores, so the ceiling follows the CPU each request costs all three.",
+			pctUnder(sv/hv, targetTPRatio), num(targetTPRatio*hv, 0))
+		if st := s.maxStep(); st != nil {
+			note += fmt.Sprintf(" At its maximum Stormgate used %s (%s per request); HAProxy at its own %s.", pctCore(st.ProxyCPU), usStr(st.ProxyUsPerReq), maxStepCPU(h))
+		}
+		row.note = note + " " + p.profileWhy(profileThroughput, "", "")
+	}
+	return row
+}
+
+func maxStepCPU(se *TPSeries) string {
+	if se == nil || se.maxStep() == nil {
+		return na
+	}
+	st := se.maxStep()
+	return pctCore(st.ProxyCPU) + " (" + usStr(st.ProxyUsPerReq) + " per request)"
+}
+
+func fQuiet(x *QuietRow) float64 {
+	if x == nil {
+		return math.NaN()
+	}
+	return x.Cores()
+}
+
+// pctOver prints how far a ratio is above its target, as a percentage of the target.
+func pctOver(r, target float64) string { return num(100*(r/target-1), 0) + " %" }
+
+// pctUnder prints how far a ratio is below its target.
+func pctUnder(r, target float64) string { return num(100*(1-r/target), 0) + " %" }
+
+// pctCore2 prints cores as a percentage of one core with two decimals (for small figures).
+func pctCore2(v float64) string {
+	if math.IsNaN(v) {
+		return na
+	}
+	return num(100*v, 2) + " %"
+}
+
+// --- why, from the profiles ---
+
+// profileWhy explains a missed figure with Stormgate's profile for key: per operation, the
+// system calls and context switches against the comparison target's (when given), the kernel's
+// share against it, and the split of Stormgate's own CPU with its largest items.
+func (p *reporter) profileWhy(key, vsTarget, vsName string) string {
+	sg := p.profile(key, stormgate)
+	if sg == nil {
+		return "No profile was captured for it in this run."
+	}
+	var parts []string
+	per := "per " + sg.OpName
+	if sg.OpName == "" {
+		per = "per second"
+	}
+	perf := func(x *Profile, n float64) float64 {
+		if x.OpName == "" {
+			return x.perfPerSec(n)
+		}
+		return x.perfPerOp(n)
+	}
+	sys, cs := perf(sg, sg.Syscalls), perf(sg, sg.CtxSwitches)
+	if sys >= 0 {
+		s := fmt.Sprintf("%s Stormgate made %s system calls and %s context switches", upperFirst(per), num(sys, 2), num(cs, 2))
+		if vs := p.profile(key, vsTarget); vs != nil && perf(vs, vs.Syscalls) >= 0 {
+			s += fmt.Sprintf(" against %s's %s and %s", vsName, num(perf(vs, vs.Syscalls), 2), num(perf(vs, vs.CtxSwitches), 2))
+		}
+		parts = append(parts, s+".")
+	}
+	if split := sg.Split; len(split) > 0 {
+		parts = append(parts, "Its profile (section 10): "+splitText(split, sg)+".")
+	} else if len(sg.PprofSplit) > 0 {
+		parts = append(parts, "Its Go profile (section 10; perf was not available, so the kernel share is the time charged to system-call functions): "+splitText(sg.PprofSplit, sg)+".")
+	}
+	if len(sg.Kernel) > 0 {
+		parts = append(parts, "Kernel time by system call: "+kernelText(sg.Kernel, 4)+".")
+	}
+	return strings.Join(parts, " ")
+}
+
+// splitText prints a split as "kernel 58 % (12.1 µs), Go runtime 20 % (top: runtime.findRunnable), …".
+func splitText(split []Share, pr *Profile) string {
+	var out []string
+	for _, s := range split {
+		if s.Frac <= 0 {
+			continue
+		}
+		t := s.Name + " " + num(100*s.Frac, 0) + " %"
+		if pr.Ops > 0 {
+			t += " (" + usStr(s.Frac*pr.perOp(pr.CPU)) + ")"
+		}
+		if s.Top != "" && s.Name != catKernel {
+			t += ", largest " + shortFunc(s.Top)
+		}
+		out = append(out, t)
+	}
+	return strings.Join(out, "; ")
+}
+
+func kernelText(k []Share, n int) string {
+	var out []string
+	for i, s := range k {
+		if i == n {
+			break
+		}
+		out = append(out, fmt.Sprintf("%s %s %%", s.Name, num(100*s.Frac, 0)))
+	}
+	return strings.Join(out, ", ")
+}
+
+// quietWhy explains Stormgate's CPU with nothing connected from its quiet profile.
+func quietWhy(sg, ha *Profile) string {
+	if sg == nil {
+		return "No profile was captured for it in this run."
+	}
+	s := ""
+	if sg.Syscalls >= 0 {
+		s = fmt.Sprintf("With nothing to do Stormgate made %s system calls and %s context switches per second", num(sg.perfPerSec(sg.Syscalls), 1), num(sg.perfPerSec(sg.CtxSwitches), 1))
+		if ha != nil && ha.Syscalls >= 0 {
+			s += fmt.Sprintf(" (HAProxy: %s and %s)", num(ha.perfPerSec(ha.Syscalls), 1), num(ha.perfPerSec(ha.CtxSwitches), 1))
+		}
+		s += ": each is a timer or a poller waking up."
+	}
+	if len(sg.Kernel) > 0 {
+		s += " Kernel time by system call (section 10): " + kernelText(sg.Kernel, 4) + "."
+	}
+	return strings.TrimSpace(s)
+}
+
+// shortFunc trims the module path off a function name for prose.
+func shortFunc(fn string) string {
+	for _, p := range []string{"github.com/stormgate/stormgate/", "github.com/cloudwego/", "github.com/bytedance/gopkg/"} {
+		fn = strings.ReplaceAll(fn, p, "")
+	}
+	return "`" + fn + "`"
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// --- option fallbacks ---
+
+func (p *reporter) hbConns() int {
+	if p.r.Heartbeat != nil {
+		return p.r.Heartbeat.Conns
+	}
+	return p.r.Options.HBConns
+}
+func (p *reporter) hbPairs() int {
+	if p.r.Heartbeat != nil {
+		return p.r.Heartbeat.Pairs
+	}
+	return p.r.Options.HBPairs
+}
+func (p *reporter) quietWindow() time.Duration {
+	if p.r.Quiet != nil {
+		return p.r.Quiet.Window
+	}
+	return p.r.Options.QuietWindow
+}
+func (p *reporter) fwdWindows() int {
+	if p.r.Forward != nil {
+		return p.r.Forward.Windows
+	}
+	return p.r.Options.FwdWindows
+}
+
+// --- sections ---
+
+func (p *reporter) heartbeatSection() {
+	p.ln("## 7. Heartbeats against the kernel's floor")
+	p.ln("")
+	hr := p.r.Heartbeat
+	p.f("What it costs to answer a heartbeat, against the least it can cost on this machine: `bench/floor/hbfloor.c`, a single-threaded C program on one level-triggered epoll set that reads a readable connection once, answers every heartbeat in what it read with the Java-exact reply and writes them in one write(2), and does nothing else. Both run for the whole scenario, each with %s consumers of its own beating every second (`stormbench load`); the load tool of the target not being measured is stopped (SIGSTOP), so each window has the machine to itself. Windows alternate (responder, Stormgate, Stormgate, responder, …) so a change in the machine's load hits both alike; each starts %s after its load tool resumed (the tool sends what fell due while it was stopped at once, then goes back to its even schedule). CPU is utime+stime of the target's process over the window; heartbeats are the target's own count of heartbeats answered (Stormgate's `stormgate_heartbeats_answered_total{side=\"downstream\"}`, the responder's count printed on SIGUSR1), read just outside the CPU samples. The figure is the median over the pairs of Stormgate's CPU per heartbeat ÷ the responder's. A last pair runs under the profilers (section 10) and is not part of the figure.\n",
+		count(uint64(p.hbConns())), dur(p.hbSettle()))
+	p.ln("")
+	if hr == nil {
+		p.ln("Not measured in this run.")
+		p.ln("")
+		return
+	}
+	if hr.Error != "" {
+		p.f("The scenario failed: %s\n\n", oneLine(hr.Error))
+	}
+	r, fl, sg, pairs := hr.ratio()
+	p.ln("| Pair | Target | Window | CPU | Heartbeats answered | CPU per heartbeat | of which in the kernel |")
+	p.ln("|---|---|---|---|---|---|---|")
+	for _, w := range hr.Windows {
+		pair := fmt.Sprint(w.Pair + 1)
+		if w.Profiled {
+			pair = "profiled"
+		}
+		kern := na
+		if w.HB > 0 {
+			kern = usStr(float64(w.Sys) / 1e3 / w.HB)
+		}
+		p.f("| %s | %s | %s | %s | %s | %s | %s |\n", pair, targetTitle[w.Target], dur(w.Elapsed), pctCore(float64(w.CPU)/float64(max(w.Elapsed, 1))),
+			num(w.HB, 0), usStr(w.UsPerHB()), kern)
+	}
+	p.ln("")
+	if len(pairs) > 0 {
+		var ps []string
+		for _, x := range pairs {
+			ps = append(ps, num(x, 2)+"×")
+		}
+		p.f("**Stormgate ÷ responder: %s** (median of the pairs %s; medians %s and %s per heartbeat). Target ≤ %s×: %s.\n\n",
+			num(r, 2)+"×", strings.Join(ps, ", "), usStr(sg), usStr(fl), num(targetHBRatio, 2), verdict(true, r <= targetHBRatio))
+	}
+	same := "**identical**"
+	if !hr.Same {
+		same = "**different**"
+	}
+	p.f("Both answer the load tool's heartbeat request (`%s`, sent in two writes so the header is reassembled) with the same bytes: %s.\n\n", hr.Probe, same)
+	p.ln("| Target | Answer to the probe heartbeat | Heartbeats the load tool saw fail (whole run) |")
+	p.ln("|---|---|---|")
+	for _, tg := range hbTargets {
+		p.f("| %s | `%s` | %s |\n", targetTitle[tg], hr.Answers[tg], count(hr.HBFailed[tg]))
+	}
+	p.ln("")
+	p.ln("A heartbeat the load tool saw fail is one that was in flight when its tool was stopped: its answer arrived while the tool was stopped and was read after the tool's 3 s timeout. The targets answered them.")
+	p.ln("")
+	var cmds []string
+	for _, tg := range hbTargets {
+		cmds = append(cmds, hr.Commands[tg])
+	}
+	p.cmds("Commands (each target's load tool; the suite stops and resumes them)", cmds)
+}
+
+func (p *reporter) hbSettle() time.Duration {
+	if p.r.Heartbeat != nil {
+		return p.r.Heartbeat.Settle
+	}
+	return p.r.Options.HBSettle
+}
+
+func (p *reporter) quietSection() {
+	p.ln("## 8. Nothing to do, nothing spent")
+	p.ln("")
+	q := p.r.Quiet
+	settle := p.r.Options.QuietSettle
+	if q != nil {
+		settle = q.Settle
+	}
+	p.f("No consumer connected at all. One dubbo-go provider, HAProxy (its %d processes) and Stormgate in front of it (Stormgate with its upstream connections open, beating on them every 30 s), and the bare epoll responder start together; %s later their CPU is sampled over %s (a sleeping process costs the others nothing, so they sit side by side). Stormgate and HAProxy run under perf for the window (system calls and context switches per second: how often they wake up); Stormgate also under Go's profiler, whose HTTP exchanges on the admin listener fall outside the CPU window.\n\n",
+		haproxyProcs, dur(settle), dur(p.quietWindow()))
+	p.ln("| Target | CPU, % of one core | CPU time in the window | RSS | System calls per second | Context switches per second |")
+	p.ln("|---|---|---|---|---|---|")
+	if q == nil {
+		p.ln("| not measured | | | | | |")
+	} else {
+		for _, x := range q.Rows {
+			sys, cs := "–", "–"
+			if pr := p.profile(profileQuiet, x.Target); pr != nil && pr.Syscalls >= 0 {
+				sys, cs = num(pr.perfPerSec(pr.Syscalls), 1), num(pr.perfPerSec(pr.CtxSwitches), 1)
+			}
+			name := targetTitle[x.Target]
+			if x.Target == direct {
+				name = "dubbo-go provider"
+			}
+			p.f("| %s | %s | %s | %s MiB | %s | %s |\n", name, pctCore2(x.Cores()), x.CPUTime.Round(time.Millisecond), num(x.RSSMiB, 1), sys, cs)
+		}
+		if q.Error != "" {
+			p.f("\nThe scenario failed: %s\n", oneLine(q.Error))
+		}
+	}
+	p.ln("")
+	h30, s30 := p.idle(haproxy, 30*time.Second), p.idle(stormgate, 30*time.Second)
+	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
+	p.f("With %s idle consumers heartbeating every 30 s (section 1's window of %s): HAProxy %s, Stormgate %s of a core. Stormgate's profile of one more window of that load is in section 10.\n\n",
+		count(uint64(p.idleConns())), dur(p.r.Options.IdleWindow30), pctCore2(fIdle(h30, pc)), pctCore2(fIdle(s30, pc)))
+}
+
+func (p *reporter) forwardSection() {
+	p.ln("## 9. CPU per forwarded request: HAProxy, a bare epoll forwarder, Stormgate")
+	p.ln("")
+	f := p.r.Forward
+	o := p.r.Options
+	lead, win, n, pw := o.FwdLead, o.FwdWindow, o.FwdWindows, o.FwdProfWindow
+	if f != nil {
+		lead, win, n, pw = f.Lead, f.Window, f.Windows, f.ProfWindow
+	}
+	p.f("Provider: the real **dubbo-go %s provider**; every request is `SayHello(\"%s\")` (`org.stormgate.Greeter`, answered \"Hello, %s\"). For each target a fresh provider and proxy serve both loads in turn; each load opens its connections (10,000 at %s/s), skips %s, samples %d consecutive windows of %s (proxy and provider CPU from `/proc`; requests = rate × window, open loop) and then one more window of %s under the profilers, which is not part of the figure. The figure is the median of the windows; the spread is their range. System calls and context switches per request come from `perf stat` in the profiled window.\n\n",
+		p.r.Machine.DubboGo, fwdArg, fwdArg, num(o.ConnectRate, 0), dur(lead), n, dur(win), dur(pw))
+	p.f("The **bare epoll forwarder** (`bench/floor/fwdfloor.c`) multiplexes, as Stormgate does: each consumer's requests go to the provider over %d shared upstream connections (consumer descriptor mod %d) with the request id rewritten, and each response goes back with the consumer's id restored. It is single-threaded on one level-triggered epoll set, reads each readable socket once per wake-up, forwards whole frames and writes what one epoll_wait(2) batch produced for a socket in one write(2), so the requests of many consumers share upstream writes and reads. It answers heartbeats and has nothing else (no timers, limits, metrics, hold queue or reconnect). A forwarder with one upstream connection per consumer would be a floor for HAProxy's design, which HAProxy already nearly is; the multiplexing one is the floor for Stormgate's design, the least its way of forwarding can cost here. HAProxy in TCP mode (two sockets per consumer) stays the yardstick the target names.\n\n",
+		floorUpstreamConns, floorUpstreamConns)
+	p.ln("| Load | Target | Proxy µs/request (median) | Windows' range | of which in the kernel | ÷ HAProxy | Proxy CPU | Provider µs/request | System calls per request | Context switches per request | p50 | p99 | Failed |")
+	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	var cmds []string
+	for _, l := range p.fwdLoads() {
+		load := fmt.Sprintf("%s conns, %s req/s", count(uint64(l.Conns)), num(l.Rate, 0))
+		hv := p.fwdRow(haproxy, l).median()
+		for _, tg := range fwdTargets {
+			x := p.fwdRow(tg, l)
+			if x == nil {
+				p.f("| %s | %s | %s | | | | | | | | | | |\n", load, targetTitle[tg], p.fwdErr(tg, l))
+				continue
+			}
+			sys, cs := na, na
+			if pr := p.profile(profileForward(l), tg); pr != nil && pr.Syscalls >= 0 {
+				sys, cs = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
+			}
+			rel := "–"
+			if tg != haproxy {
+				rel = ratio(x.median(), hv)
+			}
+			p.f("| %s | %s | %s | %s µs | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", load, targetTitle[tg], usStr(x.median()), spread(x.UsPerReq, 1),
+				usStr(median(x.SysUsPerReq)), rel, pctCore(median(x.ProxyCores)), usStr(median(x.ProviderUsPerReq)), sys, cs, msStr(x.P50ms), msStr(x.P99ms), count(x.Failed))
+			cmds = append(cmds, x.Command)
+		}
+	}
+	p.ln("")
+	p.cmds("Commands", cmds)
+}
+
+func (p *reporter) fwdErr(tg string, l FwdLoad) string {
+	if p.r.Forward != nil {
+		for _, x := range p.r.Forward.Rows {
+			if x.Target == tg && x.Conns == l.Conns && x.Rate == l.Rate && x.Error != "" {
+				return "not measured: " + oneLine(x.Error)
+			}
+		}
+	}
+	return "not measured"
+}
+
+// profileScenarios are the profiled windows in the order section 10 shows them.
+func (p *reporter) profileScenarios() []struct{ key, title string } {
+	out := []struct{ key, title string }{
+		{profileQuiet, fmt.Sprintf("No consumer connected (%s)", dur(p.quietWindow()))},
+		{profileHeartbeat, fmt.Sprintf("%s consumers heartbeating every second", count(uint64(p.hbConns())))},
+		{profileIdle30, fmt.Sprintf("%s consumers heartbeating every 30 s", count(uint64(p.idleConns())))},
+	}
+	for _, l := range p.fwdLoads() {
+		out = append(out, struct{ key, title string }{profileForward(l),
+			fmt.Sprintf("Forwarding SayHello, %s conns, %s req/s (dubbo-go provider)", count(uint64(l.Conns)), num(l.Rate, 0))})
+	}
+	tc := 0
+	if cs := p.tpConns(); len(cs) > 0 {
+		tc = slices.Max(cs)
+	}
+	out = append(out, struct{ key, title string }{profileThroughput,
+		fmt.Sprintf("At Stormgate's maximum throughput, %s conns (fast provider)", count(uint64(tc)))})
+	return out
+}
+
+func (p *reporter) profilesSection() {
+	p.ln("## 10. Where Stormgate's CPU goes")
+	p.ln("")
+	perfNote := fmt.Sprintf("`perf record -e cpu-clock -F %d -g` (this machine is a VM without hardware counters, so perf samples on the CPU clock) and `perf stat -e raw_syscalls:sys_enter,context-switches`", perfFreq)
+	if !p.r.Machine.Perf {
+		perfNote = "perf, which could not sample on this machine in this run (so the split below is estimated from Go's profile: a function that only enters the kernel counts as kernel)"
+	}
+	p.f("Each scenario's profile comes from a window of its own, right after the windows that make its figures, with the same load on the same processes: %s on every target's processes, and Go's CPU profiler (`/debug/pprof/profile` on Stormgate's admin listener, 100 Hz) on Stormgate. The split charges each perf sample to whose code it is in: **kernel** (with the system call it is in, and the Go function that made the call), **Go runtime** (scheduler, GC, allocation, timers, the runtime's netpoller), **netpoll** (cloudwego/netpoll and the goroutine pool it runs handlers on), **Stormgate** (this repository's code), **other user space** (the standard library, Prometheus, zap, …, when no caller in the three above owns it: standard-library frames are charged to their nearest caller that has an owner). µs per operation is the share × the window's CPU per heartbeat or request.\n\n", perfNote)
+	p.ln("| Profile | Target | CPU per op (or % of a core) | Kernel | Go runtime | netpoll | Stormgate | Other user space | System calls per op | Context switches per op | perf samples |")
+	p.ln("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, sc := range p.profileScenarios() {
+		for _, pr := range p.r.Profiles {
+			if pr.Scenario != sc.key {
+				continue
+			}
+			cpu := pctCore2(float64(pr.CPU) / float64(max(pr.Window, 1)))
+			sys, cs := "–", "–"
+			if pr.Ops > 0 {
+				cpu = usStr(pr.perOp(pr.CPU)) + " per " + pr.OpName
+				if pr.Syscalls >= 0 {
+					sys, cs = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
+				}
+			} else if pr.Syscalls >= 0 {
+				sys, cs = num(pr.perfPerSec(pr.Syscalls), 1)+"/s", num(pr.perfPerSec(pr.CtxSwitches), 1)+"/s"
+			}
+			split := pr.Split
+			if len(split) == 0 {
+				split = pr.PprofSplit
+			}
+			cells := map[string]string{}
+			for _, s := range split {
+				cells[s.Name] = num(100*s.Frac, 0) + " %"
+			}
+			cell := func(c string) string {
+				if v, ok := cells[c]; ok {
+					return v
+				}
+				return na
+			}
+			p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sc.title, targetTitle[pr.Target], cpu, cell(catKernel), cell(catRuntime),
+				cell(catNetpoll), cell(catSG), cell(catOther), sys, cs, count(uint64(pr.PerfSamples)))
+		}
+	}
+	p.ln("")
+	for _, sc := range p.profileScenarios() {
+		pr := p.profile(sc.key, stormgate)
+		p.f("### %s\n\n", sc.title)
+		if pr == nil {
+			p.ln("Not profiled in this run.")
+			p.ln("")
+			continue
+		}
+		if pr.Error != "" {
+			p.f("Profiling errors: %s\n\n", oneLine(pr.Error))
+		}
+		if len(pr.Split) > 0 {
+			p.f("Stormgate (perf, %s samples): %s.\n\n", count(uint64(pr.PerfSamples)), splitText(pr.Split, pr))
+		}
+		if len(pr.Kernel) > 0 {
+			p.ln("| Kernel time in | Share of all samples | Most often called from |")
+			p.ln("|---|---|---|")
+			for i, k := range pr.Kernel {
+				if i == kernelRowsShown {
+					break
+				}
+				p.f("| %s | %s %% | %s |\n", k.Name, num(100*k.Frac, 1), shortFunc(k.Top))
+			}
+			p.ln("")
+		}
+		p.ln("<details><summary>Go profile: top " + fmt.Sprint(pprofTopN) + " by flat time (" + pr.PprofSamples.String() + " sampled)</summary>")
+		p.ln("")
+		if len(pr.PprofTop) == 0 {
+			p.ln("No Go profile.")
+		} else {
+			p.ln("| flat | flat % | cum | cum % | function |")
+			p.ln("|---|---|---|---|---|")
+			for _, t := range pr.PprofTop {
+				p.f("| %s | %s %% | %s | %s %% | `%s` |\n", t.Flat, num(t.FlatPct, 1), t.Cum, num(t.CumPct, 1), t.Func)
+			}
+		}
+		p.ln("")
+		p.ln("</details>")
+		p.ln("")
+	}
+}
+
+// fwdLossWhy explains Stormgate's CPU per request from the forward scenario's largest load.
+func (p *reporter) fwdLossWhy() string {
+	ls := p.fwdLoads()
+	if len(ls) == 0 {
+		return "not measured."
+	}
+	return p.profileWhy(profileForward(ls[len(ls)-1]), haproxy, "HAProxy")
+}

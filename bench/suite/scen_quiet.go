@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// QuietResult is the quiet scenario: what each process burns with no consumer connected at all,
+// sampled over one long window in which every target sits idle side by side (a sleeping process
+// costs the others nothing): the dubbo-go provider, HAProxy in front of it, Stormgate in front of
+// it (with its upstream connections open), and the bare epoll responder.
+type QuietResult struct {
+	Window time.Duration `json:"window_ns"`
+	Settle time.Duration `json:"settle_ns"`
+	Rows   []QuietRow    `json:"rows"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// QuietRow is one target's idle cost.
+type QuietRow struct {
+	Target  string        `json:"target"` // direct: the provider alone
+	Elapsed time.Duration `json:"elapsed_ns"`
+	CPUTime time.Duration `json:"cpu_time_ns"`
+	RSSMiB  float64       `json:"rss_mib"`
+}
+
+// Cores is the row's CPU in cores (1.0 = one core busy).
+func (r QuietRow) Cores() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.CPUTime) / float64(r.Elapsed)
+}
+
+// profileQuiet is the quiet scenario's profile key.
+const profileQuiet = "quiet"
+
+// quietTargets are profiled (perf; Stormgate also pprof) during the window.
+var quietProfiled = []string{haproxy, stormgate}
+
+func (s *Suite) runQuiet(ctx context.Context) (*QuietResult, error) {
+	res := &QuietResult{Window: s.opt.QuietWindow, Settle: s.opt.QuietSettle}
+	if err := s.quiet(ctx, res); err != nil {
+		res.Error = err.Error()
+		return res, err
+	}
+	return res, nil
+}
+
+func (s *Suite) quiet(ctx context.Context, res *QuietResult) error {
+	prov, err := s.startProvider(ctx, dubboGoProvider, 0, "")
+	if err != nil {
+		return err
+	}
+	defer prov.proc.Kill()
+	order := []string{direct, haproxy, stormgate, hbFloor}
+	pxs := map[string]*proxy{}
+	for _, tg := range order[1:] {
+		px, err := s.startProxy(ctx, tg, prov, proxyOpts{})
+		if err != nil {
+			return err
+		}
+		defer px.stop()
+		pxs[tg] = px
+	}
+	pids := func(tg string) []int {
+		if tg == direct {
+			return []int{prov.proc.PID}
+		}
+		return pxs[tg].pids()
+	}
+	if err := sleepCtx(ctx, res.Settle); err != nil {
+		return err
+	}
+	profs := map[string]*profiling{}
+	for _, tg := range quietProfiled {
+		profs[tg] = s.startProfile(ctx, "quiet-"+tg, pxs[tg], res.Window)
+	}
+	// The CPU window sits inside the profiles' so that serving the Go profile over HTTP (at its
+	// start and end) is not counted.
+	if err := sleepCtx(ctx, 300*time.Millisecond); err != nil {
+		return err
+	}
+	a := map[string]Usage{}
+	for _, tg := range order {
+		if a[tg], err = sampleUsage(pids(tg)...); err != nil {
+			return err
+		}
+	}
+	if err := sleepCtx(ctx, res.Window-800*time.Millisecond); err != nil {
+		return err
+	}
+	b := map[string]Usage{}
+	for _, tg := range order {
+		if b[tg], err = sampleUsage(pids(tg)...); err != nil {
+			return err
+		}
+	}
+	for _, tg := range order {
+		cpu, el := b[tg].Sub(a[tg])
+		row := QuietRow{Target: tg, Elapsed: el, CPUTime: cpu, RSSMiB: mib(b[tg].RSSKiB)}
+		res.Rows = append(res.Rows, row)
+		s.logf("  quiet %s: %.3f %% of a core over %v (%v of CPU)", tg, 100*row.Cores(), el.Round(time.Millisecond), cpu)
+		if tg != direct && !pxs[tg].alive() {
+			return fmt.Errorf("%s died during the run", tg)
+		}
+	}
+	for _, tg := range quietProfiled { // parsed after the window, which they cost nothing
+		cpu, el := b[tg].Sub(a[tg])
+		prof := Profile{Scenario: profileQuiet, Target: tg, Window: el, CPU: cpu, SysCPU: b[tg].Sys - a[tg].Sys}
+		profs[tg].finish(ctx, &prof)
+		s.addProfile(prof)
+	}
+	return nil
+}
