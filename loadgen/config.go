@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"syscall"
 	"time"
+
+	"github.com/stormgate/stormgate/peer"
 )
 
 // Defaults and bounds. Every run is bounded in time (Duration <= MaxDuration, plus at most the connect
@@ -58,7 +60,7 @@ type Config struct {
 	// Requests caps the number of requests scheduled; 0 means Rate*Duration.
 	Requests uint64 `json:"requests"`
 	// Service, Method, Arg make the request: Method(String) on Service with one string argument.
-	// Empty means DefaultService, DefaultMethod, DefaultArg.
+	// Empty means DefaultService, DefaultMethod, DefaultArg. Unused when BodyMax > 0.
 	Service string `json:"service"`
 	Method  string `json:"method"`
 	Arg     string `json:"arg"`
@@ -73,6 +75,22 @@ type Config struct {
 	// Reconnect, if > 0, redials a connection that closed after this delay (Dubbo consumers reconnect);
 	// 0 leaves it closed for the rest of the run.
 	Reconnect time.Duration `json:"reconnect_ns"`
+	// BodyMax > 0 switches to checked bodies (package peer): every request carries its own raw
+	// body of a random size, log-uniform in [BodyMin, BodyMax], with a unique key, a length and a
+	// checksum, instead of Method(Arg); a status-20 answer must carry exactly that body (compared
+	// byte for byte; a mismatch counts in BodyMismatches, and in ForeignBodies when it is another
+	// request's body). The target must echo raw bodies: `stormbench echo-provider`,
+	// peer.EchoProvider, or Stormgate in front of one. BodyMin <= 0 means 1; at most 8 MiB.
+	BodyMin int `json:"body_min,omitempty"`
+	BodyMax int `json:"body_max,omitempty"`
+	// OneWay is the fraction (0..1) of requests sent one-way, with checked bodies: nobody answers
+	// them (OneWaySent counts them; an answer would count in UnknownIDs). Needs BodyMax > 0.
+	OneWay float64 `json:"one_way,omitempty"`
+	// KeyBase is added to every body key (request k's key is KeyBase+k+1); worker processes get
+	// distinct bases, so keys are unique across a whole run.
+	KeyBase uint64 `json:"key_base,omitempty"`
+	// Seed seeds the body-size and one-way draws and the heartbeat phases; 0 picks one at random.
+	Seed uint64 `json:"seed,omitempty"`
 	// HonorReadonly skips connections that received READONLY (until WRITEABLE) when choosing where to
 	// send a request, as a Dubbo consumer does. Requests with no usable connection count as Unsent.
 	HonorReadonly bool `json:"honor_readonly"`
@@ -113,6 +131,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxFrame <= 0 {
 		c.MaxFrame = DefaultMaxFrame
 	}
+	if c.BodyMax > 0 && c.BodyMin <= 0 {
+		c.BodyMin = 1
+	}
 	if maxReq := uint64(math.Ceil(c.Rate * c.Duration.Seconds())); c.Requests == 0 || c.Requests > maxReq {
 		c.Requests = maxReq
 	}
@@ -149,6 +170,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("loadgen: max frame %d below 64", c.MaxFrame)
 	case len(c.Service) > 4096 || len(c.Method) > 4096 || len(c.Arg) > 4<<20:
 		return errors.New("loadgen: service/method (4 KiB) or arg (4 MiB) too long")
+	case c.BodyMax < 0 || c.BodyMax > peer.MaxCheckedBody || c.BodyMax > 0 && c.BodyMin > c.BodyMax:
+		return fmt.Errorf("loadgen: body sizes %d..%d: want 1 <= min <= max <= %d", c.BodyMin, c.BodyMax, peer.MaxCheckedBody)
+	case c.BodyMax+64 > c.MaxFrame:
+		return fmt.Errorf("loadgen: body max %d does not fit the max frame %d (the echo comes back as big)", c.BodyMax, c.MaxFrame)
+	case c.OneWay < 0 || c.OneWay > 1 || math.IsNaN(c.OneWay):
+		return fmt.Errorf("loadgen: one-way fraction %v out of [0, 1]", c.OneWay)
+	case c.OneWay > 0 && c.BodyMax == 0:
+		return errors.New("loadgen: one-way requests need checked bodies (set the body max)")
 	}
 	for _, a := range c.SourceAddrs {
 		if !a.IsValid() {

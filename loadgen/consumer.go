@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
 
@@ -48,6 +49,7 @@ type consumer struct {
 	queued     bool   // on the shard's dirty list
 	werr       error  // write error, reported by the reader
 	ring       pendingRing
+	oneWayNext int64 // one-way requests sent on this connection (their ids are oneWayIDs+n)
 	dialStart  int64 // for FirstReply; -1 once the first reply was seen
 
 	wmu     sync.Mutex // held while writing to the socket
@@ -63,22 +65,37 @@ func (c *consumer) usable() bool {
 	return s == stateOpen || (s == stateReadonly && !c.r.cfg.HonorReadonly)
 }
 
-// sendRequest queues one request scheduled at sched and writes it if it can. It returns false
-// (Unsent) if the connection is down or its backlog is over maxQueued.
-func (c *consumer) sendRequest(sched int64) bool {
-	tmpl := c.r.reqFrame
+// oneWayIDs is where a connection's one-way request ids start: far above the ring's ids, so an
+// answer to a one-way request (there must be none) counts as an unknown id.
+const oneWayIDs = 1 << 62
+
+// sendRequest queues one request scheduled at sched and writes it if it can. With size > 0 it
+// carries the checked body (key, size), one-way if oneWay is set; otherwise it is the Method(Arg)
+// template. It returns false (Unsent) if the connection is down or its backlog is over maxQueued.
+func (c *consumer) sendRequest(sched int64, key uint64, size int, oneWay bool) bool {
 	c.mu.Lock()
 	if c.nc == nil || len(c.out) > maxQueued {
 		c.mu.Unlock()
 		return false
 	}
-	id := c.ring.push(slotRequest, sched)
-	n := len(c.out)
-	c.out = append(c.out, tmpl...)
-	dubbo.SetID(c.out[n:], id)
+	switch {
+	case size == 0:
+		id := c.ring.push(slotRequest, sched)
+		n := len(c.out)
+		c.out = append(c.out, c.r.reqFrame...)
+		dubbo.SetID(c.out[n:], id)
+	case oneWay:
+		c.oneWayNext++
+		c.out = appendBodyRequest(c.out, oneWayIDs+c.oneWayNext, false, key, size)
+	default:
+		id := c.ring.pushSlot(slot{at: sched, kind: slotRequest, key: key, size: int32(size)})
+		c.out = appendBodyRequest(c.out, id, true, key, size)
+	}
 	queued := c.queued
 	c.mu.Unlock()
-	c.r.cnt.inflight.Add(1)
+	if !oneWay {
+		c.r.cnt.inflight.Add(1)
+	}
 	if !queued {
 		c.tryWrite()
 	}
@@ -234,6 +251,9 @@ func (c *consumer) flush() {
 		var m int
 		m, err = nc.Write(buf[n:])
 		n += m
+		// Clear it: a deadline left in the past fails every later write on this connection at
+		// once (the non-blocking path too), and the connection would never write again.
+		_ = nc.SetWriteDeadline(time.Time{})
 	}
 	c.mu.Lock()
 	requeue := c.restoreLocked(nc, buf, n, err)
@@ -467,6 +487,15 @@ func (c *consumer) handle(h dubbo.Header, body []byte) {
 	case h.Status != dubbo.StatusOK:
 		r.cnt.errors.Add(1)
 		r.cnt.byStatus[h.Status].Add(1)
+	case s.size > 0:
+		if !peer.BodyEqual(body, s.key, int(s.size)) {
+			r.cnt.mismatches.Add(1)
+			if key, full, err := peer.CheckBody(body); err == nil && full && key != s.key {
+				r.cnt.foreign.Add(1)
+			}
+			break
+		}
+		r.cnt.ok.Add(1)
 	case isException(body):
 		r.cnt.exceptions.Add(1)
 	default:

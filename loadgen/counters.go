@@ -9,8 +9,9 @@ type counters struct {
 	dialRefused, dialTimeout, dialReset, dialElse atomic.Uint64
 	resets, closedByPeer, protocolErrors, other   atomic.Uint64
 
-	scheduled, sent, unsent             atomic.Uint64
+	scheduled, sent, unsent, oneWaySent atomic.Uint64
 	ok, exceptions, errors              atomic.Uint64
+	mismatches, foreign                 atomic.Uint64 // checked bodies: answers that were not the request's body
 	byStatus                            [256]atomic.Uint64
 	timeouts, lost, abandoned           atomic.Uint64
 	lateReplies, unknownIDs, duplicates atomic.Uint64
@@ -28,5 +29,5 @@ func (c *counters) dialFailures() uint64 {
 
 // frames is every frame this process has sent: requests, heartbeats and heartbeat replies.
 func (c *counters) frames() uint64 {
-	return c.sent.Load() + c.hbSent.Load() + c.serverHeartbeats.Load()
+	return c.sent.Load() + c.oneWaySent.Load() + c.hbSent.Load() + c.serverHeartbeats.Load()
 }

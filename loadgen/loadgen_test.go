@@ -25,12 +25,15 @@ func run(t *testing.T, cfg Config) *Result {
 // checkIdentities asserts the accounting identities documented on Result.
 func checkIdentities(t *testing.T, r *Result) {
 	t.Helper()
-	if r.Scheduled != r.Sent+r.Unsent {
-		t.Errorf("scheduled %d != sent %d + unsent %d", r.Scheduled, r.Sent, r.Unsent)
+	if r.Scheduled != r.Sent+r.OneWaySent+r.Unsent {
+		t.Errorf("scheduled %d != sent %d + one-way %d + unsent %d", r.Scheduled, r.Sent, r.OneWaySent, r.Unsent)
 	}
-	if got := r.OK + r.Exceptions + r.Errors + r.Timeouts + r.Lost + r.Abandoned; got != r.Sent {
-		t.Errorf("sent %d != ok %d + exceptions %d + errors %d + timeouts %d + lost %d + abandoned %d",
-			r.Sent, r.OK, r.Exceptions, r.Errors, r.Timeouts, r.Lost, r.Abandoned)
+	if got := r.OK + r.BodyMismatches + r.Exceptions + r.Errors + r.Timeouts + r.Lost + r.Abandoned; got != r.Sent {
+		t.Errorf("sent %d != ok %d + body mismatches %d + exceptions %d + errors %d + timeouts %d + lost %d + abandoned %d",
+			r.Sent, r.OK, r.BodyMismatches, r.Exceptions, r.Errors, r.Timeouts, r.Lost, r.Abandoned)
+	}
+	if r.ForeignBodies > r.BodyMismatches {
+		t.Errorf("foreign bodies %d > body mismatches %d", r.ForeignBodies, r.BodyMismatches)
 	}
 	var byStatus uint64
 	for _, n := range r.ErrorByStatus {
@@ -42,8 +45,8 @@ func checkIdentities(t *testing.T, r *Result) {
 	if got := r.HeartbeatsAnswered + r.HeartbeatsTimedOut + r.HeartbeatsLost + r.HeartbeatsAbandoned; got != r.HeartbeatsSent {
 		t.Errorf("heartbeats sent %d != answered+timed out+lost+abandoned %d", r.HeartbeatsSent, got)
 	}
-	if r.LatencyHist.Count() != r.OK+r.Exceptions+r.Errors {
-		t.Errorf("latency samples %d != answered requests %d", r.LatencyHist.Count(), r.OK+r.Exceptions+r.Errors)
+	if answered := r.OK + r.BodyMismatches + r.Exceptions + r.Errors; r.LatencyHist.Count() != answered {
+		t.Errorf("latency samples %d != answered requests %d", r.LatencyHist.Count(), answered)
 	}
 }
 

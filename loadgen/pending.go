@@ -21,7 +21,9 @@ const (
 )
 
 type slot struct {
-	at   int64 // request: scheduled send time; heartbeat: actual send time (ns since run start)
+	at   int64  // request: scheduled send time; heartbeat: actual send time (ns since run start)
+	key  uint64 // checked-body requests: the body's key
+	size int32  // checked-body requests: the body's size (0: not a checked body)
 	kind slotKind
 }
 
@@ -47,6 +49,11 @@ func (p *pendingRing) reset() {
 }
 
 func (p *pendingRing) push(kind slotKind, at int64) int64 {
+	return p.pushSlot(slot{at: at, kind: kind})
+}
+
+// pushSlot adds s under the next id and returns the id.
+func (p *pendingRing) pushSlot(s slot) int64 {
 	if p.next-p.head == int64(len(p.slots)) {
 		grown := make([]slot, 2*len(p.slots))
 		mask := int64(len(p.slots) - 1)
@@ -56,7 +63,7 @@ func (p *pendingRing) push(kind slotKind, at int64) int64 {
 		p.slots = grown
 	}
 	id := p.next
-	p.slots[id&int64(len(p.slots)-1)] = slot{at: at, kind: kind}
+	p.slots[id&int64(len(p.slots)-1)] = s
 	p.next++
 	return id
 }

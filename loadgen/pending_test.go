@@ -89,7 +89,7 @@ func TestHotPathAllocs(t *testing.T) {
 	c.ring.reset()
 	reply := append(appendHeader(nil, serialHess2, statusOK, 0, len(okBody)), okBody...)
 	step := func() {
-		c.sendRequest(r.now())
+		c.sendRequest(r.now(), 0, 0, false)
 		dubbo.SetID(reply, c.ring.next-1)
 		h, err := dubbo.ParseHeader(reply, r.cfg.MaxFrame)
 		if err != nil {

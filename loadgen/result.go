@@ -11,8 +11,8 @@ import (
 //
 // Accounting identities (exact once the run has ended):
 //
-//	Scheduled = Sent + Unsent
-//	Sent      = OK + Exceptions + Errors + Timeouts + Lost + Abandoned
+//	Scheduled = Sent + OneWaySent + Unsent
+//	Sent      = OK + BodyMismatches + Exceptions + Errors + Timeouts + Lost + Abandoned
 //	Errors    = sum of ErrorByStatus
 //	HeartbeatsSent = HeartbeatsAnswered + HeartbeatsTimedOut + HeartbeatsLost + HeartbeatsAbandoned
 type Result struct {
@@ -37,19 +37,24 @@ type Result struct {
 	OtherConnErrors uint64          `json:"other_conn_errors"`
 
 	// Requests (two-way, non-event).
-	Scheduled     uint64         `json:"scheduled"`
-	Sent          uint64         `json:"sent"`
-	Unsent        uint64         `json:"unsent"` // no open (or, with HonorReadonly, writable) connection, or its send buffer was over 1 MiB
-	OK            uint64         `json:"ok"`     // status 20, value or null
-	Exceptions    uint64         `json:"exceptions"`
-	Errors        uint64         `json:"errors"` // non-20 status
-	ErrorByStatus map[int]uint64 `json:"error_by_status"`
-	Timeouts      uint64         `json:"timeouts"`  // no answer within Timeout of the scheduled time
-	Lost          uint64         `json:"lost"`      // in flight when their connection closed
-	Abandoned     uint64         `json:"abandoned"` // in flight when the caller cancelled the run
-	LateReplies   uint64         `json:"late_replies"`
-	UnknownIDs    uint64         `json:"unknown_ids"`
-	Duplicates    uint64         `json:"duplicates"`
+	Scheduled  uint64 `json:"scheduled"`
+	Sent       uint64 `json:"sent"`
+	Unsent     uint64 `json:"unsent"`       // no open (or, with HonorReadonly, writable) connection, or its send buffer was over 1 MiB
+	OneWaySent uint64 `json:"one_way_sent"` // one-way requests (checked bodies only): no answer expected
+	OK         uint64 `json:"ok"`           // status 20, value or null; with checked bodies, exactly the request's body
+	// BodyMismatches are status-20 answers that were not exactly the request's checked body;
+	// ForeignBodies, a subset, carried another request's intact body. Both must be 0.
+	BodyMismatches uint64         `json:"body_mismatches"`
+	ForeignBodies  uint64         `json:"foreign_bodies"`
+	Exceptions     uint64         `json:"exceptions"`
+	Errors         uint64         `json:"errors"` // non-20 status
+	ErrorByStatus  map[int]uint64 `json:"error_by_status"`
+	Timeouts       uint64         `json:"timeouts"`  // no answer within Timeout of the scheduled time
+	Lost           uint64         `json:"lost"`      // in flight when their connection closed
+	Abandoned      uint64         `json:"abandoned"` // in flight when the caller cancelled the run
+	LateReplies    uint64         `json:"late_replies"`
+	UnknownIDs     uint64         `json:"unknown_ids"`
+	Duplicates     uint64         `json:"duplicates"`
 
 	// Heartbeats we sent, and events the server sent us.
 	HeartbeatsSent      uint64 `json:"heartbeats_sent"`
@@ -163,7 +168,10 @@ func (r *Result) Merge(o *Result) {
 	add(&r.Scheduled, o.Scheduled)
 	add(&r.Sent, o.Sent)
 	add(&r.Unsent, o.Unsent)
+	add(&r.OneWaySent, o.OneWaySent)
 	add(&r.OK, o.OK)
+	add(&r.BodyMismatches, o.BodyMismatches)
+	add(&r.ForeignBodies, o.ForeignBodies)
 	add(&r.Exceptions, o.Exceptions)
 	add(&r.Errors, o.Errors)
 	for k, v := range o.ErrorByStatus {

@@ -20,6 +20,7 @@ const numShards = 8
 // runner is the state of one Run.
 type runner struct {
 	cfg       Config
+	seed      uint64 // cfg.Seed, or a random one
 	t0        time.Time
 	reqFrame  []byte
 	consumers []*consumer
@@ -55,7 +56,11 @@ func Run(ctx context.Context, cfg Config, progress func(Snapshot)) (*Result, err
 	}
 	r.win.Store(&r.windows[0])
 	r.phase.Store("connect")
-	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	r.seed = cfg.Seed
+	if r.seed == 0 {
+		r.seed = rand.Uint64()
+	}
+	rng := rand.New(rand.NewPCG(r.seed, 0))
 	for range numShards {
 		r.shards = append(r.shards, newShard())
 	}
@@ -172,6 +177,7 @@ func (r *runner) result() *Result {
 	c := &r.cnt
 	res := newResult()
 	res.Config = r.cfg
+	res.Config.Seed = r.seed
 	res.Config.WaitStart = nil
 	res.Config.hooks = testHooks{}
 	res.Workers = 1
@@ -186,7 +192,10 @@ func (r *runner) result() *Result {
 	res.Scheduled = c.scheduled.Load()
 	res.Sent = c.sent.Load()
 	res.Unsent = c.unsent.Load()
+	res.OneWaySent = c.oneWaySent.Load()
 	res.OK = c.ok.Load()
+	res.BodyMismatches = c.mismatches.Load()
+	res.ForeignBodies = c.foreign.Load()
 	res.Exceptions = c.exceptions.Load()
 	res.Errors = c.errors.Load()
 	for s := range c.byStatus {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"time"
 )
@@ -25,6 +26,7 @@ const (
 // sorted by phase, so finding the next one due is O(1).
 type scheduler struct {
 	r        *runner
+	rng      *rand.Rand // body sizes and one-way draws
 	hbOrder  []*consumer
 	hbCursor int
 	hbCycle  int64
@@ -35,7 +37,7 @@ type scheduler struct {
 }
 
 func newScheduler(r *runner) *scheduler {
-	s := &scheduler{r: r, interval: int64(r.cfg.HeartbeatInterval)}
+	s := &scheduler{r: r, interval: int64(r.cfg.HeartbeatInterval), rng: rand.New(rand.NewPCG(r.seed, 1))}
 	if r.cfg.Rate > 0 {
 		s.period = 1e9 / r.cfg.Rate
 	}
@@ -96,8 +98,16 @@ func (s *scheduler) loop(ctx context.Context, start <-chan int64) {
 }
 
 func (s *scheduler) request(at int64) {
+	cfg := &s.r.cfg
 	cnt := &s.r.cnt
 	cnt.scheduled.Add(1)
+	var key uint64
+	var size int
+	var oneWay bool
+	if cfg.BodyMax > 0 {
+		key, size = cfg.KeyBase+s.k+1, s.bodySize()
+		oneWay = cfg.OneWay > 0 && s.rng.Float64() < cfg.OneWay
+	}
 	cs := s.r.consumers
 	for range min(len(cs), maxPickScan) {
 		c := cs[s.rr]
@@ -105,14 +115,26 @@ func (s *scheduler) request(at int64) {
 			s.rr = 0
 		}
 		if c.usable() {
-			if c.sendRequest(at) {
-				cnt.sent.Add(1)
-				return
+			if !c.sendRequest(at, key, size, oneWay) {
+				break
 			}
-			break
+			if oneWay {
+				cnt.oneWaySent.Add(1)
+			} else {
+				cnt.sent.Add(1)
+			}
+			return
 		}
 	}
 	cnt.unsent.Add(1)
+}
+
+// bodySize draws a checked body's size, log-uniform in [BodyMin, BodyMax]: as many bodies of
+// 10-100 bytes as of 10-100 KiB.
+func (s *scheduler) bodySize() int {
+	lo, hi := float64(s.r.cfg.BodyMin), float64(s.r.cfg.BodyMax)+1
+	n := int(math.Exp(math.Log(lo) + s.rng.Float64()*(math.Log(hi)-math.Log(lo))))
+	return min(max(n, s.r.cfg.BodyMin), s.r.cfg.BodyMax)
 }
 
 // heartbeats sends every heartbeat due by now and returns when the next one is due. A connection that

@@ -23,12 +23,24 @@
 // waits for are counted (ClientStats.Unexpected), so tests can assert that none was
 // duplicated or lost.
 //
+// EchoProvider (echo.go) is the provider for integrity tests: it treats bodies as raw
+// bytes, echoes every two-way request's body back as a status-20 answer, reads badly on
+// demand (small SO_RCVBUF and MSS, random short reads, random pauses, Stall), checks
+// every frame it reads and records what a correct proxy never sends (a malformed frame,
+// a body that fails its own check, an upstream id repeated on a connection, a request
+// delivered twice), and can be killed and restarted on the same port. Checked bodies
+// (body.go) carry their own length, a unique key and a CRC-32C, so a cut, a splice or
+// another request's bytes are caught on either side; stormbench and the soak build the
+// same bodies.
+//
 // Frames are built and read with proxy/dubbo; wire.go adds only what the codec does not
 // have (the exception body). The package's tests check the bytes that matter (heartbeat
 // reply, READONLY, echo reply) against literal hex, so a codec bug cannot cancel itself
 // out in a test that uses the peer on both sides.
 //
-// Concurrency: the Provider runs one reader goroutine per connection, plus a heartbeat
+// Concurrency: the EchoProvider runs an accept goroutine while listening and a reader
+// and a writer goroutine per connection; Kill and Close wait for all of them. The
+// Provider runs one reader goroutine per connection, plus a heartbeat
 // goroutine per connection when HeartbeatInterval > 0, plus one goroutine per request
 // waiting out a delay (bounded by MaxDelayed). All writes to a connection go through a
 // per-connection buffered writer under one lock; the reader flushes when no complete

@@ -15,6 +15,10 @@
 //
 //	suite run       run the scenarios, save results.json, write the doc and the plots
 //	suite render    rewrite the doc and plots from a saved results.json (layout work)
+//	suite soak      the long integrity run behind make soak (bench/soak.sh): the echo provider
+//	                killed and restarted on schedule, checked bodies through `sidecar run`, and
+//	                the sidecar's fds, goroutines and heap compared between warm-up and the end;
+//	                writes the soak section of docs/benchmarks.md, which run and render keep
 //	suite baseline  the accept-storm baseline: a Dubbo listener with a small backlog and a slow
 //	                accept loop, like the incident's provider (run by `suite run` in the namespace)
 //	suite storm-client  opens N connections at once from one thread (non-blocking connect, epoll),

@@ -29,6 +29,10 @@ type loadSpec struct {
 	Reconnect       time.Duration
 	Workers         int
 	SourceAddrs     string
+	// Checked bodies (soak): sizes, one-way fraction, seed.
+	BodyMin, BodyMax int
+	OneWay           float64
+	Seed             uint64
 }
 
 // args are the load tool's flags (after "stormbench load"), target first.
@@ -71,6 +75,16 @@ func (l loadSpec) args(target string) []string {
 	}
 	if l.SourceAddrs != "" {
 		add("--source-addrs", l.SourceAddrs)
+	}
+	if l.BodyMax > 0 {
+		add("--body-min", strconv.Itoa(max(l.BodyMin, 1)))
+		add("--body-max", strconv.Itoa(l.BodyMax))
+	}
+	if l.OneWay > 0 {
+		add("--one-way", fmtNum(l.OneWay))
+	}
+	if l.Seed != 0 {
+		add("--seed", strconv.FormatUint(l.Seed, 10))
 	}
 	return a
 }

@@ -137,6 +137,8 @@ func main() {
 		err = cmdBaseline(os.Args[2:])
 	case "storm-client":
 		err = cmdStormClient(os.Args[2:])
+	case "soak":
+		err = cmdSoak(os.Args[2:])
 	case "-h", "--help", "help":
 		usage()
 		return
@@ -151,8 +153,9 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprint(os.Stderr, `usage: suite run|render|baseline [flags]   (see bench/run.sh; -h on each for flags)
+	fmt.Fprint(os.Stderr, `usage: suite run|render|soak|baseline|storm-client [flags]   (see bench/run.sh, bench/soak.sh; -h on each for flags)
   run       run the benchmark scenarios and regenerate the doc and plots
+  soak      the long integrity run (make soak): provider restarts, checked bodies, leak check
   render    regenerate the doc and plots from a results.json
   baseline  the accept-storm baseline listener (backlog 50, slow accept)
   storm-client  open connections at once and time their first answers (accept storm)
@@ -304,10 +307,8 @@ func cmdRun(args []string) error {
 	if needsFloor(o.Scenarios) {
 		need = append(need, s.bins.hbfloor, s.bins.fwdfloor)
 	}
-	for _, b := range need {
-		if _, err := os.Stat(b); err != nil {
-			return fmt.Errorf("missing binary: %w (bench/run.sh builds them)", err)
-		}
+	if err := requireBins("bench/run.sh", need...); err != nil {
+		return err
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -387,6 +388,16 @@ func cmdRun(args []string) error {
 
 func needsFloor(sc []string) bool {
 	return slices.Contains(sc, "heartbeat") || slices.Contains(sc, "forward") || slices.Contains(sc, "quiet")
+}
+
+// requireBins fails when a binary is missing, naming the script that builds it.
+func requireBins(script string, paths ...string) error {
+	for _, b := range paths {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("missing binary: %w (%s builds them)", err, script)
+		}
+	}
+	return nil
 }
 
 func needsHAProxy(sc []string) bool {

@@ -29,7 +29,29 @@ func writeReport(r *Results, docPath, imgDir string) error {
 	if err := os.MkdirAll(filepath.Dir(docPath), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(docPath, []byte(rp.markdown()), 0o644)
+	// The soak's section is written by `suite soak`, from another run: keep it.
+	doc := rp.markdown()
+	if soak := soakSectionOf(docPath); soak != "" {
+		doc = withSoakSection(doc, soak)
+	}
+	return os.WriteFile(docPath, []byte(doc), 0o644)
+}
+
+// spliceSection replaces the text from begin to end (markers included) in doc with section,
+// which carries its own markers. A doc without them gets section before its
+// "## Load tool overhead" heading, or at its end.
+func spliceSection(doc, begin, end, section string) string {
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	switch {
+	case i >= 0 && j > i:
+		return doc[:i] + section + doc[j+len(end):]
+	case strings.Contains(doc, "\n## Load tool overhead"):
+		k := strings.Index(doc, "\n## Load tool overhead") + 1
+		return doc[:k] + section + "\n\n" + doc[k:]
+	case doc == "":
+		return section + "\n"
+	}
+	return strings.TrimRight(doc, "\n") + "\n\n" + section + "\n"
 }
 
 type reporter struct {

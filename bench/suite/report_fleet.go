@@ -163,16 +163,6 @@ func updateSections(r *Results, path string) error {
 	p := &reporter{r: r}
 	p.fleetSection()
 	section := strings.TrimRight(p.b.String(), "\n")
-	doc := string(old)
-	i, j := strings.Index(doc, fleetBegin), strings.Index(doc, fleetEnd)
-	switch {
-	case i >= 0 && j > i:
-		doc = doc[:i] + section + doc[j+len(fleetEnd):]
-	case strings.Contains(doc, "\n## Load tool overhead"):
-		k := strings.Index(doc, "\n## Load tool overhead") + 1
-		doc = doc[:k] + section + "\n\n" + doc[k:]
-	default:
-		doc += "\n" + section
-	}
+	doc := spliceSection(string(old), fleetBegin, fleetEnd, section)
 	return os.WriteFile(path, []byte(doc), 0o644)
 }

@@ -35,6 +35,9 @@ const (
 // same two cores as one process with nbthread 2.
 const haproxyProcs = 2
 
+// stormgateUpstreamConns is M, Stormgate's connections to the provider, in every scenario.
+const stormgateUpstreamConns = 4
+
 // haproxyMaxconn is each HAProxy process's maxconn: 2 fds per connection must fit in 20,000.
 const haproxyMaxconn = 9000
 
@@ -114,6 +117,8 @@ type proxyOpts struct {
 	port int
 	// Stormgate's log level; "" means warn.
 	logLevel string
+	// bound is the longest the proxy may live; 0 means the suite's default (10 minutes).
+	bound time.Duration
 }
 
 // pids are the proxy's process ids (none for direct).
@@ -179,19 +184,20 @@ func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o pro
 			lvl = "warn"
 		}
 		argv := []string{s.bins.sidecar, "run", "--listen", px.addr, "--upstream", up.addr,
-			"--upstream-conns", "4", "--log-level", lvl}
+			"--upstream-conns", strconv.Itoa(stormgateUpstreamConns), "--log-level", lvl}
 		if o.ns == "" {
 			mp, err1 := freePort()
 			ap, err2 := freePort()
 			if err1 != nil || err2 != nil {
 				return nil, fmt.Errorf("no free port: %v %v", err1, err2)
 			}
-			px.metrics, px.admin = "127.0.0.1:"+strconv.Itoa(mp), "127.0.0.1:"+strconv.Itoa(ap)
+			px.metrics = "127.0.0.1:" + strconv.Itoa(mp)
+			px.admin = "127.0.0.1:" + strconv.Itoa(ap)
 			argv = append(argv, "--metrics", px.metrics, "--admin", px.admin)
 		} else {
 			argv = append(argv, "--metrics", "127.0.0.1:15090", "--admin", "127.0.0.1:15000")
 		}
-		p, err := s.start(ctx, procSpec{name: "stormgate", netns: o.ns, argv: argv})
+		p, err := s.start(ctx, procSpec{name: "stormgate", netns: o.ns, argv: argv, bound: o.bound})
 		if err != nil {
 			return nil, err
 		}

@@ -49,6 +49,11 @@ A run has three phases:
             before; its latency counts from that due time, so a stall anywhere shows in the tail)
   drain     up to --timeout for answers still in flight; then every connection is closed
 
+With --body-max the requests carry raw checked bodies instead of Method(Arg) (see stormbench
+echo-provider): each body holds its own length, a key unique in the run and a CRC-32C, and every
+status-20 answer must be exactly the request's body. An answer that is not counts as a body
+mismatch (and as foreign when it is another request's body): the integrity check of make soak.
+
 Every outcome is counted: ok, business exceptions, errors by Dubbo status, timeouts, requests lost
 when a connection closed, unsent requests (no open connection), resets, orderly closes by the
 server, connect failures by kind, unknown/late/duplicate reply ids, heartbeats answered, and the
@@ -77,6 +82,10 @@ Every run is bounded: --duration at most 30m, --timeout at most 1m, and the conn
   stormbench load --target 127.0.0.1:20881 --conns 10000 --connect-rate 2000 --rate 5000 \
       --method sleep --arg 100ms --duration 30s
 
+  # integrity: unique bodies of 1 B..256 KiB, 10% one-way, checked byte for byte
+  stormbench load --target 127.0.0.1:20881 --conns 1000 --rate 1000 --duration 60s \
+      --body-max 262144 --one-way 0.1 --heartbeat 10s
+
   # 40,000 connections: 3 worker processes, sources 127.0.0.2-127.0.0.3 picked automatically
   stormbench load --target 127.0.0.1:20881 --conns 40000 --heartbeat 30s --duration 60s`,
 		Args: cobra.NoArgs,
@@ -102,6 +111,10 @@ Every run is bounded: --duration at most 30m, --timeout at most 1m, and the conn
 	f.StringVar(&c.Method, "method", loadgen.DefaultMethod, "method name; it takes one String argument")
 	f.StringVar(&c.Arg, "arg", loadgen.DefaultArg, "the String argument")
 	f.IntVar(&o.argSize, "arg-size", 0, "if > 0, the argument is this many 'x' (overrides --arg)")
+	f.IntVar(&c.BodyMin, "body-min", 1, "with --body-max: smallest checked body, bytes")
+	f.IntVar(&c.BodyMax, "body-max", 0, "if > 0, every request carries a unique checked body (1 B..8 MiB, log-uniform from --body-min) that an echo provider returns; each answer is compared byte for byte")
+	f.Float64Var(&c.OneWay, "one-way", 0, "with --body-max: fraction of requests sent one-way (0..1)")
+	f.Uint64Var(&c.Seed, "seed", 0, "seed of body sizes, one-way draws and heartbeat phases; 0 = random (the result records it)")
 	f.DurationVar(&c.Reconnect, "reconnect", 0, "redial a closed connection after this delay; 0 = stay closed")
 	f.BoolVar(&c.HonorReadonly, "honor-readonly", false, "stop sending on a connection after READONLY (until WRITEABLE), as Dubbo consumers do")
 	f.IntVar(&c.MaxFrame, "max-frame", loadgen.DefaultMaxFrame, "largest frame accepted from the server (header + body)")
@@ -218,8 +231,13 @@ func isLoopbackTarget(target string) bool {
 	return err == nil && a.IsLoopback()
 }
 
+// workerKeySpan separates the body keys of worker processes: worker i's keys start at
+// KeyBase + i*workerKeySpan (2^40 requests each is far beyond any run's bound).
+const workerKeySpan = 1 << 40
+
 // splitConfig divides cfg over n processes: connections, rates and request caps in proportion
-// (remainders to the first ones), source addresses rotated so workers start on different ones.
+// (remainders to the first ones), source addresses rotated so workers start on different ones,
+// body keys in disjoint ranges, seeds distinct.
 func splitConfig(cfg loadgen.Config, n int) []loadgen.Config {
 	out := make([]loadgen.Config, n)
 	var reqLeft uint64 = cfg.Requests
@@ -238,6 +256,10 @@ func splitConfig(cfg loadgen.Config, n int) []loadgen.Config {
 				c.Requests = reqLeft
 			}
 			reqLeft -= c.Requests
+		}
+		c.KeyBase = cfg.KeyBase + uint64(i)*workerKeySpan
+		if cfg.Seed != 0 {
+			c.Seed = cfg.Seed + uint64(i)
 		}
 		if k := len(cfg.SourceAddrs); k > 1 {
 			c.SourceAddrs = append(append([]netip.Addr{}, cfg.SourceAddrs[i%k:]...), cfg.SourceAddrs[:i%k]...)

@@ -51,6 +51,14 @@ func printSummary(w io.Writer, r *loadgen.Result) {
 		r.Resets, r.ClosedByPeer, r.ProtocolErrors, r.OtherConnErrors)
 	fmt.Fprintf(&b, "  requests     scheduled %d  sent %d  ok %d  exceptions %d  errors %d%s  timeouts %d  lost %d  unsent %d  abandoned %d\n",
 		r.Scheduled, r.Sent, r.OK, r.Exceptions, r.Errors, byStatus(r.ErrorByStatus), r.Timeouts, r.Lost, r.Unsent, r.Abandoned)
+	if r.BodyMax > 0 {
+		verdict := "every answer carried exactly its request's body"
+		if r.BodyMismatches > 0 {
+			verdict = fmt.Sprintf("INTEGRITY FAILURE: %d answers were not their request's body (%d of them another request's)",
+				r.BodyMismatches, r.ForeignBodies)
+		}
+		fmt.Fprintf(&b, "  bodies       checked %d..%d bytes, one-way sent %d: %s\n", r.BodyMin, r.BodyMax, r.OneWaySent, verdict)
+	}
 	if r.LateReplies+r.UnknownIDs+r.Duplicates+r.UnexpectedRequests > 0 {
 		fmt.Fprintf(&b, "               late replies %d  unknown ids %d  duplicates %d  unexpected requests %d\n",
 			r.LateReplies, r.UnknownIDs, r.Duplicates, r.UnexpectedRequests)

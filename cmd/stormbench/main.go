@@ -1,9 +1,11 @@
 // Command stormbench is Stormgate's benchmark tool: a Dubbo 2 load generator (`stormbench load`),
-// a test provider (`stormbench provider`) and a control-plane fleet driver (`stormbench xds-fleet`),
-// used by `make bench`, `make fleet` and by hand.
+// a test provider (`stormbench provider`), the integrity echo provider (`stormbench
+// echo-provider`) and a control-plane fleet driver (`stormbench xds-fleet`), used by `make bench`,
+// `make soak`, `make fleet` and by hand.
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -13,6 +15,10 @@ import (
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
 		os.Exit(1)
 	}
 }
@@ -26,6 +32,8 @@ func newRootCmd() *cobra.Command {
   stormbench load      open N consumer connections, heartbeat, send requests at a fixed rate,
                        and report every outcome with latency percentiles (JSON with --json)
   stormbench provider  run the project's test provider in its own process
+  stormbench echo-provider  a provider that echoes raw bodies, reads badly and records
+                       integrity violations (pair it with load --body-max)
   stormbench xds-fleet run N Stormgate xDS clients against the control plane and time pushes,
                        selector changes and a replica failover
 
@@ -35,6 +43,6 @@ Start here:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newLoadCmd(), newWorkerCmd(), newProviderCmd(), newXDSFleetCmd(), newFleetWorkerCmd())
+	root.AddCommand(newLoadCmd(), newWorkerCmd(), newProviderCmd(), newEchoCmd(), newXDSFleetCmd(), newFleetWorkerCmd())
 	return root
 }

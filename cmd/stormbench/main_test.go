@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -135,6 +136,40 @@ func TestSplitConfig(t *testing.T) {
 	if parts[1].SourceAddrs[0] != cfg.SourceAddrs[1] || len(parts[1].SourceAddrs) != 3 {
 		t.Fatalf("worker 1 sources %v", parts[1].SourceAddrs)
 	}
+	cfg.KeyBase, cfg.Seed = 7, 100
+	parts = splitConfig(cfg, 3)
+	if parts[0].KeyBase != 7 || parts[2].KeyBase != 7+2*workerKeySpan || parts[1].Seed != 101 {
+		t.Fatalf("worker key bases %d %d %d, seeds %d %d %d", parts[0].KeyBase, parts[1].KeyBase, parts[2].KeyBase,
+			parts[0].Seed, parts[1].Seed, parts[2].Seed)
+	}
+}
+
+// Checked bodies over two worker processes against the echo provider: every answer is compared
+// byte for byte, and the workers' keys never collide (the provider would record a body
+// delivered twice).
+func TestWorkersCheckedBodies(t *testing.T) {
+	p, err := peer.StartEcho(peer.EchoConfig{RecvBuf: 4096, MaxSegment: 1460}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	t.Setenv(runAsMainEnv, "1")
+	stdout, stderr := runCLI(t, "load", "--target", p.Addr(), "--conns", "10", "--rate", "400",
+		"--duration", "1s", "--workers", "2", "--body-max", "200000", "--one-way", "0.2", "--json", "-", "--quiet")
+	r, err := loadgen.ParseResult([]byte(stdout))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if r.Workers != 2 || r.Sent == 0 || r.OneWaySent == 0 || r.OK != r.Sent || r.BodyMismatches != 0 {
+		t.Fatalf("workers %d sent %d one-way %d ok %d mismatches %d", r.Workers, r.Sent, r.OneWaySent, r.OK, r.BodyMismatches)
+	}
+	if !strings.Contains(stderr, "every answer carried exactly its request's body") {
+		t.Fatalf("summary lacks the body verdict:\n%s", stderr)
+	}
+	st := p.Stats()
+	if st.Violations != 0 || st.Requests != r.Sent || st.UniqueKeys == 0 {
+		t.Fatalf("provider %+v, violations %v", st, p.Violations())
+	}
 }
 
 func TestParseAddrList(t *testing.T) {
@@ -149,11 +184,16 @@ func TestParseAddrList(t *testing.T) {
 	}
 }
 
-func TestLoadRejectsBadFlags(t *testing.T) {
+func TestRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"load"}, // --target required
 		{"load", "--target", "127.0.0.1:1", "--duration", "31m"},
 		{"load", "--target", "127.0.0.1:1", "--conns", "40000", "--workers", "2"},
+		{"load", "--target", "127.0.0.1:1", "--one-way", "0.5"}, // one-way needs checked bodies
+		{"load", "--target", "127.0.0.1:1", "--body-max", "9000000"},
+		{"echo-provider", "--slow-chance", "0.8", "--stall-chance", "0.5"},
+		{"echo-provider", "--spell", "0s"},
+		{"echo-provider", "--restart-every", "-1s"},
 	} {
 		cmd := newRootCmd()
 		cmd.SetOut(&bytes.Buffer{})
@@ -162,5 +202,65 @@ func TestLoadRejectsBadFlags(t *testing.T) {
 		if err := cmd.Execute(); err == nil {
 			t.Errorf("%v: accepted", args)
 		}
+	}
+}
+
+// stormbench echo-provider: it prints its address, is killed and restarted on schedule while a
+// checked-body load runs against it (reconnecting), and ends with a final line whose violation
+// count is zero.
+func TestEchoProviderCommand(t *testing.T) {
+	pr, pw := io.Pipe()
+	cmd := newRootCmd()
+	cmd.SetOut(pw)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs([]string{"echo-provider", "--listen", "127.0.0.1:0", "--seed", "9", "--spell", "50ms",
+		"--slow-chance", "0.5", "--stall-chance", "0.1", "--restart-every", "400ms", "--down", "50ms",
+		"--stats-every", "0"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- cmd.ExecuteContext(ctx)
+		pw.Close()
+	}()
+	events := make(chan echoEvent, 64)
+	go func() {
+		defer close(events)
+		dec := json.NewDecoder(pr)
+		for {
+			var e echoEvent
+			if dec.Decode(&e) != nil {
+				return
+			}
+			events <- e
+		}
+	}()
+	first := <-events
+	if first.Event != "listening" || first.Addr == "" || first.Seed != 9 {
+		t.Fatalf("first line %+v", first)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	res, err := loadgen.Run(ctx2, loadgen.Config{Target: first.Addr, Conns: 4, Rate: 300, Duration: time.Second,
+		Timeout: 2 * time.Second, Reconnect: 20 * time.Millisecond, BodyMax: 50000, OneWay: 0.1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK == 0 || res.BodyMismatches != 0 || res.Reconnects == 0 {
+		t.Fatalf("ok %d mismatches %d reconnects %d", res.OK, res.BodyMismatches, res.Reconnects)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("echo-provider: %v", err)
+	}
+	seen := map[string]int{}
+	var final echoEvent
+	for e := range events {
+		seen[e.Event]++
+		final = e
+	}
+	if seen["killed"] == 0 || seen["restarted"] == 0 || final.Event != "final" || final.Stats == nil ||
+		final.Stats.Violations != 0 || final.Stats.Kills == 0 || final.Stats.Requests == 0 {
+		t.Fatalf("events %v, final %+v", seen, final.Stats)
 	}
 }

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/stormgate/stormgate/peer"
+)
+
+type echoOptions struct {
+	listen      string
+	seed        uint64
+	rcvbuf      int
+	mss         int
+	maxFrame    int
+	spell       time.Duration
+	slowChance  float64
+	stallChance float64
+	slow        peer.Reading
+	restart     time.Duration
+	down        time.Duration
+	calm        time.Duration
+	statsEvery  time.Duration
+	logLevel    string
+}
+
+func newEchoCmd() *cobra.Command {
+	var o echoOptions
+	cmd := &cobra.Command{
+		Use:   "echo-provider",
+		Short: "Run a provider that echoes raw bodies, reads badly and checks everything it reads",
+		Long: `Run peer.EchoProvider, the provider of Stormgate's integrity tests, until a signal stops it.
+
+It treats request bodies as raw bytes (no hessian): every two-way request is answered with
+status 20, the request's id and exactly the request's body; heartbeats get the Java reply;
+one-way requests are checked and counted. Pair it with stormbench load --body-max, whose
+checked bodies carry their own length, a unique key and a CRC-32C.
+
+It reads badly: a small receive buffer (--rcvbuf) and MSS (--mss), and spells of --spell
+(random 0.5..1.5x) in which it reads normally, slowly (--slow-chance: random 1..--max-read
+byte reads with random pauses) or not at all (--stall-chance). With --restart-every, or on
+SIGUSR1, it is killed (every connection reset, listener closed) and listens again on the same
+port --down later.
+
+It records as a violation what a correct proxy never sends: a bad magic or length, a body that
+fails its own check, an upstream id repeated on a connection, a body delivered twice (across
+restarts too), any response frame.
+
+stdout, one JSON object per line: {"event":"listening","addr":...,"seed":...} once listening;
+{"event":"killed"} and {"event":"restarted"}; {"event":"stats",...} every --stats-every; and
+{"event":"final","stats":...,"violations":[...]} at exit. The exit status is 3 when any
+violation was recorded. Logs go to stderr.
+
+Signals: SIGUSR1 kill now and restart after --down; SIGUSR2 read normally for --calm (ends a
+stall; make soak sends it before each leak sample, so that no sample catches a slow spell's
+backlog); SIGINT or SIGTERM stop.`,
+		Example: `  stormbench echo-provider --listen 127.0.0.1:20880 --seed 42
+  stormbench echo-provider --listen 127.0.0.1:20880 --restart-every 60s --slow-chance 0.3 --stall-chance 0.05
+  stormbench load --target 127.0.0.1:20881 --conns 1000 --rate 1000 --body-max 262144 --one-way 0.1`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runEcho(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", "127.0.0.1:20880", "TCP address to listen on (port 0 picks a free port; see the printed addr)")
+	f.Uint64Var(&o.seed, "seed", 0, "seed of the read sizes, pauses and spells; 0 = random (printed)")
+	f.IntVar(&o.rcvbuf, "rcvbuf", 4096, "SO_RCVBUF of accepted connections, bytes (the kernel doubles it); 0 = the kernel's default")
+	f.IntVar(&o.mss, "mss", 1460, "TCP_MAXSEG the provider advertises (Ethernet: 1460; keeps the sender's send buffer small); 0 = loopback's")
+	f.IntVar(&o.maxFrame, "max-frame", 0, "largest frame accepted, header included; larger is a violation; 0 means 8 MiB")
+	f.DurationVar(&o.spell, "spell", 2*time.Second, "mean length of a reading spell")
+	f.Float64Var(&o.slowChance, "slow-chance", 0.3, "fraction of spells read slowly")
+	f.Float64Var(&o.stallChance, "stall-chance", 0.05, "fraction of spells with no reading at all")
+	f.IntVar(&o.slow.MaxRead, "max-read", 2048, "slow spells: each read asks for a random 1..max-read bytes")
+	f.Float64Var(&o.slow.PauseChance, "pause-chance", 0.02, "slow spells: chance of a pause after each read")
+	f.DurationVar(&o.slow.MaxPause, "max-pause", 5*time.Millisecond, "slow spells: a pause lasts a random 0..max-pause")
+	f.DurationVar(&o.restart, "restart-every", 0, "kill and restart the provider at this interval; 0 = only on SIGUSR1")
+	f.DurationVar(&o.down, "down", time.Second, "how long a killed provider stays down before listening again")
+	f.DurationVar(&o.calm, "calm", 10*time.Second, "after SIGUSR2, read normally for this long")
+	f.DurationVar(&o.statsEvery, "stats-every", 10*time.Second, "print a stats line at this interval; 0 = never")
+	f.StringVar(&o.logLevel, "log-level", "warn", "debug, info, warn or error")
+	return cmd
+}
+
+// echoEvent is one line of the echo provider's stdout.
+type echoEvent struct {
+	Event      string           `json:"event"`
+	At         time.Time        `json:"at"`
+	Addr       string           `json:"addr,omitempty"`
+	Seed       uint64           `json:"seed,omitempty"`
+	Stats      *peer.EchoStats  `json:"stats,omitempty"`
+	Violations []peer.Violation `json:"violations,omitempty"`
+}
+
+func runEcho(ctx context.Context, o echoOptions, stdout, stderr io.Writer) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	switch {
+	case o.slowChance < 0 || o.stallChance < 0 || o.slowChance+o.stallChance > 1:
+		return fmt.Errorf("--slow-chance %v and --stall-chance %v: each in [0, 1], together at most 1", o.slowChance, o.stallChance)
+	case o.spell <= 0:
+		return fmt.Errorf("--spell %v: want a positive duration such as 2s", o.spell)
+	case o.restart < 0 || o.down < 0:
+		return fmt.Errorf("--restart-every %v and --down %v must not be negative", o.restart, o.down)
+	}
+	if o.seed == 0 {
+		o.seed = rand.Uint64()
+	}
+	log, err := newProviderLogger(o.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+
+	p, err := peer.StartEcho(peer.EchoConfig{
+		Addr: o.listen, Seed: o.seed, RecvBuf: o.rcvbuf, MaxSegment: o.mss, MaxFrame: o.maxFrame,
+	}, log)
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	enc := json.NewEncoder(stdout)
+	emit := func(e echoEvent) {
+		e.At = time.Now().UTC()
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(e)
+	}
+	emit(echoEvent{Event: "listening", Addr: p.Addr(), Seed: o.seed})
+	log.Info("echo provider listening", zap.String("addr", p.Addr()), zap.Uint64("seed", o.seed))
+
+	rng := rand.New(rand.NewPCG(o.seed, 0xec40))
+	spell := time.NewTimer(0)
+	defer spell.Stop()
+	var restartC, statsC <-chan time.Time
+	if o.restart > 0 {
+		t := time.NewTicker(o.restart)
+		defer t.Stop()
+		restartC = t.C
+	}
+	if o.statsEvery > 0 {
+		t := time.NewTicker(o.statsEvery)
+		defer t.Stop()
+		statsC = t.C
+	}
+	up := time.NewTimer(time.Hour)
+	up.Stop()
+	defer up.Stop()
+	var calmUntil time.Time
+	kill := func() {
+		p.Kill()
+		emit(echoEvent{Event: "killed"})
+		up.Reset(o.down)
+	}
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case sig := <-sigs:
+			switch sig {
+			case syscall.SIGUSR1:
+				kill()
+			case syscall.SIGUSR2:
+				calmUntil = time.Now().Add(o.calm)
+				p.SetReading(peer.Reading{})
+				p.Stall(0)
+				emit(echoEvent{Event: "calm"})
+			default:
+				break loop
+			}
+		case <-restartC:
+			kill()
+		case <-up.C:
+			if err := p.Restart(); err != nil {
+				_ = p.Close()
+				return fmt.Errorf("restart: %w", err)
+			}
+			emit(echoEvent{Event: "restarted", Addr: p.Addr()})
+		case <-spell.C:
+			d := o.spell/2 + time.Duration(rng.Int64N(int64(o.spell)))
+			switch x := rng.Float64(); {
+			case time.Now().Before(calmUntil):
+				p.SetReading(peer.Reading{})
+			case x < o.stallChance:
+				p.Stall(d)
+			case x < o.stallChance+o.slowChance:
+				p.SetReading(o.slow)
+			default:
+				p.SetReading(peer.Reading{})
+			}
+			spell.Reset(d)
+		case <-statsC:
+			st := p.Stats()
+			emit(echoEvent{Event: "stats", Stats: &st})
+		}
+	}
+	_ = p.Close()
+	st := p.Stats()
+	emit(echoEvent{Event: "final", Stats: &st, Violations: p.Violations()})
+	if st.Violations > 0 {
+		return &exitError{code: 3, err: fmt.Errorf("%d integrity violations (see the final line)", st.Violations)}
+	}
+	return nil
+}
+
+// exitError asks main for a specific exit status.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
