@@ -57,8 +57,9 @@ type Options struct {
 
 	MicroBenchtime string `json:"micro_benchtime"`
 
-	QuietWindow time.Duration `json:"quiet_window_ns"` // quiet: sampled window with no consumer
-	QuietSettle time.Duration `json:"quiet_settle_ns"` // quiet: wait after start before sampling
+	QuietWindow  time.Duration `json:"quiet_window_ns"`  // quiet: sampled window with no consumer
+	QuietSettle  time.Duration `json:"quiet_settle_ns"`  // quiet: wait after start before sampling
+	QuietProfile time.Duration `json:"quiet_profile_ns"` // quiet: the profiled window after it
 
 	HBConns  int           `json:"hb_conns"`     // heartbeat: consumers of each target
 	HBWindow time.Duration `json:"hb_window_ns"` // heartbeat: one sampled window
@@ -71,7 +72,7 @@ type Options struct {
 	FwdWindows    int           `json:"fwd_windows"`
 	FwdProfWindow time.Duration `json:"fwd_prof_window_ns"`
 
-	IdleProfile time.Duration `json:"idle_profile_ns"` // idle: Stormgate's profiled window at the 30 s period
+	IdleProfile time.Duration `json:"idle_profile_ns"` // idle: the proxies' profiled window at the 30 s period
 	TPProfile   bool          `json:"tp_profile"`      // throughput: one profiled step at Stormgate's maximum
 
 	FleetNodes         int `json:"fleet_nodes"`
@@ -225,6 +226,7 @@ func cmdRun(args []string) error {
 	fs.StringVar(&o.MicroBenchtime, "micro-benchtime", "300ms", "micro: go test -benchtime")
 	fs.DurationVar(&o.QuietWindow, "quiet-window", 30*time.Second, "quiet: sampled window with no consumer connected")
 	fs.DurationVar(&o.QuietSettle, "quiet-settle", 5*time.Second, "quiet: wait after the targets start before sampling")
+	fs.DurationVar(&o.QuietProfile, "quiet-profile", 10*time.Second, "quiet: the profiled window after the sampled one (0: none)")
 	fs.IntVar(&o.HBConns, "hb-conns", 10000, "heartbeat: consumers beating every second, per target")
 	fs.DurationVar(&o.HBWindow, "hb-window", 6*time.Second, "heartbeat: one sampled window")
 	fs.DurationVar(&o.HBSettle, "hb-settle", 2*time.Second, "heartbeat: wait after resuming a target's load tool")
@@ -234,7 +236,7 @@ func cmdRun(args []string) error {
 	fs.DurationVar(&o.FwdWindow, "fwd-window", 4*time.Second, "forward: one sampled window")
 	fs.IntVar(&o.FwdWindows, "fwd-windows", 3, "forward: sampled windows per load (the figure is their median)")
 	fs.DurationVar(&o.FwdProfWindow, "fwd-profile", 4*time.Second, "forward: the profiled window after them")
-	fs.DurationVar(&o.IdleProfile, "idle-profile", 15*time.Second, "idle: Stormgate's profiled window at the 30 s period (0: none)")
+	fs.DurationVar(&o.IdleProfile, "idle-profile", 15*time.Second, "idle: the proxies' profiled window at the 30 s period (0: none)")
 	fs.BoolVar(&o.TPProfile, "tp-profile", true, "throughput: one more step at Stormgate's maximum, profiled, at the largest connection count")
 	fs.IntVar(&o.FleetNodes, "fleet-nodes", 5000, "fleet: xDS nodes against one control plane")
 	fs.IntVar(&o.FleetFailoverNodes, "fleet-failover-nodes", 2000, "fleet: xDS nodes against two replicas, one killed")
@@ -418,7 +420,7 @@ func quickOptions(o Options) Options {
 	o.StormConns = 2000
 	o.MicroBenchtime = "50ms"
 	o.FleetNodes, o.FleetFailoverNodes, o.FleetChanges = 500, 200, 1
-	o.QuietWindow, o.QuietSettle = 5*time.Second, 2*time.Second
+	o.QuietWindow, o.QuietSettle, o.QuietProfile = 5*time.Second, 2*time.Second, 3*time.Second
 	o.HBConns, o.HBWindow, o.HBSettle, o.HBPairs = 1000, 3*time.Second, 1500*time.Millisecond, 2
 	o.FwdLoads, o.FwdWindow, o.FwdWindows, o.FwdProfWindow = []FwdLoad{{200, 400}, {1000, 1000}}, 2*time.Second, 2, 2*time.Second
 	o.IdleProfile = 3 * time.Second

@@ -34,8 +34,9 @@ type Profile struct {
 	CtxSwitches float64 `json:"ctx_switches"` // perf stat context-switches; -1 when unknown
 
 	PerfSamples int     `json:"perf_samples"`
-	Split       []Share `json:"split"`  // by owner of the sampled code (perf)
-	Kernel      []Share `json:"kernel"` // kernel samples by system call (fractions of all samples)
+	Split       []Share `json:"split"`   // by owner of the sampled code (perf)
+	Kernel      []Share `json:"kernel"`  // kernel samples by system call (fractions of all samples)
+	Runtime     []Share `json:"runtime"` // Go runtime samples by what the runtime was doing
 
 	PprofSamples time.Duration `json:"pprof_total_ns"` // total sampled CPU in the Go profile
 	PprofTop     []TopRow      `json:"pprof_top"`      // top 20 by flat time
@@ -98,7 +99,7 @@ const (
 var splitOrder = []string{catKernel, catRuntime, catNetpoll, catSG, catOther}
 
 // perfFreq is perf record's sampling frequency (Hz, per thread on CPU).
-const perfFreq = 499
+const perfFreq = 997
 
 // perfWorks reports whether perf can sample and count here (it needs perf_event_open; in a VM
 // only software events such as cpu-clock exist, which is all the suite uses).
@@ -209,7 +210,7 @@ func (p *profiling) finish(ctx context.Context, prof *Profile) {
 				errs = append(errs, err.Error())
 			}
 			prof.PerfSamples = len(samples)
-			prof.Split, prof.Kernel = splitSamples(samples)
+			prof.Split, prof.Kernel, prof.Runtime = splitSamples(samples)
 			prof.Files = append(prof.Files, p.recFile)
 		}
 	}
@@ -367,6 +368,12 @@ func userOwner(chain []frame) (string, string) {
 	return catOther, "[unknown]"
 }
 
+// Names of kernel time that is not the target's own work or not in a system call.
+const (
+	kernPerfTrace = "entering a system call under perf stat's tracepoint (profiled window only)"
+	kernExit      = "returning to user space (rescheduling, signals)"
+)
+
 // syscallName finds the system call a kernel chain is in: the frame called by do_syscall_64
 // (skipping the dispatch table), normalized ("do_readv" → "readv", "__x64_sys_epoll_wait" →
 // "epoll_wait"). A chain outside any system call is named by its outermost kernel frame.
@@ -379,13 +386,24 @@ func syscallName(chain []frame) string {
 		outer = f.sym
 		if f.sym == "do_syscall_64" {
 			for j := i - 1; j >= 0; j-- {
-				if s := chain[j].sym; s != "x64_sys_call" && !strings.HasPrefix(s, "__pfx") {
-					return normSyscall(s)
+				s := chain[j].sym
+				switch {
+				case s == "x64_sys_call" || strings.HasPrefix(s, "__pfx"):
+					continue
+				case s == "syscall_trace_enter" || strings.Contains(s, "trace_sys_enter"):
+					return kernPerfTrace
+				case strings.Contains(s, "exit_to_user_mode") || strings.Contains(s, "syscall_exit"):
+					return kernExit
 				}
+				return normSyscall(s)
 			}
 		}
 	}
 	switch {
+	case outer == "syscall_trace_enter" || strings.Contains(outer, "trace_sys_enter"):
+		return kernPerfTrace
+	case strings.Contains(outer, "exit_to_user_mode") || strings.Contains(outer, "syscall_exit"):
+		return kernExit
 	case strings.Contains(outer, "page_fault"):
 		return "page faults"
 	case strings.HasPrefix(outer, "asm_sysvec") || strings.Contains(outer, "irq") || strings.Contains(outer, "interrupt"):
@@ -406,17 +424,100 @@ func normSyscall(s string) string {
 	return s
 }
 
-// splitSamples splits samples by owner (kernel, Go runtime, netpoll, Stormgate, other) and
-// the kernel's part by system call; each share names its largest item.
-func splitSamples(samples [][]frame) (split, kernel []Share) {
+// runtimeCauses name what the Go runtime is doing, by a function on the sample's call chain;
+// the first rule matching the innermost frame that matches any rule wins (a GC assist inside an
+// allocation is GC).
+var runtimeCauses = []struct {
+	label string
+	funcs []string
+}{
+	{"GC (marking, sweeping, assists)", []string{"runtime.gcBgMarkWorker", "runtime.gcDrain", "runtime.gcAssistAlloc", "runtime.scanobject",
+		"runtime.markroot", "runtime.bgsweep", "runtime.sweepone", "runtime.gcStart", "runtime.bgscavenge", "runtime.gcMarkDone", "runtime.scanstack"}},
+	{"stack growth (morestack, copystack)", []string{"runtime.newstack", "runtime.copystack", "runtime.morestack"}},
+	{"goroutine creation and exit", []string{"runtime.newproc", "runtime.goexit0", "runtime.gfget", "runtime.gfput", "runtime.malg"}},
+	{"allocation", []string{"runtime.mallocgc", "runtime.newobject", "runtime.makeslice", "runtime.growslice", "runtime.makemap", "runtime.rawstring"}},
+	{"the Go profiler's signals (SIGPROF)", []string{"runtime.sigprof", "runtime.sighandler", "runtime.sigtramp", "runtime.sigtrampgo"}},
+	{"system call entry and exit", []string{"runtime.entersyscall", "runtime.exitsyscall", "runtime.reentersyscall"}},
+	{"timers", []string{"runtime.runtimer", "runtime.(*timers)", "runtime.(*timer)", "runtime.checkTimers", "runtime.resetForSleep", "time.Sleep"}},
+	{"runtime netpoller", []string{"runtime.netpoll"}},
+	{"sysmon", []string{"runtime.sysmon"}},
+	{"scheduler (park, wake, find work)", []string{"runtime.schedule", "runtime.findRunnable", "runtime.park_m", "runtime.goready", "runtime.ready",
+		"runtime.wakep", "runtime.startm", "runtime.stopm", "runtime.mPark", "runtime.notesleep", "runtime.notewakeup", "runtime.gopark",
+		"runtime.goschedImpl", "runtime.mcall", "runtime.handoffp", "runtime.injectglist", "runtime.runqgrab", "runtime.stealWork"}},
+	{"channels and select", []string{"runtime.chansend", "runtime.chanrecv", "runtime.selectgo", "runtime.closechan"}},
+	{"maps", []string{"runtime.mapaccess", "runtime.mapassign", "runtime.mapdelete", "internal/runtime/maps."}},
+	{"memory copies and clears", []string{"runtime.memmove", "runtime.memclr", "runtime.memequal", "runtime.typedmemmove"}},
+	{"locks and atomics", []string{"runtime.lock", "runtime.unlock", "internal/runtime/atomic", "runtime.procyield", "runtime.osyield"}},
+}
+
+// runtimeCause names what a runtime sample's chain was doing (its leaf when no rule matches).
+func runtimeCause(chain []frame) string {
+	for _, f := range chain {
+		for _, c := range runtimeCauses {
+			for _, fn := range c.funcs {
+				if strings.HasPrefix(f.sym, fn) {
+					return c.label
+				}
+			}
+		}
+	}
+	for _, f := range chain {
+		if owner(f.sym) == catRuntime {
+			return f.sym
+		}
+	}
+	return chain[0].sym
+}
+
+// kernelCaller names who made a kernel sample's call: its first user frame with an owner, or,
+// when that is the runtime, the netpoll or Stormgate code behind it ("… via the runtime's
+// scheduler") or the runtime's own activity ("the runtime's sysmon").
+func kernelCaller(chain []frame) string {
+	o, caller := userOwner(chain)
+	if o != catRuntime {
+		return caller
+	}
+	var user []frame
+	for _, f := range chain {
+		if !f.kernel() {
+			user = append(user, f)
+		}
+	}
+	if len(user) == 0 {
+		return caller
+	}
+	cause := runtimeCause(user)
+	if who := instigator(user); who != "" {
+		return who + " via the runtime (" + cause + ")"
+	}
+	return "the runtime: " + cause
+}
+
+// instigator is the first frame of a chain owned by netpoll or Stormgate: who made the runtime
+// (or the kernel) do the work; "" when the chain has none (a runtime thread of its own).
+func instigator(chain []frame) string {
+	for _, f := range chain {
+		if o := owner(f.sym); o == catNetpoll || o == catSG {
+			return f.sym
+		}
+	}
+	return ""
+}
+
+// splitSamples splits samples by owner (kernel, Go runtime, netpoll, Stormgate, other), the
+// kernel's part by system call and the runtime's by what it was doing; each share names its
+// largest item (for the runtime: its most common instigator in netpoll or Stormgate).
+func splitSamples(samples [][]frame) (split, kernel, rt []Share) {
 	if len(samples) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	n := float64(len(samples))
 	cat := map[string]int{}
 	catTop := map[string]map[string]int{}
 	sys := map[string]int{}
 	sysTop := map[string]map[string]int{}
+	rtCause := map[string]int{}
+	rtTop := map[string]map[string]int{}
 	bump := func(m map[string]map[string]int, k, item string) {
 		if m[k] == nil {
 			m[k] = map[string]int{}
@@ -428,22 +529,26 @@ func splitSamples(samples [][]frame) (split, kernel []Share) {
 			cat[catKernel]++
 			name := syscallName(ch)
 			sys[name]++
-			_, caller := userOwner(ch)
-			bump(sysTop, name, caller)
+			bump(sysTop, name, kernelCaller(ch))
 			bump(catTop, catKernel, name)
 			continue
 		}
 		leaf := ch[0]
 		o := owner(leaf.sym)
 		item := leaf.sym
-		if o == "" || leaf.dso == "[vdso]" {
+		if o == "" || leaf.dso == "[vdso]" || syscallStub(leaf.sym) {
 			o, item = userOwner(ch)
-			if ch[0].dso == "[vdso]" || owner(ch[0].sym) == "" {
-				item = leaf.sym + " ← " + item
-			}
+			item = leaf.sym + " ← " + item
 		}
 		cat[o]++
 		bump(catTop, o, item)
+		if o == catRuntime {
+			cause := runtimeCause(ch)
+			rtCause[cause]++
+			if who := instigator(ch); who != "" {
+				bump(rtTop, cause, who)
+			}
+		}
 	}
 	for _, c := range splitOrder {
 		split = append(split, Share{Name: c, Frac: float64(cat[c]) / n, Top: topItem(catTop[c])})
@@ -451,7 +556,17 @@ func splitSamples(samples [][]frame) (split, kernel []Share) {
 	for name, k := range sys {
 		kernel = append(kernel, Share{Name: name, Frac: float64(k) / n, Top: topItem(sysTop[name])})
 	}
-	slices.SortFunc(kernel, func(a, b Share) int {
+	for name, k := range rtCause {
+		rt = append(rt, Share{Name: name, Frac: float64(k) / n, Top: topItem(rtTop[name])})
+	}
+	sortShares(kernel)
+	sortShares(rt)
+	return split, kernel, rt
+}
+
+// sortShares orders shares largest first (by name among equals).
+func sortShares(s []Share) {
+	slices.SortFunc(s, func(a, b Share) int {
 		if a.Frac != b.Frac {
 			if a.Frac > b.Frac {
 				return -1
@@ -460,7 +575,6 @@ func splitSamples(samples [][]frame) (split, kernel []Share) {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	return split, kernel
 }
 
 func topItem(m map[string]int) string {

@@ -136,7 +136,7 @@ func (p *reporter) idle30SummaryRow() sumRow {
 	}
 	if row.known {
 		row.note = fmt.Sprintf("Stormgate used %s of a core more than HAProxy (%s of its own with nothing connected, section 8). %s",
-			pctCore2(sv-hv), pctCore2(fQuiet(p.quietRow(stormgate))), p.profileWhy(profileIdle30, "", ""))
+			pctCore2(sv-hv), pctCore2(fQuiet(p.quietRow(stormgate))), p.profileWhy(profileIdle30, haproxy, "HAProxy"))
 	}
 	return row
 }
@@ -223,21 +223,31 @@ func (p *reporter) profileWhy(key, vsTarget, vsName string) string {
 		return "No profile was captured for it in this run."
 	}
 	var parts []string
+	// Per operation, except where the operations are too few to carry the process's own
+	// background (idle consumers at 30 s: per second, with the operations per second).
+	perSec := sg.OpName == "" || key == profileIdle30
 	per := "per " + sg.OpName
-	if sg.OpName == "" {
+	if perSec {
 		per = "per second"
+		if sg.Ops > 0 && sg.Window > 0 {
+			per = fmt.Sprintf("per second (%s %ss per second)", num(sg.Ops/sg.Window.Seconds(), 0), sg.OpName)
+		}
 	}
 	perf := func(x *Profile, n float64) float64 {
-		if x.OpName == "" {
+		if perSec {
 			return x.perfPerSec(n)
 		}
 		return x.perfPerOp(n)
 	}
 	sys, cs := perf(sg, sg.Syscalls), perf(sg, sg.CtxSwitches)
+	prec := 2
+	if perSec {
+		prec = 0
+	}
 	if sys >= 0 {
-		s := fmt.Sprintf("%s Stormgate made %s system calls and %s context switches", upperFirst(per), num(sys, 2), num(cs, 2))
+		s := fmt.Sprintf("%s Stormgate made %s system calls and %s context switches", upperFirst(per), num(sys, prec), num(cs, prec))
 		if vs := p.profile(key, vsTarget); vs != nil && perf(vs, vs.Syscalls) >= 0 {
-			s += fmt.Sprintf(" against %s's %s and %s", vsName, num(perf(vs, vs.Syscalls), 2), num(perf(vs, vs.CtxSwitches), 2))
+			s += fmt.Sprintf(" against %s's %s and %s", vsName, num(perf(vs, vs.Syscalls), prec), num(perf(vs, vs.CtxSwitches), prec))
 		}
 		parts = append(parts, s+".")
 	}
@@ -248,6 +258,9 @@ func (p *reporter) profileWhy(key, vsTarget, vsName string) string {
 	}
 	if len(sg.Kernel) > 0 {
 		parts = append(parts, "Kernel time by system call: "+kernelText(sg.Kernel, 4)+".")
+	}
+	if len(sg.Runtime) > 0 {
+		parts = append(parts, "Go runtime time by what it did: "+kernelText(sg.Runtime, 4)+".")
 	}
 	return strings.Join(parts, " ")
 }
@@ -271,11 +284,16 @@ func splitText(split []Share, pr *Profile) string {
 	return strings.Join(out, "; ")
 }
 
+// kernelText prints the n largest shares as "write 38 %, readv 6 %", leaving out perf's own
+// tracing (the profiled window's cost, not the target's).
 func kernelText(k []Share, n int) string {
 	var out []string
-	for i, s := range k {
-		if i == n {
+	for _, s := range k {
+		if len(out) == n {
 			break
+		}
+		if s.Name == kernPerfTrace {
+			continue
 		}
 		out = append(out, fmt.Sprintf("%s %s %%", s.Name, num(100*s.Frac, 0)))
 	}
@@ -299,6 +317,37 @@ func quietWhy(sg, ha *Profile) string {
 		s += " Kernel time by system call (section 10): " + kernelText(sg.Kernel, 4) + "."
 	}
 	return strings.TrimSpace(s)
+}
+
+// shareTable prints the largest shares with their top items ("–" when none).
+func (p *reporter) shareTable(what, whoTitle string, shares []Share) {
+	if len(shares) == 0 {
+		return
+	}
+	p.f("| %s | Share of all samples | %s |\n", what, whoTitle)
+	p.ln("|---|---|---|")
+	for i, k := range shares {
+		if i == kernelRowsShown {
+			break
+		}
+		p.f("| %s | %s %% | %s |\n", k.Name, num(100*k.Frac, 1), callerText(k.Top))
+	}
+	p.ln("")
+}
+
+// callerText prints a share's top item: a function in code format, or the runtime's own
+// activity ("the runtime: sysmon") as text.
+func callerText(s string) string {
+	switch {
+	case s == "":
+		return "–"
+	case strings.HasPrefix(s, "the runtime"):
+		return s
+	}
+	if fn, rest, ok := strings.Cut(s, " via the runtime"); ok {
+		return shortFunc(fn) + " via the runtime" + rest
+	}
+	return shortFunc(s)
 }
 
 // shortFunc trims the module path off a function name for prose.
@@ -389,13 +438,13 @@ func (p *reporter) heartbeatSection() {
 		same = "**different**"
 	}
 	p.f("Both answer the load tool's heartbeat request (`%s`, sent in two writes so the header is reassembled) with the same bytes: %s.\n\n", hr.Probe, same)
-	p.ln("| Target | Answer to the probe heartbeat | Heartbeats the load tool saw fail (whole run) |")
-	p.ln("|---|---|---|")
+	p.ln("| Target | Answer to the probe heartbeat | Heartbeats the load tool timed out or lost (whole run) | Answers it read after their timeout |")
+	p.ln("|---|---|---|---|")
 	for _, tg := range hbTargets {
-		p.f("| %s | `%s` | %s |\n", targetTitle[tg], hr.Answers[tg], count(hr.HBFailed[tg]))
+		p.f("| %s | `%s` | %s | %s |\n", targetTitle[tg], hr.Answers[tg], count(hr.HBFailed[tg]), count(hr.HBLate[tg]))
 	}
 	p.ln("")
-	p.ln("A heartbeat the load tool saw fail is one that was in flight when its tool was stopped: its answer arrived while the tool was stopped and was read after the tool's 3 s timeout. The targets answered them.")
+	p.ln("Stopping a load tool catches the heartbeats it has in flight (up to one send batch); their answers wait in the socket while the tool is stopped and are read after its 3 s timeout, so the tool counts them as timed out and then as late answers. Where the two columns are equal, every heartbeat was answered.")
 	p.ln("")
 	var cmds []string
 	for _, tg := range hbTargets {
@@ -419,9 +468,13 @@ func (p *reporter) quietSection() {
 	if q != nil {
 		settle = q.Settle
 	}
-	p.f("No consumer connected at all. One dubbo-go provider, HAProxy (its %d processes) and Stormgate in front of it (Stormgate with its upstream connections open, beating on them every 30 s), and the bare epoll responder start together; %s later their CPU is sampled over %s (a sleeping process costs the others nothing, so they sit side by side). Stormgate and HAProxy run under perf for the window (system calls and context switches per second: how often they wake up); Stormgate also under Go's profiler, whose HTTP exchanges on the admin listener fall outside the CPU window.\n\n",
-		haproxyProcs, dur(settle), dur(p.quietWindow()))
-	p.ln("| Target | CPU, % of one core | CPU time in the window | RSS | System calls per second | Context switches per second |")
+	pw := p.r.Options.QuietProfile
+	if q != nil {
+		pw = q.ProfWindow
+	}
+	p.f("No consumer connected at all. One dubbo-go provider, HAProxy (its %d processes) and Stormgate in front of it (Stormgate with its upstream connections open, beating on them every 30 s), and the bare epoll responder start together; %s later their CPU is sampled over %s (a sleeping process costs the others nothing, so they sit side by side). Then HAProxy and Stormgate run %s under perf (system calls and context switches per second: how often they wake up, and in section 10 for what); Stormgate also under Go's profiler, whose HTTP exchanges on the admin listener fall outside that window's CPU sample.\n\n",
+		haproxyProcs, dur(settle), dur(p.quietWindow()), dur(pw))
+	p.ln("| Target | CPU, % of one core | CPU time in the window | RSS | System calls per second (profiled window) | Context switches per second (profiled window) |")
 	p.ln("|---|---|---|---|---|---|")
 	if q == nil {
 		p.ln("| not measured | | | | | |")
@@ -461,6 +514,9 @@ func (p *reporter) forwardSection() {
 		p.r.Machine.DubboGo, fwdArg, fwdArg, num(o.ConnectRate, 0), dur(lead), n, dur(win), dur(pw))
 	p.f("The **bare epoll forwarder** (`bench/floor/fwdfloor.c`) multiplexes, as Stormgate does: each consumer's requests go to the provider over %d shared upstream connections (consumer descriptor mod %d) with the request id rewritten, and each response goes back with the consumer's id restored. It is single-threaded on one level-triggered epoll set, reads each readable socket once per wake-up, forwards whole frames and writes what one epoll_wait(2) batch produced for a socket in one write(2), so the requests of many consumers share upstream writes and reads. It answers heartbeats and has nothing else (no timers, limits, metrics, hold queue or reconnect). A forwarder with one upstream connection per consumer would be a floor for HAProxy's design, which HAProxy already nearly is; the multiplexing one is the floor for Stormgate's design, the least its way of forwarding can cost here. HAProxy in TCP mode (two sockets per consumer) stays the yardstick the target names.\n\n",
 		floorUpstreamConns, floorUpstreamConns)
+	p.f("![CPU per heartbeat and per forwarded request](%s/cpu-per-op.svg)\n\n", p.img)
+	p.ln("The p50 and p99 cover the whole request phase, which starts as soon as the last connection is open (the latency figures are sections 2 and 3's); the CPU windows start after the lead.")
+	p.ln("")
 	p.ln("| Load | Target | Proxy µs/request (median) | Windows' range | of which in the kernel | ÷ HAProxy | Proxy CPU | Provider µs/request | System calls per request | Context switches per request | p50 | p99 | Failed |")
 	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var cmds []string
@@ -504,7 +560,7 @@ func (p *reporter) fwdErr(tg string, l FwdLoad) string {
 // profileScenarios are the profiled windows in the order section 10 shows them.
 func (p *reporter) profileScenarios() []struct{ key, title string } {
 	out := []struct{ key, title string }{
-		{profileQuiet, fmt.Sprintf("No consumer connected (%s)", dur(p.quietWindow()))},
+		{profileQuiet, "No consumer connected"},
 		{profileHeartbeat, fmt.Sprintf("%s consumers heartbeating every second", count(uint64(p.hbConns())))},
 		{profileIdle30, fmt.Sprintf("%s consumers heartbeating every 30 s", count(uint64(p.idleConns())))},
 	}
@@ -528,7 +584,7 @@ func (p *reporter) profilesSection() {
 	if !p.r.Machine.Perf {
 		perfNote = "perf, which could not sample on this machine in this run (so the split below is estimated from Go's profile: a function that only enters the kernel counts as kernel)"
 	}
-	p.f("Each scenario's profile comes from a window of its own, right after the windows that make its figures, with the same load on the same processes: %s on every target's processes, and Go's CPU profiler (`/debug/pprof/profile` on Stormgate's admin listener, 100 Hz) on Stormgate. The split charges each perf sample to whose code it is in: **kernel** (with the system call it is in, and the Go function that made the call), **Go runtime** (scheduler, GC, allocation, timers, the runtime's netpoller), **netpoll** (cloudwego/netpoll and the goroutine pool it runs handlers on), **Stormgate** (this repository's code), **other user space** (the standard library, Prometheus, zap, …, when no caller in the three above owns it: standard-library frames are charged to their nearest caller that has an owner). µs per operation is the share × the window's CPU per heartbeat or request.\n\n", perfNote)
+	p.f("Each scenario's profile comes from a window of its own, right after the windows that make its figures, with the same load on the same processes: %s on every target's processes, and Go's CPU profiler (`/debug/pprof/profile` on Stormgate's admin listener, 100 Hz) on Stormgate. The split charges each perf sample to whose code it is in: **kernel** (with the system call it is in, and the Go function that made the call), **Go runtime** (scheduler, GC, allocation, timers, the runtime's netpoller; with what it was doing, and the netpoll or Stormgate function on whose behalf when the call chain has one), **netpoll** (cloudwego/netpoll and the goroutine pool it runs handlers on), **Stormgate** (this repository's code), **other user space** (the standard library, Prometheus, zap, …, when no caller in the three above owns it: standard-library frames are charged to their nearest caller that has an owner). µs per operation is the share × the window's CPU per heartbeat or request.\n\n", perfNote)
 	p.ln("| Profile | Target | CPU per op (or % of a core) | Kernel | Go runtime | netpoll | Stormgate | Other user space | System calls per op | Context switches per op | perf samples |")
 	p.ln("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, sc := range p.profileScenarios() {
@@ -579,17 +635,8 @@ func (p *reporter) profilesSection() {
 		if len(pr.Split) > 0 {
 			p.f("Stormgate (perf, %s samples): %s.\n\n", count(uint64(pr.PerfSamples)), splitText(pr.Split, pr))
 		}
-		if len(pr.Kernel) > 0 {
-			p.ln("| Kernel time in | Share of all samples | Most often called from |")
-			p.ln("|---|---|---|")
-			for i, k := range pr.Kernel {
-				if i == kernelRowsShown {
-					break
-				}
-				p.f("| %s | %s %% | %s |\n", k.Name, num(100*k.Frac, 1), shortFunc(k.Top))
-			}
-			p.ln("")
-		}
+		p.shareTable("Kernel time in", "Most often called from", pr.Kernel)
+		p.shareTable("Go runtime time in", "Most often on behalf of", pr.Runtime)
 		p.ln("<details><summary>Go profile: top " + fmt.Sprint(pprofTopN) + " by flat time (" + pr.PprofSamples.String() + " sampled)</summary>")
 		p.ln("")
 		if len(pr.PprofTop) == 0 {
@@ -614,4 +661,30 @@ func (p *reporter) fwdLossWhy() string {
 		return "not measured."
 	}
 	return p.profileWhy(profileForward(ls[len(ls)-1]), haproxy, "HAProxy")
+}
+
+// floorPlot is CPU per operation for the floors, HAProxy and Stormgate: heartbeats (the responder
+// against Stormgate) and forwarded requests at each forward load.
+func (p *reporter) floorPlot() []byte {
+	groups := []string{"heartbeat"}
+	floor := barSeries{Name: "bare epoll floor", Color: targetColor[hbFloor]}
+	ha := barSeries{Name: targetTitle[haproxy], Color: targetColor[haproxy]}
+	sg := barSeries{Name: targetTitle[stormgate], Color: targetColor[stormgate]}
+	_, fl, s, pairs := p.r.Heartbeat.ratio()
+	if len(pairs) == 0 {
+		fl, s = math.NaN(), math.NaN()
+	}
+	floor.Values, ha.Values, sg.Values = []float64{fl}, []float64{math.NaN()}, []float64{s}
+	ha.Labels = []string{"–"}
+	for _, l := range p.fwdLoads() {
+		groups = append(groups, fmt.Sprintf("SayHello %s conns %s/s", shortNum(float64(l.Conns)), shortNum(l.Rate)))
+		floor.Values = append(floor.Values, p.fwdRow(fwdFloor, l).median())
+		ha.Values = append(ha.Values, p.fwdRow(haproxy, l).median())
+		sg.Values = append(sg.Values, p.fwdRow(stormgate, l).median())
+		ha.Labels = append(ha.Labels, "")
+	}
+	return barChart(chart{
+		Title:  "CPU per heartbeat and per forwarded request (medians)",
+		XLabel: "operation", YLabel: "CPU µs per operation",
+	}, groups, []barSeries{floor, ha, sg})
 }

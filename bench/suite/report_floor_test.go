@@ -24,7 +24,7 @@ func addFloorFixture(r *Results, k float64) {
 	}
 	r.Heartbeat = &HeartbeatResult{Conns: 10000, Period: time.Second, Window: 6 * time.Second, Settle: 2 * time.Second, Pairs: 3,
 		Probe: "da bb e2 00", Answers: map[string]string{hbFloor: "da bb 22 14", stormgate: "da bb 22 14"}, Same: true,
-		Commands: map[string]string{hbFloor: "stormbench load f", stormgate: "stormbench load s"}, HBFailed: map[string]uint64{hbFloor: 3, stormgate: 5}}
+		Commands: map[string]string{hbFloor: "stormbench load f", stormgate: "stormbench load s"}, HBFailed: map[string]uint64{hbFloor: 3, stormgate: 5}, HBLate: map[string]uint64{hbFloor: 3, stormgate: 5}}
 	for pair := -1; pair < 3; pair++ {
 		for i, tg := range hbTargets {
 			us := []float64{17.8, 24.7}[i] * (1 + 0.01*float64(pair))
@@ -157,19 +157,27 @@ sidecar 102
 haproxy 7 
 	          123456 [unknown] (/usr/sbin/haproxy)
 
+sidecar 103 
+	           94463 runtime.findfunc (/bin/sidecar)
+	           80447 runtime.isSystemGoroutine (/bin/sidecar)
+	           62b85 runtime.newproc1 (/bin/sidecar)
+	           6293f runtime.newproc (/bin/sidecar)
+	          90f145 github.com/bytedance/gopkg/util/gopool.(*pool).CtxGo (/bin/sidecar)
+	          913c95 github.com/cloudwego/netpoll.(*connection).onProcess (/bin/sidecar)
+
 `
 
 func TestPerfSplit(t *testing.T) {
 	samples := parsePerfScript(strings.NewReader(perfScriptSample))
-	if len(samples) != 7 {
-		t.Fatalf("%d samples, want 7", len(samples))
+	if len(samples) != 8 {
+		t.Fatalf("%d samples, want 8", len(samples))
 	}
-	split, kernel := splitSamples(samples)
+	split, kernel, rt := splitSamples(samples)
 	got := map[string]float64{}
 	for _, s := range split {
-		got[s.Name] = s.Frac * 7
+		got[s.Name] = s.Frac * 8
 	}
-	want := map[string]float64{catKernel: 3, catRuntime: 1, catNetpoll: 1, catSG: 1, catOther: 1}
+	want := map[string]float64{catKernel: 3, catRuntime: 2, catNetpoll: 1, catSG: 1, catOther: 1}
 	for k, v := range want {
 		if math.Abs(got[k]-v) > 1e-9 {
 			t.Errorf("%s: %v samples, want %v (split %+v)", k, got[k], v, split)
@@ -179,7 +187,7 @@ func TestPerfSplit(t *testing.T) {
 	for _, k := range kernel {
 		names[k.Name] = k.Top
 	}
-	for name, caller := range map[string]string{"readv": "github.com/cloudwego/netpoll.readv", "futex": "runtime.futex.abi0", "page faults": "runtime.mallocgc"} {
+	for name, caller := range map[string]string{"readv": "github.com/cloudwego/netpoll.readv", "futex": "the runtime: scheduler (park, wake, find work)", "page faults": "the runtime: allocation"} {
 		if c, ok := names[name]; !ok || c != caller {
 			t.Errorf("kernel %q: caller %q (present %v), want %q; all %+v", name, c, ok, caller, kernel)
 		}
@@ -188,6 +196,14 @@ func TestPerfSplit(t *testing.T) {
 		if s.Name == catSG && s.Top != "__vdso_clock_gettime ← github.com/stormgate/stormgate/proxy.(*session).onRequest" {
 			t.Errorf("Stormgate's top item %q: a vDSO call is charged to its caller", s.Top)
 		}
+	}
+	// The runtime's part by what it was doing, with who made it do it.
+	causes := map[string]string{}
+	for _, s := range rt {
+		causes[s.Name] = s.Top
+	}
+	if len(rt) != 2 || causes["runtime.nanotime1.abi0"] != "" || causes["goroutine creation and exit"] != "github.com/bytedance/gopkg/util/gopool.(*pool).CtxGo" {
+		t.Errorf("runtime causes %+v", rt)
 	}
 }
 

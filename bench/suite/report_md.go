@@ -57,6 +57,12 @@ func (p *reporter) machine() {
 	p.f("| dubbo-go provider | %s (`interop/cmd/dgprovider`, `--session-number %d`) |\n", m.DubboGo, dubbogoSessions)
 	p.ln("| Fast provider | `stormbench provider` (package `peer`): echo, and sleep for the 100 ms method |")
 	p.ln("| Load tool | `stormbench load` (package `loadgen`): open loop, latency from the scheduled send time |")
+	p.f("| Floor programs | `bench/floor/hbfloor.c` (heartbeat responder), `bench/floor/fwdfloor.c` (multiplexing forwarder): single-threaded C on one level-triggered epoll set, gcc %s `-O2` |\n", m.GCC)
+	perf := "not usable here: profiles from Go's profiler only"
+	if m.Perf {
+		perf = m.PerfVersion + ": `perf record -e cpu-clock` and `perf stat` (software events; no hardware counters in this VM)"
+	}
+	p.f("| perf | %s |\n", perf)
 	p.f("| fd limit per process | %s |\n", m.NoFile)
 	p.f("| net.core.somaxconn (host) | %s |\n", m.Somaxconn)
 	p.f("| Load average (1, 5, 15 min) at the start and at the end of the run | %s; %s |\n", m.LoadAvgPre, m.LoadAvgPost)
@@ -457,11 +463,10 @@ func (p *reporter) lossRows() []loss {
 	h30, s30 := p.idle(haproxy, 30*time.Second), p.idle(stormgate, 30*time.Second)
 	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
 	s30c, h30c := fIdle(s30, pc), fIdle(h30, pc)
-	sIdle := fIdle(s30, func(x *IdleRow) float64 { return x.ProxyIdleCPU })
 	out = append(out, loss{
 		figure: fmt.Sprintf("proxy CPU with %s idle consumers, 30 s heartbeats", count(uint64(p.idleConns()))), sg: pctCore(s30c), best: "HAProxy " + pctCore(h30c),
 		known: !math.IsNaN(s30c + h30c), loses: s30c > h30c,
-		why: fmt.Sprintf("Stormgate's CPU with no consumer at all was %s of a core in section 1's short sample (%s over section 8's %s window). %s", pctCore(sIdle), pctCore2(fQuiet(p.quietRow(stormgate))), dur(p.quietWindow()), quietWhy(p.profile(profileQuiet, stormgate), p.profile(profileQuiet, haproxy))),
+		why: fmt.Sprintf("Stormgate burns %s of a core with no consumer at all (section 8, over %s). %s", pctCore2(fQuiet(p.quietRow(stormgate))), dur(p.quietWindow()), quietWhy(p.profile(profileQuiet, stormgate), p.profile(profileQuiet, haproxy))),
 	})
 	hbF := func(x *IdleRow) float64 { return x.ProxyUsPerHB }
 	sh, hh := fIdle(s1, hbF), fIdle(h1, hbF)

@@ -130,7 +130,7 @@ func TestReportLayoutDependsOnlyOnCode(t *testing.T) {
 	if !strings.Contains(a1, "](img/restart.svg)") {
 		t.Fatal("plots are not linked relative to the doc")
 	}
-	for _, want := range []string{"idle-provider-cpu.svg", "latency-echo.svg", "latency-sleep.svg", "throughput.svg", "restart.svg", "storm-first-answer.svg"} {
+	for _, want := range []string{"idle-provider-cpu.svg", "latency-echo.svg", "latency-sleep.svg", "throughput.svg", "restart.svg", "storm-first-answer.svg", "cpu-per-op.svg"} {
 		if _, ok := i1[want]; !ok {
 			t.Fatalf("plot %s not written", want)
 		}

@@ -47,6 +47,8 @@ type Machine struct {
 	LoadAvgPre  string `json:"loadavg_pre"`  // /proc/loadavg when the run started
 	LoadAvgPost string `json:"loadavg_post"` // and when it ended
 	Perf        bool   `json:"perf"`         // perf sampled and counted (else Go's profiler only)
+	PerfVersion string `json:"perf_version"`
+	GCC         string `json:"gcc"` // builds the floor programs
 }
 
 // MicroResult is the hot-path micro-benchmarks.

@@ -33,6 +33,7 @@ type HeartbeatResult struct {
 	Windows  []HBWindow        `json:"windows"`
 	Commands map[string]string `json:"commands"`
 	HBFailed map[string]uint64 `json:"hb_failed"` // heartbeats timed out or lost, whole run
+	HBLate   map[string]uint64 `json:"hb_late"`   // answers the load tool read after their timeout
 	Error    string            `json:"error,omitempty"`
 }
 
@@ -61,7 +62,7 @@ var hbTargets = []string{hbFloor, stormgate}
 func (s *Suite) runHeartbeat(ctx context.Context) (*HeartbeatResult, error) {
 	o := s.opt
 	res := &HeartbeatResult{Conns: o.HBConns, Period: time.Second, Window: o.HBWindow, Settle: o.HBSettle, Pairs: o.HBPairs,
-		Answers: map[string]string{}, Commands: map[string]string{}, HBFailed: map[string]uint64{}}
+		Answers: map[string]string{}, Commands: map[string]string{}, HBFailed: map[string]uint64{}, HBLate: map[string]uint64{}}
 	err := s.heartbeat(ctx, res)
 	if err != nil {
 		res.Error = err.Error()
@@ -204,6 +205,7 @@ func (s *Suite) heartbeat(ctx context.Context, res *HeartbeatResult) error {
 			continue
 		}
 		res.HBFailed[tg] = run.Result.HeartbeatsTimedOut + run.Result.HeartbeatsLost
+		res.HBLate[tg] = run.Result.LateReplies
 	}
 	return errors.Join(errs...)
 }

@@ -65,8 +65,8 @@ func (s *Suite) idleTarget(ctx context.Context, tg string) ([]IdleRow, error) {
 		if period > time.Second {
 			win = o.IdleWindow30
 		}
-		// Stormgate at the 30 s period gets one more window, under the profilers (not in the figures).
-		profile := tg == stormgate && period > time.Second && o.IdleProfile > 0
+		// The proxies at the 30 s period get one more window, under the profilers (not in the figures).
+		profile := (tg == stormgate || tg == haproxy) && period > time.Second && o.IdleProfile > 0
 		spec := loadSpec{Conns: o.IdleConns, ConnectRate: o.ConnectRate, ConnectTimeout: 10 * time.Second, Heartbeat: period,
 			Duration: o.IdleSettle + win + 2*time.Second}
 		if profile {

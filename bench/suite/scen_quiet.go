@@ -9,12 +9,14 @@ import (
 // QuietResult is the quiet scenario: what each process burns with no consumer connected at all,
 // sampled over one long window in which every target sits idle side by side (a sleeping process
 // costs the others nothing): the dubbo-go provider, HAProxy in front of it, Stormgate in front of
-// it (with its upstream connections open), and the bare epoll responder.
+// it (with its upstream connections open), and the bare epoll responder. A shorter window after
+// it runs HAProxy and Stormgate under the profilers (how often they wake up, and for what).
 type QuietResult struct {
-	Window time.Duration `json:"window_ns"`
-	Settle time.Duration `json:"settle_ns"`
-	Rows   []QuietRow    `json:"rows"`
-	Error  string        `json:"error,omitempty"`
+	Window     time.Duration `json:"window_ns"`
+	Settle     time.Duration `json:"settle_ns"`
+	ProfWindow time.Duration `json:"prof_window_ns"`
+	Rows       []QuietRow    `json:"rows"`
+	Error      string        `json:"error,omitempty"`
 }
 
 // QuietRow is one target's idle cost.
@@ -40,7 +42,7 @@ const profileQuiet = "quiet"
 var quietProfiled = []string{haproxy, stormgate}
 
 func (s *Suite) runQuiet(ctx context.Context) (*QuietResult, error) {
-	res := &QuietResult{Window: s.opt.QuietWindow, Settle: s.opt.QuietSettle}
+	res := &QuietResult{Window: s.opt.QuietWindow, Settle: s.opt.QuietSettle, ProfWindow: s.opt.QuietProfile}
 	if err := s.quiet(ctx, res); err != nil {
 		res.Error = err.Error()
 		return res, err
@@ -73,29 +75,26 @@ func (s *Suite) quiet(ctx context.Context, res *QuietResult) error {
 	if err := sleepCtx(ctx, res.Settle); err != nil {
 		return err
 	}
-	profs := map[string]*profiling{}
-	for _, tg := range quietProfiled {
-		profs[tg] = s.startProfile(ctx, "quiet-"+tg, pxs[tg], res.Window)
+	sample := func() (map[string]Usage, error) {
+		u := map[string]Usage{}
+		for _, tg := range order {
+			var err error
+			if u[tg], err = sampleUsage(pids(tg)...); err != nil {
+				return nil, err
+			}
+		}
+		return u, nil
 	}
-	// The CPU window sits inside the profiles' so that serving the Go profile over HTTP (at its
-	// start and end) is not counted.
-	if err := sleepCtx(ctx, 300*time.Millisecond); err != nil {
+	a, err := sample()
+	if err != nil {
 		return err
 	}
-	a := map[string]Usage{}
-	for _, tg := range order {
-		if a[tg], err = sampleUsage(pids(tg)...); err != nil {
-			return err
-		}
-	}
-	if err := sleepCtx(ctx, res.Window-800*time.Millisecond); err != nil {
+	if err := sleepCtx(ctx, res.Window); err != nil {
 		return err
 	}
-	b := map[string]Usage{}
-	for _, tg := range order {
-		if b[tg], err = sampleUsage(pids(tg)...); err != nil {
-			return err
-		}
+	b, err := sample()
+	if err != nil {
+		return err
 	}
 	for _, tg := range order {
 		cpu, el := b[tg].Sub(a[tg])
@@ -105,6 +104,27 @@ func (s *Suite) quiet(ctx context.Context, res *QuietResult) error {
 		if tg != direct && !pxs[tg].alive() {
 			return fmt.Errorf("%s died during the run", tg)
 		}
+	}
+	if res.ProfWindow <= 0 {
+		return nil
+	}
+	profs := map[string]*profiling{}
+	for _, tg := range quietProfiled {
+		profs[tg] = s.startProfile(ctx, "quiet-"+tg, pxs[tg], res.ProfWindow)
+	}
+	// The CPU of the profiled window sits inside the profilers' so that serving the Go profile
+	// over HTTP (at its start and end) is not counted.
+	if err := sleepCtx(ctx, 300*time.Millisecond); err != nil {
+		return err
+	}
+	if a, err = sample(); err != nil {
+		return err
+	}
+	if err := sleepCtx(ctx, res.ProfWindow-800*time.Millisecond); err != nil {
+		return err
+	}
+	if b, err = sample(); err != nil {
+		return err
 	}
 	for _, tg := range quietProfiled { // parsed after the window, which they cost nothing
 		cpu, el := b[tg].Sub(a[tg])
