@@ -688,3 +688,45 @@ func (p *reporter) floorPlot() []byte {
 		XLabel: "operation", YLabel: "CPU µs per operation",
 	}, groups, []barSeries{floor, ha, sg})
 }
+
+// steadyP99Row is the p99 added over direct from the median of the load tool's one-second p99s
+// (the row above it takes the whole request phase's p99, which one stall of a shared core can
+// move by milliseconds).
+func (p *reporter) steadyP99Row(ld, lh, ls *LatencyRow) sumRow {
+	m := func(x *LatencyRow) float64 {
+		if x == nil || x.P99Seconds == 0 {
+			return math.NaN()
+		}
+		return x.MedianP99ms
+	}
+	d, h, s := m(ld), m(lh), m(ls)
+	add := s - d
+	return sumRow{
+		figure: fmt.Sprintf("The same, p99 as the median of the one-second p99s after the first 2 s (%d seconds)", ls.p99Seconds()),
+		d:      msStr(d), h: msStr(h) + " (" + signedMs(h-d) + ")", s: msStr(s) + " (" + signedMs(add) + ")",
+		target: "added ≤ " + msStr(targetAddedP99), known: !math.IsNaN(add), ok: add <= targetAddedP99,
+		note: signedMs(add-targetAddedP99) + " over the target in the steady state as well: the tail is Stormgate's own, not one stall of the machine.",
+	}
+}
+
+func (x *LatencyRow) p99Seconds() int {
+	if x == nil {
+		return 0
+	}
+	return x.P99Seconds
+}
+
+// medianSecondP99 is the median of a run's one-second p99s (progress lines of the request
+// phase) after lead, and how many there were.
+func medianSecondP99(run *loadRun, lead time.Duration) (float64, int) {
+	var v []float64
+	for _, pr := range run.Series {
+		if pr.Phase == "run" && pr.At.After(run.RunAt.Add(lead)) {
+			v = append(v, pr.P99ms)
+		}
+	}
+	if len(v) == 0 {
+		return 0, 0
+	}
+	return median(v), len(v)
+}

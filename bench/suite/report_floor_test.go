@@ -16,6 +16,10 @@ func addFloorFixture(r *Results, k float64) {
 	o.FwdLoads = []FwdLoad{{2000, 4000}, {10000, 5000}}
 	o.FwdLead, o.FwdWindow, o.FwdWindows, o.FwdProfWindow = 2*time.Second, 4*time.Second, 3, 4*time.Second
 	r.Machine.Perf = true
+	for i := range r.Latency.Rows {
+		x := &r.Latency.Rows[i]
+		x.MedianP99ms, x.P99Seconds = x.P99ms*0.8, 7
+	}
 	win := 30 * time.Second
 	r.Quiet = &QuietResult{Window: win, Settle: 5 * time.Second}
 	for i, tg := range []string{direct, haproxy, stormgate, hbFloor} {
@@ -82,6 +86,7 @@ func TestFloorReport(t *testing.T) {
 		"| 10,000 conns, 5,000 req/s | bare epoll forwarder | 30.00 µs | 29.1–31.5 µs | 15.00 µs | 0.50× |",
 		"Per request Stormgate made 3.00 system calls and 1.00 context switches against HAProxy's 3.00 and 1.00.",
 		"| readv | 30.0 % | `netpoll.readv` |",
+		"| The same, p99 as the median of the one-second p99s after the first 2 s (7 seconds) | 0.64 ms | 0.80 ms (+0.16 ms) | 0.88 ms (+0.24 ms) | added ≤ 0.50 ms | **met** | – |",
 		"| 500ms | 50.0 % | 500ms | 50.0 % | `internal/runtime/syscall/linux.Syscall6` |",
 	} {
 		if !strings.Contains(doc, want) {

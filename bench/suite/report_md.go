@@ -146,6 +146,7 @@ func (p *reporter) summaryRows() []sumRow {
 		s: msStr(fLat(ls, p99)) + " (" + signedMs(addS) + ")", target: "added ≤ " + msStr(targetAddedP99), known: !math.IsNaN(addS), ok: addS <= targetAddedP99,
 		note: signedMs(addS-targetAddedP99) + " over the target. The proxy, the provider and the load tool share 2 cores: a request's tail includes the time Stormgate's event loop waits for a core behind the other two, on top of the extra hop, frame parsing and the shared upstream connections' write queue.",
 	})
+	rows = append(rows, p.steadyP99Row(ld, lh, ls))
 
 	// p99 on the 100 ms method.
 	sd, sh, ss := p.lat(direct, sleepMethod), p.lat(haproxy, sleepMethod), p.lat(stormgate, sleepMethod)
@@ -602,18 +603,18 @@ func oneLine(s string) string {
 func (p *reporter) latencySection() {
 	p.ln("## 2. Latency at a fixed rate with many connections")
 	p.ln("")
-	p.f("Provider: the project's **fast provider** (`stormbench provider`), so the figures show the proxy's overhead rather than the provider's. %s connections (opened at %s/s), %s requests/s open loop spread over them, for %s per method; latency is measured from each request's scheduled send time, so stalls cannot hide. Percentiles cover the whole request phase, which starts as soon as the last connection is open; proxy CPU is sampled over its middle.\n",
+	p.f("Provider: the project's **fast provider** (`stormbench provider`), so the figures show the proxy's overhead rather than the provider's. %s connections (opened at %s/s), %s requests/s open loop spread over them, for %s per method; latency is measured from each request's scheduled send time, so stalls cannot hide. Percentiles cover the whole request phase, which starts as soon as the last connection is open; the median of the one-second p99s (the load tool's progress lines after the first 2 s) is the steady state, which one stall of a shared core moves less; proxy CPU is sampled over the middle of the phase.\n",
 		count(uint64(p.latConns())), num(p.r.Options.ConnectRate, 0), num(p.latRate(), 0), dur(p.r.Options.LatDuration))
 	p.ln("")
-	p.ln("| Method | Target | Sent | Failed | p50 | p99 | p99.9 | max | p99 added over direct | Proxy CPU | Proxy µs/request | Frames per upstream write | Load tool µs/request |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	p.ln("| Method | Target | Sent | Failed | p50 | p99 | p99.9 | max | p99 added over direct | p99, median of the one-second p99s | Proxy CPU | Proxy µs/request | Frames per upstream write | Load tool µs/request |")
+	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var cmds []string
 	for _, m := range latencyMethods {
 		d := p.lat(direct, m.name)
 		for _, tg := range targets {
 			x := p.lat(tg, m.name)
 			if x == nil {
-				p.f("| %s | %s | %s | | | | | | | | | | |\n", m.name, targetTitle[tg], p.errOf(tg, "latency"))
+				p.f("| %s | %s | %s | | | | | | | | | | | |\n", m.name, targetTitle[tg], p.errOf(tg, "latency"))
 				continue
 			}
 			added, pxCPU, pxUs, batch := "–", "–", "–", "–"
@@ -624,8 +625,12 @@ func (p *reporter) latencySection() {
 			if tg == stormgate {
 				batch = num(x.BatchFrames, 2)
 			}
-			p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m.name, targetTitle[tg], count(x.Sent), count(x.Failed),
-				msStr(x.P50ms), msStr(x.P99ms), msStr(x.P999ms), msStr(x.MaxMs), added, pxCPU, pxUs, batch, usStr(x.LoadUsPerReq))
+			med := na
+			if x.P99Seconds > 0 {
+				med = msStr(x.MedianP99ms)
+			}
+			p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m.name, targetTitle[tg], count(x.Sent), count(x.Failed),
+				msStr(x.P50ms), msStr(x.P99ms), msStr(x.P999ms), msStr(x.MaxMs), added, med, pxCPU, pxUs, batch, usStr(x.LoadUsPerReq))
 			cmds = append(cmds, x.Command)
 		}
 	}

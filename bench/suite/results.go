@@ -123,6 +123,10 @@ type LatencyRow struct {
 	Sent, OK, Failed            uint64 // Failed: errors, exceptions, timeouts, lost, unsent
 	P50ms, P99ms, P999ms, MaxMs float64
 	Curve                       []float64 `json:"curve_ms"` // latency at curveQuantiles
+	// MedianP99ms is the median of the load tool's one-second p99s after the first 2 s (the
+	// steady state, less at the mercy of one stall than the whole phase's p99), over P99Seconds.
+	MedianP99ms float64 `json:"median_p99_ms"`
+	P99Seconds  int     `json:"p99_seconds"`
 
 	ProxyCPU      float64 `json:"proxy_cpu"`
 	ProxyUsPerReq float64 `json:"proxy_us_per_req"`
