@@ -91,8 +91,10 @@ type Admitter struct {
 	acceptErrors atomic.Uint64
 	overflows    atomic.Uint64
 	drops        atomic.Uint64
-	kernelBase   ListenCounters
+	kernelMu     sync.Mutex     // guards kernelLast
+	kernelLast   ListenCounters // TcpExt counters at the last sample
 	kernelOK     bool
+	kernelKick   chan struct{}
 
 	serving  atomic.Bool
 	stopping atomic.Bool
@@ -126,18 +128,20 @@ func Listen(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Admitter, 
 		return nil, fmt.Errorf("admission: %w", err)
 	}
 	a := &Admitter{
-		log:    log,
-		file:   file,
-		raw:    raw,
-		addr:   addr,
-		ipv6:   ipv6,
-		lim:    rate.NewLimiter(limitOf(s), s.burst),
-		wake:   make(chan struct{}, 1),
-		queue:  newPendingQueue(s.maxWait),
-		stopCh: make(chan struct{}),
+		log:        log,
+		file:       file,
+		raw:        raw,
+		addr:       addr,
+		ipv6:       ipv6,
+		lim:        rate.NewLimiter(limitOf(s), s.burst),
+		wake:       make(chan struct{}, 1),
+		queue:      newPendingQueue(s.maxWait),
+		stopCh:     make(chan struct{}),
+		kernelKick: make(chan struct{}, 1),
 	}
 	a.set.Store(s)
 	a.m = newMetrics(a.listenQueue)
+	a.m.all = append(a.m.all, kernelCollector{a}) // overflows and drops, sampled at scrape
 	if err := a.m.register(reg); err != nil {
 		file.Close()
 		return nil, fmt.Errorf("admission: registering metrics: %w", err)
@@ -145,7 +149,7 @@ func Listen(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Admitter, 
 	a.m.rateLimit.Set(rateGauge(s))
 	a.m.burst.Set(float64(s.burst))
 	if base, err := KernelCounters(); err == nil {
-		a.kernelBase, a.kernelOK = base, true
+		a.kernelLast, a.kernelOK = base, true
 	} else {
 		log.Warn("admission: TcpExt counters unavailable; listen overflow metrics stay 0", zap.Error(err))
 	}
@@ -342,6 +346,7 @@ func (a *Admitter) flush(batch *[]Conn, rejects *[]int) {
 	if len(*batch) == 0 {
 		return
 	}
+	a.kickKernelSample() // connections are arriving: watch the kernel's drop counters
 	s := a.set.Load()
 	var counts [numReasons]int
 	a.mu.Lock()
@@ -528,42 +533,80 @@ func (a *Admitter) tokenWait(now time.Time) time.Duration {
 	return time.Duration(need/float64(lim)*float64(time.Second)) + time.Microsecond
 }
 
-// sampleKernel adds the TcpExt ListenOverflows/ListenDrops deltas to the metrics every second.
+// sampleKernel adds the TcpExt ListenOverflows/ListenDrops deltas to the metrics while
+// connections arrive (at most once a second, woken by the accept loop) and once more at
+// stop; a scrape samples too (kernelCollector). An idle listener costs no wake-up.
 func (a *Admitter) sampleKernel() {
 	if !a.kernelOK {
 		<-a.stopCh
 		return
 	}
-	last := a.kernelBase
-	sample := func() {
-		cur, err := KernelCounters()
-		if err != nil {
-			return
-		}
-		d := cur.Sub(last)
-		last = cur
-		if d.ListenOverflows > 0 || d.ListenDrops > 0 {
-			a.m.overflows.Add(float64(d.ListenOverflows))
-			a.m.drops.Add(float64(d.ListenDrops))
-			a.overflows.Add(d.ListenOverflows)
-			a.drops.Add(d.ListenDrops)
-			ql, qlim := a.listenQueue()
-			a.log.Warn("admission: kernel dropped handshakes (network-namespace-wide counters)",
-				zap.Uint64("listen_overflows", d.ListenOverflows), zap.Uint64("listen_drops", d.ListenDrops),
-				zap.Uint32("queue", ql), zap.Uint32("queue_limit", qlim))
-		}
-	}
-	t := time.NewTicker(kernelSampleEvery)
-	defer t.Stop()
 	for {
 		select {
-		case <-t.C:
-			sample()
+		case <-a.kernelKick:
 		case <-a.stopCh:
-			sample()
+			a.sampleKernelNow()
+			return
+		}
+		a.sampleKernelNow()
+		t := time.NewTimer(kernelSampleEvery)
+		select {
+		case <-t.C:
+		case <-a.stopCh:
+			t.Stop()
+			a.sampleKernelNow()
 			return
 		}
 	}
+}
+
+// sampleKernelNow reads the counters and adds what changed since the last read.
+func (a *Admitter) sampleKernelNow() {
+	if !a.kernelOK {
+		return
+	}
+	a.kernelMu.Lock()
+	defer a.kernelMu.Unlock()
+	cur, err := KernelCounters()
+	if err != nil {
+		return
+	}
+	d := cur.Sub(a.kernelLast)
+	a.kernelLast = cur
+	if d.ListenOverflows > 0 || d.ListenDrops > 0 {
+		a.m.overflows.Add(float64(d.ListenOverflows))
+		a.m.drops.Add(float64(d.ListenDrops))
+		a.overflows.Add(d.ListenOverflows)
+		a.drops.Add(d.ListenDrops)
+		ql, qlim := a.listenQueue()
+		a.log.Warn("admission: kernel dropped handshakes (network-namespace-wide counters)",
+			zap.Uint64("listen_overflows", d.ListenOverflows), zap.Uint64("listen_drops", d.ListenDrops),
+			zap.Uint32("queue", ql), zap.Uint32("queue_limit", qlim))
+	}
+}
+
+// kickKernelSample wakes the sampler: connections are arriving.
+func (a *Admitter) kickKernelSample() {
+	select {
+	case a.kernelKick <- struct{}{}:
+	default:
+	}
+}
+
+// kernelCollector samples the kernel counters before they are scraped.
+type kernelCollector struct {
+	a *Admitter
+}
+
+func (k kernelCollector) Describe(ch chan<- *prometheus.Desc) {
+	k.a.m.overflows.Describe(ch)
+	k.a.m.drops.Describe(ch)
+}
+
+func (k kernelCollector) Collect(ch chan<- prometheus.Metric) {
+	k.a.sampleKernelNow()
+	k.a.m.overflows.Collect(ch)
+	k.a.m.drops.Collect(ch)
 }
 
 // Update applies new settings live. The backlog is changed by calling listen(2) again on the

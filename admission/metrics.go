@@ -70,11 +70,11 @@ func newMetrics(queue func() (length, limit uint32)) *metrics {
 		}),
 		overflows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stormgate_listen_overflows_total",
-			Help: "TcpExt ListenOverflows since serving started (whole network namespace, sampled every second).",
+			Help: "TcpExt ListenOverflows since serving started (whole network namespace; sampled while connections arrive, at most every second, and at each scrape).",
 		}),
 		drops: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stormgate_listen_drops_total",
-			Help: "TcpExt ListenDrops since serving started (whole network namespace, sampled every second).",
+			Help: "TcpExt ListenDrops since serving started (whole network namespace; sampled while connections arrive, at most every second, and at each scrape).",
 		}),
 		queueLen: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "stormgate_listen_queue_length",
@@ -106,7 +106,9 @@ func newMetrics(queue func() (length, limit uint32)) *metrics {
 	for r := range numReasons {
 		m.rejected[r] = rejected.WithLabelValues(r.String())
 	}
-	m.all = []prometheus.Collector{m.accepted, m.admitted, m.pending, rejected, m.overflows, m.drops,
+	// overflows and drops are registered through the Admitter's kernelCollector, which samples
+	// the kernel's counters first.
+	m.all = []prometheus.Collector{m.accepted, m.admitted, m.pending, rejected,
 		m.queueLen, m.queueLimit, m.wait, m.rateLimit, m.burst}
 	return m
 }

@@ -68,6 +68,7 @@ type shard struct {
 	n     int   // timers scheduled on this shard (in slots or due); guarded by mu
 	due   *Timer
 	slots []*Timer
+	occ   []uint64 // bit i set while slots[i] holds a timer: Run finds the next due slot without a tick
 	_     [64]byte // keep neighbouring shards' mutexes off one cache line
 }
 
@@ -85,6 +86,12 @@ type Wheel struct {
 	shards []shard
 	rr     atomic.Uint32
 	coarse atomic.Int64 // unix nanos of the latest Advance
+
+	// Run sleeps until the next due tick. nextWake is that tick (-1 while Run is
+	// computing it); a Schedule for an earlier tick signals wake.
+	nextWake atomic.Int64
+	wake     chan struct{}
+	advances atomic.Int64 // Advance calls that moved time, for tests
 
 	driveMu sync.Mutex
 	cur     int64 // last tick expired on every shard; guarded by driveMu
@@ -120,11 +127,14 @@ func NewWheelShards(tick time.Duration, slots, shards int, clock Clock) *Wheel {
 		clock:  clock,
 		origin: clock.Now(),
 		shards: make([]shard, shards),
+		wake:   make(chan struct{}, 1),
 	}
 	w.coarse.Store(w.origin.UnixNano())
+	w.nextWake.Store(-1)
 	for i := range w.shards {
 		w.shards[i].w = w
 		w.shards[i].slots = make([]*Timer, slots)
+		w.shards[i].occ = make([]uint64, (slots+63)/64)
 	}
 	return w
 }
@@ -150,18 +160,89 @@ func (w *Wheel) Revolution() time.Duration { return w.tick * time.Duration(w.mas
 // it lags the clock by up to one tick plus the driver's scheduling delay.
 func (w *Wheel) CoarseNow() int64 { return w.coarse.Load() }
 
-// Run ticks until ctx is done, then returns; no goroutine leak. Each tick calls Advance(clock.Now()), so a late
-// wake-up (GC, overloaded host) fires everything that became due in the meantime. Run only one driver per Wheel.
+// Run drives the wheel until ctx is done, then returns; no goroutine leak. It sleeps until the next tick that
+// holds a timer (at most maxIdleSleep), not tick by tick, so an idle wheel costs no CPU; a Schedule for an
+// earlier tick wakes it. Each wake-up calls Advance(clock.Now()), so a late one (GC, overloaded host) fires
+// everything that became due in the meantime. With a clock other than the system's (a ManualClock), whose time
+// the caller moves, Run looks every tick instead. Run only one driver per Wheel.
 func (w *Wheel) Run(ctx context.Context) {
-	tk := time.NewTicker(w.tick)
-	defer tk.Stop()
+	_, system := w.clock.(realClock)
+	t := time.NewTimer(w.tick)
+	defer t.Stop()
 	for {
+		w.nextWake.Store(-1) // a Schedule from here on signals wake
+		now := w.clock.Now()
+		w.Advance(now)
+		d := w.tick
+		if system {
+			next, ok := w.nextDue()
+			limit := floorDiv(int64(now.Add(maxIdleSleep).Sub(w.origin)), int64(w.tick))
+			if !ok || next > limit {
+				next = limit
+			}
+			w.nextWake.Store(next)
+			d = w.origin.Add(time.Duration(next) * w.tick).Sub(w.clock.Now())
+		}
+		t.Reset(max(d, time.Microsecond))
 		select {
 		case <-ctx.Done():
 			return
-		case <-tk.C:
-			w.Advance(w.clock.Now())
+		case <-t.C:
+		case <-w.wake:
+			if !t.Stop() {
+				<-t.C
+			}
 		}
+	}
+}
+
+// maxIdleSleep bounds how long Run sleeps when no timer is due sooner.
+const maxIdleSleep = time.Second
+
+// nextDue returns the first tick after the current one whose slot holds a timer on some shard (a lower bound for
+// the next expiry: a timer in that slot may be a revolution or more away, and Run then just looks again).
+func (w *Wheel) nextDue() (int64, bool) {
+	best, found := int64(0), false
+	for i := range w.shards {
+		s := &w.shards[i]
+		s.mu.Lock()
+		if d, ok := s.nextOccupied(w.mask); ok && (!found || s.cur+d < best) {
+			best, found = s.cur+d, true
+		}
+		s.mu.Unlock()
+	}
+	return best, found
+}
+
+// nextOccupied returns the distance from s.cur to the next tick whose slot holds a timer (1..slots). Called
+// with s.mu held.
+func (s *shard) nextOccupied(mask int64) (int64, bool) {
+	n := mask + 1
+	start := (s.cur + 1) & mask
+	for d := int64(0); d < n; {
+		i := (start + d) & mask
+		word := s.occ[i>>6] >> (uint(i) & 63)
+		if word != 0 {
+			return d + int64(bits.TrailingZeros64(word)) + 1, true
+		}
+		d += 64 - int64(i&63) // the rest of this word is empty
+	}
+	return 0, false
+}
+
+// link puts t in the slot of its expiry tick. Called with s.mu held.
+func (s *shard) link(t *Timer, mask int64) {
+	i := t.expiry & mask
+	push(&s.slots[i], t)
+	s.occ[i>>6] |= 1 << (uint(i) & 63)
+}
+
+// unlinkSlot takes t out of its list and clears its slot's bit when the slot is left empty. Called with s.mu
+// held.
+func (s *shard) unlinkSlot(t *Timer, mask int64) {
+	unlink(t)
+	if i := t.expiry & mask; s.slots[i] == nil {
+		s.occ[i>>6] &^= 1 << (uint(i) & 63)
 	}
 }
 
@@ -192,13 +273,19 @@ func (w *Wheel) schedule(t *Timer, el time.Duration) {
 		exp = s.cur + 1
 	}
 	if t.pprev != nil {
-		unlink(t)
+		s.unlinkSlot(t, w.mask)
 	} else {
 		s.n++
 	}
 	t.expiry = exp
-	push(&s.slots[exp&w.mask], t)
+	s.link(t, w.mask)
 	s.mu.Unlock()
+	if nw := w.nextWake.Load(); nw < 0 || exp < nw {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Stop cancels t. It returns true if t was scheduled; then its callback will not run for that schedule. False
@@ -215,7 +302,7 @@ func (w *Wheel) Stop(t *Timer) bool {
 	s.mu.Lock()
 	ok := t.pprev != nil
 	if ok {
-		unlink(t)
+		s.unlinkSlot(t, w.mask)
 		s.n--
 	}
 	s.mu.Unlock()
@@ -247,6 +334,7 @@ func (w *Wheel) Advance(now time.Time) {
 	if target <= w.cur {
 		return
 	}
+	w.advances.Add(1)
 	if target-w.cur > w.mask {
 		for i := range w.shards {
 			w.sweep(&w.shards[i], target)
@@ -269,7 +357,7 @@ func (w *Wheel) expire(s *shard, k int64) {
 	for t := s.slots[k&w.mask]; t != nil; {
 		next := t.next
 		if t.expiry <= k {
-			unlink(t)
+			s.unlinkSlot(t, w.mask)
 			push(&s.due, t)
 		}
 		t = next
@@ -285,7 +373,7 @@ func (w *Wheel) sweep(s *shard, target int64) {
 		for t := s.slots[i]; t != nil; {
 			next := t.next
 			if t.expiry <= target {
-				unlink(t)
+				s.unlinkSlot(t, w.mask)
 				push(&s.due, t)
 			}
 			t = next

@@ -549,3 +549,62 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("Schedule+Stop with the real clock: %v allocs/op", a)
 	}
 }
+
+// TestRunSleepsUntilDue: with only a far timer scheduled, Run does not tick every tick (an idle sidecar must
+// burn no CPU); a timer scheduled sooner while it sleeps still fires on time.
+func TestRunSleepsUntilDue(t *testing.T) {
+	w := NewWheel(10*time.Millisecond, 4096, nil)
+	var far, near Timer
+	far.Init(func() {})
+	fired := make(chan time.Time, 1)
+	near.Init(func() { fired <- time.Now() })
+	w.Schedule(&far, 30*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(300 * time.Millisecond)
+	if n := w.advances.Load(); n > 3 {
+		t.Fatalf("%d wake-ups in 300 ms with nothing due (ticking every 10 ms would be 30)", n)
+	}
+	start := time.Now()
+	w.Schedule(&near, 50*time.Millisecond)
+	select {
+	case at := <-fired:
+		if late := at.Sub(start); late < 50*time.Millisecond || late > 2*time.Second {
+			t.Fatalf("a timer due in 50 ms fired after %v", late)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a timer scheduled while Run slept never fired")
+	}
+}
+
+// TestNextOccupied: the occupancy bitmap finds the next slot with a timer across words and wrap-around, and
+// forgets slots emptied by Stop and by firing.
+func TestNextOccupied(t *testing.T) {
+	clk := NewManualClock(time.Unix(0, 0))
+	w := NewWheelShards(time.Millisecond, 256, 1, clk)
+	if _, ok := w.nextDue(); ok {
+		t.Fatal("empty wheel has a due tick")
+	}
+	var a, b Timer
+	a.Init(func() {})
+	b.Init(func() {})
+	w.Schedule(&a, 200*time.Millisecond) // tick 200
+	w.Schedule(&b, 70*time.Millisecond)  // tick 70
+	if n, ok := w.nextDue(); !ok || n != 70 {
+		t.Fatalf("next due %d %v, want 70", n, ok)
+	}
+	w.Stop(&b)
+	if n, ok := w.nextDue(); !ok || n != 200 {
+		t.Fatalf("after Stop: next due %d %v, want 200", n, ok)
+	}
+	w.Advance(clk.Add(210 * time.Millisecond))
+	if _, ok := w.nextDue(); ok {
+		t.Fatal("a fired timer's slot is still marked")
+	}
+	w.Schedule(&a, 100*time.Millisecond) // tick 310: slot 54 after wrapping past 255
+	if n, ok := w.nextDue(); !ok || n != 310 {
+		t.Fatalf("across the wrap: next due %d %v, want 310", n, ok)
+	}
+}

@@ -21,11 +21,16 @@ func (b *budget) tryReserve(n int) bool {
 	if b == nil || n <= 0 {
 		return true
 	}
-	if b.used.Add(int64(n)) > b.limit.Load() {
-		b.used.Add(-int64(n))
-		return false
+	limit := b.limit.Load()
+	for {
+		u := b.used.Load()
+		if u+int64(n) > limit {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+int64(n)) {
+			return true
+		}
 	}
-	return true
 }
 
 // force charges n bytes that already exist (a write that just came up short).

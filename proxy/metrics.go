@@ -121,30 +121,23 @@ var dropKindNames = [nDropKinds]string{
 }
 
 type metrics struct {
-	downConns      prometheus.Gauge
-	downClosed     [nCloseReasons]prometheus.Counter
-	upConns        prometheus.Gauge
-	upConnected    prometheus.Gauge
-	upState        *prometheus.GaugeVec
-	upReconnects   prometheus.Counter
-	upDialErrors   prometheus.Counter
-	hbAnsweredDown prometheus.Counter
-	hbAnsweredUp   prometheus.Counter
-	hbSent         prometheus.Counter
-	requests       prometheus.Counter
-	oneway         prometheus.Counter
-	responses      prometheus.Counter
-	localReplies   [nReplyReasons]prometheus.Counter
-	held           prometheus.Gauge
-	holdOutcome    [nHoldOutcomes]prometheus.Counter
-	duration       prometheus.Histogram
-	unknownIDs     prometheus.Counter
-	lateResponses  prometheus.Counter
-	dropped        [nDropKinds]prometheus.Counter
-	readonlyIn     [2]prometheus.Counter // READONLY, WRITEABLE received from the provider
-	readonlyOut    [2]prometheus.Counter // sent to consumers
-	upBatch        prometheus.Histogram
-	collectors     []prometheus.Collector
+	downConns     prometheus.Gauge
+	downClosed    [nCloseReasons]prometheus.Counter
+	upConns       prometheus.Gauge
+	upConnected   prometheus.Gauge
+	upState       *prometheus.GaugeVec
+	upReconnects  prometheus.Counter
+	upDialErrors  prometheus.Counter
+	hbSent        prometheus.Counter
+	localReplies  [nReplyReasons]prometheus.Counter
+	held          prometheus.Gauge
+	holdOutcome   [nHoldOutcomes]prometheus.Counter
+	unknownIDs    prometheus.Counter
+	lateResponses prometheus.Counter
+	dropped       [nDropKinds]prometheus.Counter
+	readonlyIn    [2]prometheus.Counter // READONLY, WRITEABLE received from the provider
+	readonlyOut   [2]prometheus.Counter // sent to consumers
+	collectors    []prometheus.Collector
 }
 
 func newMetrics() *metrics {
@@ -163,24 +156,12 @@ func newMetrics() *metrics {
 			Help: "Failed attempts to connect to the provider."}),
 		hbSent: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_heartbeats_sent_total",
 			Help: "Heartbeats Stormgate sent to the provider on idle connections."}),
-		requests: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_requests_total",
-			Help: "Requests received from consumers (two-way and one-way)."}),
-		oneway: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_oneway_requests_total",
-			Help: "One-way requests forwarded to the provider."}),
-		responses: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_responses_total",
-			Help: "Provider responses routed back to consumers."}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stormgate_held_requests",
 			Help: "Requests waiting in the hold queue for a usable provider connection."}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "stormgate_request_duration_seconds",
-			Help:    "Time from a request's arrival at Stormgate to its response leaving for the consumer.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
 		unknownIDs: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_unknown_ids_total",
 			Help: "Provider responses whose id matched no pending request (dropped)."}),
 		lateResponses: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_late_responses_total",
 			Help: "Answers (the provider's or Stormgate's) discarded because their consumer had gone."}),
-		upBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "stormgate_upstream_write_batch_frames",
-			Help:    "Frames per upstream write(2) (batching).",
-			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}}),
 	}
 	downClosed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_downstream_closed_total",
 		Help: "Consumer connections closed, by reason."}, []string{"reason"})
@@ -203,10 +184,6 @@ func newMetrics() *metrics {
 	for i := range m.dropped {
 		m.dropped[i] = dropped.WithLabelValues(dropKindNames[i])
 	}
-	hb := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_heartbeats_answered_total",
-		Help: "Heartbeat requests answered by Stormgate, by side (downstream = consumers, upstream = provider)."}, []string{"side"})
-	m.hbAnsweredDown = hb.WithLabelValues("downstream")
-	m.hbAnsweredUp = hb.WithLabelValues("upstream")
 	ro := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_readonly_events_total",
 		Help: "READONLY/WRITEABLE events, by direction (received from provider, sent to consumers)."}, []string{"event", "direction"})
 	for i, ev := range []string{"readonly", "writeable"} {
@@ -216,8 +193,7 @@ func newMetrics() *metrics {
 	m.upState.WithLabelValues("ready")
 	m.upState.WithLabelValues("readonly")
 	m.collectors = []prometheus.Collector{m.downConns, downClosed, m.upConns, m.upConnected, m.upState, m.upReconnects,
-		m.upDialErrors, hb, m.hbSent, m.requests, m.oneway, m.responses, localReplies, m.held, holdOutcomes,
-		m.duration, m.unknownIDs, m.lateResponses, dropped, ro, m.upBatch}
+		m.upDialErrors, m.hbSent, localReplies, m.held, holdOutcomes, m.unknownIDs, m.lateResponses, dropped, ro}
 	return m
 }
 
@@ -227,10 +203,8 @@ func (m *metrics) register(reg prometheus.Registerer, s *Server) {
 		return
 	}
 	reg.MustRegister(m.collectors...)
+	reg.MustRegister(newConnCollector(s)) // requests, responses, heartbeats, in flight, durations, batches
 	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_inflight_requests",
-			Help: "Two-way requests accepted (held or forwarded) and not yet answered."},
-			func() float64 { return float64(s.inflight.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_buffered_bytes",
 			Help: "Bytes held because a peer is slow or absent (stalled sockets, hold queue, partial frames); " +
 				"bounded by limits.max_buffered_bytes."}, func() float64 { return float64(s.budget.inUse()) }),

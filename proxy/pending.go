@@ -1,5 +1,7 @@
 package proxy
 
+import "time"
+
 // Every two-way request Stormgate accepts gets exactly one answer (DESIGN §8a). The
 // books that make this true, in one place:
 //
@@ -83,19 +85,17 @@ func (t *pendingTable) takeExpired(cutoff int64, written uint64, dst []pending) 
 func (t *pendingTable) len() int { return len(t.m) }
 
 // accept enters r in the books: from here on exactly one answer or refuse settles it.
-func (s *Server) accept(r request) {
-	r.sess.inflight.Add(1)
-	s.inflight.Add(1)
-}
+func (s *Server) accept(r request) { r.sess.inflight.Add(1) }
 
-// answer settles r with the provider's response; its id is restored in place.
-func (s *Server) answer(r request, resp []byte, now int64) {
+// answer settles r with the provider's response; its id is restored in place. c
+// counts it (the provider connection's counters).
+func (s *Server) answer(r request, resp []byte, now int64, c *upCounters) {
 	if !s.settle(r) {
 		return
 	}
 	s.codec.SetID(resp, r.id)
-	s.m.responses.Inc() // counted before the consumer can see the response
-	s.m.duration.Observe(float64(now-r.arrived) / 1e9)
+	c.responses.Add(1) // counted before the consumer can see the response
+	c.duration.observe(time.Duration(now - r.arrived))
 	r.sess.write(resp)
 }
 
@@ -110,8 +110,7 @@ func (s *Server) refuse(r request, why Failure, msg string, reason replyReason) 
 // settle does the books of one answer and reports whether the consumer is still
 // there to receive it.
 func (s *Server) settle(r request) bool {
-	r.sess.inflight.Add(-1)
-	if s.inflight.Add(-1) == 0 && s.draining.Load() {
+	if r.sess.inflight.Add(-1) == 0 && s.draining.Load() {
 		select {
 		case s.drainIdle <- struct{}{}:
 		default:

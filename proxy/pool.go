@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +23,6 @@ type pool struct {
 	addr string
 	port uint16 // transparent mode: the original destination port; 0 otherwise
 
-	ids   atomic.Int64
 	rr    atomic.Uint32
 	slots atomic.Pointer[[]*poolSlot] // copy on write under mu
 	mu    sync.Mutex
@@ -34,6 +32,7 @@ type pool struct {
 	downSince    atomic.Int64 // when the pool last had no usable connection; 0 while it has one
 	wasDown      atomic.Bool  // lost every connection after having one (warm-up trigger)
 	meter        rateMeter
+	sentRetired  atomic.Uint64 // requests sent on connections that ended (warm-up's rate)
 	warm         atomic.Pointer[warmup]
 	sweepArmed   atomic.Bool
 	sweep        keepalive.Timer
@@ -54,7 +53,6 @@ type poolSlot struct {
 
 func newPool(srv *Server, addr string, port uint16) *pool {
 	p := &pool{srv: srv, addr: addr, port: port}
-	p.ids.Store(rand.Int64N(1 << 40)) // distinct id ranges across restarts help when reading captures
 	p.slots.Store(&[]*poolSlot{})
 	p.hold.init(p)
 	p.sweep.Init(p.onSweep)
@@ -144,10 +142,12 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 				}
 			}
 			uc.close("shutting down")
+			p.retire(uc)
 			sl.uc.CompareAndSwap(uc, nil)
 			p.connChanged()
 			return
 		}
+		p.retire(uc)
 		sl.uc.CompareAndSwap(uc, nil)
 		p.connChanged()
 		// Reconnect after a short jittered pause, then with growing backoff.
@@ -188,6 +188,23 @@ func (p *pool) connect(slot int) (*upConn, error) {
 	return uc, nil
 }
 
+// retire moves the counts of a connection that ended to the closed totals.
+func (p *pool) retire(uc *upConn) {
+	p.sentRetired.Add(uc.sent.Load())
+	p.srv.upClosed.retire(uc)
+}
+
+// sentTotal is the two-way requests sent on this pool's connections, ever.
+func (p *pool) sentTotal() uint64 {
+	n := p.sentRetired.Load()
+	for _, sl := range p.slotList() {
+		if uc := sl.uc.Load(); uc != nil {
+			n += uc.sent.Load()
+		}
+	}
+	return n
+}
+
 // pick returns the ready connection with the fewest requests in flight.
 func (p *pool) pick(slots []*poolSlot) *upConn {
 	n := len(slots)
@@ -212,7 +229,6 @@ func (p *pool) pick(slots []*poolSlot) *upConn {
 // forward accepts a two-way request: sent on a connection, or held while none
 // takes it (held ones go first, so that order is kept).
 func (p *pool) forward(r request, frame []byte) {
-	p.meter.count.Add(1)
 	p.srv.accept(r)
 	if p.hold.len() == 0 && (!p.warming() || p.warmAllow()) && p.send(r, frame) {
 		return
@@ -240,17 +256,17 @@ func (p *pool) send(r request, frame []byte) bool {
 
 // forwardOneWay sends a one-way request under a fresh id; when no connection takes
 // it, it is dropped and counted (nobody waits for an answer).
-func (p *pool) forwardOneWay(frame []byte) {
+func (p *pool) forwardOneWay(s *session, frame []byte) {
 	m := p.srv.m
 	slots := p.slotList()
 	if best := p.pick(slots); best != nil {
 		if best.sendOneWay(frame) {
-			m.oneway.Inc()
+			s.counts.oneway.Add(1)
 			return
 		}
 		for _, sl := range slots {
 			if uc := sl.uc.Load(); uc != nil && uc != best && uc.sendOneWay(frame) {
-				m.oneway.Inc()
+				s.counts.oneway.Add(1)
 				return
 			}
 		}
@@ -337,7 +353,7 @@ const sweepEvery = time.Second
 func (p *pool) onSweep() {
 	srv := p.srv
 	now := srv.now()
-	p.meter.sample(sweepEvery)
+	p.meter.sample(p.sentTotal(), sweepEvery)
 	cutoff := now - int64(srv.cfg.Load().MaxRequestAge)
 	var expired []pending
 	left := 0

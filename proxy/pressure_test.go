@@ -88,6 +88,7 @@ func TestTrickledFramesAreBoundedAndTimedOut(t *testing.T) {
 	}
 
 	clk.Add(31 * time.Second) // frame_read_timeout, not the 180 s idle timeout
+	defer func() { t.Logf("closes %v downstream %d", f.srv.Stats().Closed, f.srv.Stats().DownstreamConns) }()
 	waitFor(t, 60*time.Second, "frame_read_timeout closes", func() bool {
 		return f.srv.Stats().Closed[closeFrameTimeout.String()] == consumers
 	})

@@ -58,8 +58,8 @@ type Server struct {
 
 	sessions  sessionSet
 	eventIDs  atomic.Int64
-	inflight  atomic.Int64  // accepted two-way requests not yet answered
-	drainIdle chan struct{} // signalled when inflight reaches 0 while draining
+	upClosed  upClosed      // counts of provider connections that ended
+	drainIdle chan struct{} // signalled when a session's in-flight count reaches 0 while draining
 	draining  atomic.Bool
 	closed    atomic.Bool
 
@@ -88,7 +88,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		codec:     opts.Codec,
 		clock:     clock,
 		pools:     make(map[uint16]*pool),
-		wheel:     keepalive.NewWheel(10*time.Millisecond, 4096, clock),
+		wheel:     keepalive.NewWheel(10*time.Millisecond, 4096, opts.Clock), // nil: the system clock, and an idle wheel sleeps
 		drainIdle: make(chan struct{}, 1),
 	}
 	s.budget.limit.Store(cfg.MaxBufferedBytes)
@@ -246,11 +246,13 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 	sess := newSession(s, p, conn, fd, remote)
 	s.sessions.add(sess)
 	s.m.downConns.Inc()
-	_ = conn.AddCloseCallback(sess.onClosed)
-	_ = conn.SetOnRequest(sess.onRequest)
 	if t := cfg.DownstreamIdleTimeout; t > 0 {
+		// Before SetOnRequest: bytes already buffered run onRequest inside it, which may arm
+		// the timer sooner (frame_read_timeout); that schedule must win.
 		s.wheel.Schedule(&sess.timer, t)
 	}
+	_ = conn.AddCloseCallback(sess.onClosed)
+	_ = conn.SetOnRequest(sess.onRequest)
 	if p.readonlySent.Load() {
 		sess.sendEvent(EventReadonly)
 	}
@@ -364,29 +366,33 @@ func (s *Server) Drain(ctx context.Context) error {
 		zap.Duration("timeout", cfg.DrainTimeout))
 	s.broadcast(nil, EventReadonly)
 	var err error
-	if s.inflight.Load() > 0 {
+	if s.InFlight() > 0 {
 		timeout := make(chan struct{})
 		var t keepalive.Timer
 		t.Init(func() { close(timeout) })
 		s.wheel.Schedule(&t, cfg.DrainTimeout)
-		for err == nil && s.inflight.Load() > 0 {
+		for err == nil && s.InFlight() > 0 {
 			select {
-			case <-s.drainIdle:
+			case <-s.drainIdle: // some consumer's last request was answered: count again
 			case <-timeout:
-				err = fmt.Errorf("drain: %d requests still in flight after drain.timeout (%v)", s.inflight.Load(), cfg.DrainTimeout)
+				err = fmt.Errorf("drain: %d requests still in flight after drain.timeout (%v)", s.InFlight(), cfg.DrainTimeout)
 			case <-ctx.Done():
-				err = fmt.Errorf("drain: %d requests still in flight: %w", s.inflight.Load(), ctx.Err())
+				err = fmt.Errorf("drain: %d requests still in flight: %w", s.InFlight(), ctx.Err())
 			}
 		}
 		s.wheel.Stop(&t)
 	}
-	s.log.Info("drain finished; closing connections", zap.Int64("in_flight_left", s.inflight.Load()))
+	s.log.Info("drain finished; closing connections", zap.Int64("in_flight_left", s.InFlight()))
 	s.Close()
 	return err
 }
 
-// InFlight is the number of accepted two-way requests (held or forwarded) not yet answered.
-func (s *Server) InFlight() int64 { return s.inflight.Load() }
+// InFlight is the number of accepted two-way requests (held or forwarded) not yet
+// answered, over the consumers still connected.
+func (s *Server) InFlight() int64 {
+	_, n := s.sessions.totals()
+	return n
+}
 
 // Close closes every connection at once and stops background work; it returns once
 // every goroutine the server started has returned. Requests still held or in flight
@@ -451,11 +457,13 @@ func (g *group) Wait() {
 	}
 }
 
-// sessionSet is a sharded set of live sessions (broadcast, drain, live updates).
+// sessionSet is a sharded set of live sessions (broadcast, drain, live updates), and
+// the counts of the sessions that ended (see counters.go).
 type sessionSet struct {
 	shards [32]struct {
-		mu sync.Mutex
-		m  map[*session]struct{}
+		mu     sync.Mutex
+		m      map[*session]struct{}
+		closed sessionTotals
 	}
 	n atomic.Int64
 }
@@ -482,8 +490,25 @@ func (ss *sessionSet) remove(s *session) {
 	if _, ok := sh.m[s]; ok {
 		delete(sh.m, s)
 		ss.n.Add(-1)
+		s.counts.addTo(&sh.closed)
 	}
 	sh.mu.Unlock()
+}
+
+// totals sums the counts of every session, live and ended, and the requests in
+// flight of the live ones.
+func (ss *sessionSet) totals() (t sessionTotals, inflight int64) {
+	for i := range ss.shards {
+		sh := &ss.shards[i]
+		sh.mu.Lock()
+		t.add(sh.closed)
+		for s := range sh.m {
+			s.counts.addTo(&t)
+			inflight += int64(s.inflight.Load())
+		}
+		sh.mu.Unlock()
+	}
+	return t, inflight
 }
 
 func (ss *sessionSet) len() int { return int(ss.n.Load()) }

@@ -24,9 +24,10 @@ import (
 //	|             |                                | answers heartbeats; forwards requests to the pool
 //	| write       | any goroutine                  | through the session's writer: never blocks the caller
 //	| onTimer     | keepalive wheel goroutine      | idle timeout; a frame left unfinished for frame_read_timeout
-//	| closeWith   | anyone, the first caller wins  | records the reason, closes the netpoll connection
-//	| onClosed    | netpoll close callback, once   | closes the writer (no byte reaches a reused fd), unregisters,
-//	|             |                                | counts; runs before netpoll closes the fd, never during onRequest
+//	| closeWith   | anyone, the first caller wins  | records the reason, shuts the socket down (writer.close)
+//	| onClosed    | netpoll close callback, once   | on the poller that saw the hangup: closes the writer (no byte
+//	|             |                                | reaches a reused fd), unregisters, counts; before netpoll closes
+//	|             |                                | the fd, never during onRequest
 //
 // The session keeps no index of its requests: they live in the hold queue or in
 // upstream pending tables and are settled there (see pending.go).
@@ -42,7 +43,8 @@ type session struct {
 	idle     keepalive.Idle
 	timer    keepalive.Timer
 	inflight atomic.Int32 // accepted two-way requests not yet answered
-	scratch  [32]byte     // heartbeat replies; used by onRequest only (one at a time)
+	counts   sessionCounters
+	scratch  [32]byte // heartbeat replies; used by onRequest only (one at a time)
 
 	closing  atomic.Bool
 	closed   atomic.Bool
@@ -102,17 +104,17 @@ func (s *session) handle(f Frame, frame []byte, cfg *Config, now int64) {
 		// The reply is built in the session's scratch buffer: a stack buffer would
 		// escape through the Codec interface call and cost an allocation per heartbeat.
 		s.write(s.srv.codec.AppendHeartbeatReply(s.scratch[:0], f))
-		m.hbAnsweredDown.Inc()
+		s.counts.heartbeats.Add(1)
 	case FrameRequest:
-		m.requests.Inc()
+		s.counts.requests.Add(1)
 		if int(s.inflight.Load()) >= cfg.MaxInflightPerConn {
 			s.replyError(f, FailOverloaded, "stormgate: too many in-flight requests on this connection (limits.max_inflight_per_connection)", replyInflight)
 			return
 		}
 		s.pool.forward(request{sess: s, id: f.ID, serial: f.Serial, arrived: now}, frame)
 	case FrameOneWay:
-		m.requests.Inc()
-		s.pool.forwardOneWay(frame)
+		s.counts.requests.Add(1)
+		s.pool.forwardOneWay(s, frame)
 	case FrameEventOneWay:
 		m.dropped[dropEventOneWay].Inc()
 	default: // responses from a consumer answer nothing Stormgate forwarded
@@ -163,12 +165,14 @@ func (s *session) write(b []byte) {
 }
 
 // closeWith closes the consumer connection, recording why. The first reason wins.
+// It shuts the socket down (writer.close); netpoll's poller runs onClosed when it
+// sees the hangup. Safe from any goroutine, a handler of this connection included.
 func (s *session) closeWith(reason closeReason) {
 	if !s.closing.CompareAndSwap(false, true) {
 		return
 	}
 	s.reason.Store(uint32(reason) + 1)
-	_ = s.conn.Close()
+	s.w.close()
 }
 
 // onClosed runs once, from netpoll's close callback: before netpoll closes the fd,

@@ -27,18 +27,19 @@ type Stats struct {
 // Stats reads the current counters.
 func (s *Server) Stats() Stats {
 	m := s.m
+	st, ut, inflight := s.connTotals()
 	return Stats{
 		DownstreamConns:      int64(value(m.downConns)),
 		UpstreamConns:        int64(value(m.upConns)),
-		HeartbeatsDownstream: uint64(value(m.hbAnsweredDown)),
-		HeartbeatsUpstream:   uint64(value(m.hbAnsweredUp)),
+		HeartbeatsDownstream: st.heartbeats,
+		HeartbeatsUpstream:   ut.heartbeats,
 		HeartbeatsSent:       uint64(value(m.hbSent)),
-		Requests:             uint64(value(m.requests)),
-		Responses:            uint64(value(m.responses)),
+		Requests:             st.requests,
+		Responses:            ut.responses,
 		LocalReplies:         counterValues(m.localReplies[:], replyReasonNames[:]),
 		Closed:               counterValues(m.downClosed[:], closeReasonNames[:]),
 		Held:                 int64(value(m.held)),
-		InFlight:             s.inflight.Load(),
+		InFlight:             inflight,
 		Buffered:             s.budget.inUse(),
 		UnknownIDs:           uint64(value(m.unknownIDs)),
 		LateResponses:        uint64(value(m.lateResponses)),

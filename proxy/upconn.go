@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,14 +54,21 @@ type upConn struct {
 	done     chan struct{}
 	scratch  [64]byte // onRequest only: heartbeat replies
 
+	counts  upCounters
+	sent    atomic.Uint64 // two-way requests sent (warm-up's rate meter)
+	retired bool          // counts moved to the closed totals; guarded by Server.upClosed.mu
+
 	mu      sync.Mutex
 	pending pendingTable
+	nextID  int64 // the connection's own id space: unique on this connection, never reused
 }
 
 func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 	srv := p.srv
 	uc := &upConn{pool: p, conn: conn, slot: slot, done: make(chan struct{})}
-	uc.w = writer{fd: fd, now: srv.now, spawn: srv.spawn, budget: &srv.budget, batches: srv.m.upBatch,
+	// A random start makes captures of consecutive connections easy to tell apart.
+	uc.nextID = rand.Int64N(1 << 40)
+	uc.w = writer{fd: fd, now: srv.now, spawn: srv.spawn, budget: &srv.budget, batches: &uc.counts.batches,
 		onStall: uc.onStall, onError: func(err error) { uc.fail("write failed: " + err.Error()) }}
 	uc.pending.init()
 	now := srv.now()
@@ -82,7 +90,8 @@ func (uc *upConn) send(r request, frame []byte) bool {
 		uc.mu.Unlock()
 		return false
 	}
-	id := p.ids.Add(1)
+	uc.nextID++
+	id := uc.nextID
 	srv.codec.SetID(frame, id)
 	off, ok, err := uc.w.send(frame, srv.cfg.Load().MaxQueuedBytesPerUpstream)
 	if !ok {
@@ -92,6 +101,7 @@ func (uc *upConn) send(r request, frame []byte) bool {
 	uc.pending.add(id, pending{request: r, off: off, n: len(frame)})
 	uc.npending.Add(1)
 	uc.mu.Unlock()
+	uc.sent.Add(1)
 	if err != nil {
 		srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
 	}
@@ -107,21 +117,29 @@ func (uc *upConn) sendOneWay(frame []byte) bool {
 	if uc.state.Load() != stateReady {
 		return false
 	}
-	p.srv.codec.SetID(frame, p.ids.Add(1))
+	uc.nextID++
+	p.srv.codec.SetID(frame, uc.nextID)
 	_, ok, err := uc.w.send(frame, p.srv.cfg.Load().MaxQueuedBytesPerUpstream)
-	if err != nil {
+	if ok && err != nil { // taken, then the socket failed; a refusal (queue full) is not a failure
 		p.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
 	}
 	return ok
 }
 
-// sendControl writes a heartbeat, a heartbeat reply or a callback refusal; beat
-// registers a heartbeat under id so that its answer is recognised.
-func (uc *upConn) sendControl(frame []byte, id int64, beat bool) bool {
+// sendControl writes a heartbeat reply or a callback refusal, or with beat Stormgate's
+// own heartbeat, which gets an id of the connection and a pending entry so that its
+// answer is recognised.
+func (uc *upConn) sendControl(frame []byte, beat bool) bool {
 	uc.mu.Lock()
 	if uc.state.Load() == stateClosed {
 		uc.mu.Unlock()
 		return false
+	}
+	var id int64
+	if beat {
+		uc.nextID++
+		id = uc.nextID
+		uc.pool.srv.codec.SetID(frame, id)
 	}
 	off, ok, err := uc.w.send(frame, 0)
 	if ok && beat {
@@ -129,7 +147,7 @@ func (uc *upConn) sendControl(frame []byte, id int64, beat bool) bool {
 		uc.npending.Add(1)
 	}
 	uc.mu.Unlock()
-	if err != nil {
+	if ok && err != nil {
 		uc.pool.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
 	}
 	return ok
@@ -179,8 +197,8 @@ func (uc *upConn) handle(f Frame, frame []byte, now int64) {
 		}
 	case FrameEventTwoWay:
 		// The provider's heartbeat: its ids are its own id space; answer with its id.
-		uc.sendControl(srv.codec.AppendHeartbeatReply(uc.scratch[:0], f), 0, false)
-		srv.m.hbAnsweredUp.Inc()
+		uc.sendControl(srv.codec.AppendHeartbeatReply(uc.scratch[:0], f), false)
+		uc.counts.heartbeats.Add(1)
 	case FrameEventOneWay:
 		switch srv.codec.EventOf(frame, f) {
 		case EventReadonly:
@@ -194,7 +212,7 @@ func (uc *upConn) handle(f Frame, frame []byte, now int64) {
 		// A callback to a consumer: Stormgate cannot know which consumer exported it.
 		var buf [192]byte
 		uc.sendControl(srv.codec.AppendErrorReply(buf[:0], f, FailNotRoutable,
-			"stormgate: provider-to-consumer requests (callbacks) cannot be routed through Stormgate"), 0, false)
+			"stormgate: provider-to-consumer requests (callbacks) cannot be routed through Stormgate"), false)
 		srv.m.dropped[dropProviderCallback].Inc()
 	default:
 		srv.m.dropped[dropProviderOneWay].Inc()
@@ -209,7 +227,7 @@ func (uc *upConn) route(f Frame, frame []byte, now int64) {
 		return
 	}
 	if !p.heartbeat() {
-		uc.pool.srv.answer(p.request, frame, now)
+		uc.pool.srv.answer(p.request, frame, now, &uc.counts)
 	}
 	if uc.state.Load() == stateReadonly && uc.npending.Load() == 0 {
 		uc.pool.readonlyDrained(uc)
@@ -306,9 +324,8 @@ func (uc *upConn) onBeat() {
 		return
 	}
 	if send {
-		id := p.ids.Add(1)
 		var buf [64]byte
-		if uc.sendControl(srv.codec.AppendHeartbeatRequest(buf[:0], id), id, true) {
+		if uc.sendControl(srv.codec.AppendHeartbeatRequest(buf[:0], 0), true) {
 			srv.m.hbSent.Inc()
 		}
 	}
@@ -358,14 +375,10 @@ func (uc *upConn) fail(why string) {
 	uc.state.Store(stateClosed)
 	entries := uc.pending.takeAll()
 	uc.mu.Unlock()
-	final := uc.w.close()
+	final := uc.w.close() // shuts the socket down: the poller then runs the close callback (fail again: a no-op)
 	srv.wheel.Stop(&uc.beat)
 	srv.wheel.Stop(&uc.stall)
 	close(uc.done)
-	if uc.conn != nil {
-		_ = uc.conn.Close() // runs the close callback, which calls fail again: a no-op now
-	}
-	uc.rd.reset(&srv.budget) // never concurrent with onRequest: netpoll runs the close callback after it
 	p.connChanged()
 
 	var unsent []held

@@ -21,15 +21,14 @@ type warmup struct {
 
 const warmupFloor = 0.05
 
-// rateMeter keeps a smoothed two-way request rate per pool, sampled by onSweep.
+// rateMeter keeps a smoothed two-way request rate per pool, sampled by onSweep from
+// the count of requests sent.
 type rateMeter struct {
-	count atomic.Uint64
-	last  uint64
-	ewma  atomic.Uint64 // float64 bits of requests/s
+	last uint64
+	ewma atomic.Uint64 // float64 bits of requests/s
 }
 
-func (m *rateMeter) sample(interval time.Duration) {
-	c := m.count.Load()
+func (m *rateMeter) sample(c uint64, interval time.Duration) {
 	r := float64(c-m.last) / interval.Seconds()
 	m.last = c
 	old := float64frombits(m.ewma.Load())

@@ -2,12 +2,10 @@ package proxy
 
 import (
 	"errors"
+	"golang.org/x/sys/unix"
 	"os"
 	"sync"
 	"sync/atomic"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 )
 
 // writer owns the outgoing bytes of one socket. Consumer sessions and upstream
@@ -42,7 +40,7 @@ type writer struct {
 	onStall func()                              // a stall began; may be nil; runs on the sender's goroutine
 	onError func(error)                         // the flusher hit a socket error (never called by send)
 	budget  *budget                             // stalled bytes are charged here
-	batches prometheus.Observer                 // frames per write(2); nil: not observed
+	batches *countHist                          // frames per write(2); nil: not observed
 	sys     func(fd int, b []byte) (int, error) // tests: replaces write(2)
 
 	mu         sync.Mutex
@@ -116,7 +114,7 @@ func (w *writer) send(b []byte, maxQueued int) (off uint64, accepted bool, err e
 	w.batch, w.batchOff, w.sent = b, off, 0
 	w.mu.Unlock()
 	if w.batches != nil {
-		w.batches.Observe(1)
+		w.batches.observe(1)
 	}
 	n, werr := w.write(b)
 	w.mu.Lock()
@@ -147,7 +145,7 @@ func (w *writer) run() error {
 		w.q, w.qFrames, w.spare = w.spare[:0], 0, nil
 		w.mu.Unlock()
 		if w.batches != nil {
-			w.batches.Observe(float64(frames))
+			w.batches.observe(frames)
 		}
 		n, werr := w.write(b)
 		w.mu.Lock()
@@ -221,7 +219,7 @@ func (w *writer) flush() {
 			w.batch, w.batchOff, w.sent = b, w.appended-uint64(len(b)), 0
 			w.q, w.qFrames, w.spare = w.spare[:0], 0, nil
 			if w.batches != nil {
-				w.batches.Observe(float64(frames))
+				w.batches.observe(frames)
 			}
 		}
 		rest := w.batch[w.sent:]
@@ -347,8 +345,19 @@ func (w *writer) recycleLocked(b []byte) {
 
 // close stops the writer: after it returns no byte reaches the kernel. It returns
 // the final written offset (see the type's doc). Idempotent.
+//
+// The first close also shuts the socket down (shutdown(2), both directions): that is
+// how Stormgate closes a connection. netpoll's poller then sees the hangup and runs
+// the connection's close callbacks, and netpoll closes the fd, on the poller's own
+// goroutine and never inside a handler: with handlers running on the pollers, a
+// netpoll Close from within one would deadlock (its fd operator is busy until the
+// handler returns, and the close callback waits for it). The fd is still ours here:
+// netpoll closes it only after the close callbacks, and they close the writer first.
 func (w *writer) close() uint64 {
 	w.fdMu.Lock()
+	if !w.fdClosed && w.fd >= 0 && w.sys == nil {
+		_ = unix.Shutdown(w.fd, unix.SHUT_RDWR)
+	}
 	w.fdClosed = true
 	final := w.written.Load()
 	w.fdMu.Unlock()

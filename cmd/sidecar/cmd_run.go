@@ -107,7 +107,7 @@ SIGHUP is ignored: the control plane owns the settings (docs/operations.md).`,
 	fl.StringVar(&f.inboundPorts, "inbound-ports", "", "transparent mode: provider ports Stormgate may forward to, e.g. 20880,20881 (listener.inbound_ports)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (log.level)")
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console (log.format)")
-	fl.IntVar(&f.netpollBuffer, "netpoll-buffer", defaultNetpollBuffer, "initial input buffer per connection in bytes (grows on demand)")
+	fl.IntVar(&f.netpollBuffer, "netpoll-buffer", proxy.DefaultNetpollBuffer, "initial input buffer per connection in bytes (grows on demand)")
 	_ = fl.MarkHidden("netpoll-buffer")
 	addXDSNodeFlags(cmd, &f.node)
 	return cmd
@@ -183,7 +183,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck
-	if err := configureNetpoll(log, f.netpollBuffer); err != nil {
+	if err := proxy.ConfigureNetpoll(log, f.netpollBuffer); err != nil {
 		return err
 	}
 

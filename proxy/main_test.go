@@ -1,0 +1,17 @@
+package proxy
+
+import (
+	"os"
+	"testing"
+
+	"go.uber.org/zap"
+)
+
+// TestMain runs the package's tests with netpoll configured as the sidecar configures
+// it (handlers on the pollers), so the tests exercise what runs in production.
+func TestMain(m *testing.M) {
+	if err := ConfigureNetpoll(zap.NewNop(), DefaultNetpollBuffer); err != nil {
+		panic(err)
+	}
+	os.Exit(m.Run())
+}
