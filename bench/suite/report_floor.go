@@ -116,12 +116,12 @@ func (p *reporter) quietSummaryRow() sumRow {
 	sv := cores(s)
 	row := sumRow{
 		figure: fmt.Sprintf("CPU with no consumer connected, over %s (Direct: the dubbo-go provider alone)", dur(p.quietWindow())),
-		d:      pctCore2(cores(d)), h: pctCore2(cores(h)), s: pctCore2(sv), target: "Stormgate ≤ " + pctCore2(targetQuiet),
+		d:      pctCore3(cores(d)), h: pctCore3(cores(h)), s: pctCore3(sv), target: "Stormgate ≤ " + pctCore2(targetQuiet),
 		known: s != nil, ok: sv <= targetQuiet,
 	}
 	if s != nil {
 		pr := p.profile(profileQuiet, stormgate)
-		row.note = fmt.Sprintf("%s of a core over the target (%s of CPU in %s). %s", pctCore2(sv-targetQuiet), s.CPUTime.Round(time.Millisecond), dur(s.Elapsed), quietWhy(pr, p.profile(profileQuiet, haproxy)))
+		row.note = fmt.Sprintf("%s of a core over the target (%s of CPU in %s). %s", pctCore3(sv-targetQuiet), s.CPUTime.Round(100*time.Microsecond), dur(s.Elapsed), quietWhy(pr, p.profile(profileQuiet, haproxy)))
 	}
 	return row
 }
@@ -203,6 +203,14 @@ func pctOver(r, target float64) string { return num(100*(r/target-1), 0) + " %" 
 
 // pctUnder prints how far a ratio is below its target.
 func pctUnder(r, target float64) string { return num(100*(1-r/target), 0) + " %" }
+
+// pctCore3 prints cores as a percentage of one core with three decimals (CPU while idle).
+func pctCore3(v float64) string {
+	if math.IsNaN(v) {
+		return na
+	}
+	return num(100*v, 3) + " %"
+}
 
 // pctCore2 prints cores as a percentage of one core with two decimals (for small figures).
 func pctCore2(v float64) string {
@@ -472,7 +480,7 @@ func (p *reporter) quietSection() {
 	if q != nil {
 		pw = q.ProfWindow
 	}
-	p.f("No consumer connected at all. One dubbo-go provider, HAProxy (its %d processes) and Stormgate in front of it (Stormgate with its upstream connections open, beating on them every 30 s), and the bare epoll responder start together; %s later their CPU is sampled over %s (a sleeping process costs the others nothing, so they sit side by side). Then HAProxy and Stormgate run %s under perf (system calls and context switches per second: how often they wake up, and in section 10 for what); Stormgate also under Go's profiler, whose HTTP exchanges on the admin listener fall outside that window's CPU sample.\n\n",
+	p.f("No consumer connected at all. One dubbo-go provider, HAProxy (its %d processes) and Stormgate in front of it (Stormgate with its upstream connections open, beating on them every 30 s), and the bare epoll responder start together; %s later their CPU is sampled over %s (a sleeping process costs the others nothing, so they sit side by side), as the run time of their threads from `/proc/PID/task/*/schedstat` (nanoseconds; `/proc/PID/stat`'s 10 ms ticks cannot resolve 0.03 %% of a core over 30 s). Then HAProxy and Stormgate run %s under perf (system calls and context switches per second: how often they wake up, and in section 10 for what); Stormgate also under Go's profiler, whose HTTP exchanges on the admin listener fall outside that window's CPU sample.\n\n",
 		haproxyProcs, dur(settle), dur(p.quietWindow()), dur(pw))
 	p.ln("| Target | CPU, % of one core | CPU time in the window | RSS | System calls per second (profiled window) | Context switches per second (profiled window) |")
 	p.ln("|---|---|---|---|---|---|")
@@ -488,7 +496,11 @@ func (p *reporter) quietSection() {
 			if x.Target == direct {
 				name = "dubbo-go provider"
 			}
-			p.f("| %s | %s | %s | %s MiB | %s | %s |\n", name, pctCore2(x.Cores()), x.CPUTime.Round(time.Millisecond), num(x.RSSMiB, 1), sys, cs)
+			cpuTime := x.CPUTime.Round(100 * time.Microsecond).String()
+			if x.Ticks {
+				cpuTime = x.CPUTime.Round(time.Millisecond).String() + " (10 ms ticks)"
+			}
+			p.f("| %s | %s | %s | %s MiB | %s | %s |\n", name, pctCore3(x.Cores()), cpuTime, num(x.RSSMiB, 1), sys, cs)
 		}
 		if q.Error != "" {
 			p.f("\nThe scenario failed: %s\n", oneLine(q.Error))
