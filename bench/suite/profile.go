@@ -404,6 +404,8 @@ func syscallName(chain []frame) string {
 		return kernPerfTrace
 	case strings.Contains(outer, "exit_to_user_mode") || strings.Contains(outer, "syscall_exit"):
 		return kernExit
+	case strings.HasPrefix(outer, "entry_SYSCALL"):
+		return "entering the kernel (system call entry code)"
 	case strings.Contains(outer, "page_fault"):
 		return "page faults"
 	case strings.HasPrefix(outer, "asm_sysvec") || strings.Contains(outer, "irq") || strings.Contains(outer, "interrupt"):

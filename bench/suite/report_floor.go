@@ -604,7 +604,7 @@ func (p *reporter) profilesSection() {
 			if pr.Scenario != sc.key {
 				continue
 			}
-			cpu := pctCore2(float64(pr.CPU) / float64(max(pr.Window, 1)))
+			cpu := pctCore3(float64(pr.CPU) / float64(max(pr.Window, 1)))
 			sys, cs := "–", "–"
 			if pr.Ops > 0 {
 				cpu = usStr(pr.perOp(pr.CPU)) + " per " + pr.OpName
