@@ -276,3 +276,19 @@ func TestRunTimeOfSelf(t *testing.T) {
 		}
 	}
 }
+
+// A HAProxy series that failed its first rate bounds the throughput ratio from below.
+func TestThroughputRatioLowerBound(t *testing.T) {
+	r := fixture(1)
+	for i := range r.Throughput.Series {
+		se := &r.Throughput.Series[i]
+		if se.Target == haproxy && se.Conns == 10000 {
+			se.Max, se.Steps = 0, []TPStep{{Rate: 5000, Sent: 1000, OK: 900, Failed: 100}}
+		}
+	}
+	doc := (&reporter{r: r, img: "img"}).markdown()
+	want := "| Max throughput, small requests, 10,000 conns: Stormgate ÷ HAProxy | 40,000 req/s | < 5,000 req/s | 20,000 req/s | ≥ 1.2× | > 4.00×: **met** | – |"
+	if !strings.Contains(doc, want) {
+		t.Errorf("doc lacks %q", want)
+	}
+}

@@ -652,7 +652,7 @@ func (p *reporter) throughputSection() {
 	if tr != nil {
 		warm = tr.Warmup
 	}
-	p.f("Provider: the **fast provider**; method echo(\"hello\"). For each target and connection count the open-loop rate doubles from %s req/s until a step fails, then %d bisection steps narrow it. Each step opens its connections anew (10,000 at %s/s) and runs %s of requests; its first %s are a warm-up (thousands of connections just opened), neither judged nor sampled. A step passes when at most 0.1 %% of its requests fail (error, timeout, lost, unsent) and every one-second p99 after the warm-up is ≤ %s. The maximum is the highest passing rate; proxy CPU per request is measured at that rate, after the warm-up.\n",
+	p.f("Provider: the **fast provider**; method echo(\"hello\"). For each target and connection count the open-loop rate doubles from %s req/s until a step fails, then %d bisection steps narrow it. The targets' ladders run interleaved (one step of each in turn, the order alternating every round, all providers and proxies up for the whole series), so a change in the machine's load hits every target alike. Each step opens its connections anew (10,000 at %s/s) and runs %s of requests; its first %s are a warm-up (thousands of connections just opened), neither judged nor sampled. A step passes when at most 0.1 %% of its requests fail (error, timeout, lost, unsent) and every one-second p99 after the warm-up is ≤ %s. A step that fails narrowly (p99 within twice that, at most 1 %% failed) runs once more (↻) and the rate passes if the repeat does. The maximum is the highest passing rate; proxy CPU per request is measured at that rate, after the warm-up.\n",
 		num(p.r.Options.TPStart, 0), p.r.Options.TPRefine, num(p.r.Options.ConnectRate, 0), dur(step), dur(warm), msStr(maxP99))
 	p.ln("")
 	p.ln("| Conns | Target | Max req/s | ÷ direct | p99 at max: steady (whole step) | Proxy CPU at max | Proxy µs/request at max | Frames per upstream write | Load tool µs/request | Steps (req/s: pass ✓ / fail ✗) |")
@@ -684,7 +684,11 @@ func (p *reporter) throughputSection() {
 				if st.Pass {
 					mark = "✓"
 				}
-				steps = append(steps, shortNum(st.Rate)+mark)
+				again := ""
+				if st.Repeat {
+					again = "↻"
+				}
+				steps = append(steps, again+shortNum(st.Rate)+mark)
 			}
 			p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", count(uint64(c)), targetTitle[tg], tpLabel(se), ratio(fTP(se), d),
 				p99, cpu, us, batch, lus, strings.Join(steps, " "))

@@ -171,6 +171,7 @@ type TPStep struct {
 	LoadUsPerReq  float64 `json:"load_us_per_req"`
 	LoadCPU       float64 `json:"load_cpu"`
 	BatchFrames   float64 `json:"batch_frames"`
+	Repeat        bool    `json:"repeat,omitempty"` // run again after a narrow failure at the same rate
 }
 
 // RestartResult is scenario 4.
