@@ -13,6 +13,7 @@
 //	              (writer.go), a pending entry; onRequest: the provider's answer is matched
 //	              by id, gets the consumer's id back and is written to the consumer
 //	pending.go    the one way a request leaves the books: answer or refuse, exactly once
+//	handover.go   Freeze / Restore: the whole data plane moves to a new process (an upgrade)
 //
 // # What runs where
 //

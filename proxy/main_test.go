@@ -13,5 +13,6 @@ func TestMain(m *testing.M) {
 	if err := ConfigureNetpoll(zap.NewNop(), DefaultNetpollBuffer); err != nil {
 		panic(err)
 	}
+	handoverChild() // TestHandoverAcrossExec's child process: never returns
 	os.Exit(m.Run())
 }

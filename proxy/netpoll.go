@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/cloudwego/netpoll"
 	"go.uber.org/zap"
@@ -26,6 +27,8 @@ const DefaultNetpollBuffer = 256
 // routed into zap.
 func ConfigureNetpoll(log *zap.Logger, bufferSize int) error {
 	w := zap.NewStdLog(log.Named("netpoll")).Writer()
+	netpollConf.pollers.Store(int32(pollers()))
+	netpollConf.inline.Store(true)
 	// LinkBufferCap is netpoll's minimum buffer node size (4 KiB by default); without
 	// lowering it too, BufferSize below 4 KiB has no effect.
 	netpoll.LinkBufferCap = bufferSize
@@ -50,3 +53,13 @@ func pollers() int {
 	}
 	return runtime.GOMAXPROCS(0)
 }
+
+// netpollConf records how ConfigureNetpoll set netpoll up; netpoll's configuration is
+// process-wide, and so is this record (handover.go parks every poller).
+var netpollConf struct {
+	pollers atomic.Int32
+	inline  atomic.Bool
+}
+
+func netpollInline() bool { return netpollConf.inline.Load() }
+func netpollPollers() int { return int(netpollConf.pollers.Load()) }

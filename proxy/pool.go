@@ -35,6 +35,7 @@ type pool struct {
 	sentRetired  atomic.Uint64 // requests sent on connections that ended (warm-up's rate)
 	warm         atomic.Pointer[warmup]
 	sweepArmed   atomic.Bool
+	frozen       atomic.Bool // a handover stopped the slot loops (handover.go)
 	sweep        keepalive.Timer
 	dials        dialLog
 
@@ -52,14 +53,72 @@ type poolSlot struct {
 }
 
 func newPool(srv *Server, addr string, port uint16) *pool {
+	p := newPoolStopped(srv, addr, port)
+	p.resize(srv.cfg.Load().UpstreamConns)
+	return p
+}
+
+// newPoolStopped is a pool with no slots and no loops yet (a handover adopts its
+// connections into slots, then starts the loops).
+func newPoolStopped(srv *Server, addr string, port uint16) *pool {
 	p := &pool{srv: srv, addr: addr, port: port}
 	p.slots.Store(&[]*poolSlot{})
 	p.hold.init(p)
 	p.sweep.Init(p.onSweep)
 	p.downSince.Store(srv.now())
 	p.ctx, p.cancel = context.WithCancel(srv.ctx)
-	p.resize(srv.cfg.Load().UpstreamConns)
 	return p
+}
+
+// freezeLoops stops every slot loop for a handover, leaving the connections as they
+// are, and waits for them.
+func (p *pool) freezeLoops() {
+	p.frozen.Store(true)
+	p.mu.Lock()
+	for _, sl := range p.slotList() {
+		sl.cancel()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// startLoops starts a loop for every slot (after a handover, adopting its
+// connection), and slots up to upstream.connections.
+func (p *pool) startLoops() {
+	p.frozen.Store(false)
+	p.mu.Lock()
+	for i, sl := range p.slotList() {
+		ctx, cancel := context.WithCancel(p.ctx)
+		sl.cancel = cancel
+		p.wg.Add(1)
+		go func() { defer p.wg.Done(); p.slotLoop(ctx, i, sl) }()
+	}
+	p.mu.Unlock()
+	p.resize(max(p.srv.cfg.Load().UpstreamConns, len(p.slotList())))
+	p.connChanged()
+}
+
+// adopt puts a provider connection from a handover into its slot: registered with
+// netpoll, its writer held, no handler yet (upConn.serve).
+func (p *pool) adopt(cs UpConnSnapshot) (*upConn, error) {
+	conn, err := netpoll.NewFDConnection(cs.FD)
+	if err != nil {
+		return nil, err
+	}
+	uc := newUpConn(p, conn, cs.FD, cs.Slot)
+	uc.w.held = true
+	uc.state.Store(cs.State)
+	uc.nextID = cs.NextID
+	uc.rd.skip = cs.Skip
+	p.mu.Lock()
+	next := append([]*poolSlot(nil), p.slotList()...)
+	for len(next) <= cs.Slot {
+		next = append(next, &poolSlot{cancel: func() {}})
+	}
+	next[cs.Slot].uc.Store(uc)
+	p.slots.Store(&next)
+	p.mu.Unlock()
+	return uc, nil
 }
 
 func (p *pool) slotList() []*poolSlot { return *p.slots.Load() }
@@ -98,27 +157,34 @@ func (p *pool) retiring(slot int) bool { return slot >= len(p.slotList()) }
 func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 	srv := p.srv
 	var bo keepalive.Backoff
-	connectedBefore := false
+	connectedBefore := sl.uc.Load() != nil
 	for ctx.Err() == nil && !sl.retire.Load() {
 		cfg := srv.cfg.Load()
 		bo.Base, bo.Max = cfg.BackoffBase, cfg.BackoffMax
-		uc, err := p.connect(idx)
-		if err != nil {
-			d := bo.Next()
-			p.dials.failed(p, err, d)
-			if !srv.sleep(ctx, d) {
+		uc := sl.uc.Load() // a connection adopted from a handover
+		if uc == nil {
+			var err error
+			if uc, err = p.connect(idx); err != nil {
+				d := bo.Next()
+				p.dials.failed(p, err, d)
+				if !srv.sleep(ctx, d) {
+					return
+				}
+				continue
+			}
+			if p.frozen.Load() { // a handover froze the pool while this one was dialed
+				uc.close("handover")
 				return
 			}
-			continue
+			if connectedBefore {
+				srv.m.upReconnects.Inc()
+			}
+			connectedBefore = true
+			bo.Reset()
+			sl.uc.Store(uc)
+			p.dials.connected(p, idx)
 		}
-		if connectedBefore {
-			srv.m.upReconnects.Inc()
-		}
-		connectedBefore = true
-		bo.Reset()
-		sl.uc.Store(uc)
 		srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
-		p.dials.connected(p, idx)
 		p.connChanged()
 		if p.wasDown.CompareAndSwap(true, false) {
 			p.startWarmup()
@@ -128,6 +194,9 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 		select {
 		case <-uc.done:
 		case <-ctx.Done():
+			if p.frozen.Load() {
+				return // a handover: the connection stays, with its state, for whoever serves next
+			}
 			if sl.retire.Load() && p.ctx.Err() == nil {
 				// Retiring: in-flight requests finish; the last answer (readonlyDrained) or
 				// max_request_age (onSweep) closes the connection.
@@ -171,19 +240,8 @@ func (p *pool) connect(slot int) (*upConn, error) {
 		return nil, err
 	}
 	uc := newUpConn(p, conn, fd, slot)
-	_ = conn.AddCloseCallback(func(netpoll.Connection) error {
-		// Synchronously, before netpoll closes the fd: no write may reach a reused fd
-		// number. netpoll never runs this while onRequest runs, so the reader is ours.
-		uc.w.close()
-		uc.rd.reset(&srv.budget)
-		srv.spawn(func() { uc.fail("closed by provider") })
-		return nil
-	})
-	_ = conn.SetOnRequest(uc.onRequest)
-	if !conn.IsActive() {
-		_ = conn.Close() // gone already: netpoll ran no close callback for it without a handler
-		<-uc.done
-		return nil, errClosedAtConnect
+	if err := uc.serve(); err != nil {
+		return nil, err
 	}
 	return uc, nil
 }

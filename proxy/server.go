@@ -63,6 +63,11 @@ type Server struct {
 	draining  atomic.Bool
 	closed    atomic.Bool
 
+	handover    handoverGate
+	restoring   *Snapshot // set by Restore: Start adopts it
+	wheelCancel context.CancelFunc
+	wheelDone   chan struct{}
+
 	hookServeFD atomic.Pointer[func(fd int)] // tests: runs between netpoll registration and handler setup
 }
 
@@ -130,7 +135,11 @@ func (s *Server) Start(ctx context.Context) error {
 		return ErrServerClosed
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
-	s.spawn(func() { s.wheel.Run(s.ctx) })
+	s.startWheel()
+	if sn := s.restoring; sn != nil {
+		s.restoring = nil
+		return s.restore(sn)
+	}
 	if cfg := s.cfg.Load(); !cfg.Transparent {
 		p := newPool(s, cfg.Upstream, 0)
 		s.mu.Lock()
@@ -139,6 +148,22 @@ func (s *Server) Start(ctx context.Context) error {
 		p.connChanged()
 	}
 	return nil
+}
+
+// startWheel runs the timing wheel's driver until stopWheel or shutdown.
+func (s *Server) startWheel() {
+	ctx, cancel := context.WithCancel(s.ctx)
+	done := make(chan struct{})
+	s.wheelCancel, s.wheelDone = cancel, done
+	s.spawn(func() { defer close(done); s.wheel.Run(ctx) })
+}
+
+// stopWheel stops the driver and waits for it: no timer fires until startWheel.
+func (s *Server) stopWheel() {
+	if s.wheelCancel != nil {
+		s.wheelCancel()
+		<-s.wheelDone
+	}
 }
 
 // Config returns the active proxy configuration.

@@ -44,6 +44,7 @@ type session struct {
 	timer    keepalive.Timer
 	inflight atomic.Int32 // accepted two-way requests not yet answered
 	counts   sessionCounters
+	stash    []byte   // bytes read during a handover, not yet handled (handover.go)
 	scratch  [32]byte // heartbeat replies; used by onRequest only (one at a time)
 
 	closing  atomic.Bool
@@ -62,11 +63,23 @@ func newSession(srv *Server, p *pool, conn netpoll.Connection, fd int, remote ne
 }
 
 func (s *session) onRequest(_ context.Context, conn netpoll.Connection) error {
+	r := conn.Reader()
+	if s.srv.handover.holding() { // a handover: keep the bytes for whoever serves next
+		s.stash = stashAll(s.stash, r)
+		s.srv.handover.park()
+		return nil
+	}
+	s.consume(r)
+	_ = r.Release()
+	return nil
+}
+
+// consume handles every whole frame available in r and keeps a partial one.
+func (s *session) consume(r byteSource) {
 	srv := s.srv
 	cfg := srv.cfg.Load()
 	now := srv.now()
 	s.idle.Touch(now)
-	r := conn.Reader()
 	wasPartial := s.rd.partialSince() != 0
 	for !s.closing.Load() {
 		f, frame, res, err := s.rd.next(r, srv.codec, cfg.MaxFrameBytes, false, &srv.budget, now)
@@ -89,12 +102,10 @@ func (s *session) onRequest(_ context.Context, conn netpoll.Connection) error {
 	if s.closing.Load() {
 		_ = r.Skip(r.Len()) // the connection is going away: nothing more is read
 	}
-	_ = r.Release()
 	if !wasPartial && s.rd.partialSince() != 0 && cfg.FrameReadTimeout > 0 &&
 		(cfg.DownstreamIdleTimeout == 0 || cfg.FrameReadTimeout < cfg.DownstreamIdleTimeout) {
 		srv.wheel.Schedule(&s.timer, cfg.FrameReadTimeout) // onTimer re-arms for whatever comes first
 	}
-	return nil
 }
 
 func (s *session) handle(f Frame, frame []byte, cfg *Config, now int64) {

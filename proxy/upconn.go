@@ -53,6 +53,7 @@ type upConn struct {
 	live     liveness // onBeat only
 	done     chan struct{}
 	scratch  [64]byte // onRequest only: heartbeat replies
+	stash    []byte   // bytes read during a handover, not yet handled (handover.go)
 
 	counts  upCounters
 	sent    atomic.Uint64 // two-way requests sent (warm-up's rate meter)
@@ -77,6 +78,26 @@ func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 	uc.beat.Init(uc.onBeat)
 	uc.stall.Init(uc.onStallTimer)
 	return uc
+}
+
+// serve sets the connection's netpoll handlers.
+func (uc *upConn) serve() error {
+	srv := uc.pool.srv
+	_ = uc.conn.AddCloseCallback(func(netpoll.Connection) error {
+		// Synchronously, before netpoll closes the fd: no write may reach a reused fd
+		// number. netpoll never runs this while onRequest runs, so the reader is ours.
+		uc.w.close()
+		uc.rd.reset(&srv.budget)
+		srv.spawn(func() { uc.fail("closed by provider") })
+		return nil
+	})
+	_ = uc.conn.SetOnRequest(uc.onRequest)
+	if !uc.conn.IsActive() {
+		_ = uc.conn.Close() // gone already: netpoll ran no close callback for it without a handler
+		<-uc.done
+		return errClosedAtConnect
+	}
+	return nil
 }
 
 // send puts a two-way request on this connection under a fresh upstream id. It
@@ -154,11 +175,23 @@ func (uc *upConn) sendControl(frame []byte, beat bool) bool {
 }
 
 func (uc *upConn) onRequest(_ context.Context, conn netpoll.Connection) error {
+	r := conn.Reader()
+	if uc.pool.srv.handover.holding() { // a handover: keep the bytes for whoever serves next
+		uc.stash = stashAll(uc.stash, r)
+		uc.pool.srv.handover.park()
+		return nil
+	}
+	uc.consume(r)
+	_ = r.Release()
+	return nil
+}
+
+// consume handles every whole frame available in r and keeps a partial one.
+func (uc *upConn) consume(r byteSource) {
 	srv := uc.pool.srv
 	cfg := srv.cfg.Load()
 	now := srv.now()
 	uc.lastRead.Store(now)
-	r := conn.Reader()
 	for uc.state.Load() != stateClosed {
 		f, frame, res, err := uc.rd.next(r, srv.codec, cfg.MaxFrameBytes, true, &srv.budget, now)
 		if res == readMore {
@@ -178,8 +211,6 @@ func (uc *upConn) onRequest(_ context.Context, conn netpoll.Connection) error {
 	if uc.state.Load() == stateClosed {
 		_ = r.Skip(r.Len())
 	}
-	_ = r.Release()
-	return nil
 }
 
 func (uc *upConn) handle(f Frame, frame []byte, now int64) {

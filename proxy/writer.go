@@ -54,7 +54,8 @@ type writer struct {
 	writing    bool   // a goroutine holds the writer role
 	stalled    bool   // the flusher holds the role
 	closed     bool
-	charged    int // stalled bytes charged to budget
+	held       bool // a handover: senders queue, nobody writes (hold, export, resume)
+	charged    int  // stalled bytes charged to budget
 	progressAt int64
 	file       *os.File // while the flusher runs: a dup of fd registered with Go's poller
 	err        error    // the socket error that ended writing
@@ -89,7 +90,7 @@ func (w *writer) send(b []byte, maxQueued int) (off uint64, accepted bool, err e
 		return 0, false, errWriterClosed
 	}
 	off = w.appended
-	if w.writing {
+	if w.writing || w.held {
 		if queued := int(off - w.written.Load()); maxQueued > 0 && queued > 0 && queued+len(b) > maxQueued {
 			w.mu.Unlock()
 			return 0, false, errQueueFull
@@ -135,7 +136,7 @@ func (w *writer) send(b []byte, maxQueued int) (off uint64, accepted bool, err e
 func (w *writer) run() error {
 	for {
 		w.mu.Lock()
-		if w.closed || len(w.q) == 0 {
+		if w.closed || w.held || len(w.q) == 0 {
 			w.writing = false
 			w.mu.Unlock()
 			return nil
@@ -168,7 +169,8 @@ func (w *writer) stallOrFail(werr error) error {
 		w.mu.Unlock()
 		return werr
 	}
-	if w.closed {
+	if w.closed || w.held { // a held writer keeps its batch for export or resume
+		w.writing = false
 		w.mu.Unlock()
 		return nil
 	}
@@ -222,6 +224,13 @@ func (w *writer) flush() {
 				w.batches.observe(frames)
 			}
 		}
+		if w.held { // a handover: leave the rest to whoever resumes the writer
+			w.file, w.stalled, w.writing = nil, false, false
+			w.budget.release(w.charged)
+			w.charged = 0
+			w.mu.Unlock()
+			return
+		}
 		rest := w.batch[w.sent:]
 		w.mu.Unlock()
 
@@ -233,8 +242,9 @@ func (w *writer) flush() {
 			w.budget.release(n)
 			w.charged -= n
 		}
+		held := w.held
 		w.mu.Unlock()
-		if werr != nil {
+		if werr != nil && !held { // hold closes the file under us: not a socket error
 			w.fail(werr)
 			return
 		}
@@ -405,4 +415,66 @@ func (w *writer) stalledFor(now int64) int64 {
 		return 0
 	}
 	return max(now-w.progressAt, 1)
+}
+
+// hold stops writing for a handover: senders keep queueing, the flusher (if any)
+// stops after its current write(2), and no other write(2) starts. It waits for a
+// write in progress to end, so that export sees what the kernel has.
+func (w *writer) hold() {
+	w.mu.Lock()
+	w.held = true
+	f := w.file
+	w.mu.Unlock()
+	if f != nil {
+		f.Close() // wakes a flusher waiting for the socket; it sees held and leaves
+	}
+	w.fdMu.Lock() // a direct write(2) in progress has finished once this is taken
+	w.fdMu.Unlock()
+}
+
+// export returns what a held writer has not handed to the kernel: out starts at a
+// frame boundary, out[:sent] was written already (the head of a frame the kernel
+// took part of), and base is the stream offset of out[0], so that a frame at offset
+// off (off >= base) is at off-base in out. A frame that ended before base was
+// written whole.
+func (w *writer) export() (out []byte, sent int, base uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.batch) > 0 {
+		out = append(append(out, w.batch...), w.q...)
+		return out, w.sent, w.batchOff
+	}
+	return append(out, w.q...), 0, w.appended - uint64(len(w.q))
+}
+
+// resume ends a hold: out (as export describes it) is written first, then whatever
+// was queued since; the writer role starts on a flusher when there is anything to
+// write. A writer that was never held (a new one in a restored process) takes out
+// the same way.
+func (w *writer) resume(out []byte, sent int) {
+	w.mu.Lock()
+	w.held = false
+	if out != nil { // a restored writer: its stream starts with out
+		w.batch, w.sent, w.batchOff = out, sent, 0
+		w.appended = uint64(len(out)) + uint64(len(w.q))
+		w.written.Store(uint64(sent))
+	}
+	if w.writing { // a sender or flusher still holds the role and will see the queue
+		w.mu.Unlock()
+		return
+	}
+	if len(w.batch) == w.sent {
+		w.batch, w.sent = nil, 0
+		if len(w.q) == 0 {
+			w.mu.Unlock()
+			return
+		}
+	}
+	// Something to write: the flusher takes the role (it waits for the socket if need be).
+	w.writing, w.stalled = true, true
+	w.progressAt = w.now()
+	w.charged = len(w.batch) - w.sent + len(w.q)
+	w.budget.force(w.charged)
+	w.mu.Unlock()
+	w.spawn(w.flush)
 }

@@ -3,14 +3,11 @@ package xds
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -287,28 +284,11 @@ func clientCredentials(cfg ClientConfig) (credentials.TransportCredentials, erro
 	if cfg.CA == "" && cfg.Cert == "" && cfg.Key == "" {
 		return insecure.NewCredentials(), nil
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.ServerName}
-	if cfg.CA != "" {
-		pem, err := os.ReadFile(cfg.CA)
-		if err != nil {
-			return nil, fmt.Errorf("xds client: CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("xds client: CA %s: no PEM certificates", cfg.CA)
-		}
-		tc.RootCAs = pool
+	ct, err := newClientTLS(cfg.CA, cfg.Cert, cfg.Key, 10*time.Second)
+	if err != nil {
+		return nil, err
 	}
-	if (cfg.Cert == "") != (cfg.Key == "") {
-		return nil, errors.New("xds client: a client certificate needs both cert and key")
-	}
-	if cfg.Cert != "" {
-		kp, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
-		if err != nil {
-			return nil, fmt.Errorf("xds client: client certificate: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{kp}
-	}
+	tc := ct.config(cfg.ServerName)
 	return credentials.NewTLS(tc), nil
 }
 

@@ -115,3 +115,56 @@ func TestClientMTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestClientTLSReloadsRotatedFiles: a certificate and CA rotated in place (as
+// cert-manager and the kubelet do with a mounted Secret) are used by the next
+// handshake without a restart; a rotation that does not load keeps the previous ones.
+func TestClientTLSReloadsRotatedFiles(t *testing.T) {
+	dir := t.TempDir()
+	ca1, ca2 := newCert(t, "ca-1", nil, false), newCert(t, "ca-2", nil, false)
+	caPath, _ := ca1.write(t, dir, "ca")
+	cliCert, cliKey := newCert(t, "sidecar-1", ca1, false).write(t, dir, "client")
+	ct, err := newClientTLS(caPath, cliCert, cliKey, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ct.config("")
+	verify := func(server *testCert) error {
+		return cfg.VerifyConnection(tls.ConnectionState{ServerName: "127.0.0.1", PeerCertificates: []*x509.Certificate{server.cert}})
+	}
+	clientCN := func() string {
+		c, err := cfg.GetClientCertificate(nil)
+		if err != nil || len(c.Certificate) == 0 {
+			t.Fatalf("client certificate: %v", err)
+		}
+		x, _ := x509.ParseCertificate(c.Certificate[0])
+		return x.Subject.CommonName
+	}
+	if err := verify(newCert(t, "cp", ca1, true)); err != nil || clientCN() != "sidecar-1" {
+		t.Fatalf("before rotation: verify %v, client %s", err, clientCN())
+	}
+	// Rotate: a new CA and client certificate, written in place, newer modification times.
+	ca2.write(t, dir, "ca")
+	newCert(t, "sidecar-2", ca2, false).write(t, dir, "client")
+	later := time.Now().Add(time.Minute)
+	for _, f := range []string{caPath, cliCert, cliKey} {
+		_ = os.Chtimes(f, later, later)
+	}
+	if err := verify(newCert(t, "cp", ca2, true)); err != nil {
+		t.Fatalf("a server signed by the rotated CA: %v", err)
+	}
+	if err := verify(newCert(t, "cp", ca1, true)); err == nil {
+		t.Fatal("a server signed by the old CA still verifies")
+	}
+	if cn := clientCN(); cn != "sidecar-2" {
+		t.Fatalf("client certificate after rotation: %s", cn)
+	}
+	// A half-written rotation keeps what works.
+	if err := os.WriteFile(cliCert, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chtimes(cliCert, later.Add(time.Minute), later.Add(time.Minute))
+	if cn := clientCN(); cn != "sidecar-2" {
+		t.Fatalf("after a broken rotation: %s", cn)
+	}
+}

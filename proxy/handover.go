@@ -1,0 +1,563 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudwego/netpoll"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// A handover moves the whole data plane to another process (Stormgate's own
+// upgrade) without closing a connection: Freeze stops it at frame boundaries and
+// returns a Snapshot; the new process (the same PID after execve) passes it to
+// Restore. Nothing in flight is lost or answered twice: every consumer and provider
+// socket moves (its fd survives exec), and with each its unread bytes, its unsent
+// bytes, and the books (pending tables, hold queues). If the handover fails before
+// exec, Thaw resumes this process where it stopped.
+//
+//	| step (Freeze)            | what stops                                  | why
+//	|--------------------------|---------------------------------------------|------------------------------------------
+//	| 1 stash                  | handlers keep what they read, handle none   | the books stop changing from the wire
+//	| 2 timers, dialers        | the wheel; the pools' reconnect loops       | no expiry, heartbeat or new connection
+//	| 3 hold writers           | write(2); senders still queue               | what is unsent is known and stays ours
+//	| 4 wait for tasks         | a fail, a flusher in progress               | their answers land in the held queues
+//	| 5 park every poller      | netpoll reads nothing more                  | the stash is final
+//	| 6 snapshot               |                                             | copies; CLOEXEC cleared on every socket
+//
+// Parking: with handlers on the pollers (ConfigureNetpoll), a handler that blocks
+// blocks its poller. In step 5 every handler blocks after stashing, and one trigger
+// connection per poller makes sure each poller runs one. netpoll cannot detach a
+// connection from inside such a handler (see writer.close), so Freeze never detaches:
+// the process image that ran the pollers is replaced by exec.
+
+// handoverGate is what the handlers consult (holding, park).
+type handoverGate struct {
+	stashing atomic.Bool
+	parking  atomic.Bool
+	parked   atomic.Int32
+	mu       sync.Mutex
+	release  chan struct{} // closed by thaw to unpark the pollers
+	peers    []int         // the other ends of the trigger connections
+}
+
+// holding reports whether handlers must stash instead of handling.
+func (g *handoverGate) holding() bool { return g.stashing.Load() }
+
+// park blocks the calling handler (and so its poller) while the pollers are parked.
+func (g *handoverGate) park() {
+	if !g.parking.Load() {
+		return
+	}
+	g.mu.Lock()
+	ch := g.release
+	g.mu.Unlock()
+	g.parked.Add(1)
+	<-ch
+	g.parked.Add(-1)
+}
+
+// stashAll appends every byte r holds to dst and releases them.
+func stashAll(dst []byte, r netpoll.Reader) []byte {
+	if n := r.Len(); n > 0 {
+		b, _ := r.Next(n)
+		dst = append(dst, b...)
+	}
+	_ = r.Release()
+	return dst
+}
+
+// Snapshot is the data plane's state at a handover. It refers to sockets by fd number:
+// valid in this process, and in the process image exec starts (CLOEXEC is cleared).
+type Snapshot struct {
+	Taken    time.Time         `json:"taken"`
+	Sessions []SessionSnapshot `json:"sessions"`
+	Pools    []PoolSnapshot    `json:"pools"`
+}
+
+// SessionSnapshot is one consumer connection.
+type SessionSnapshot struct {
+	FD       int           `json:"fd"`
+	Remote   string        `json:"remote"`
+	Port     uint16        `json:"port"` // pool key: the original destination port in transparent mode, else 0
+	Readonly bool          `json:"readonly,omitempty"`
+	Idle     time.Duration `json:"idle"`           // since the consumer last sent anything
+	In       []byte        `json:"in,omitempty"`   // read, not handled: a partial frame and what followed
+	Skip     int           `json:"skip,omitempty"` // bytes of a refused frame still to discard
+	Out      []byte        `json:"out,omitempty"`  // not written yet; Out[:Sent] went out already
+	Sent     int           `json:"sent,omitempty"`
+	Partial  time.Duration `json:"partial,omitempty"` // age of the partial frame, for frame_read_timeout
+}
+
+// PoolSnapshot is one provider address: its connections and its hold queue.
+type PoolSnapshot struct {
+	Addr         string           `json:"addr"`
+	Port         uint16           `json:"port"`
+	ReadonlySent bool             `json:"readonly_sent,omitempty"`
+	Conns        []UpConnSnapshot `json:"conns"`
+	Held         []HeldSnapshot   `json:"held,omitempty"`
+}
+
+// UpConnSnapshot is one provider connection with its pending table.
+type UpConnSnapshot struct {
+	FD      int               `json:"fd"`
+	Slot    int               `json:"slot"`
+	State   int32             `json:"state"`
+	NextID  int64             `json:"next_id"`
+	In      []byte            `json:"in,omitempty"`
+	Skip    int               `json:"skip,omitempty"`
+	Out     []byte            `json:"out,omitempty"`
+	Sent    int               `json:"sent,omitempty"`
+	Pending []PendingSnapshot `json:"pending,omitempty"`
+}
+
+// PendingSnapshot is one request on a provider connection.
+type PendingSnapshot struct {
+	UpstreamID int64         `json:"up"`
+	Session    int           `json:"s"` // index in Sessions; -1: the consumer left; -2: Stormgate's heartbeat
+	ID         int64         `json:"id"`
+	Serial     byte          `json:"ser"`
+	Age        time.Duration `json:"age"`
+	Off        uint64        `json:"off"` // offset in the connection's Out; with N 0: written before it
+	N          int           `json:"n"`
+}
+
+// HeldSnapshot is one held request.
+type HeldSnapshot struct {
+	Session int           `json:"s"`
+	ID      int64         `json:"id"`
+	Serial  byte          `json:"ser"`
+	Age     time.Duration `json:"age"`
+	Frame   []byte        `json:"frame"`
+}
+
+// FDs lists every socket the snapshot refers to.
+func (sn *Snapshot) FDs() []int {
+	var fds []int
+	for _, s := range sn.Sessions {
+		fds = append(fds, s.FD)
+	}
+	for _, p := range sn.Pools {
+		for _, c := range p.Conns {
+			fds = append(fds, c.FD)
+		}
+	}
+	return fds
+}
+
+// MarshalBinary encodes the snapshot (JSON).
+func (sn *Snapshot) MarshalBinary() ([]byte, error) { return json.Marshal(sn) }
+
+// UnmarshalBinary decodes what MarshalBinary wrote.
+func (sn *Snapshot) UnmarshalBinary(b []byte) error { return json.Unmarshal(b, sn) }
+
+// ErrFrozen is returned by Freeze when a handover is already under way.
+var ErrFrozen = errors.New("proxy: already frozen for a handover")
+
+// Freeze stops the data plane at frame boundaries and returns its state (see the
+// table above). Afterwards the Server handles nothing until Thaw; the caller execs
+// the new process with the snapshot, or calls Thaw if it cannot. Freeze the listener
+// (admission) first: a connection handed to ServeFD during a freeze is lost. ctx
+// bounds the wait for the pollers to park.
+func (s *Server) Freeze(ctx context.Context) (*Snapshot, error) {
+	if !netpollInline() {
+		return nil, errors.New("proxy: Freeze needs handlers on the pollers (ConfigureNetpoll)")
+	}
+	g := &s.handover
+	if !g.stashing.CompareAndSwap(false, true) {
+		return nil, ErrFrozen
+	}
+	start := time.Now()
+	g.mu.Lock()
+	g.release = make(chan struct{})
+	g.mu.Unlock()
+
+	s.stopWheel()
+	pools := s.poolList()
+	for _, p := range pools {
+		p.freezeLoops()
+	}
+	s.eachWriter(func(w *writer) { w.hold() })
+	s.tasks.Wait()
+	if err := g.parkPollers(ctx); err != nil {
+		s.Thaw()
+		return nil, fmt.Errorf("proxy: freeze: %w", err)
+	}
+	sn, err := s.snapshot(pools)
+	if err != nil {
+		s.Thaw()
+		return nil, fmt.Errorf("proxy: freeze: %w", err)
+	}
+	s.log.Info("data plane frozen for a handover", zap.Int("consumers", len(sn.Sessions)),
+		zap.Int("pools", len(sn.Pools)), zap.Duration("took", time.Since(start)))
+	return sn, nil
+}
+
+// parkPollers blocks every netpoll poller in a handler: one trigger connection per
+// poller (netpoll assigns new connections to pollers round robin) gets one byte.
+func (g *handoverGate) parkPollers(ctx context.Context) error {
+	g.parking.Store(true)
+	n := netpollPollers()
+	for range 2 * n {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		c, err := netpoll.NewFDConnection(fds[0])
+		if err != nil {
+			unix.Close(fds[0])
+			unix.Close(fds[1])
+			return err
+		}
+		_ = c.SetOnRequest(func(_ context.Context, c netpoll.Connection) error {
+			r := c.Reader()
+			_ = r.Skip(r.Len())
+			_ = r.Release()
+			g.park()
+			return nil
+		})
+		g.peers = append(g.peers, fds[1])
+		_, _ = unix.Write(fds[1], []byte{1})
+	}
+	for int(g.parked.Load()) < n {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d pollers parked: %w", g.parked.Load(), n, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Thaw resumes a frozen Server in this process: what was read meanwhile is handled,
+// writers write again, timers and reconnect loops run. A no-op when not frozen.
+func (s *Server) Thaw() {
+	g := &s.handover
+	if !g.stashing.Load() {
+		return
+	}
+	// The pollers are parked (or never were): nothing else touches the stashes now.
+	for _, p := range s.poolList() {
+		for _, sl := range p.slotList() {
+			if uc := sl.uc.Load(); uc != nil && len(uc.stash) > 0 {
+				in := uc.stash
+				uc.stash = nil
+				uc.consume(&sliceSource{b: in})
+			}
+		}
+	}
+	s.sessions.each(func(ss *session) {
+		if len(ss.stash) > 0 {
+			in := ss.stash
+			ss.stash = nil
+			ss.consume(&sliceSource{b: in})
+		}
+	})
+	s.eachWriter(func(w *writer) { w.resume(nil, 0) })
+	g.stashing.Store(false)
+	g.parking.Store(false)
+	g.mu.Lock()
+	close(g.release)
+	peers := g.peers
+	g.peers = nil
+	g.mu.Unlock()
+	for _, fd := range peers {
+		// The trigger's end sees the hangup and netpoll closes it from its poller: a
+		// netpoll Close here could race its handler's return (see writer.close).
+		_ = unix.Close(fd)
+	}
+	s.startWheel()
+	for _, p := range s.poolList() {
+		p.startLoops()
+	}
+	s.log.Info("data plane thawed: serving again in this process")
+}
+
+// eachWriter calls f for the writer of every live connection.
+func (s *Server) eachWriter(f func(*writer)) {
+	for _, p := range s.poolList() {
+		for _, sl := range p.slotList() {
+			if uc := sl.uc.Load(); uc != nil {
+				f(&uc.w)
+			}
+		}
+	}
+	s.sessions.each(func(ss *session) { f(&ss.w) })
+}
+
+// snapshot copies the frozen state.
+func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
+	now := s.now()
+	sn := &Snapshot{Taken: time.Now()}
+	index := map[*session]int{}
+	var err error
+	s.sessions.each(func(ss *session) {
+		if ss.closing.Load() || err != nil {
+			return // closing anyway: its fd keeps CLOEXEC and closes at exec
+		}
+		in, skip := ss.rd.exportPartial()
+		out, sent, _ := ss.w.export()
+		st := SessionSnapshot{FD: ss.fd, Remote: ss.remote.String(), Port: ss.pool.port, Readonly: ss.readonly.Load(),
+			Idle: time.Duration(now - ss.idle.Last()), In: append(in, ss.stash...), Skip: skip, Out: out, Sent: sent}
+		if since := ss.rd.partialSince(); since != 0 {
+			st.Partial = time.Duration(now - since)
+		}
+		index[ss] = len(sn.Sessions)
+		sn.Sessions = append(sn.Sessions, st)
+		err = keepOnExec(ss.fd)
+	})
+	if err != nil {
+		return nil, err
+	}
+	sessionOf := func(ss *session) int {
+		if ss == nil {
+			return -2
+		}
+		if i, ok := index[ss]; ok {
+			return i
+		}
+		return -1
+	}
+	for _, p := range pools {
+		ps := PoolSnapshot{Addr: p.addr, Port: p.port, ReadonlySent: p.readonlySent.Load()}
+		for _, sl := range p.slotList() {
+			uc := sl.uc.Load()
+			if uc == nil || uc.state.Load() == stateClosed {
+				continue
+			}
+			in, skip := uc.rd.exportPartial()
+			out, sent, base := uc.w.export()
+			cs := UpConnSnapshot{FD: uc.w.fd, Slot: uc.slot, State: uc.state.Load(), NextID: uc.nextID,
+				In: append(in, uc.stash...), Skip: skip, Out: out, Sent: sent}
+			for id, e := range uc.pending.m {
+				ent := PendingSnapshot{UpstreamID: id, Session: sessionOf(e.sess), ID: e.id, Serial: e.serial,
+					Age: time.Duration(now - e.arrived)}
+				if e.off >= base { // in Out; before base the kernel took it whole
+					ent.Off, ent.N = e.off-base, e.n
+				}
+				cs.Pending = append(cs.Pending, ent)
+			}
+			ps.Conns = append(ps.Conns, cs)
+			if err := keepOnExec(uc.w.fd); err != nil {
+				return nil, err
+			}
+		}
+		p.hold.mu.Lock()
+		for _, e := range p.hold.q[p.hold.head:] {
+			ps.Held = append(ps.Held, HeldSnapshot{Session: sessionOf(e.sess), ID: e.id, Serial: e.serial,
+				Age: time.Duration(now - e.arrived), Frame: e.frame})
+		}
+		p.hold.mu.Unlock()
+		sn.Pools = append(sn.Pools, ps)
+	}
+	return sn, nil
+}
+
+// keepOnExec clears FD_CLOEXEC: the socket survives exec.
+func keepOnExec(fd int) error {
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0)
+	return err
+}
+
+// Restore builds a Server that resumes the state of sn (from Freeze, in this
+// process or in the one before exec). Start it as usual: it adopts the snapshot's
+// connections and dials only for slots that have none.
+func Restore(sn *Snapshot, cfg Config, opts Options) (*Server, error) {
+	s, err := New(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.restoring = sn
+	return s, nil
+}
+
+// restore is Start's work for a restored Server: the books and the sockets back in
+// place, then what was read during the handover handled, then serving.
+func (s *Server) restore(sn *Snapshot) error {
+	now := s.now()
+	cfg := s.cfg.Load()
+	// Pools first, without their loops: sessions and pending entries refer to them.
+	pools := map[uint16]*pool{}
+	for _, ps := range sn.Pools {
+		p := newPoolStopped(s, ps.Addr, ps.Port)
+		p.readonlySent.Store(ps.ReadonlySent)
+		pools[ps.Port] = p
+	}
+	poolFor := func(port uint16) *pool {
+		if p, ok := pools[port]; ok {
+			return p
+		}
+		addr := cfg.Upstream
+		if cfg.Transparent {
+			addr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), port).String()
+		}
+		p := newPoolStopped(s, addr, port)
+		pools[port] = p
+		return p
+	}
+	// Sessions: their writers held until everything is in place.
+	sessions := make([]*session, len(sn.Sessions))
+	gone := &session{srv: s} // for requests whose consumer left: their answers are dropped
+	gone.closing.Store(true)
+	for i, st := range sn.Sessions {
+		remote, _ := netip.ParseAddrPort(st.Remote)
+		ss := newSession(s, poolFor(st.Port), nil, st.FD, remote)
+		ss.w.held = true
+		ss.idle.Touch(now - int64(st.Idle))
+		ss.readonly.Store(st.Readonly)
+		ss.rd.skip = st.Skip
+		sessions[i] = ss
+	}
+	sessionAt := func(i int) *session {
+		if i >= 0 && i < len(sessions) {
+			return sessions[i]
+		}
+		return gone
+	}
+	// Provider connections with their books.
+	var ups []*upConn
+	for _, ps := range sn.Pools {
+		p := pools[ps.Port]
+		for _, cs := range ps.Conns {
+			uc, err := p.adopt(cs)
+			if err != nil {
+				return err
+			}
+			for _, e := range cs.Pending {
+				var r request
+				if e.Session != -2 {
+					r = request{sess: sessionAt(e.Session), id: e.ID, serial: e.Serial, arrived: now - int64(e.Age)}
+					s.accept(r)
+				}
+				uc.pending.add(e.UpstreamID, pending{request: r, off: e.Off, n: e.N})
+				uc.npending.Add(1)
+			}
+			ups = append(ups, uc)
+		}
+		held := make([]held, 0, len(ps.Held))
+		for _, h := range ps.Held {
+			r := request{sess: sessionAt(h.Session), id: h.ID, serial: h.Serial, arrived: now - int64(h.Age)}
+			s.accept(r)
+			held = append(held, heldEntry(r, h.Frame))
+		}
+		defer p.hold.rehold(held) // once the connections take requests
+	}
+	s.mu.Lock()
+	for port, p := range pools {
+		s.pools[port] = p
+	}
+	s.mu.Unlock()
+	// What was read during the handover, in order: answers, then requests.
+	for i, uc := range ups {
+		uc.consume(&sliceSource{b: restoredIn(sn, i)})
+	}
+	for i, ss := range sessions {
+		st := sn.Sessions[i]
+		if st.Partial > 0 {
+			defer ss.rd.since.Store(now - int64(st.Partial))
+		}
+		ss.consume(&sliceSource{b: st.In})
+	}
+	// Serving: handlers on, writers on, timers armed.
+	for _, uc := range ups {
+		if err := uc.serve(); err != nil {
+			return err
+		}
+	}
+	for i, ss := range sessions {
+		if err := s.serveRestored(ss); err != nil {
+			s.log.Warn("a consumer connection could not be restored; closing it", zap.Stringer("peer", ss.remote), zap.Error(err))
+			continue
+		}
+		ss.w.resume(sn.Sessions[i].Out, sn.Sessions[i].Sent)
+	}
+	for i, uc := range ups {
+		c := restoredUp(sn, i)
+		uc.w.resume(c.Out, c.Sent)
+	}
+	for _, p := range pools {
+		p.startLoops()
+	}
+	s.log.Info("data plane restored from a handover", zap.Int("consumers", len(sessions)),
+		zap.Int("provider_connections", len(ups)), zap.Duration("since_freeze", time.Since(sn.Taken)))
+	return nil
+}
+
+// restoredUp is the i-th provider connection of sn, counting over pools in order.
+func restoredUp(sn *Snapshot, i int) UpConnSnapshot {
+	for _, p := range sn.Pools {
+		if i < len(p.Conns) {
+			return p.Conns[i]
+		}
+		i -= len(p.Conns)
+	}
+	return UpConnSnapshot{}
+}
+
+func restoredIn(sn *Snapshot, i int) []byte { return restoredUp(sn, i).In }
+
+func heldEntry(r request, frame []byte) held { return held{request: r, frame: frame} }
+
+// serveRestored registers a restored consumer connection with netpoll.
+func (s *Server) serveRestored(ss *session) error {
+	conn, err := netpoll.NewFDConnection(ss.fd)
+	if err != nil {
+		return err
+	}
+	ss.conn = conn
+	s.sessions.add(ss)
+	s.m.downConns.Inc()
+	if t := s.cfg.Load().DownstreamIdleTimeout; t > 0 {
+		s.wheel.Schedule(&ss.timer, max(ss.idle.Remaining(s.now(), t), time.Millisecond))
+	}
+	_ = conn.AddCloseCallback(ss.onClosed)
+	_ = conn.SetOnRequest(ss.onRequest)
+	if !conn.IsActive() {
+		_ = conn.Close()
+	}
+	return nil
+}
+
+// sliceSource is a byteSource over bytes in memory (a handover's stash).
+type sliceSource struct{ b []byte }
+
+func (r *sliceSource) Len() int { return len(r.b) }
+
+func (r *sliceSource) Peek(n int) ([]byte, error) {
+	if n > len(r.b) {
+		return nil, errors.New("short")
+	}
+	return r.b[:n], nil
+}
+
+func (r *sliceSource) Next(n int) ([]byte, error) {
+	p, err := r.Peek(n)
+	if err == nil {
+		r.b = r.b[n:]
+	}
+	return p, err
+}
+
+func (r *sliceSource) Skip(n int) error {
+	_, err := r.Next(n)
+	return err
+}
+
+// exportPartial returns the bytes of an unfinished frame (to be handled again ahead
+// of what follows it) and how many bytes of a refused frame are still to discard.
+func (fr *frameReader) exportPartial() ([]byte, int) {
+	switch {
+	case fr.buf != nil:
+		return append([]byte(nil), fr.buf...), fr.skip
+	case fr.hlen > 0:
+		return append([]byte(nil), fr.hdr[:fr.hlen]...), fr.skip
+	}
+	return nil, fr.skip
+}

@@ -1,0 +1,266 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/stormgate/stormgate/peer"
+)
+
+// TestHandoverAcrossExec is the handover as an upgrade does it, at the proxy's
+// level: a child process (this test binary) runs a Server; on SIGUSR1 it freezes,
+// writes the snapshot into a memfd, and execs itself (same PID) into a process that
+// restores it and serves. Consumers (here) call all along with unique bodies: every
+// call gets exactly its own answer, no consumer connection closes, and the provider
+// (here) sees no new connection: its connections moved too.
+func TestHandoverAcrossExec(t *testing.T) {
+	prov, err := peer.NewProvider(peer.ProviderConfig{Addr: "127.0.0.1:0"}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go prov.Serve(ctx)
+	defer prov.Close()
+
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), handoverRole+"=old", "HANDOVER_PROVIDER="+prov.Addr())
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	lines := bufio.NewScanner(out)
+	next := func(prefix string) string {
+		for lines.Scan() {
+			if l := lines.Text(); strings.HasPrefix(l, prefix) {
+				return strings.TrimPrefix(l, prefix)
+			}
+		}
+		t.Fatalf("child: no %q line", prefix)
+		return ""
+	}
+	addr := next("listening ")
+
+	const consumers = 50
+	clients := make([]*peer.Client, consumers)
+	for i := range clients {
+		c, err := peer.Dial(ctx, addr, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients[i] = c
+	}
+	waitFor(t, 10*time.Second, "provider connections", func() bool { return prov.Stats().ConnsOpen == 2 })
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var calls, bad atomic.Int64
+	var longest atomic.Int64
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := int64(1); ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				want := fmt.Sprintf("c%d-%d-%s", i, j, strings.Repeat("y", int(j%5)*700))
+				began := time.Now()
+				resp, err := c.Call(ctx, j, svc, "echo", want)
+				if d := time.Since(began); int64(d) > longest.Load() {
+					longest.Store(int64(d))
+				}
+				calls.Add(1)
+				if err != nil || resp.Status != 20 || resp.Value != want {
+					if bad.Add(1) <= 3 {
+						t.Errorf("consumer %d call %d: err %v status %d own body %v", i, j, err, resp.Status, resp.Value == want)
+					}
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	before := calls.Load()
+	if err := child.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	took := next("restored ")
+	waitFor(t, 10*time.Second, "calls after the handover", func() bool { return calls.Load() > before+5*consumers })
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	for i, c := range clients {
+		select {
+		case <-c.Closed():
+			t.Errorf("consumer %d closed: %v", i, c.Err())
+		default:
+		}
+		if c.Stats().Unexpected != 0 {
+			t.Errorf("consumer %d: answers for ids it did not send", i)
+		}
+	}
+	if bad.Load() != 0 {
+		t.Fatalf("%d bad calls of %d", bad.Load(), calls.Load())
+	}
+	if n := prov.Stats().ConnsAccepted; n != 2 {
+		t.Errorf("the provider accepted %d connections; its 2 should have moved", n)
+	}
+	t.Logf("%d calls; handover %s; longest call %v", calls.Load(), took, time.Duration(longest.Load()))
+}
+
+const handoverRole = "STORMGATE_TEST_HANDOVER"
+
+// handoverChild runs the child's side of TestHandoverAcrossExec when the role is
+// set; it never returns then.
+func handoverChild() {
+	role := os.Getenv(handoverRole)
+	if role == "" {
+		return
+	}
+	if err := handoverChildRun(role); err != nil {
+		fmt.Fprintln(os.Stderr, "handover child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func handoverChildRun(role string) error {
+	cfg := testConfig(os.Getenv("HANDOVER_PROVIDER"))
+	cfg.UpstreamConns = 2
+	opts := Options{}
+	ctx := context.Background()
+	var srv *Server
+	var lfd int
+	var err error
+	start := time.Now()
+	if role == "old" {
+		if srv, err = New(cfg, opts); err != nil {
+			return err
+		}
+		if lfd, err = rawListen(); err != nil {
+			return err
+		}
+	} else {
+		state, _ := strconv.Atoi(os.Getenv("HANDOVER_STATE"))
+		lfd, _ = strconv.Atoi(os.Getenv("HANDOVER_LISTENER"))
+		f := os.NewFile(uintptr(state), "state")
+		var sn Snapshot
+		b, err := readAllAt(f)
+		if err != nil {
+			return err
+		}
+		if err := sn.UnmarshalBinary(b); err != nil {
+			return err
+		}
+		if srv, err = Restore(&sn, cfg, opts); err != nil {
+			return err
+		}
+		start = sn.Taken
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	var stopAccept atomic.Bool
+	accepting := make(chan struct{})
+	go func() {
+		defer close(accepting)
+		for !stopAccept.Load() {
+			fds := []unix.PollFd{{Fd: int32(lfd), Events: unix.POLLIN}}
+			if n, _ := unix.Poll(fds, 20); n <= 0 {
+				continue
+			}
+			nfd, sa, err := unix.Accept4(lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+			if err != nil {
+				continue
+			}
+			var remote netip.AddrPort
+			if s4, ok := sa.(*unix.SockaddrInet4); ok {
+				remote = netip.AddrPortFrom(netip.AddrFrom4(s4.Addr), uint16(s4.Port))
+			}
+			srv.ServeFD(nfd, remote, netip.AddrPort{})
+		}
+	}()
+	if role == "new" {
+		fmt.Printf("restored %v\n", time.Since(start))
+		select {} // serves until the test kills it
+	}
+	sa, _ := unix.Getsockname(lfd)
+	fmt.Printf("listening 127.0.0.1:%d\n", sa.(*unix.SockaddrInet4).Port)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	<-sig
+	stopAccept.Store(true)
+	<-accepting
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	sn, err := srv.Freeze(fctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	b, err := sn.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	mfd, err := unix.MemfdCreate("stormgate-handover", 0) // no MFD_CLOEXEC: it crosses exec
+	if err != nil {
+		return err
+	}
+	if _, err := unix.Pwrite(mfd, b, 0); err != nil {
+		return err
+	}
+	if err := keepOnExec(lfd); err != nil {
+		return err
+	}
+	var env []string
+	for _, kv := range os.Environ() { // the first of duplicate keys wins in Go: drop the old role
+		if !strings.HasPrefix(kv, handoverRole+"=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, handoverRole+"=new", "HANDOVER_STATE="+strconv.Itoa(mfd), "HANDOVER_LISTENER="+strconv.Itoa(lfd))
+	return syscall.Exec(os.Args[0], os.Args, env)
+}
+
+func rawListen() (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return -1, err
+	}
+	return fd, unix.Listen(fd, 4096)
+}
+
+func readAllAt(f *os.File) ([]byte, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, err
+	}
+	b := make([]byte, st.Size)
+	_, err := f.ReadAt(b, 0)
+	return b, err
+}

@@ -1,0 +1,100 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stormgate/stormgate/peer"
+)
+
+// TestFreezeThawUnderLoad: consumers keep calling with unique bodies while the data
+// plane freezes for a handover and thaws again (what a failed exec does), three
+// times. Every call gets exactly its own answer, no connection closes, and the
+// snapshot holds every consumer and provider connection with their books.
+func TestFreezeThawUnderLoad(t *testing.T) {
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.UpstreamConns = 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const consumers = 40
+	clients := make([]*peer.Client, consumers)
+	for i := range clients {
+		clients[i] = f.dial(ctx)
+	}
+	waitFor(t, 10*time.Second, "consumers", func() bool { return f.srv.Stats().DownstreamConns == consumers })
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var calls, bad atomic.Int64
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := int64(1); ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				want := fmt.Sprintf("c%d-%d-%s", i, j, bytes.Repeat([]byte{'x'}, int(j%7)*300))
+				resp, err := c.Call(ctx, j, svc, "echo", want)
+				calls.Add(1)
+				if err != nil || resp.Status != 20 || resp.Value != want {
+					if bad.Add(1) <= 3 {
+						t.Errorf("consumer %d call %d: err %v status %d body ok %v", i, j, err, resp.Status, resp.Value == want)
+					}
+					return
+				}
+			}
+		}()
+	}
+	for round := range 3 {
+		time.Sleep(200 * time.Millisecond)
+		before := calls.Load()
+		fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+		sn, err := f.srv.Freeze(fctx)
+		fcancel()
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if len(sn.Sessions) != consumers || len(sn.Pools) != 1 || len(sn.Pools[0].Conns) != 2 {
+			t.Fatalf("round %d: snapshot has %d sessions, %d pools", round, len(sn.Sessions), len(sn.Pools))
+		}
+		b, err := sn.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Snapshot
+		if err := back.UnmarshalBinary(b); err != nil || len(back.FDs()) != consumers+2 {
+			t.Fatalf("round %d: snapshot round trip: %v, %d fds", round, err, len(back.FDs()))
+		}
+		// Frozen: nothing is answered.
+		frozenAt := calls.Load()
+		time.Sleep(100 * time.Millisecond)
+		if n := calls.Load() - frozenAt; n > consumers {
+			t.Errorf("round %d: %d calls completed while frozen", round, n)
+		}
+		f.srv.Thaw()
+		waitFor(t, 10*time.Second, "calls after thaw", func() bool { return calls.Load() > before+2*consumers })
+	}
+	close(stop)
+	wg.Wait()
+	for i, c := range clients {
+		select {
+		case <-c.Closed():
+			t.Errorf("consumer %d closed: %v", i, c.Err())
+		default:
+		}
+		if c.Stats().Unexpected != 0 {
+			t.Errorf("consumer %d: answers for ids it did not send", i)
+		}
+	}
+	if bad.Load() != 0 {
+		t.Fatalf("%d bad calls of %d", bad.Load(), calls.Load())
+	}
+	t.Logf("%d calls, 3 freeze/thaw rounds", calls.Load())
+}
