@@ -28,8 +28,6 @@ var (
 	restartMetadata = flag.String("interop.restart-metadata", "off",
 		"dgprovider --metadata-service for the restart scenarios: off (the port opens with Greeter exported) or "+
 			"same-port (dubbo-go's default: the port answers \"don't have this exporter\" for a moment after it opens)")
-	startupWindow = flag.Bool("interop.startup-window", false,
-		"also run restart/startup_window: the restarted provider answers \"don't have this exporter\" for 1 s after its port opens")
 )
 
 // bins are the executables TestMain builds; sidecarErr is set instead of bins.sidecar when the main module's
@@ -309,21 +307,21 @@ type sidecar struct {
 }
 
 // startSidecar runs `sidecar run` in front of the provider on upstreamPort with upstreamConns connections and
-// waits until /readyz answers 200 and all upstream connections are up.
-func startSidecar(t *testing.T, upstreamPort int) *sidecar {
+// waits until /readyz answers 200 and all upstream connections are up. extra are more `sidecar run` arguments.
+func startSidecar(t *testing.T, upstreamPort int, extra ...string) *sidecar {
 	t.Helper()
 	requireSidecar(t)
 	s := &sidecar{listenPort: freePort(t)}
 	s.listen = fmt.Sprintf("127.0.0.1:%d", s.listenPort)
 	s.metrics = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	s.admin = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	s.proc = startProc(t, "sidecar", bins.sidecar, "run",
+	s.proc = startProc(t, "sidecar", bins.sidecar, append([]string{"run",
 		"--listen", s.listen,
 		"--upstream", fmt.Sprintf("127.0.0.1:%d", upstreamPort),
 		"--upstream-conns", strconv.Itoa(upstreamConns),
 		"--metrics", s.metrics,
 		"--admin", s.admin,
-		"--log-format", "console")
+		"--log-format", "console"}, extra...)...)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		select {
@@ -461,6 +459,8 @@ type loopSummary struct {
 		At  string `json:"at"`
 		Err string `json:"err"`
 	} `json:"failures"`
+	FailedArgs []string `json:"failed_args"`
+	FailedErrs []string `json:"failed_errs"`
 }
 
 func isJSON(l string) bool { return strings.HasPrefix(l, "{") }

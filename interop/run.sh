@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Interop tests: a real dubbo-go v3.3.0 provider and consumer (this module's cmd/dgprovider, cmd/dgconsumer)
 # around the Stormgate sidecar built from the main module (..). Usage, from anywhere:
-#   bash interop/run.sh            # the full run, about 40 s plus builds
+#   bash interop/run.sh            # the full run, about 2 min plus builds
 #   bash interop/run.sh -short     # skip the ~32 s wait for dubbo-go's 16 connections
 #   bash interop/run.sh -run 'TestInterop/restart'
 # Extra arguments go to `go test`. Set STORMGATE_SIDECAR=/path/to/sidecar to test a prebuilt binary, GO to pick

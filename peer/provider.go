@@ -44,6 +44,15 @@ type ProviderConfig struct {
 	MaxDelayed int
 	// SilentShutdown makes Shutdown skip the READONLY event (dubbo-go v3.3.0 never sends it).
 	SilentShutdown bool
+	// WaitDisconnect, when > 0, makes Shutdown stop as Java Dubbo's server does
+	// (HeaderExchangeServer.close): after READONLY it keeps serving until every consumer
+	// has closed its connection or this long has passed, then closes everything at once.
+	// 0 keeps the default order (wait for no request in flight, half-close, close).
+	WaitDisconnect time.Duration
+	// Inside, when set, counts the two-way requests inside the provider: read whole from
+	// a socket and not yet answered on it (inside.go). A benchmark backs it with shared
+	// memory to read, after a SIGKILL, how many requests the process took with it.
+	Inside *atomic.Int64
 }
 
 // ProviderStats is a snapshot of the provider's counters.
@@ -106,7 +115,9 @@ type Provider struct {
 
 	wg sync.WaitGroup // connection goroutines and delayed-request goroutines
 
-	nextID   atomic.Int64 // ids of the provider's own requests (heartbeats, events)
+	inside   *atomic.Int64 // ProviderConfig.Inside; nil when not counted
+	waitDisc time.Duration // ProviderConfig.WaitDisconnect
+	nextID   atomic.Int64  // ids of the provider's own requests (heartbeats, events)
 	inflight atomic.Int64
 	delayed  atomic.Int64
 
@@ -137,6 +148,8 @@ func NewProvider(cfg ProviderConfig, log *zap.Logger) (*Provider, error) {
 		methods:    make(map[string]time.Duration, len(cfg.Methods)),
 		maxDelayed: int64(cfg.MaxDelayed),
 		silent:     cfg.SilentShutdown,
+		waitDisc:   cfg.WaitDisconnect,
+		inside:     cfg.Inside,
 		conns:      make(map[*provConn]struct{}),
 	}
 	if p.maxFrame <= 0 {
@@ -219,11 +232,17 @@ func (p *Provider) addConn(nc net.Conn) {
 		_ = nc.Close()
 		return
 	}
+	var r io.Reader = nc
+	var w io.Writer = nc
+	if p.inside != nil {
+		r = &insideReader{r: nc, insideCount: insideCount{fc: frameCounter{match: twoWayRequest}, inside: p.inside, sign: 1}}
+		w = &insideWriter{w: nc, insideCount: insideCount{fc: frameCounter{match: answer}, inside: p.inside, sign: -1}}
+	}
 	c := &provConn{
 		p:  p,
 		nc: nc,
-		br: bufio.NewReaderSize(nc, readBufSize),
-		bw: bufio.NewWriterSize(nc, writeBufSize),
+		br: bufio.NewReaderSize(r, readBufSize),
+		bw: bufio.NewWriterSize(w, writeBufSize),
 	}
 	c.ctx, c.cancel = context.WithCancel(p.ctx)
 	p.conns[c] = struct{}{}
@@ -267,6 +286,7 @@ func (p *Provider) sendEvent(c byte) int {
 // READONLY to every connection (unless SilentShutdown), wait until no request is in
 // flight (requests arriving meanwhile are still served), flush and half-close every
 // connection, give peers up to a second to close their side, then close everything.
+// With WaitDisconnect it waits instead for the consumers to close their connections.
 // If ctx ends first, Shutdown closes at once and returns ctx.Err().
 func (p *Provider) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
@@ -284,6 +304,11 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 		}
 	}
 
+	if p.waitDisc > 0 {
+		err := p.poll(ctx, func() bool { return p.connsOpen.Load() == 0 }, p.waitDisc)
+		_ = p.Close()
+		return err
+	}
 	if err := p.poll(ctx, func() bool { return p.inflight.Load() == 0 }, 0); err != nil {
 		_ = p.Close()
 		return err

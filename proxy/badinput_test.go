@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
@@ -157,21 +158,24 @@ func TestSlowConsumerClosedWithoutStallingOthers(t *testing.T) {
 // TestIdleConsumerClosed: nothing read for the idle timeout closes a consumer; a
 // heartbeating one stays.
 func TestIdleConsumerClosed(t *testing.T) {
-	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.DownstreamIdleTimeout = 400 * time.Millisecond })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
+	f := newFixtureWith(t, peer.ProviderConfig{}, Options{Clock: clk}) // downstream_idle_timeout 180s
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	idle := f.dial(ctx)
 	busy := f.dial(ctx)
-	stop := time.Now().Add(1500 * time.Millisecond)
-	for id := int64(1); time.Now().Before(stop); id++ {
+	waitFor(t, 5*time.Second, "both consumers", func() bool { return f.srv.Stats().DownstreamConns == 2 })
+	// Ten minutes on the server's clock; the busy consumer heartbeats every 30 s (a
+	// dubbo-go client's period), the idle one sends nothing.
+	for id := int64(1); id <= 20; id++ {
 		if _, err := busy.Heartbeat(ctx, id); err != nil {
 			t.Fatalf("busy consumer: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		f.advance(30*time.Second, 30*time.Second, false)
 	}
 	select {
 	case <-idle.Closed():
-	case <-time.After(2 * time.Second):
+	case <-time.After(5 * time.Second):
 		t.Fatal("idle consumer not closed")
 	}
 	select {

@@ -78,6 +78,15 @@ type Codec interface {
 	AppendErrorReply(dst []byte, req Frame, why Failure, msg string) []byte
 	AppendEvent(dst []byte, id int64, ev Event) []byte
 	EventOf(frame []byte, f Frame) Event
+	// NotExecuted names the provider's proof, in a response frame, that the request
+	// never ran (it was refused before any business code: no exporter yet, a full
+	// thread pool); "" when the frame proves nothing of the kind. Names label a
+	// metric and are among NotExecutedReasons. It reads only the first bytes.
+	NotExecuted(frame []byte) string
+	NotExecutedReasons() []string
+	// Closing reports whether a response says that the provider has begun a graceful
+	// shutdown (dubbo-go's closing=true attachment).
+	Closing(frame []byte) bool
 }
 
 // Dubbo is the Dubbo 2 codec.
@@ -202,3 +211,19 @@ func (Dubbo) EventOf(frame []byte, f Frame) Event {
 	}
 	return EventOther
 }
+
+// NotExecuted implements Codec.
+func (Dubbo) NotExecuted(frame []byte) string { return dubbo.NotExecuted(frame).String() }
+
+// NotExecutedReasons implements Codec.
+func (Dubbo) NotExecutedReasons() []string {
+	rs := dubbo.NotRunReasons()
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		names[i] = r.String()
+	}
+	return names
+}
+
+// Closing implements Codec.
+func (Dubbo) Closing(frame []byte) bool { return dubbo.ClosingAttachment(frame) }

@@ -45,6 +45,12 @@ type Config struct {
 	HoldTimeout     time.Duration // longest wait for a usable connection; 0: no holding, fail at once
 	HoldMaxRequests int           // requests the hold queue keeps; 0: none
 	HoldMaxBytes    int           // bytes the hold queue keeps; 0: none
+	// NotExecutedRetries is how many times a request goes back to the hold queue
+	// when the provider answers that it never ran it; 0: such answers are passed on.
+	NotExecutedRetries int
+	// NotExecutedWindow is how long after a provider connection opens, or after the
+	// provider says READONLY, WRITEABLE or closing, those answers are re-held; 0: never.
+	NotExecutedWindow time.Duration
 
 	DownstreamIdleTimeout time.Duration // close a consumer that sent nothing this long; 0: never
 	UpstreamInterval      time.Duration // heartbeat check period of a provider connection; > 0
@@ -93,7 +99,7 @@ func (c *Config) validate() error {
 			c.MaxInflightPerConn, c.MaxRequestAge, c.MaxBufferedBytes)
 	case c.HoldTimeout < 0 || c.HoldMaxRequests < 0 || c.HoldMaxBytes < 0 || c.DownstreamIdleTimeout < 0 ||
 		c.FrameReadTimeout < 0 || c.WriteTimeout < 0 || c.DrainTimeout < 0 || c.Warmup < 0 ||
-		c.MaxQueuedBytesPerUpstream < 0 || c.MaxQueuedBytesPerConn < 0:
+		c.MaxQueuedBytesPerUpstream < 0 || c.MaxQueuedBytesPerConn < 0 || c.NotExecutedRetries < 0 || c.NotExecutedWindow < 0:
 		return fmt.Errorf("a negative duration or size in the proxy settings: %+v", *c)
 	case c.Transparent && len(c.InboundPorts) == 0:
 		return fmt.Errorf("listener.inbound_ports is empty: transparent mode forwards only to listed ports")

@@ -13,6 +13,9 @@
 //	              (writer.go), a pending entry; onRequest: the provider's answer is matched
 //	              by id, gets the consumer's id back and is written to the consumer
 //	pending.go    the one way a request leaves the books: answer or refuse, exactly once
+//	lifecycle.go  a provider starting, draining or dying: answers that prove a request
+//	              never ran, and requests the kernel proves it never read, go back to
+//	              the hold queue; READONLY / closing=true stop new requests (a drain)
 //	handover.go   Freeze / Restore: the whole data plane moves to a new process (an upgrade)
 //
 // # What runs where

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
@@ -276,13 +277,13 @@ func sameSocketAsClosedPeer(fd int, nc net.Conn) bool {
 // smallest value validation allows) a provider that answers every heartbeat is
 // never declared dead.
 func TestIdleProviderSurvivesMaxMissedOne(t *testing.T) {
-	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) {
+	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
+	f := newFixtureWith(t, peer.ProviderConfig{}, Options{Clock: clk}, func(c *Config) {
 		c.UpstreamConns = 2
-		c.UpstreamInterval = time.Second
 		c.UpstreamMaxMissed = 1
-		c.UpstreamJitter = 0.2
+		c.UpstreamJitter = 0.5 // the widest jitter validation allows
 	})
-	time.Sleep(5 * time.Second)
+	f.advance(600*time.Second, 5*time.Second, true) // twenty intervals
 	if n := value(f.srv.m.upReconnects); n != 0 {
 		t.Fatalf("%v reconnects: healthy idle provider connections were declared dead", n)
 	}

@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -72,63 +71,20 @@ func TestHandoverAcrossExec(t *testing.T) {
 		clients[i] = c
 	}
 	waitFor(t, 10*time.Second, "provider connections", func() bool { return prov.Stats().ConnsOpen == 2 })
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var calls, bad atomic.Int64
-	var longest atomic.Int64
-	for i, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := int64(1); ; j++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				want := fmt.Sprintf("c%d-%d-%s", i, j, strings.Repeat("y", int(j%5)*700))
-				began := time.Now()
-				resp, err := c.Call(ctx, j, svc, "echo", want)
-				if d := time.Since(began); int64(d) > longest.Load() {
-					longest.Store(int64(d))
-				}
-				calls.Add(1)
-				if err != nil || resp.Status != 20 || resp.Value != want {
-					if bad.Add(1) <= 3 {
-						t.Errorf("consumer %d call %d: err %v status %d own body %v", i, j, err, resp.Status, resp.Value == want)
-					}
-					return
-				}
-			}
-		}()
-	}
+	load := startCalls(t, ctx, clients, 700)
 	time.Sleep(300 * time.Millisecond)
-	before := calls.Load()
+	before := load.calls.Load()
 	if err := child.Process.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
 	took := next("restored ")
-	waitFor(t, 10*time.Second, "calls after the handover", func() bool { return calls.Load() > before+5*consumers })
+	waitFor(t, 10*time.Second, "calls after the handover", func() bool { return load.calls.Load() > before+5*consumers })
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	for i, c := range clients {
-		select {
-		case <-c.Closed():
-			t.Errorf("consumer %d closed: %v", i, c.Err())
-		default:
-		}
-		if c.Stats().Unexpected != 0 {
-			t.Errorf("consumer %d: answers for ids it did not send", i)
-		}
-	}
-	if bad.Load() != 0 {
-		t.Fatalf("%d bad calls of %d", bad.Load(), calls.Load())
-	}
+	load.finish(t, clients)
 	if n := prov.Stats().ConnsAccepted; n != 2 {
 		t.Errorf("the provider accepted %d connections; its 2 should have moved", n)
 	}
-	t.Logf("%d calls; handover %s; longest call %v", calls.Load(), took, time.Duration(longest.Load()))
+	t.Logf("%d calls; handover %s; longest call %v", load.calls.Load(), took, time.Duration(load.longest.Load()))
 }
 
 const handoverRole = "STORMGATE_TEST_HANDOVER"

@@ -27,34 +27,10 @@ func TestFreezeThawUnderLoad(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "consumers", func() bool { return f.srv.Stats().DownstreamConns == consumers })
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var calls, bad atomic.Int64
-	for i, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := int64(1); ; j++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				want := fmt.Sprintf("c%d-%d-%s", i, j, bytes.Repeat([]byte{'x'}, int(j%7)*300))
-				resp, err := c.Call(ctx, j, svc, "echo", want)
-				calls.Add(1)
-				if err != nil || resp.Status != 20 || resp.Value != want {
-					if bad.Add(1) <= 3 {
-						t.Errorf("consumer %d call %d: err %v status %d body ok %v", i, j, err, resp.Status, resp.Value == want)
-					}
-					return
-				}
-			}
-		}()
-	}
+	load := startCalls(t, ctx, clients, 300)
 	for round := range 3 {
 		time.Sleep(200 * time.Millisecond)
-		before := calls.Load()
+		before := load.calls.Load()
 		fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
 		sn, err := f.srv.Freeze(fctx)
 		fcancel()
@@ -73,16 +49,63 @@ func TestFreezeThawUnderLoad(t *testing.T) {
 			t.Fatalf("round %d: snapshot round trip: %v, %d fds", round, err, len(back.FDs()))
 		}
 		// Frozen: nothing is answered.
-		frozenAt := calls.Load()
+		frozenAt := load.calls.Load()
 		time.Sleep(100 * time.Millisecond)
-		if n := calls.Load() - frozenAt; n > consumers {
+		if n := load.calls.Load() - frozenAt; n > consumers {
 			t.Errorf("round %d: %d calls completed while frozen", round, n)
 		}
 		f.srv.Thaw()
-		waitFor(t, 10*time.Second, "calls after thaw", func() bool { return calls.Load() > before+2*consumers })
+		waitFor(t, 10*time.Second, "calls after thaw", func() bool { return load.calls.Load() > before+2*consumers })
 	}
-	close(stop)
-	wg.Wait()
+	load.finish(t, clients)
+	t.Logf("%d calls, 3 freeze/thaw rounds", load.calls.Load())
+}
+
+// callLoad keeps every client calling echo with a unique body (padded with up to
+// pad*6 bytes) until finish, checking each answer byte for byte.
+type callLoad struct {
+	calls, bad, longest atomic.Int64
+	stop                chan struct{}
+	wg                  sync.WaitGroup
+}
+
+func startCalls(t *testing.T, ctx context.Context, clients []*peer.Client, pad int) *callLoad {
+	l := &callLoad{stop: make(chan struct{})}
+	for i, c := range clients {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for j := int64(1); ; j++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				want := fmt.Sprintf("c%d-%d-%s", i, j, bytes.Repeat([]byte{'x'}, int(j%7)*pad))
+				began := time.Now()
+				resp, err := c.Call(ctx, j, svc, "echo", want)
+				if d := time.Since(began); int64(d) > l.longest.Load() {
+					l.longest.Store(int64(d))
+				}
+				l.calls.Add(1)
+				if err != nil || resp.Status != 20 || resp.Value != want {
+					if l.bad.Add(1) <= 3 {
+						t.Errorf("consumer %d call %d: err %v status %d own body %v", i, j, err, resp.Status, resp.Value == want)
+					}
+					return
+				}
+			}
+		}()
+	}
+	return l
+}
+
+// finish stops the calls and checks that no client was closed, none got an answer
+// for an id it did not send, and every call got its own answer.
+func (l *callLoad) finish(t *testing.T, clients []*peer.Client) {
+	t.Helper()
+	close(l.stop)
+	l.wg.Wait()
 	for i, c := range clients {
 		select {
 		case <-c.Closed():
@@ -93,8 +116,7 @@ func TestFreezeThawUnderLoad(t *testing.T) {
 			t.Errorf("consumer %d: answers for ids it did not send", i)
 		}
 	}
-	if bad.Load() != 0 {
-		t.Fatalf("%d bad calls of %d", bad.Load(), calls.Load())
+	if l.bad.Load() != 0 {
+		t.Fatalf("%d bad calls of %d", l.bad.Load(), l.calls.Load())
 	}
-	t.Logf("%d calls, 3 freeze/thaw rounds", calls.Load())
 }

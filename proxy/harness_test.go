@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 
+	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
 )
 
@@ -77,6 +78,31 @@ type fixture struct {
 	srv      *Server
 	reg      *prometheus.Registry
 	ln       *rawListener
+	clk      *keepalive.ManualClock // set when the fixture runs on a manual clock
+}
+
+// advance moves the fixture's manual clock by d in steps of step, and after each
+// waits until the wheel has fired what became due and, with answered, until every
+// heartbeat Stormgate sent has been answered (a provider that answers at once must
+// not look silent because the test moved time faster than loopback).
+func (f *fixture) advance(d, step time.Duration, answered bool) {
+	f.t.Helper()
+	for end := f.clk.Now().Add(d); f.clk.Now().Before(end); {
+		target := f.clk.Add(step).UnixNano()
+		waitFor(f.t, 10*time.Second, "the wheel to catch up", func() bool { return f.srv.wheel.CoarseNow() >= target })
+		if answered {
+			waitFor(f.t, 10*time.Second, "heartbeats answered", func() bool {
+				for _, p := range f.srv.poolList() {
+					for _, sl := range p.slotList() {
+						if uc := sl.uc.Load(); uc != nil && uc.npending.Load() != 0 {
+							return false
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
 }
 
 // testConfig is the shipped defaults (xds.Defaults) as a proxy Config, with the
@@ -93,6 +119,8 @@ func testConfig(upstream string) Config {
 		HoldTimeout:               3 * time.Second,
 		HoldMaxRequests:           10000,
 		HoldMaxBytes:              64 << 20,
+		NotExecutedRetries:        3,
+		NotExecutedWindow:         10 * time.Second,
 		DownstreamIdleTimeout:     180 * time.Second,
 		UpstreamInterval:          30 * time.Second,
 		UpstreamJitter:            0.2,
@@ -142,13 +170,16 @@ func newFixtureWith(t testing.TB, pcfg peer.ProviderConfig, opts Options, mods .
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, provider: prov, srv: srv, reg: reg}
+	if clk, ok := opts.Clock.(*keepalive.ManualClock); ok {
+		f.clk = clk
+	}
 	f.ln = listenRaw(t, srv)
 	t.Cleanup(func() {
 		srv.Close()
 		prov.Close()
 		cancel()
 	})
-	waitFor(t, 5*time.Second, "upstream connections", func() bool {
+	waitFor(t, 30*time.Second, "upstream connections", func() bool {
 		return srv.Stats().UpstreamConns == int64(srv.Config().UpstreamConns)
 	})
 	return f

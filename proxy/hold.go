@@ -89,7 +89,7 @@ func (h *holdQueue) push(r request, frame []byte) {
 // rehold puts back requests whose connection died before they left Stormgate. They
 // keep their arrival time (and so their deadline) and their place in arrival order.
 // Their bytes were reserved by the writer they came from; rehold charges them anew.
-func (h *holdQueue) rehold(es []held) {
+func (h *holdQueue) rehold(es []held, why holdOutcome) {
 	if len(es) == 0 {
 		return
 	}
@@ -117,7 +117,7 @@ func (h *holdQueue) rehold(es []held) {
 		srv.budget.force(len(e.frame))
 		merged = append(merged, e)
 		h.addLocked(e)
-		srv.m.holdOutcome[holdReheld].Inc()
+		srv.m.holdOutcome[why].Inc()
 	}
 	merged = append(merged, live...)
 	clear(h.q)
@@ -171,6 +171,10 @@ func (h *holdQueue) dispatch() {
 			srv.settle(e.request) // counted as late: the consumer is gone
 			continue
 		}
+		if until, ok := h.pool.paused(); ok {
+			srv.wheel.ScheduleAt(&h.retry, time.Unix(0, until))
+			return
+		}
 		if h.pool.warming() && !h.pool.warmAllow() {
 			srv.wheel.Schedule(&h.retry, 5*time.Millisecond)
 			return
@@ -192,6 +196,10 @@ func (h *holdQueue) expire() {
 	defer h.mu.Unlock()
 	for h.head < len(h.q) && h.q[h.head].deadline <= now {
 		e := h.popLocked()
+		if h.pool.sendToDraining(e.request, e.frame) {
+			srv.m.holdOutcome[holdSentDraining].Inc()
+			continue
+		}
 		srv.m.holdOutcome[holdExpired].Inc() // counted before the consumer can see the reply
 		srv.refuse(e.request, FailNoUpstream, "stormgate: no usable provider connection within hold.timeout", replyHoldTimeout)
 	}

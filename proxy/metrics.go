@@ -82,6 +82,9 @@ const (
 	holdRejectedFull
 	holdConsumerGone
 	holdReheld
+	holdReheldUnseen
+	holdReheldNotRun
+	holdSentDraining
 	nHoldOutcomes
 )
 
@@ -91,6 +94,9 @@ var holdOutcomeNames = [nHoldOutcomes]string{
 	holdRejectedFull: "rejected_full",
 	holdConsumerGone: "consumer_gone",
 	holdReheld:       "reheld_unsent",
+	holdReheldUnseen: "reheld_unseen",
+	holdReheldNotRun: "reheld_not_executed",
+	holdSentDraining: "sent_to_draining_provider",
 }
 
 // dropKind labels stormgate_frames_dropped_total{kind}: frames consumed without
@@ -137,6 +143,7 @@ type metrics struct {
 	dropped       [nDropKinds]prometheus.Counter
 	readonlyIn    [2]prometheus.Counter // READONLY, WRITEABLE received from the provider
 	readonlyOut   [2]prometheus.Counter // sent to consumers
+	life          lifeMetrics           // set by New, which knows the codec's not-executed reasons
 	collectors    []prometheus.Collector
 }
 
@@ -175,7 +182,10 @@ func newMetrics() *metrics {
 	}
 	holdOutcomes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_hold_outcomes_total",
 		Help: "Held requests by outcome: sent after the hold, expired, rejected because the queue was full, " +
-			"consumer gone, re-held because their connection died before they were sent."}, []string{"outcome"})
+			"consumer gone, re-held because their connection died before they were sent (reheld_unsent) or after " +
+			"the kernel took them but provably before the provider read them (reheld_unseen), re-held because the " +
+			"provider answered that it never ran them (reheld_not_executed), sent at the end of their hold to a " +
+			"provider that is draining but still serving (sent_to_draining_provider)."}, []string{"outcome"})
 	for i := range m.holdOutcome {
 		m.holdOutcome[i] = holdOutcomes.WithLabelValues(holdOutcomeNames[i])
 	}
@@ -203,6 +213,7 @@ func (m *metrics) register(reg prometheus.Registerer, s *Server) {
 		return
 	}
 	reg.MustRegister(m.collectors...)
+	reg.MustRegister(m.life.collectors...)
 	reg.MustRegister(newConnCollector(s)) // requests, responses, heartbeats, in flight, durations, batches
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_buffered_bytes",

@@ -25,6 +25,7 @@ type request struct {
 	sess    *session
 	id      int64 // the consumer's id, restored on the answer
 	serial  byte  // the consumer's serialization id, echoed in Stormgate's own replies
+	tries   uint8 // times a not-executed answer sent it back to the hold queue (lifecycle.go)
 	arrived int64 // when it reached Stormgate, unix nanos on the server's clock
 }
 

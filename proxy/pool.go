@@ -38,6 +38,7 @@ type pool struct {
 	frozen       atomic.Bool // a handover stopped the slot loops (handover.go)
 	sweep        keepalive.Timer
 	dials        dialLog
+	life         poolLife // not-executed pauses, provider drains (lifecycle.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -65,6 +66,7 @@ func newPoolStopped(srv *Server, addr string, port uint16) *pool {
 	p.slots.Store(&[]*poolSlot{})
 	p.hold.init(p)
 	p.sweep.Init(p.onSweep)
+	p.life.drainTimer.Init(func() { p.endDrain("drain.timeout passed") })
 	p.downSince.Store(srv.now())
 	p.ctx, p.cancel = context.WithCancel(srv.ctx)
 	return p
@@ -167,6 +169,7 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 			if uc, err = p.connect(idx); err != nil {
 				d := bo.Next()
 				p.dials.failed(p, err, d)
+				p.dialFailed()
 				if !srv.sleep(ctx, d) {
 					return
 				}
@@ -182,6 +185,7 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 			connectedBefore = true
 			bo.Reset()
 			sl.uc.Store(uc)
+			p.followDrain(uc)
 			p.dials.connected(p, idx)
 		}
 		srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
@@ -288,7 +292,7 @@ func (p *pool) pick(slots []*poolSlot) *upConn {
 // takes it (held ones go first, so that order is kept).
 func (p *pool) forward(r request, frame []byte) {
 	p.srv.accept(r)
-	if p.hold.len() == 0 && (!p.warming() || p.warmAllow()) && p.send(r, frame) {
+	if p.hold.len() == 0 && p.life.pauseUntil.Load() == 0 && (!p.warming() || p.warmAllow()) && p.send(r, frame) {
 		return
 	}
 	p.hold.push(r, frame)
@@ -374,10 +378,15 @@ func (p *pool) connChanged() {
 }
 
 // readonlyDrained closes a READONLY connection whose in-flight work is done when
-// its slot is retiring; a provider-initiated READONLY waits for the provider to close.
+// its slot is retiring, or when the provider sent READONLY on it: a Java provider
+// waits for its consumers to disconnect (up to its shutdown timeout) before it
+// closes, so this lets it finish and come back sooner.
 func (p *pool) readonlyDrained(uc *upConn) {
-	if p.retiring(uc.slot) {
+	switch {
+	case p.retiring(uc.slot):
 		p.srv.spawn(func() { uc.close("slot retired") })
+	case uc.life.gotReadonly.Load():
+		p.srv.spawn(func() { uc.close("the provider sent READONLY and nothing is in flight on this connection") })
 	}
 }
 
@@ -444,6 +453,7 @@ func (p *pool) close() {
 	p.wg.Wait()
 	p.hold.failAll("stormgate: shutting down")
 	p.srv.wheel.Stop(&p.sweep)
+	p.srv.wheel.Stop(&p.life.drainTimer)
 }
 
 // queuedBytes is the bytes waiting to be written to the provider.

@@ -25,7 +25,13 @@ type scriptedProvider struct {
 
 func newScriptedProvider(t *testing.T, onFrame func(c net.Conn, h dubbo.Header, frame []byte)) *scriptedProvider {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return newScriptedProviderOn(t, "127.0.0.1:0", onFrame)
+}
+
+// newScriptedProviderOn is newScriptedProvider listening on addr (a restarted provider).
+func newScriptedProviderOn(t *testing.T, addr string, onFrame func(c net.Conn, h dubbo.Header, frame []byte)) *scriptedProvider {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +66,16 @@ func newScriptedProvider(t *testing.T, onFrame func(c net.Conn, h dubbo.Header, 
 }
 
 func (p *scriptedProvider) addr() string { return p.ln.Addr().String() }
+
+// stop closes the listener and every connection, as a provider process that exits.
+func (p *scriptedProvider) stop() {
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+}
 
 func (p *scriptedProvider) serve(c net.Conn) {
 	br := bufio.NewReaderSize(c, 64<<10)

@@ -96,6 +96,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		wheel:     keepalive.NewWheel(10*time.Millisecond, 4096, opts.Clock), // nil: the system clock, and an idle wheel sleeps
 		drainIdle: make(chan struct{}, 1),
 	}
+	s.m.life = newLifeMetrics(s.codec.NotExecutedReasons())
 	s.budget.limit.Store(cfg.MaxBufferedBytes)
 	s.sessions.init()
 	s.cfg.Store(&cfg)

@@ -114,8 +114,8 @@ func (s *session) handle(f Frame, frame []byte, cfg *Config, now int64) {
 	case FrameEventTwoWay:
 		// The reply is built in the session's scratch buffer: a stack buffer would
 		// escape through the Codec interface call and cost an allocation per heartbeat.
+		s.counts.heartbeats.Add(1) // counted before the consumer can see the reply
 		s.write(s.srv.codec.AppendHeartbeatReply(s.scratch[:0], f))
-		s.counts.heartbeats.Add(1)
 	case FrameRequest:
 		s.counts.requests.Add(1)
 		if int(s.inflight.Load()) >= cfg.MaxInflightPerConn {

@@ -31,7 +31,8 @@ const (
 //	|               |                                      | callbacks; READONLY/WRITEABLE; skips oversize answers
 //	| onBeat        | wheel goroutine                      | heartbeat when silent; dead when one goes unanswered
 //	| onStallTimer  | wheel goroutine                      | dead when the kernel took no byte for write_timeout
-//	| fail          | anyone, the first caller wins        | closes; settles what may have run, re-holds what never left
+//	| fail          | anyone, the first caller wins        | closes; settles what may have run, re-holds what provably
+//	|               |                                      | never reached the provider (lifecycle.go)
 //
 // Lock order: holdQueue.mu -> mu -> writer.mu. fail never runs with mu or
 // holdQueue.mu held by its caller (it re-holds), so send hands a write error to a
@@ -45,15 +46,18 @@ type upConn struct {
 	w        writer
 	state    atomic.Int32
 	lastRead atomic.Int64
-	npending atomic.Int32
-	failing  atomic.Bool
-	expected atomic.Bool // the close is Stormgate's own (shutdown, slot retired): logged at info
-	beat     keepalive.Timer
-	stall    keepalive.Timer
-	live     liveness // onBeat only
-	done     chan struct{}
-	scratch  [64]byte // onRequest only: heartbeat replies
-	stash    []byte   // bytes read during a handover, not yet handled (handover.go)
+	// lastBeatAnswer is lastRead when what was read was only an answer to Stormgate's
+	// own heartbeat (liveness: that is not traffic).
+	lastBeatAnswer atomic.Int64
+	npending       atomic.Int32
+	failing        atomic.Bool
+	expected       atomic.Bool // the close is Stormgate's own (shutdown, slot retired): logged at info
+	beat           keepalive.Timer
+	stall          keepalive.Timer
+	live           liveness // onBeat only
+	done           chan struct{}
+	scratch        [64]byte // onRequest only: heartbeat replies
+	stash          []byte   // bytes read during a handover, not yet handled (handover.go)
 
 	counts  upCounters
 	sent    atomic.Uint64 // two-way requests sent (warm-up's rate meter)
@@ -61,7 +65,8 @@ type upConn struct {
 
 	mu      sync.Mutex
 	pending pendingTable
-	nextID  int64 // the connection's own id space: unique on this connection, never reused
+	nextID  int64    // the connection's own id space: unique on this connection, never reused
+	life    connLife // provider lifecycle: not-executed window, replay ring, peer end (lifecycle.go)
 }
 
 func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
@@ -75,6 +80,7 @@ func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 	now := srv.now()
 	uc.lastRead.Store(now)
 	uc.live.lastCheck = now
+	uc.life.noteConnected(fd, now)
 	uc.beat.Init(uc.onBeat)
 	uc.stall.Init(uc.onStallTimer)
 	return uc
@@ -86,6 +92,7 @@ func (uc *upConn) serve() error {
 	_ = uc.conn.AddCloseCallback(func(netpoll.Connection) error {
 		// Synchronously, before netpoll closes the fd: no write may reach a reused fd
 		// number. netpoll never runs this while onRequest runs, so the reader is ours.
+		uc.notePeerEnd()
 		uc.w.close()
 		uc.rd.reset(&srv.budget)
 		srv.spawn(func() { uc.fail("closed by provider") })
@@ -103,11 +110,14 @@ func (uc *upConn) serve() error {
 // send puts a two-way request on this connection under a fresh upstream id. It
 // returns false, leaving the request with the caller, when the connection takes no
 // new requests or its queue is full.
-func (uc *upConn) send(r request, frame []byte) bool {
+func (uc *upConn) send(r request, frame []byte) bool { return uc.sendIn(r, frame, false) }
+
+// sendIn is send; readonlyOK lets a READONLY connection take the request too.
+func (uc *upConn) sendIn(r request, frame []byte, readonlyOK bool) bool {
 	p := uc.pool
 	srv := p.srv
 	uc.mu.Lock()
-	if uc.state.Load() != stateReady {
+	if st := uc.state.Load(); st != stateReady && (!readonlyOK || st != stateReadonly) {
 		uc.mu.Unlock()
 		return false
 	}
@@ -121,6 +131,7 @@ func (uc *upConn) send(r request, frame []byte) bool {
 	}
 	uc.pending.add(id, pending{request: r, off: off, n: len(frame)})
 	uc.npending.Add(1)
+	uc.life.ring.put(off, frame)
 	uc.mu.Unlock()
 	uc.sent.Add(1)
 	if err != nil {
@@ -225,11 +236,16 @@ func (uc *upConn) handle(f Frame, frame []byte, now int64) {
 			srv.m.unknownIDs.Inc()
 		} else if !p.heartbeat() {
 			srv.refuse(p.request, FailBadResponse, "stormgate: the provider answered this request with an event frame", replyBadResponse)
+		} else {
+			uc.lastBeatAnswer.Store(now)
+			if uc.life.probe.Load() {
+				uc.pool.probeAnswered(uc)
+			}
 		}
 	case FrameEventTwoWay:
 		// The provider's heartbeat: its ids are its own id space; answer with its id.
+		uc.counts.heartbeats.Add(1) // counted before the provider can see the reply
 		uc.sendControl(srv.codec.AppendHeartbeatReply(uc.scratch[:0], f), false)
-		uc.counts.heartbeats.Add(1)
 	case FrameEventOneWay:
 		switch srv.codec.EventOf(frame, f) {
 		case EventReadonly:
@@ -258,7 +274,15 @@ func (uc *upConn) route(f Frame, frame []byte, now int64) {
 		return
 	}
 	if !p.heartbeat() {
-		uc.pool.srv.answer(p.request, frame, now, &uc.counts)
+		uc.pool.checkClosing(frame)
+		if !uc.reholdNotExecuted(p, frame, now) {
+			uc.pool.srv.answer(p.request, frame, now, &uc.counts)
+		}
+	} else {
+		uc.lastBeatAnswer.Store(now) // a heartbeat answered with a plain response
+		if uc.life.probe.Load() {
+			uc.pool.probeAnswered(uc)
+		}
 	}
 	if uc.state.Load() == stateReadonly && uc.npending.Load() == 0 {
 		uc.pool.readonlyDrained(uc)
@@ -294,48 +318,64 @@ func (uc *upConn) take(id int64) (pending, bool) {
 func (uc *upConn) onReadonly() {
 	p := uc.pool
 	p.srv.m.readonlyIn[0].Inc()
+	uc.life.gotReadonly.Store(true)
 	if uc.state.CompareAndSwap(stateReady, stateReadonly) {
 		p.srv.log.Info("provider sent READONLY; connection takes no new requests", zap.String("provider", p.addr),
 			zap.Int("slot", uc.slot))
 		p.connChanged()
+	}
+	p.startDrain(drainReadonly)
+	if uc.npending.Load() == 0 {
+		p.readonlyDrained(uc)
 	}
 }
 
 func (uc *upConn) onWriteable() {
 	p := uc.pool
 	p.srv.m.readonlyIn[1].Inc()
+	uc.life.gotReadonly.Store(false)
 	if !p.retiring(uc.slot) && uc.state.CompareAndSwap(stateReadonly, stateReady) {
 		p.srv.log.Info("provider sent WRITEABLE; connection takes requests again", zap.String("provider", p.addr),
 			zap.Int("slot", uc.slot))
+		uc.life.windowFrom.Store(p.srv.now())
 		p.connChanged()
 		p.hold.dispatch()
 	}
+	p.endDrain("the provider sent WRITEABLE")
 }
 
 // liveness decides, at each heartbeat check of a connection, whether to send a
-// heartbeat and whether the connection is dead. A heartbeat goes out when nothing
-// was read during the whole previous check period; the connection is dead when a
-// heartbeat has gone maxMissed intervals with nothing read after it. Anything read
-// counts as an answer, so a provider that answers its heartbeats is never declared
-// dead, whatever interval, jitter and maxMissed the settings allow
-// (TestLivenessNeverKillsAResponsiveProvider).
+// heartbeat and whether the connection is dead. Java Dubbo's rule for sending: a
+// heartbeat goes out when the previous check period saw no read or no write other
+// than Stormgate's own heartbeat and its answer, so an idle connection gets one every
+// interval and a provider's idle timeout (3 intervals by default) never closes it.
+// The connection is dead when a heartbeat has gone maxMissed intervals with nothing
+// read after it. Anything read counts as its answer, so a provider that answers its
+// heartbeats is never declared dead, whatever interval, jitter and maxMissed the
+// settings allow (TestLivenessNeverKillsAResponsiveProvider).
 type liveness struct {
-	lastCheck int64 // time of the previous check
-	sentAt    int64 // the unanswered heartbeat's send time; 0 when none
+	lastCheck    int64  // time of the previous check
+	lastAppended uint64 // the writer's stream offset then, after our own heartbeat
+	sentAt       int64  // the unanswered heartbeat's send time; 0 when none
 }
 
-func (l *liveness) check(now, lastRead int64, interval time.Duration, maxMissed int) (send, dead bool) {
+// check takes the time, the last read, the last read that was only a heartbeat's
+// answer, and the writer's stream offset (bytes ever queued).
+func (l *liveness) check(now, lastRead, lastBeatAnswer int64, appended uint64, interval time.Duration, maxMissed int) (send, dead bool) {
 	if l.sentAt != 0 && lastRead >= l.sentAt {
 		l.sentAt = 0
 	}
 	if l.sentAt != 0 && now-l.sentAt >= int64(maxMissed)*int64(interval) {
 		return false, true
 	}
-	if l.sentAt == 0 && lastRead < l.lastCheck {
+	readData := lastRead >= l.lastCheck && lastRead != lastBeatAnswer
+	wrote := appended != l.lastAppended
+	if l.sentAt == 0 && (!readData || !wrote) {
 		send = true
 		l.sentAt = now
 	}
 	l.lastCheck = now
+	l.lastAppended = appended
 	return send, false
 }
 
@@ -347,7 +387,11 @@ func (uc *upConn) onBeat() {
 	p := uc.pool
 	srv := p.srv
 	cfg := srv.cfg.Load()
-	send, dead := uc.live.check(srv.now(), uc.lastRead.Load(), cfg.UpstreamInterval, cfg.UpstreamMaxMissed)
+	if uc.life.ackOK {
+		uc.life.noteResets() // a recent baseline for the reset counters (lifecycle.go)
+	}
+	send, dead := uc.live.check(srv.now(), uc.lastRead.Load(), uc.lastBeatAnswer.Load(), uc.w.streamOffset(),
+		cfg.UpstreamInterval, cfg.UpstreamMaxMissed)
 	if dead {
 		srv.spawn(func() {
 			uc.fail("no answer to a heartbeat within " + (time.Duration(cfg.UpstreamMaxMissed) * cfg.UpstreamInterval).String())
@@ -359,6 +403,7 @@ func (uc *upConn) onBeat() {
 		if uc.sendControl(srv.codec.AppendHeartbeatRequest(buf[:0], 0), true) {
 			srv.m.hbSent.Inc()
 		}
+		uc.live.lastAppended = uc.w.streamOffset() // our own heartbeat is not traffic
 	}
 	srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 }
@@ -394,8 +439,10 @@ func (uc *upConn) close(why string) {
 
 // fail closes the connection once and settles every request on it: a request whose
 // bytes never fully left Stormgate cannot have run and goes back to the hold queue
-// (sent again on the next connection); one the kernel took may or may not have run
-// and is answered CHANNEL_INACTIVE, never retried by Stormgate.
+// (sent again on the next connection), and so does one the kernel took that the
+// provider's FIN or RST proves it never read (lifecycle.go; after a FIN this waits up
+// to finConfirm); any other may or may not have run and is answered CHANNEL_INACTIVE,
+// never retried by Stormgate.
 func (uc *upConn) fail(why string) {
 	if !uc.failing.CompareAndSwap(false, true) {
 		return
@@ -406,13 +453,22 @@ func (uc *upConn) fail(why string) {
 	uc.state.Store(stateClosed)
 	entries := uc.pending.takeAll()
 	uc.mu.Unlock()
+	uc.notePeerEnd()      // before the shutdown below: what the provider's kernel said
 	final := uc.w.close() // shuts the socket down: the poller then runs the close callback (fail again: a no-op)
 	srv.wheel.Stop(&uc.beat)
 	srv.wheel.Stop(&uc.stall)
 	close(uc.done)
 	p.connChanged()
+	p.drainDone()
 
-	var unsent []held
+	end := uc.life.confirmFIN(final)
+	for _, e := range entries {
+		if !e.heartbeat() && e.off+uint64(e.n) <= final { // a request the kernel took: the proofs matter
+			end = uc.life.vetoAbortive(end, srv.m.life.vetoed)
+			break
+		}
+	}
+	var unsent, unseen []held
 	lost := 0
 	for _, e := range entries {
 		uc.npending.Add(-1)
@@ -425,18 +481,25 @@ func (uc *upConn) fail(why string) {
 				continue
 			}
 			srv.log.Error("BUG: an unsent request's bytes are gone; answering it as lost", zap.Uint64("offset", e.off))
+		} else if end.unseen(e.off, e.n, final) {
+			if b, ok := uc.life.ring.copyOut(e.off, e.n); ok { // nobody sends on a closed connection: no lock needed
+				unseen = append(unseen, held{request: e.request, frame: b})
+				continue
+			}
 		}
 		lost++
 		srv.refuse(e.request, FailUpstreamLost, "stormgate: provider connection lost while the request was in flight ("+
-			why+"); it may or may not have run", replyUpstreamLost)
+			why+"); "+uc.life.lostFate(e.off, e.n), replyUpstreamLost)
 	}
 	level := zap.WarnLevel
 	if uc.expected.Load() {
 		level = zap.InfoLevel
 	}
 	srv.log.Log(level, "provider connection closed", zap.String("provider", p.addr), zap.Int("slot", uc.slot),
-		zap.String("why", why), zap.Int("failed_in_flight", lost), zap.Int("reheld_unsent", len(unsent)))
-	p.hold.rehold(unsent)
+		zap.String("why", why), zap.Int("failed_in_flight", lost), zap.Int("reheld_unsent", len(unsent)),
+		zap.Int("reheld_unseen", len(unseen)))
+	p.hold.rehold(unsent, holdReheld)
+	p.hold.rehold(unseen, holdReheldUnseen)
 }
 
 // sweep removes the requests that arrived before cutoff and are fully written,

@@ -399,6 +399,13 @@ func (w *writer) copyFrame(dst []byte, off uint64, n int) (out []byte, ok bool) 
 	return dst, false
 }
 
+// streamOffset is the number of bytes ever sent through the writer (queued or written).
+func (w *writer) streamOffset() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.appended
+}
+
 // queued is the number of bytes sent but not yet handed to the kernel.
 func (w *writer) queued() int {
 	w.mu.Lock()

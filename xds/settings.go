@@ -46,6 +46,10 @@ func Defaults() *sg.Settings {
 			Timeout:     dur(3 * time.Second),
 			MaxRequests: proto.Int32(10000),
 			MaxBytes:    proto.Int32(64 << 20),
+			// Three tries cover dubbo-go's 1-60 ms startup window with pauses of
+			// upstream.backoff_base, doubling (docs/design.md, provider lifecycle).
+			NotExecutedRetries: proto.Int32(3),
+			NotExecutedWindow:  dur(10 * time.Second),
 		},
 		Keepalive: &sg.Keepalive{
 			DownstreamIdleTimeout: dur(180 * time.Second),

@@ -33,6 +33,8 @@ func ProxyConfig(s *sg.Settings) proxy.Config {
 		HoldTimeout:               h.GetTimeout().AsDuration(),
 		HoldMaxRequests:           int(h.GetMaxRequests()),
 		HoldMaxBytes:              int(h.GetMaxBytes()),
+		NotExecutedRetries:        int(h.GetNotExecutedRetries()),
+		NotExecutedWindow:         h.GetNotExecutedWindow().AsDuration(),
 		DownstreamIdleTimeout:     k.GetDownstreamIdleTimeout().AsDuration(),
 		UpstreamInterval:          k.GetUpstreamInterval().AsDuration(),
 		UpstreamJitter:            k.GetUpstreamJitter(),

@@ -49,6 +49,8 @@ func TestEveryFieldReachesItsStage(t *testing.T) {
 		"hold.timeout":                           {toProxy, func(s *sg.Settings) { s.Hold.Timeout = dur(0) }},
 		"hold.max_requests":                      {toProxy, func(s *sg.Settings) { s.Hold.MaxRequests = proto.Int32(0) }},
 		"hold.max_bytes":                         {toProxy, func(s *sg.Settings) { s.Hold.MaxBytes = proto.Int32(0) }},
+		"hold.not_executed_retries":              {toProxy, func(s *sg.Settings) { s.Hold.NotExecutedRetries = proto.Int32(0) }},
+		"hold.not_executed_window":               {toProxy, func(s *sg.Settings) { s.Hold.NotExecutedWindow = dur(0) }},
 		"keepalive.downstream_idle_timeout":      {toProxy, func(s *sg.Settings) { s.Keepalive.DownstreamIdleTimeout = dur(0) }},
 		"keepalive.upstream_interval":            {toProxy, func(s *sg.Settings) { s.Keepalive.UpstreamInterval = dur(time.Second) }},
 		"keepalive.upstream_jitter":              {toProxy, func(s *sg.Settings) { s.Keepalive.UpstreamJitter = proto.Float64(0) }},

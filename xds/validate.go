@@ -301,6 +301,8 @@ var fieldRules = []rule{
 	{"hold.timeout", "Longest a request waits for the provider to come back; 0 fails it at once.", "between 0s and 1m", durIn(0, time.Minute, false)},
 	{"hold.max_requests", "Requests the hold queue keeps; more get an error response.", "between 0 and 1000000", intIn(0, 1e6)},
 	{"hold.max_bytes", "Bytes the hold queue keeps; more get an error response.", "between 0 and 1073741824", intIn(0, gib)},
+	{"hold.not_executed_retries", "Times a request goes back to the hold queue when the provider answers that it never ran it (service not exported yet or any more, thread pool full; docs/design.md lists the answers), within not_executed_window; each retry waits upstream.backoff_base, doubling; 0 passes those answers to the consumer as they are.", "between 0 and 10", intIn(0, 10)},
+	{"hold.not_executed_window", "How long after a provider connection opens, or after the provider says READONLY, WRITEABLE or closing, not-executed answers are re-held; 0 turns re-holding off.", "0 (off) or between 100ms and 10m", durIn(100*time.Millisecond, 10*time.Minute, true)},
 	{"keepalive.downstream_idle_timeout", "A consumer that sent nothing for this long is closed; 0 turns it off.", "0 (off) or between 1s and 24h", durIn(time.Second, 24*time.Hour, true)},
 	{"keepalive.upstream_interval", "Heartbeat an idle upstream connection this often.", "between 1s and 1h", durIn(time.Second, time.Hour, false)},
 	{"keepalive.upstream_jitter", "Fraction of upstream_interval to jitter by (0.2 = +-20%).", "between 0 and 0.5", floatIn(0, 0.5)},

@@ -241,7 +241,7 @@ func cmdRun(args []string) error {
 	fs.IntVar(&o.FleetNodes, "fleet-nodes", 5000, "fleet: xDS nodes against one control plane")
 	fs.IntVar(&o.FleetFailoverNodes, "fleet-failover-nodes", 2000, "fleet: xDS nodes against two replicas, one killed")
 	fs.IntVar(&o.FleetChanges, "fleet-changes", 3, "fleet: all-node changes timed")
-	updateSection := fs.Bool("update-section", false, "rewrite only the sections of the scenarios run (fleet) in the existing doc, and keep the rest (make fleet)")
+	updateSection := fs.Bool("update-section", false, "rewrite only the sections of the scenarios run (fleet, restart) in the existing doc, and keep the rest (make fleet)")
 	_ = fs.Parse(args)
 
 	o.Scenarios = strings.Split(scen, ",")
@@ -375,7 +375,7 @@ func cmdRun(args []string) error {
 		return err
 	}
 	if *updateSection {
-		if err := updateSections(res, d.doc); err != nil {
+		if err := updateSections(res, d.doc, d.img); err != nil {
 			return err
 		}
 		s.logf("updated the %v section(s) of %s; results in %s", o.Scenarios, d.doc, d.results)

@@ -211,17 +211,19 @@ func (se *TPSeries) stepAt(rate float64) *TPStep {
 	return nil
 }
 
+// restart and graceful are the SIGKILL and SIGTERM restart rows of a target.
 func (p *reporter) restart(tg string) *RestartRow {
 	if p.r.Restart == nil {
 		return nil
 	}
-	for i := range p.r.Restart.Rows {
-		x := &p.r.Restart.Rows[i]
-		if x.Target == tg && x.Error == "" {
-			return x
-		}
+	return restartRowOf(p.r.Restart.Rows, tg)
+}
+
+func (p *reporter) graceful(tg string) *RestartRow {
+	if p.r.Restart == nil {
+		return nil
 	}
-	return nil
+	return restartRowOf(p.r.Restart.Graceful, tg)
 }
 
 func (p *reporter) storm(tg string) *StormRow {
@@ -231,6 +233,15 @@ func (p *reporter) storm(tg string) *StormRow {
 	for i := range p.r.Storm.Rows {
 		x := &p.r.Storm.Rows[i]
 		if x.Target == tg && x.Error == "" {
+			return x
+		}
+	}
+	return nil
+}
+
+func restartRowOf(rows []RestartRow, tg string) *RestartRow {
+	for i := range rows {
+		if x := &rows[i]; x.Target == tg && x.Error == "" {
 			return x
 		}
 	}

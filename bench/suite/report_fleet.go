@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/stormgate/stormgate/xds/fleet"
@@ -150,19 +151,65 @@ func (p *reporter) fleetVerdicts() {
 	p.ln("")
 }
 
-// updateSections replaces the marked sections of the scenarios in r (only
-// fleet has one) in the doc at path, keeping everything else.
-func updateSections(r *Results, path string) error {
-	if r.Fleet == nil {
-		return errors.New("--update-section: only the fleet scenario has its own section; run it (--scenarios fleet)")
+// updateSections replaces the marked sections of the scenarios in r (fleet; restart, with
+// its summary rows and its plot) in the doc at path, keeping everything else.
+func updateSections(r *Results, path, imgDir string) error {
+	if r.Fleet == nil && r.Restart == nil {
+		return errors.New("--update-section: only the fleet and restart scenarios have sections of their own; run one of them (--scenarios fleet or restart)")
 	}
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	p := &reporter{r: r}
-	p.fleetSection()
-	section := strings.TrimRight(p.b.String(), "\n")
-	doc := spliceSection(string(old), fleetBegin, fleetEnd, section)
+	doc := string(old)
+	if r.Fleet != nil {
+		p := &reporter{r: r}
+		p.fleetSection()
+		doc = spliceSection(doc, fleetBegin, fleetEnd, strings.TrimRight(p.b.String(), "\n"))
+	}
+	if r.Restart != nil {
+		rel, err := filepath.Rel(filepath.Dir(path), imgDir)
+		if err != nil {
+			rel = imgDir
+		}
+		p := &reporter{r: r, img: filepath.ToSlash(rel)}
+		p.restartSection()
+		doc = spliceSection(doc, restartBegin, restartEnd, strings.TrimRight(p.b.String(), "\n"))
+		doc = spliceSummaryRows(doc, p, p.restartSummaryRows())
+		if err := os.MkdirAll(imgDir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(imgDir, "restart.svg"), p.plots()["restart.svg"], 0o644); err != nil {
+			return err
+		}
+	}
 	return os.WriteFile(path, []byte(doc), 0o644)
+}
+
+// spliceSummaryRows replaces, in the doc's summary table, the rows whose figure starts as one
+// of rows' (up to its first comma or parenthesis), or appends them after the last such row.
+func spliceSummaryRows(doc string, p *reporter, rows []sumRow) string {
+	lines := strings.Split(doc, "\n")
+	for _, r := range rows {
+		p.b.Reset()
+		p.summaryLine(r)
+		line := strings.TrimRight(p.b.String(), "\n")
+		key := "| " + r.figure[:strings.IndexAny(r.figure+",", ",(")]
+		done := false
+		for i, l := range lines {
+			if strings.HasPrefix(l, key) {
+				lines[i], done = line, true
+				break
+			}
+		}
+		if !done {
+			for i := len(lines) - 1; i >= 0; i-- {
+				if strings.HasPrefix(lines[i], "| Provider ") {
+					lines = append(lines[:i+1], append([]string{line}, lines[i+1:]...)...)
+					break
+				}
+			}
+		}
+	}
+	return strings.Join(lines, "\n")
 }

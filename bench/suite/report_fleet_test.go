@@ -49,7 +49,7 @@ func TestFleetSectionUpdate(t *testing.T) {
 	}
 	fleetOnly := &Results{Command: "make fleet", Started: time.Date(2026, 2, 3, 4, 5, 0, 0, time.UTC), Fleet: fleetFixture()}
 	for range 2 { // idempotent: the second update replaces the first
-		if err := updateSections(fleetOnly, path); err != nil {
+		if err := updateSections(fleetOnly, path, filepath.Join(filepath.Dir(path), "img")); err != nil {
 			t.Fatal(err)
 		}
 	}

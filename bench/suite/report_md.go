@@ -93,17 +93,21 @@ func (p *reporter) summary() {
 	p.ln("| Figure | Direct | HAProxy | Stormgate | Target | Verdict | Why, when missed |")
 	p.ln("|---|---|---|---|---|---|---|")
 	for _, r := range p.summaryRows() {
-		v := r.verdict
-		if v == "" {
-			v = verdict(r.known, r.ok)
-		}
-		note := "–"
-		if r.known && !r.ok && r.note != "" {
-			note = r.note
-		}
-		p.f("| %s | %s | %s | %s | %s | %s | %s |\n", r.figure, r.d, r.h, r.s, r.target, v, note)
+		p.summaryLine(r)
 	}
 	p.ln("")
+}
+
+func (p *reporter) summaryLine(r sumRow) {
+	v := r.verdict
+	if v == "" {
+		v = verdict(r.known, r.ok)
+	}
+	note := "–"
+	if r.known && !r.ok && r.note != "" {
+		note = r.note
+	}
+	p.f("| %s | %s | %s | %s | %s | %s | %s |\n", r.figure, r.d, r.h, r.s, r.target, v, note)
 }
 
 func (p *reporter) summaryRows() []sumRow {
@@ -175,19 +179,7 @@ func (p *reporter) summaryRows() []sumRow {
 	}
 
 	// Restart.
-	rd, rh, rs := p.restart(direct), p.restart(haproxy), p.restart(stormgate)
-	rs2 := func(x *RestartRow) string {
-		if x == nil {
-			return na
-		}
-		return fmt.Sprintf("%s closed/reset, %s timeouts, %s errors+lost+unsent", count(x.ClosedByPeer+x.Resets), count(x.Timeouts), count(x.Errors+x.Lost+x.Unsent))
-	}
-	okR := rs != nil && rs.ClosedByPeer+rs.Resets == 0 && rs.visibleErrors() == 0
-	rows = append(rows, sumRow{
-		figure: fmt.Sprintf("Provider SIGKILLed and restarted, %s consumers at %s req/s", count(uint64(p.restartConns())), num(p.restartRate(), 0)),
-		d:      rs2(rd), h: rs2(rh), s: rs2(rs), target: "0, 0, 0", known: rs != nil, ok: okR,
-		note: "The errors are the requests that were in flight on the provider connections at the instant of the SIGKILL: the provider may have executed them, so Stormgate answers each with an error instead of retrying it (docs/design.md §5); every request that arrived during the outage was held and answered after the restart.",
-	})
+	rows = append(rows, p.restartSummaryRows()...)
 
 	// Accept storm.
 	sb, shp, ssg := p.storm(baseline), p.storm(haproxy), p.storm(stormgate)
@@ -702,34 +694,104 @@ func (p *reporter) throughputSection() {
 	p.cmds("Commands (the highest passing step of each series)", cmds)
 }
 
+// Markers around section 4, which `suite run --scenarios restart --update-section` may rewrite
+// alone (with the summary's restart rows).
+const (
+	restartBegin = "<!-- section:restart begin (make bench, or the restart scenario alone) -->"
+	restartEnd   = "<!-- section:restart end -->"
+)
+
+// restartSummaryRows are the summary's two restart rows: SIGKILL, then SIGTERM.
+func (p *reporter) restartSummaryRows() []sumRow {
+	rd, rh, rs := p.restart(direct), p.restart(haproxy), p.restart(stormgate)
+	kill := func(x *RestartRow) string {
+		if x == nil {
+			return na
+		}
+		s := fmt.Sprintf("%s closed/reset, %s timeouts, %s errors+lost+unsent", count(x.ClosedByPeer+x.Resets), count(x.Timeouts), count(x.Errors+x.Lost+x.Unsent))
+		if x.InsideAtKill >= 0 {
+			s += fmt.Sprintf(" (%s requests inside the provider at the kill)", count(uint64(x.InsideAtKill)))
+		}
+		return s
+	}
+	okK := rs != nil && rs.ClosedByPeer+rs.Resets+rs.Timeouts == 0 && rs.InsideAtKill >= 0 &&
+		rs.visibleErrors() <= uint64(rs.InsideAtKill)
+	gd, gh, gs := p.graceful(direct), p.graceful(haproxy), p.graceful(stormgate)
+	stop := func(x *RestartRow) string {
+		if x == nil {
+			return na
+		}
+		return fmt.Sprintf("%s closed/reset, %s timeouts, %s errors+lost+unsent", count(x.ClosedByPeer+x.Resets), count(x.Timeouts), count(x.Errors+x.Lost+x.Unsent))
+	}
+	okG := gs != nil && gs.ClosedByPeer+gs.Resets == 0 && gs.visibleErrors() == 0
+	return []sumRow{{
+		figure: fmt.Sprintf("Provider SIGKILLed and restarted, %s consumers at %s req/s", count(uint64(p.restartConns())), num(p.restartRate(), 0)),
+		d:      kill(rd), h: kill(rh), s: kill(rs), target: "0, 0, only requests already inside the provider", known: rs != nil, ok: okK,
+		note: "More errors than requests inside the provider at the kill: requests written to the dying process's socket after it stopped reading are proven unread only when they are the last on their connection and the kernel's reset counters rule out an abortive reset; when several connections of the provider die at once the counters cannot, and Stormgate answers rather than risk running a request twice (docs/design.md, provider lifecycle).",
+	}, {
+		figure: "Provider restarted gracefully (SIGTERM: READONLY, drain, exit; started 1 s after it exits), same load",
+		d:      stop(gd), h: stop(gh), s: stop(gs), target: "0, 0, 0", known: gs != nil, ok: okG,
+		note: "A request failed during a graceful restart: see section 4.",
+	}}
+}
+
 func (p *reporter) restartSection() {
+	p.ln(restartBegin)
 	p.ln("## 4. Provider restart under load")
 	p.ln("")
 	o := p.r.Options
-	p.f("Provider: the **fast provider**, in its own process. %s consumers send %s req/s in total (timeout %s; a consumer whose connection closes redials after 1 s, as Dubbo consumers reconnect). %s into the request phase the provider is killed with SIGKILL and started again on the same port %s later. Consumer-visible failures are everything but a normal answer: errors, timeouts, requests lost with a closing connection, requests that found no open connection (unsent). Time to full rate is from the kill to the end of the last one-second interval that answered under 90 %% of the rate (1 s resolution).\n",
+	if p.r.Command != "make bench" && p.r.Restart != nil {
+		p.f("Measured by `%s`, started %s UTC (the rest of this page may come from another run).\n\n", p.r.Command,
+			p.r.Started.UTC().Format("2006-01-02 15:04"))
+	}
+	p.f("Provider: the **fast provider**, in its own process. %s consumers send %s req/s in total (timeout %s; a consumer whose connection closes redials after 1 s, as Dubbo consumers reconnect). %s into the request phase the provider is killed with SIGKILL and started again on the same port %s later. Consumer-visible failures are everything but a normal answer: errors, timeouts, requests lost with a closing connection, requests that found no open connection (unsent). *Inside at the kill* is what the provider had read and not answered when it died (`stormbench provider --inside-file`: a counter in shared memory, read after the kill): those may have run, and Stormgate answers them with an error rather than run them twice. *Re-held* are requests in flight on a dying connection that Stormgate proved the provider never read (never written, or past what the provider's kernel acknowledged before its FIN, or the last one before its RST) and sent again after the restart. Time to full rate is from the kill to the end of the last one-second interval that answered under 90 %% of the rate (1 s resolution).\n",
 		count(uint64(p.restartConns())), num(p.restartRate(), 0), dur(o.RestartTimeout), dur(o.RestartKill), dur(o.RestartDown))
 	p.ln("")
-	p.ln("| Target | Sent | OK | Errors | Timeouts | Lost | Unsent | Conns closed by peer | Resets | Failed redials | p99 | max | Provider down for | Time to full rate | Answered after a hold |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	p.ln("| Target | Sent | OK | Errors | Timeouts | Lost | Unsent | Inside the provider at the kill | Conns closed by peer | Resets | Failed redials | p99 | max | Provider down for | Time to full rate | Answered after a hold | Re-held |")
+	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var cmds []string
 	for _, tg := range targets {
 		x := p.restart(tg)
 		if x == nil {
-			p.f("| %s | not measured | | | | | | | | | | | | | |\n", targetTitle[tg])
+			p.f("| %s | not measured | | | | | | | | | | | | | | | |\n", targetTitle[tg])
+			continue
+		}
+		held, reheld, inside := "–", "–", na
+		if tg == stormgate {
+			held, reheld = num(x.Held, 0), num(x.Reheld, 0)
+		}
+		if x.InsideAtKill >= 0 {
+			inside = count(uint64(x.InsideAtKill))
+		}
+		p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", targetTitle[tg], count(x.Sent), count(x.OK),
+			count(x.Errors), count(x.Timeouts), count(x.Lost), count(x.Unsent), inside, count(x.ClosedByPeer), count(x.Resets), count(x.ConnectFailures),
+			msStr(x.P99ms), msStr(x.MaxMs), dur(x.DownFor), dur(x.Recovery), held, reheld)
+		cmds = append(cmds, x.Command)
+	}
+	p.ln("")
+	p.f("![Answers per second around the restart](%s/restart.svg)\n\n", p.img)
+	p.f("**Graceful restart.** The same load; the provider (`stormbench provider --readonly-on-sigterm --wait-disconnect 3s`) gets SIGTERM %s into the request phase and stops as Java Dubbo's server does: it closes its listener, sends READONLY on every connection, keeps serving until its consumers have disconnected (at most 3 s here; Java waits up to `dubbo.service.shutdown.wait`, 10 s), then closes and exits; it is started again %s after it exited. Stormgate holds new requests from the READONLY on (a drain), closes each connection once nothing is in flight on it (which lets the provider exit at once), and sends the held requests to the new provider.\n\n",
+		dur(o.RestartKill), dur(o.RestartDown))
+	p.ln("| Target | Sent | OK | Errors | Timeouts | Lost | Unsent | Conns closed by peer | Resets | p99 | max | SIGTERM to exit | Provider down for | Answered after a hold |")
+	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, tg := range targets {
+		x := p.graceful(tg)
+		if x == nil {
+			p.f("| %s | not measured | | | | | | | | | | | | |\n", targetTitle[tg])
 			continue
 		}
 		held := "–"
 		if tg == stormgate {
 			held = num(x.Held, 0)
 		}
-		p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", targetTitle[tg], count(x.Sent), count(x.OK),
-			count(x.Errors), count(x.Timeouts), count(x.Lost), count(x.Unsent), count(x.ClosedByPeer), count(x.Resets), count(x.ConnectFailures),
-			msStr(x.P99ms), msStr(x.MaxMs), dur(x.DownFor), dur(x.Recovery), held)
-		cmds = append(cmds, x.Command)
+		p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", targetTitle[tg], count(x.Sent), count(x.OK),
+			count(x.Errors), count(x.Timeouts), count(x.Lost), count(x.Unsent), count(x.ClosedByPeer), count(x.Resets),
+			msStr(x.P99ms), msStr(x.MaxMs), dur(x.StopTook), dur(x.DownFor), held)
 	}
 	p.ln("")
-	p.f("![Answers per second around the restart](%s/restart.svg)\n\n", p.img)
-	p.cmds("Commands (the provider is killed and restarted by the suite)", cmds)
+	p.cmds("Commands (the provider is killed, or stopped, and restarted by the suite; the same load for both tables)", cmds)
+	p.ln(restartEnd)
+	p.ln("")
 }
 
 func (p *reporter) stormSection() {

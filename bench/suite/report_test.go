@@ -72,6 +72,7 @@ func fixture(k float64) *Results {
 	for i, tg := range targets {
 		row := RestartRow{Target: tg, Command: "stormbench load r", Sent: 24000, OK: uint64(k * 20000), Errors: uint64(i), Lost: uint64(k * 50),
 			Unsent: uint64(k * 900), ClosedByPeer: uint64(k * 2000), P99ms: 900 * k, MaxMs: 1500 * k, DownFor: time.Second, Recovery: 2 * time.Second}
+		row.InsideAtKill = 3
 		if tg == stormgate {
 			row.Lost, row.Unsent, row.ClosedByPeer, row.Held, row.Recovery = 0, 0, 0, 2000*k, time.Second
 		}
@@ -79,6 +80,12 @@ func fixture(k float64) *Results {
 			row.Points = append(row.Points, Point{X: x, Y: 2000 * k})
 		}
 		r.Restart.Rows = append(r.Restart.Rows, row)
+		g := row
+		g.InsideAtKill, g.StopTook = -1, 20*time.Millisecond
+		if tg == stormgate {
+			g.Errors = 0
+		}
+		r.Restart.Graceful = append(r.Restart.Graceful, g)
 	}
 	r.Storm = &StormResult{Conns: 10000, Somaxconn: 4096, SynBacklog: "4096", Syncookies: "1", AcceptDelay: time.Millisecond,
 		BaseBacklog: 50, HARate: 2000, HABacklog: 4096, SGRate: 2000, SGBurst: 500}
@@ -155,7 +162,9 @@ func TestReportAnswersAndLosses(t *testing.T) {
 		"| Provider CPU, 10,000 idle consumers, 1 s heartbeats (dubbo-go provider) | 50.0 % | 55.0 % | 0.4 % | direct ÷ Stormgate ≥ 10× | 125.0×: **met** | – |",
 		"(+0.30 ms)", // p99 added by Stormgate over direct
 		"| Max throughput, small requests, 1,000 conns (Stormgate : HAProxy : direct) | 40,000 req/s | 30,000 req/s | 20,000 req/s | (ratio reported) | 0.50 : 0.75 : 1 | – |",
-		"0 closed/reset, 0 timeouts, 2 errors+lost+unsent | 0, 0, 0 | **missed** | The errors are the requests that were in flight",
+		"0 closed/reset, 0 timeouts, 2 errors+lost+unsent (3 requests inside the provider at the kill) | 0, 0, only requests already inside the provider | **met** | – |",
+		"| Provider restarted gracefully (SIGTERM: READONLY, drain, exit; started 1 s after it exits), same load | ",
+		"| 0 closed/reset, 0 timeouts, 0 errors+lost+unsent | 0, 0, 0 | **met** | – |",
 		"| Accept storm, 10,000 connections at once: listen overflows (\"direct\" = the baseline listener, backlog 50) | 5,000 | 3,000 | 0 | 0 | **met** | – |",
 		"| Accept storm: first answer p99 (from the start of the dial) | 9,000 ms | 3,000 ms | 700 ms | ≤ 1 s | **met** | – |",
 	} {
@@ -255,5 +264,48 @@ func TestAxes(t *testing.T) {
 	}
 	if got := commas("-1234"); got != "-1,234" {
 		t.Errorf("commas negative = %q", got)
+	}
+}
+
+// TestUpdateRestartSection: `suite run --scenarios restart --update-section` rewrites section 4,
+// the summary's restart rows and the restart plot, and nothing else, idempotently.
+func TestUpdateRestartSection(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "benchmarks.md")
+	before := (&reporter{r: fixture(1), img: "img"}).markdown()
+	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	only := fixture(2)
+	only.Command = "bash bench/run.sh --scenarios restart --update-section"
+	only.Idle, only.Latency, only.Throughput, only.Storm, only.Micro, only.Fleet = nil, nil, nil, nil, nil, nil
+	only.Restart.Rows[2].Errors, only.Restart.Rows[2].InsideAtKill = 7, 4
+	for range 2 {
+		if err := updateSections(only, path, filepath.Join(dir, "img")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := os.ReadFile(path)
+	doc := string(got)
+	for _, want := range []string{"Measured by `bash bench/run.sh --scenarios restart --update-section`",
+		"7 errors+lost+unsent (4 requests inside the provider at the kill) | 0, 0, only requests already inside the provider | **missed**"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("updated doc lacks %q", want)
+		}
+	}
+	if strings.Count(doc, "| Provider SIGKILLed") != 1 || strings.Count(doc, "| Provider restarted gracefully") != 1 {
+		t.Error("the summary's restart rows were added instead of replaced")
+	}
+	i, j := strings.Index(before, restartBegin), strings.Index(before, restartEnd)+len(restartEnd)
+	gi, gj := strings.Index(doc, restartBegin), strings.Index(doc, restartEnd)+len(restartEnd)
+	k, gk := strings.Index(before, "| Provider SIGKILLed"), strings.Index(doc, "| Provider SIGKILLed")
+	if before[:k] != doc[:gk] || before[j:] != doc[gj:] {
+		t.Fatal("the text outside the restart section and rows changed")
+	}
+	if gi < 0 || i < 0 {
+		t.Fatal("markers missing")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "img", "restart.svg")); err != nil {
+		t.Fatalf("restart plot not written: %v", err)
 	}
 }

@@ -181,7 +181,8 @@ type RestartResult struct {
 	Rate      float64       `json:"rate"`
 	KillAfter time.Duration `json:"kill_after_ns"`
 	Down      time.Duration `json:"down_ns"`
-	Rows      []RestartRow  `json:"rows"`
+	Rows      []RestartRow  `json:"rows"`     // SIGKILL
+	Graceful  []RestartRow  `json:"graceful"` // SIGTERM (READONLY, drain, exit), restart 1 s after the exit
 }
 
 // RestartRow is one target.
@@ -193,9 +194,12 @@ type RestartRow struct {
 	Resets, ClosedByPeer, ConnectFailures    uint64
 	Reconnects                               uint64
 	P99ms, MaxMs                             float64
-	DownFor                                  time.Duration `json:"down_for_ns"` // kill to provider ready again
-	Recovery                                 time.Duration `json:"recovery_ns"` // kill to full rate for good (1 s resolution)
-	Held                                     float64       `json:"held"`        // Stormgate: requests answered after a hold
+	DownFor                                  time.Duration `json:"down_for_ns"`    // kill to provider ready again
+	Recovery                                 time.Duration `json:"recovery_ns"`    // kill to full rate for good (1 s resolution)
+	Held                                     float64       `json:"held"`           // Stormgate: requests answered after a hold
+	Reheld                                   float64       `json:"reheld"`         // Stormgate: in flight at the end, proven unsent or unseen, sent again
+	InsideAtKill                             int64         `json:"inside_at_kill"` // requests the provider had read and not answered when killed; -1 unknown
+	StopTook                                 time.Duration `json:"stop_took_ns"`   // graceful: SIGTERM to exit
 	LocalReplies                             float64       `json:"local_replies"`
 	Points                                   []Point       `json:"points"` // OK/s vs seconds since the kill
 	Error                                    string        `json:"error,omitempty"`

@@ -2,32 +2,57 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"syscall"
 	"time"
 )
 
-// runRestart is scenario 4: the provider is SIGKILLed under load and started again ~1 s later.
-// Consumers reconnect after 1 s when their connection closes (as Dubbo consumers do).
+// runRestart is scenario 4: the provider is SIGKILLed under load and started again ~1 s later
+// (the kill rows), then, in a run of its own, stopped gracefully with SIGTERM as Java Dubbo stops
+// (READONLY on every connection, serve until the consumers disconnect or 3 s pass, exit) and
+// started again 1 s after it exited (the graceful rows). Consumers reconnect after 1 s when their connection closes
+// (as Dubbo consumers do).
 func (s *Suite) runRestart(ctx context.Context) (*RestartResult, error) {
 	o := s.opt
 	res := &RestartResult{Provider: fastProvider, Conns: o.RestartConns, Rate: o.RestartRate,
 		KillAfter: o.RestartKill, Down: o.RestartDown}
-	err := s.eachTarget(ctx, "restart", func(tg string) error {
-		row, err := s.restartTarget(ctx, tg)
+	for _, graceful := range []bool{false, true} {
+		err := s.eachTarget(ctx, "restart", func(tg string) error {
+			row, err := s.restartTarget(ctx, tg, graceful)
+			if err != nil {
+				row.Error = err.Error()
+			}
+			if graceful {
+				res.Graceful = append(res.Graceful, row)
+			} else {
+				res.Rows = append(res.Rows, row)
+			}
+			return err
+		})
 		if err != nil {
-			row.Error = err.Error()
+			return res, err
 		}
-		res.Rows = append(res.Rows, row)
-		return err
-	})
-	return res, err
+	}
+	return res, nil
 }
 
-func (s *Suite) restartTarget(ctx context.Context, tg string) (RestartRow, error) {
+func (s *Suite) restartTarget(ctx context.Context, tg string, graceful bool) (RestartRow, error) {
 	o := s.opt
-	row := RestartRow{Target: tg}
-	prov, err := s.startProvider(ctx, fastProvider, 0, "")
+	row := RestartRow{Target: tg, InsideAtKill: -1}
+	// The provider counts the requests it has read and not answered in shared memory, so that
+	// after a SIGKILL the suite knows how many it took with it.
+	inside := filepath.Join(s.out, "restart-"+tg+"-inside")
+	provArgs := []string{"--inside-file", inside}
+	if graceful {
+		// Java Dubbo's order: READONLY on every connection, keep serving until the consumers
+		// have disconnected (at most 3 s here; Java's dubbo.service.shutdown.wait is 10 s), close.
+		provArgs = []string{"--readonly-on-sigterm", "--wait-disconnect", "3s"}
+	}
+	prov, err := s.startProvider(ctx, fastProvider, 0, "", provArgs...)
 	if err != nil {
 		return row, err
 	}
@@ -41,7 +66,11 @@ func (s *Suite) restartTarget(ctx context.Context, tg string) (RestartRow, error
 	spec := loadSpec{Conns: o.RestartConns, Rate: o.RestartRate, Duration: o.RestartDuration,
 		Timeout: o.RestartTimeout, Reconnect: time.Second}
 	row.Command = spec.command("$" + targetVar(tg))
-	h, err := s.startLoad(ctx, "restart-"+tg, px.addr, "", spec)
+	name := "restart-" + tg
+	if graceful {
+		name = "restart-graceful-" + tg
+	}
+	h, err := s.startLoad(ctx, name, px.addr, "", spec)
 	if err != nil {
 		return row, err
 	}
@@ -55,13 +84,23 @@ func (s *Suite) restartTarget(ctx context.Context, tg string) (RestartRow, error
 	}
 	m0 := s.snapshot(ctx, nil, px, nil).m
 	tKill := time.Now()
-	prov.proc.Kill()
-	s.logf("  restart %s: provider killed", tg)
+	if graceful {
+		_ = syscall.Kill(prov.proc.PID, syscall.SIGTERM)
+		<-prov.proc.done
+		row.StopTook = time.Since(tKill).Round(time.Millisecond)
+		s.logf("  restart %s: provider stopped gracefully in %v", tg, row.StopTook)
+	} else {
+		prov.proc.Kill()
+		if n, err := readInside(inside); err == nil {
+			row.InsideAtKill = n
+		}
+		s.logf("  restart %s: provider killed with %d requests inside", tg, row.InsideAtKill)
+	}
 	if err := sleepCtx(ctx, o.RestartDown); err != nil {
 		h.proc.Kill()
 		return row, err
 	}
-	prov, err = s.startProvider(ctx, fastProvider, prov.port, "")
+	prov, err = s.startProvider(ctx, fastProvider, prov.port, "", provArgs...)
 	if err != nil {
 		h.proc.Kill()
 		return row, fmt.Errorf("restarting the provider: %w", err)
@@ -80,11 +119,25 @@ func (s *Suite) restartTarget(ctx context.Context, tg string) (RestartRow, error
 	row.Reconnects = r.Reconnects
 	row.P99ms, row.MaxMs = ms(r.Latency.P99), ms(r.Latency.Max)
 	row.Held = delta(m0, m1, "stormgate_hold_outcomes_total", `outcome="sent"`)
+	row.Reheld = delta(m0, m1, "stormgate_hold_outcomes_total", `outcome="reheld_unseen"`) +
+		delta(m0, m1, "stormgate_hold_outcomes_total", `outcome="reheld_unsent"`)
 	row.LocalReplies = delta(m0, m1, "stormgate_local_replies_total")
 	row.Points, row.Recovery = okSeries(run.Series, tKill, o.RestartRate)
 	s.logf("  restart %s: ok %d/%d, errors %d, timeouts %d, lost %d, unsent %d, resets %d, closed %d, recovery %v, max %.0fms",
 		tg, row.OK, row.Sent, row.Errors, row.Timeouts, row.Lost, row.Unsent, row.Resets, row.ClosedByPeer, row.Recovery, row.MaxMs)
 	return row, nil
+}
+
+// readInside reads the provider's --inside-file: a native-endian int64.
+func readInside(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	if len(b) != 8 {
+		return 0, fmt.Errorf("%s: %d bytes, want 8", path, len(b))
+	}
+	return int64(binary.LittleEndian.Uint64(b)), nil
 }
 
 // okSeries turns the progress lines of the request phase into answered requests per second,

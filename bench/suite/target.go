@@ -55,12 +55,13 @@ type provider struct {
 const dubbogoSessions = 40000
 
 // startProvider starts a provider on 127.0.0.1:port (port 0: a free one) in ns ("" = host).
-func (s *Suite) startProvider(ctx context.Context, kind string, port int, ns string) (*provider, error) {
+func (s *Suite) startProvider(ctx context.Context, kind string, port int, ns string, extra ...string) (*provider, error) {
 	var sp procSpec
 	switch kind {
 	case fastProvider:
 		sp = procSpec{name: "provider", netns: ns,
-			argv:    []string{s.bins.stormbench, "provider", "--listen", "127.0.0.1:" + strconv.Itoa(port), "--log-level", "warn"},
+			argv: append([]string{s.bins.stormbench, "provider", "--listen", "127.0.0.1:" + strconv.Itoa(port),
+				"--log-level", "warn"}, extra...),
 			readyRe: regexp.MustCompile(`"addr":"([^"]+)"`)}
 	case dubboGoProvider:
 		if port == 0 {
@@ -70,8 +71,8 @@ func (s *Suite) startProvider(ctx context.Context, kind string, port int, ns str
 			}
 		}
 		sp = procSpec{name: "dgprovider", netns: ns,
-			argv: []string{s.bins.dgprovider, "--port", strconv.Itoa(port),
-				"--session-number", strconv.Itoa(dubbogoSessions), "--log-level", "error"},
+			argv: append([]string{s.bins.dgprovider, "--port", strconv.Itoa(port),
+				"--session-number", strconv.Itoa(dubbogoSessions), "--log-level", "error"}, extra...),
 			readyRe: regexp.MustCompile(`^READY (\d+)`)}
 	default:
 		return nil, fmt.Errorf("unknown provider %q", kind)

@@ -8,12 +8,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/peer"
 )
@@ -27,6 +30,8 @@ type providerOptions struct {
 	delays            map[string]string
 	shutdownTimeout   time.Duration
 	logLevel          string
+	insideFile        string
+	waitDisconnect    time.Duration
 }
 
 func newProviderCmd() *cobra.Command {
@@ -63,6 +68,11 @@ Signals:
 	f.StringToStringVar(&o.delays, "delay", nil, "service delay per method, e.g. --delay slow=100ms,echo=1ms (repeatable)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "longest graceful stop before closing at once")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.DurationVar(&o.waitDisconnect, "wait-disconnect", 0, "on SIGTERM, after READONLY, serve until every consumer has closed its "+
+		"connection or this long has passed, then close, as Java Dubbo's server does (its dubbo.service.shutdown.wait: 10s); "+
+		"0: wait for no request in flight, then half-close")
+	f.StringVar(&o.insideFile, "inside-file", "", "keep in this file (a little-endian int64, shared memory) the number of two-way requests read "+
+		"and not yet answered: after a SIGKILL it tells how many requests the process took with it")
 	return cmd
 }
 
@@ -73,6 +83,7 @@ func runProvider(ctx context.Context, o providerOptions, stdout, stderr io.Write
 		HeartbeatInterval: o.heartbeat,
 		MaxDelayed:        o.maxDelayed,
 		SilentShutdown:    !o.readonlyOnSigterm,
+		WaitDisconnect:    o.waitDisconnect,
 		Methods:           make(map[string]time.Duration, len(o.delays)),
 	}
 	for m, s := range o.delays {
@@ -81,6 +92,13 @@ func runProvider(ctx context.Context, o providerOptions, stdout, stderr io.Write
 			return fmt.Errorf("--delay %s=%s: want a non-negative duration such as 100ms", m, s)
 		}
 		cfg.Methods[m] = d
+	}
+	if o.insideFile != "" {
+		inside, err := sharedCounter(o.insideFile)
+		if err != nil {
+			return fmt.Errorf("--inside-file: %w", err)
+		}
+		cfg.Inside = inside
 	}
 	log, err := newProviderLogger(o.logLevel, stderr)
 	if err != nil {
@@ -169,4 +187,22 @@ func newProviderLogger(level string, w io.Writer) (*zap.Logger, error) {
 	}
 	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)), nil
+}
+
+// sharedCounter maps the first 8 bytes of path (created or truncated) into memory shared
+// with the page cache, so the value outlives the process however it ends.
+func sharedCounter(path string) (*atomic.Int64, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := f.Truncate(8); err != nil {
+		return nil, err
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, 8, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, err
+	}
+	return (*atomic.Int64)(unsafe.Pointer(&mem[0])), nil // page aligned; never unmapped
 }

@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,5 +266,59 @@ func TestEchoProviderCommand(t *testing.T) {
 	if seen["killed"] == 0 || seen["restarted"] == 0 || final.Event != "final" || final.Stats == nil ||
 		final.Stats.Violations != 0 || final.Stats.Kills == 0 || final.Stats.Requests == 0 {
 		t.Fatalf("events %v, final %+v", seen, final.Stats)
+	}
+}
+
+// TestProviderInsideFileSurvivesKill: `provider --inside-file` leaves, after a SIGKILL,
+// the number of requests the process had read and not answered.
+func TestProviderInsideFileSurvivesKill(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "inside")
+	cmd := exec.Command(os.Args[0], "provider", "--listen", "127.0.0.1:0", "--inside-file", file, "--log-level", "error")
+	cmd.Env = append(os.Environ(), runAsMainEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var first struct{ Addr string }
+	if err := json.NewDecoder(out).Decode(&first); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := peer.Dial(ctx, first.Addr, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Call(ctx, 1, "s", "echo", "answered"); err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(2); id <= 4; id++ {
+		go func() { _, _ = c.Call(ctx, id, "s", "sleep", "1m") }()
+	}
+	read := func() int64 {
+		b, err := os.ReadFile(file)
+		if err != nil || len(b) != 8 {
+			t.Fatalf("inside file: %v (%d bytes)", err, len(b))
+		}
+		return int64(binary.LittleEndian.Uint64(b))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for read() != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("inside = %d, want the 3 sleeping requests", read())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if n := read(); n != 3 {
+		t.Fatalf("after SIGKILL the file reads %d, want 3", n)
 	}
 }

@@ -2,8 +2,13 @@
 // parse and split frame headers, rewrite request ids in place, and build the frames
 // Stormgate sends on its own (heartbeat request and Java-exact reply, READONLY and
 // WRITEABLE events, error responses), plus the hessian2 string encoding and minimal
-// request/response body helpers for test peers. It does no I/O, holds no sockets and
-// does no logging. Every input is treated as hostile: lengths are checked before any
+// request/response body helpers for test peers. It also reads the few provider answers
+// whose meaning matters to the proxy's books, from their first bytes and exactly:
+// NotExecuted (the provider refused the request before running it: no exporter yet,
+// a full thread pool) and ClosingAttachment (dubbo-go's closing=true during its
+// graceful shutdown); testdata/ holds such answers as the real providers write them.
+//
+// It does no I/O, holds no sockets and does no logging. Every input is treated as hostile: lengths are checked before any
 // slice or allocation, frames are capped (DefaultMaxFrame unless the caller says
 // otherwise), and the parsers never panic; the hot paths (ParseHeader, Split, SetID
 // and the Append builders into a buffer with room) never allocate.

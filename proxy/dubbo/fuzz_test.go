@@ -109,3 +109,29 @@ func FuzzHessianString(f *testing.F) {
 		}
 	})
 }
+
+// FuzzProviderAnswer: NotExecuted and ClosingAttachment read hostile frames without
+// panicking, and claim something only for the statuses and bytes that can carry it.
+func FuzzProviderAnswer(f *testing.F) {
+	for _, b := range dubbogoAnswers(f) {
+		f.Add(b)
+	}
+	f.Add(javaError(StatusServiceError, "org.apache.dubbo.remoting.RemotingException: Not found exported service: x"))
+	f.Add(javaError(StatusBadRequest, "Fail to decode request due to: java.lang.IllegalArgumentException: Service not found:x"))
+	f.Add(javaError(StatusThreadpoolExhausted, "Server side(1.2.3.4,5) thread pool is exhausted, detail msg:"))
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		r := NotExecuted(frame)
+		if r != Ran {
+			switch frame[3] {
+			case StatusOK, StatusServiceError, StatusBadRequest, StatusThreadpoolExhausted:
+			default:
+				t.Fatalf("%v for status %d", r, frame[3])
+			}
+		}
+		if ClosingAttachment(frame) {
+			if frame[3] != StatusOK || !bytes.Contains(frame[HeaderLen:], closingKey) || !bytes.Contains(frame[HeaderLen:], closingTrue) {
+				t.Fatalf("closing without the attachment's bytes")
+			}
+		}
+	})
+}

@@ -492,12 +492,21 @@ func (x *Upstream) GetMaxQueuedBytes() int32 {
 
 // Hold bounds the queue of requests waiting for the provider to come back.
 type Hold struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Timeout       *durationpb.Duration   `protobuf:"bytes,1,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	MaxRequests   *int32                 `protobuf:"varint,2,opt,name=max_requests,json=maxRequests,proto3,oneof" json:"max_requests,omitempty"`
-	MaxBytes      *int32                 `protobuf:"varint,3,opt,name=max_bytes,json=maxBytes,proto3,oneof" json:"max_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Timeout     *durationpb.Duration   `protobuf:"bytes,1,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	MaxRequests *int32                 `protobuf:"varint,2,opt,name=max_requests,json=maxRequests,proto3,oneof" json:"max_requests,omitempty"`
+	MaxBytes    *int32                 `protobuf:"varint,3,opt,name=max_bytes,json=maxBytes,proto3,oneof" json:"max_bytes,omitempty"`
+	// A provider answer that proves its request never ran (the service is not
+	// exported yet or any more, the provider's thread pool is full) puts the
+	// request back in the hold queue, at most this many times, if it comes within
+	// not_executed_window; 0 passes such answers on as they are.
+	NotExecutedRetries *int32 `protobuf:"varint,4,opt,name=not_executed_retries,json=notExecutedRetries,proto3,oneof" json:"not_executed_retries,omitempty"`
+	// How long after a provider connection opens, or after the provider says
+	// READONLY, WRITEABLE or closing, not-executed answers are re-held; 0 turns
+	// re-holding off.
+	NotExecutedWindow *durationpb.Duration `protobuf:"bytes,5,opt,name=not_executed_window,json=notExecutedWindow,proto3" json:"not_executed_window,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Hold) Reset() {
@@ -549,6 +558,20 @@ func (x *Hold) GetMaxBytes() int32 {
 		return *x.MaxBytes
 	}
 	return 0
+}
+
+func (x *Hold) GetNotExecutedRetries() int32 {
+	if x != nil && x.NotExecutedRetries != nil {
+		return *x.NotExecutedRetries
+	}
+	return 0
+}
+
+func (x *Hold) GetNotExecutedWindow() *durationpb.Duration {
+	if x != nil {
+		return x.NotExecutedWindow
+	}
+	return nil
 }
 
 // Keepalive drives idle-close of consumers and upstream heartbeats.
@@ -879,14 +902,17 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\n" +
 	"\b_addressB\x0e\n" +
 	"\f_connectionsB\x13\n" +
-	"\x11_max_queued_bytes\"\xa4\x01\n" +
+	"\x11_max_queued_bytes\"\xbf\x02\n" +
 	"\x04Hold\x123\n" +
 	"\atimeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12&\n" +
 	"\fmax_requests\x18\x02 \x01(\x05H\x00R\vmaxRequests\x88\x01\x01\x12 \n" +
-	"\tmax_bytes\x18\x03 \x01(\x05H\x01R\bmaxBytes\x88\x01\x01B\x0f\n" +
+	"\tmax_bytes\x18\x03 \x01(\x05H\x01R\bmaxBytes\x88\x01\x01\x125\n" +
+	"\x14not_executed_retries\x18\x04 \x01(\x05H\x02R\x12notExecutedRetries\x88\x01\x01\x12I\n" +
+	"\x13not_executed_window\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11notExecutedWindowB\x0f\n" +
 	"\r_max_requestsB\f\n" +
 	"\n" +
-	"_max_bytes\"\xb5\x02\n" +
+	"_max_bytesB\x17\n" +
+	"\x15_not_executed_retries\"\xb5\x02\n" +
 	"\tKeepalive\x12Q\n" +
 	"\x17downstream_idle_timeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x15downstreamIdleTimeout\x12F\n" +
 	"\x11upstream_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x10upstreamInterval\x12,\n" +
@@ -963,17 +989,18 @@ var file_xds_stormgatev1_settings_proto_depIdxs = []int32{
 	10, // 13: stormgate.v1.Upstream.warmup:type_name -> google.protobuf.Duration
 	10, // 14: stormgate.v1.Upstream.write_timeout:type_name -> google.protobuf.Duration
 	10, // 15: stormgate.v1.Hold.timeout:type_name -> google.protobuf.Duration
-	10, // 16: stormgate.v1.Keepalive.downstream_idle_timeout:type_name -> google.protobuf.Duration
-	10, // 17: stormgate.v1.Keepalive.upstream_interval:type_name -> google.protobuf.Duration
-	10, // 18: stormgate.v1.Limits.max_request_age:type_name -> google.protobuf.Duration
-	10, // 19: stormgate.v1.Limits.frame_read_timeout:type_name -> google.protobuf.Duration
-	0,  // 20: stormgate.v1.Drain.readonly_policy:type_name -> stormgate.v1.ReadonlyPolicy
-	10, // 21: stormgate.v1.Drain.timeout:type_name -> google.protobuf.Duration
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	10, // 16: stormgate.v1.Hold.not_executed_window:type_name -> google.protobuf.Duration
+	10, // 17: stormgate.v1.Keepalive.downstream_idle_timeout:type_name -> google.protobuf.Duration
+	10, // 18: stormgate.v1.Keepalive.upstream_interval:type_name -> google.protobuf.Duration
+	10, // 19: stormgate.v1.Limits.max_request_age:type_name -> google.protobuf.Duration
+	10, // 20: stormgate.v1.Limits.frame_read_timeout:type_name -> google.protobuf.Duration
+	0,  // 21: stormgate.v1.Drain.readonly_policy:type_name -> stormgate.v1.ReadonlyPolicy
+	10, // 22: stormgate.v1.Drain.timeout:type_name -> google.protobuf.Duration
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_xds_stormgatev1_settings_proto_init() }

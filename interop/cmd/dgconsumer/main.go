@@ -8,8 +8,10 @@
 //	    getty client opens its 16 connections one by one, with pauses growing 0.3 s, 0.6 s, ... up to 3 s: all
 //	    16 exist about 30 s after Dial).
 //	    --hold: after printing the summary, keep the connections open until stdin reaches EOF.
-//	dgconsumer [flags] loop --duration 8s --interval 10ms [--workers 1] [--ticks] [--hold]
-//	    Echo in a loop for the duration; counts ok, errors and timeouts. Prints one JSON summary line; exits 1
+//	dgconsumer [flags] loop --duration 8s --interval 10ms [--workers 1] [--method Echo|Hold] [--hold-for D] [--ticks] [--hold]
+//	    Echo in a loop for the duration; counts ok, errors and timeouts. Every call's argument is unique
+//	    ("w<worker>-<n>"; with --method Hold "<D>/w<worker>-<n>": the provider keeps it D before answering), and
+//	    the summary lists the arguments of the failed calls. Prints one JSON summary line; exits 1
 //	    if any call failed. --ticks prints "TICK <n> <start unix ns> <latency ns> ok|err" on stdout after each
 //	    call, so a test can act between calls. --hold as for once.
 //
@@ -88,7 +90,9 @@ type LoopSummary struct {
 	P50        string      `json:"p50"`
 	P99        string      `json:"p99"`
 	Elapsed    string      `json:"elapsed"`
-	Failures   []CallError `json:"failures,omitempty"` // first maxRecorded failures
+	Failures   []CallError `json:"failures,omitempty"`    // first maxRecorded failures
+	FailedArgs []string    `json:"failed_args,omitempty"` // the argument of every failed call (errors and timeouts)
+	FailedErrs []string    `json:"failed_errs,omitempty"` // their errors, in the same order
 }
 
 func main() {
@@ -146,12 +150,18 @@ func main() {
 		workers := fs.Int("workers", 1, "concurrent callers")
 		ticks := fs.Bool("ticks", false, "print a TICK line on stdout after each call")
 		hold := fs.Bool("hold", false, "after the summary, keep connections open until stdin reaches EOF")
+		method := fs.String("method", "Echo", "Echo, or Hold: the provider keeps each call --hold-for before answering")
+		holdFor := fs.Duration("hold-for", 20*time.Millisecond, "with --method Hold, how long the provider keeps each call")
 		_ = fs.Parse(args)
-		if *workers < 1 || *duration <= 0 || *interval < 0 {
-			fmt.Fprintln(os.Stderr, "dgconsumer: loop needs --workers >= 1, --duration > 0, --interval >= 0")
+		if *workers < 1 || *duration <= 0 || *interval < 0 || (*method != "Echo" && *method != "Hold") {
+			fmt.Fprintln(os.Stderr, "dgconsumer: loop needs --workers >= 1, --duration > 0, --interval >= 0, --method Echo or Hold")
 			os.Exit(2)
 		}
-		s := c.loop(*addr, *duration, *interval, *workers, *ticks)
+		prefix := ""
+		if *method == "Hold" {
+			prefix = holdFor.String() + "/"
+		}
+		s := c.loop(*addr, *duration, *interval, *workers, *ticks, *method, prefix)
 		ok = s.Errors == 0 && s.Timeouts == 0 && s.Mismatches == 0
 		emit(s)
 		if *hold {
@@ -320,7 +330,7 @@ func waitOwnConns(addr string, want int, timeout time.Duration) (int, time.Durat
 	}
 }
 
-func (c *caller) loop(addr string, duration, interval time.Duration, workers int, ticks bool) LoopSummary {
+func (c *caller) loop(addr string, duration, interval time.Duration, workers int, ticks bool, method, prefix string) LoopSummary {
 	start := time.Now()
 	deadline := start.Add(duration)
 	var (
@@ -334,9 +344,9 @@ func (c *caller) loop(addr string, duration, interval time.Duration, workers int
 		go func() {
 			defer wg.Done()
 			for n := 0; time.Now().Before(deadline); n++ {
-				want := fmt.Sprintf("w%d-%d", w, n)
+				want := fmt.Sprintf("%sw%d-%d", prefix, w, n)
 				t := time.Now()
-				got, err := c.call("Echo", want)
+				got, err := c.call(method, want)
 				lat := time.Since(t)
 				mu.Lock()
 				s.Sent++
@@ -350,8 +360,10 @@ func (c *caller) loop(addr string, duration, interval time.Duration, workers int
 					}
 					if len(s.Failures) < maxRecorded {
 						s.Failures = append(s.Failures, CallError{
-							At: t.Sub(start).Round(time.Millisecond).String(), Method: "Echo", Err: oneLine(err)})
+							At: t.Sub(start).Round(time.Millisecond).String(), Method: method, Err: oneLine(err)})
 					}
+					s.FailedArgs = append(s.FailedArgs, want)
+					s.FailedErrs = append(s.FailedErrs, oneLine(err))
 				case got != want:
 					s.Mismatches++
 				default:

@@ -9,10 +9,22 @@
 //     response carrying an exception).
 //   - Big(s) returns s; the tests call it with a 50 KB argument (dubbo-go's frame limit is 102,400 bytes).
 //   - Sleep(d) sleeps for the Go duration d (capped at one minute), then returns d.
+//   - Error(s) returns a business error whose message is exactly s (a look-alike of dubbo-go's own
+//     "don't have this exporter" answer when s is that text).
+//   - Hold(s) takes "<duration>/<tag>", sleeps the duration (capped at one minute) and returns s: a call
+//     that is inside the provider for a while, with a tag of the caller's choosing.
 //   - SayHello(name) returns "Hello, " + name: the request `make bench` forwards to measure proxy CPU per
 //     request (bench/suite's forward scenario calls it as sayHello, the Java spelling; dubbo-go finds both).
 //
-// The process runs until SIGINT or SIGTERM; the tests usually end it with SIGKILL.
+// --log-requests FILE appends one line "<method> <arg>" to FILE for every Echo, Error and Hold call, with
+// one write(2) before the method does anything else, so the file survives SIGKILL and tells a test which
+// calls this process ran.
+//
+// SIGTERM runs dubbo-go's own graceful shutdown, as in a user's provider (graceful_shutdown.Init, which
+// server.NewServer calls, installs the handler): the process keeps serving for the consumer-update wait
+// (3 s) and the provider-step wait (up to 3 s, until no request arrived for 3 s), then rejects, unexports,
+// closes its server and exits 0. With --cpuprofile the process instead stops at once on SIGTERM so the
+// profile is written. SIGINT stops it at once; the tests usually end it with SIGKILL.
 package main
 
 import (
@@ -25,6 +37,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -54,7 +67,10 @@ const maxSleep = time.Minute
 type Greeter struct{}
 
 // Echo returns its argument.
-func (*Greeter) Echo(_ context.Context, s string) (string, error) { return s, nil }
+func (*Greeter) Echo(_ context.Context, s string) (string, error) {
+	logRequest("Echo", s)
+	return s, nil
+}
 
 // Fail always returns a business error that carries its argument.
 func (*Greeter) Fail(_ context.Context, s string) (string, error) {
@@ -75,16 +91,45 @@ func (*Greeter) Sleep(ctx context.Context, d string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("bad duration %q: %w", d, err)
 	}
-	if dur > maxSleep {
-		dur = maxSleep
+	sleep(ctx, dur)
+	return d, nil
+}
+
+// Error returns a business error whose message is exactly s.
+func (*Greeter) Error(_ context.Context, s string) (string, error) {
+	logRequest("Error", s)
+	return "", errors.New(s)
+}
+
+// Hold takes "<duration>/<tag>", sleeps the duration and returns its argument.
+func (*Greeter) Hold(ctx context.Context, s string) (string, error) {
+	logRequest("Hold", s)
+	d, _, ok := strings.Cut(s, "/")
+	dur, err := time.ParseDuration(d)
+	if !ok || err != nil {
+		return "", fmt.Errorf("Hold wants <duration>/<tag>, got %q", s)
 	}
-	t := time.NewTimer(dur)
+	sleep(ctx, dur)
+	return s, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(min(d, maxSleep))
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	return d, nil
+}
+
+// requestLog is --log-requests: nil when off. Each line goes out in one write(2) on an O_APPEND file, so
+// it is in the kernel (and survives SIGKILL) before the method does anything else.
+var requestLog *os.File
+
+func logRequest(method, arg string) {
+	if requestLog != nil {
+		_, _ = requestLog.Write([]byte(method + " " + arg + "\n"))
+	}
 }
 
 func main() {
@@ -100,6 +145,8 @@ func main() {
 		"hold Greeter's export back this long (a dubbo-go config post-processor): with --metadata-service "+
 			"same-port the port then answers \"don't have this exporter\" for Greeter that long after it opens")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file until SIGINT/SIGTERM")
+	logRequests := flag.String("log-requests", "",
+		"append \"<method> <arg>\" to this file for every Echo, Error and Hold call, before running it")
 	flag.Parse()
 	if *port <= 0 || *port > 65535 {
 		fmt.Fprintln(os.Stderr, "dgprovider: --port must be 1..65535")
@@ -129,6 +176,14 @@ func main() {
 			fatal("cpuprofile: %v", err)
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+
+	if *logRequests != "" {
+		f, err := os.OpenFile(*logRequests, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			fatal("log-requests: %v", err)
+		}
+		requestLog = f
 	}
 
 	if *exportDelay > 0 {
@@ -179,8 +234,12 @@ func main() {
 		}
 	}()
 
+	// SIGTERM belongs to dubbo-go's graceful shutdown (see the package doc), unless a profile must be written.
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sig, syscall.SIGINT)
+	if *cpuProfile != "" {
+		signal.Notify(sig, syscall.SIGTERM)
+	}
 	startTimeout := time.NewTimer(20 * time.Second)
 	defer startTimeout.Stop()
 	select {

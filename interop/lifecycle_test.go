@@ -1,0 +1,271 @@
+package interop
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Issue 11: provider lifecycle without consumer-visible errors, with the real dubbo-go v3.3.0 provider in its
+// default setup (MetadataService exported on the dubbo port first, so a restarted provider answers "don't have
+// this exporter" for a moment after its port opens).
+//
+// What a dubbo-go v3.3.0 provider does on SIGTERM (graceful_shutdown/shutdown.go, which server.NewServer
+// installs; seen on the wire with tcpdump): it keeps serving normally for ConsumerUpdateWaitTime (3 s), then
+// for up to StepTimeout (3 s) more until no request arrived for OfflineRequestWindowTimeout (3 s) - with a
+// request every 20 ms that is the whole 3 s; then within about a millisecond it rejects new requests (an empty
+// result, answered as a null value), unexports every service (requests then get "don't have this exporter"),
+// closes its listener and exits 0, and the kernel closes each connection with a FIN. It sends no READONLY event
+// and, before v3.3.2, no closing=true attachment.
+
+// lifecycleProvider is dgprovider in its default setup, logging every call it runs to reqLog.
+func lifecycleProvider(t *testing.T, port int, reqLog string) *provider {
+	return startProvider(t, port, "--log-level", "info", "--log-requests", reqLog)
+}
+
+// Issue 11, acceptance 1: a consumer calling every 20 ms while the provider is restarted gracefully (SIGTERM,
+// started again 1 s after it exits) three times: no failed call, no consumer connection closed. dubbo-go's own
+// shutdown takes about 6 s (see above), so the consumer calls for 30 s rather than 10 s to see three restarts.
+func testGracefulRestarts(t *testing.T) {
+	const (
+		rounds   = 3
+		interval = 20 * time.Millisecond
+		duration = 30 * time.Second
+	)
+	reqLog := filepath.Join(t.TempDir(), "requests.log")
+	prov := lifecycleProvider(t, 0, reqLog)
+	sc := startSidecar(t, prov.port)
+	before := sc.scrape(t)
+	c := startProc(t, "dgconsumer", bins.consumer, "--addr", sc.listen,
+		"loop", "--duration", duration.String(), "--interval", interval.String(), "--hold")
+	started := time.Now()
+	watch := watchConns(sc.listenPort)
+	for round := 1; round <= rounds; round++ {
+		time.Sleep(time.Second) // calls reach this provider (a restarted one's startup window included)
+		sigAt := time.Now()
+		if err := prov.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		prov.wait(t, 30*time.Second)
+		exitedAt := time.Now()
+		if code := prov.exitCode(); code != 0 {
+			t.Errorf("round %d: the provider exited %d after SIGTERM, want 0 (dubbo-go's graceful shutdown)", round, code)
+		}
+		if !strings.Contains(prov.stderr.String(), "Graceful shutdown --- Destroy protocols") {
+			t.Errorf("round %d: the provider's log shows no graceful shutdown", round)
+		}
+		time.Sleep(time.Second)
+		prov = lifecycleProvider(t, prov.port, reqLog)
+		t.Logf("round %d: SIGTERM %v into the run, provider exited 0 %v later, restarted one READY %v after that",
+			round, sigAt.Sub(started).Round(time.Millisecond), exitedAt.Sub(sigAt).Round(time.Millisecond),
+			time.Since(exitedAt).Round(time.Millisecond))
+	}
+	if left := duration - time.Since(started); left < 2*time.Second {
+		t.Fatalf("the restarts ended %v before the consumer stops calling; want at least 2 s of calls after the last "+
+			"(a slow machine?)", left)
+	}
+	var s loopSummary
+	line := readSummary(t, c, duration+30*time.Second, &s)
+	watch.finish(t)
+	checkNoneClosed(t, sc, before)
+	closeStdinAndWait(t, c)
+	after := sc.scrape(t)
+	t.Logf("consumer: %s", line)
+	logLifecycleMetrics(t, after)
+	if s.Errors != 0 || s.Timeouts != 0 || s.Mismatches != 0 || s.OK != s.Sent {
+		t.Errorf("consumer saw errors=%d timeouts=%d mismatches=%d (ok %d of %d): %+v",
+			s.Errors, s.Timeouts, s.Mismatches, s.OK, s.Sent, s.Failures)
+	}
+	if s.Sent < int(duration/interval/2) {
+		t.Errorf("only %d calls in %v", s.Sent, duration)
+	}
+	ranTwice(t, reqLog)
+}
+
+// Issue 11, acceptance 2: the same with SIGKILL. A call fails only if the provider had read it before it died,
+// and none was retried by Stormgate (no call ran twice); every other call succeeds. The kills land at random
+// instants. "Read" is shown by the provider's own log of the calls it ran (written before the method runs), or,
+// for a call the process read from its socket and died before running (getty reads, decodes and dispatches in
+// a few hundred microseconds), by Stormgate's answer: the provider's kernel acknowledged the request before the
+// provider's FIN, which, for a process that closes its sockets, means the process read it.
+//
+// One exception, reported rather than failed: Stormgate re-holds a request it wrote into the dying process's
+// socket only when the kernel's reset counters rule out a SO_LINGER 0 abort of a connection the provider had read
+// to the end (that would run the request twice). Those counters are per network namespace, so any such reset on
+// this machine in the meantime (other tests, the previous kill) vetoes the proof, and the request is answered as
+// lost: counted in stormgate_unread_proof_vetoed_total.
+func testKillRestarts(t *testing.T) {
+	r := killRestarts(t, 3, 15*time.Second, "--interval", "20ms")
+	if len(r.failedUnseen) > r.vetoed {
+		t.Errorf("calls failed although the provider never read them, more than the %d vetoed proofs: %v",
+			r.vetoed, r.failedUnseen)
+	} else if len(r.failedUnseen) > 0 {
+		t.Logf("NOTE: %d call(s) failed unread because the proof was vetoed (an ambiguous reset in the namespace): %v",
+			len(r.failedUnseen), r.failedUnseen)
+	}
+}
+
+// The same under load: 8 callers whose calls stay 20 ms in the provider, so that each kill catches calls inside
+// it. Calls the provider ran may fail (never retried); calls Stormgate wrote into the dying process's socket
+// after it stopped reading fail too unless they were the last on their connection (the RST rule), and are
+// reported. No call runs twice, none times out.
+func testKillRestartsUnderLoad(t *testing.T) {
+	r := killRestarts(t, 3, 12*time.Second, "--interval", "5ms", "--workers", "8", "--method", "Hold", "--hold-for", "20ms")
+	t.Logf("failed calls the provider had run: %d; read but not run: %d; neither (written to its socket after it "+
+		"stopped reading, not the last on their connection, so not provably unread): %d", len(r.failedRan),
+		len(r.failedReceived), len(r.failedUnseen))
+}
+
+// killResult sorts the failed calls: ran (in the provider's log), received (not in it, but Stormgate's answer says
+// the provider's kernel acknowledged it before the FIN: read, then lost in the dying process) and unseen (neither).
+type killResult struct {
+	failedRan, failedReceived, failedUnseen []string
+	vetoed                                  int // stormgate_unread_proof_vetoed_total
+}
+
+// killRestarts runs a loop consumer with loopArgs through Stormgate while the provider is SIGKILLed and started
+// again 1 s later, rounds times, and checks what every kill may and may not do.
+func killRestarts(t *testing.T, rounds int, duration time.Duration, loopArgs ...string) killResult {
+	reqLog := filepath.Join(t.TempDir(), "requests.log")
+	prov := lifecycleProvider(t, 0, reqLog)
+	sc := startSidecar(t, prov.port)
+	before := sc.scrape(t)
+	c := startProc(t, "dgconsumer", bins.consumer, append([]string{"--addr", sc.listen,
+		"loop", "--duration", duration.String(), "--hold"}, loopArgs...)...)
+	started := time.Now()
+	watch := watchConns(sc.listenPort)
+	for round := 1; round <= rounds; round++ {
+		time.Sleep(time.Second + time.Duration(rand.IntN(500))*time.Millisecond)
+		prov.kill()
+		time.Sleep(time.Second)
+		prov = lifecycleProvider(t, prov.port, reqLog)
+	}
+	if time.Since(started) > duration-time.Second {
+		t.Fatal("the restarts outlasted the consumer's calls (a slow machine?)")
+	}
+	var s loopSummary
+	line := readSummary(t, c, duration+30*time.Second, &s)
+	watch.finish(t)
+	checkNoneClosed(t, sc, before)
+	closeStdinAndWait(t, c)
+	t.Logf("consumer: %s", line)
+	m := sc.scrape(t)
+	logLifecycleMetrics(t, m)
+
+	ran := ranTwice(t, reqLog)
+	r := killResult{vetoed: int(m.sum("stormgate_unread_proof_vetoed_total"))}
+	for i, arg := range s.FailedArgs {
+		switch {
+		case ran[arg] > 0:
+			r.failedRan = append(r.failedRan, arg)
+		case i < len(s.FailedErrs) && strings.Contains(s.FailedErrs[i], "the provider had received it before it closed"):
+			r.failedReceived = append(r.failedReceived, arg)
+		default:
+			r.failedUnseen = append(r.failedUnseen, arg)
+		}
+	}
+	if s.Timeouts != 0 || s.Mismatches != 0 || s.OK+len(s.FailedArgs) != s.Sent {
+		t.Errorf("consumer: timeouts=%d mismatches=%d, ok %d + failed %d of %d sent: %+v",
+			s.Timeouts, s.Mismatches, s.OK, len(s.FailedArgs), s.Sent, s.Failures)
+	}
+	for _, f := range s.Failures {
+		if !strings.Contains(f.Err, "provider connection lost while the request was in flight") {
+			t.Errorf("a call failed with something else than Stormgate's lost-in-flight answer: %s", f.Err)
+		}
+	}
+	t.Logf("%d calls run by the providers, %d failed: %d the provider had run, %d it had read (acknowledged before "+
+		"its FIN) and not run, %d neither", len(ran), len(s.FailedArgs), len(r.failedRan), len(r.failedReceived), len(r.failedUnseen))
+	return r
+}
+
+// ranTwice reads the providers' log of the calls they ran ("<method> <arg>" per line, all processes appending to
+// one file), fails the test for any call that ran more than once, and returns the count per argument.
+func ranTwice(t *testing.T, reqLog string) map[string]int {
+	t.Helper()
+	f, err := os.Open(reqLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ran := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if _, arg, ok := strings.Cut(sc.Text(), " "); ok {
+			ran[arg]++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for arg, n := range ran {
+		if n > 1 {
+			t.Errorf("call %q ran %d times: Stormgate must never send again a request that may have run", arg, n)
+		}
+	}
+	return ran
+}
+
+func logLifecycleMetrics(t *testing.T, m metrics) {
+	t.Helper()
+	t.Logf("metrics: not-executed answers %s; hold outcomes %s; local replies %s; drains %s; unread proofs vetoed %v",
+		m.filter("stormgate_not_executed_answers_total"), m.filter("stormgate_hold_outcomes_total"),
+		m.filter("stormgate_local_replies_total"), m.filter("stormgate_provider_drains_total"),
+		m.sum("stormgate_unread_proof_vetoed_total"))
+}
+
+// TestDubboGoAnswerFixture keeps proxy/dubbo/testdata honest: the real dubbo-go v3.3.0 provider, in its startup
+// window, answers the fixed request below with exactly the frame recorded there as live_no_exporter (the bytes
+// Stormgate's not-executed recognition is tested with).
+func TestDubboGoAnswerFixture(t *testing.T) {
+	// dubbo.AppendRequest(nil, 2, true, "org.stormgate.Greeter", "Echo", "hi")
+	req, _ := hex.DecodeString("dabbc20000000000000000020000008805322e302e32156f72672e73746f726d676174652e47726565" +
+		"74657205302e302e30044563686f124c6a6176612f6c616e672f537472696e673b0268694804706174681" +
+		"56f72672e73746f726d676174652e4772656574657209696e74657266616365156f72672e73746f726d6761" +
+		"74652e477265657465720776657273696f6e05302e302e305a")
+	fixtures, err := os.ReadFile("../proxy/dubbo/testdata/dubbogo_answers.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	startProc(t, "dgprovider", bins.provider, "--port", strconv.Itoa(port), "--export-delay", "3s")
+	var conn net.Conn
+	deadline := time.Now().Add(20 * time.Second)
+	for conn == nil {
+		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			conn = c
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the provider's port did not open: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, 16)
+	if _, err := io.ReadFull(conn, got); err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, make([]byte, binary.BigEndian.Uint32(got[12:16]))...)
+	if _, err := io.ReadFull(conn, got[16:]); err != nil {
+		t.Fatal(err)
+	}
+	if line := "\nlive_no_exporter\t" + hex.EncodeToString(got) + "\n"; !bytes.Contains(fixtures, []byte(line)) {
+		t.Fatalf("the provider's startup-window answer is not the live_no_exporter fixture any more:\n%x", got)
+	}
+}
