@@ -21,16 +21,24 @@ if ! command -v haproxy >/dev/null 2>&1; then
   echo "bench: installing haproxy (Debian package)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null
 fi
+if ! command -v gcc >/dev/null 2>&1; then
+  echo "bench: installing gcc (Debian package) for the floor programs in bench/floor"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
+fi
 if ! command -v ip >/dev/null 2>&1; then
   echo "bench: installing iproute2 (Debian package)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
 fi
 
-echo "bench: building sidecar, stormbench, suite and the dubbo-go provider into $BIN"
+echo "bench: building sidecar, stormbench, suite, the dubbo-go provider and the floor programs into $BIN"
 go build -o "$BIN/sidecar" ./cmd/sidecar
 go build -o "$BIN/stormbench" ./cmd/stormbench
 go build -o "$BIN/suite" ./bench/suite
 (cd interop && go build -o "$BIN/dgprovider" ./cmd/dgprovider)
+# The floors: what a bare epoll loop in C spends (frame pointers kept so perf can walk their stacks).
+for f in hbfloor fwdfloor; do
+  gcc -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -o "$BIN/$f" "bench/floor/$f.c"
+done
 
 # Every process may hold up to its hard fd limit (the load tool and the proxies need ~10,000+).
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

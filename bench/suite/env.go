@@ -45,6 +45,12 @@ func machineInfo(ctx context.Context, s *Suite) Machine {
 			m.DubboGo = x[1]
 		}
 	}
+	if out, err := exec.CommandContext(ctx, "perf", "--version").Output(); err == nil {
+		m.PerfVersion = strings.TrimPrefix(strings.TrimSpace(string(out)), "perf version ")
+	}
+	if out, err := exec.CommandContext(ctx, "gcc", "-dumpfullversion").Output(); err == nil {
+		m.GCC = strings.TrimSpace(string(out))
+	}
 	if out, err := exec.CommandContext(ctx, "git", "-C", s.root, "describe", "--always", "--dirty").Output(); err == nil {
 		m.Stormgate = strings.TrimSpace(string(out))
 	}

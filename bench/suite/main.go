@@ -57,16 +57,35 @@ type Options struct {
 
 	MicroBenchtime string `json:"micro_benchtime"`
 
+	QuietWindow  time.Duration `json:"quiet_window_ns"`  // quiet: sampled window with no consumer
+	QuietSettle  time.Duration `json:"quiet_settle_ns"`  // quiet: wait after start before sampling
+	QuietProfile time.Duration `json:"quiet_profile_ns"` // quiet: the profiled window after it
+
+	HBConns  int           `json:"hb_conns"`     // heartbeat: consumers of each target
+	HBWindow time.Duration `json:"hb_window_ns"` // heartbeat: one sampled window
+	HBSettle time.Duration `json:"hb_settle_ns"` // heartbeat: after resuming a load tool
+	HBPairs  int           `json:"hb_pairs"`     // heartbeat: unprofiled window pairs (median)
+
+	FwdLoads      []FwdLoad     `json:"fwd_loads"`
+	FwdLead       time.Duration `json:"fwd_lead_ns"`
+	FwdWindow     time.Duration `json:"fwd_window_ns"`
+	FwdWindows    int           `json:"fwd_windows"`
+	FwdProfWindow time.Duration `json:"fwd_prof_window_ns"`
+
+	IdleProfile time.Duration `json:"idle_profile_ns"` // idle: the proxies' profiled window at the 30 s period
+	TPProfile   bool          `json:"tp_profile"`      // throughput: one profiled step at Stormgate's maximum
+
 	FleetNodes         int `json:"fleet_nodes"`
 	FleetFailoverNodes int `json:"fleet_failover_nodes"`
 	FleetChanges       int `json:"fleet_changes"`
 }
 
-var allScenarios = []string{"micro", "idle", "latency", "throughput", "restart", "storm", "fleet"}
+var allScenarios = []string{"micro", "quiet", "idle", "heartbeat", "latency", "forward", "throughput", "restart", "storm", "fleet"}
 
 // Bins are the executables the suite drives.
 type Bins struct {
 	sidecar, stormbench, dgprovider, haproxy, self string
+	hbfloor, fwdfloor                              string // bench/floor programs
 }
 
 // Suite runs scenarios and owns every process it starts.
@@ -77,9 +96,27 @@ type Suite struct {
 	root string // repository root (micro-benchmarks run there)
 	log  io.Writer
 
-	mu    sync.Mutex
-	seq   int
-	procs []*Proc
+	perf bool // perf can sample and count here
+
+	mu       sync.Mutex
+	seq      int
+	procs    []*Proc
+	profiles []Profile
+}
+
+// addProfile records a captured profile; takeProfiles hands them to the results.
+func (s *Suite) addProfile(p Profile) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.profiles = append(s.profiles, p)
+}
+
+func (s *Suite) takeProfiles() []Profile {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.profiles
+	s.profiles = nil
+	return out
 }
 
 func (s *Suite) logf(format string, args ...any) {
@@ -155,7 +192,7 @@ func cmdRun(args []string) error {
 	var d docFlags
 	d.register(fs)
 	var o Options
-	var scen, tpConns string
+	var scen, tpConns, fwdLoads string
 	bin := fs.String("bin", "bench/out/bin", "directory holding sidecar, stormbench and dgprovider")
 	out := fs.String("out", "bench/out", "output directory: logs, per-run JSON, results.json")
 	command := fs.String("command", "make bench", "the command line the doc says produced it")
@@ -187,6 +224,20 @@ func cmdRun(args []string) error {
 	fs.IntVar(&o.StormBacklog, "storm-baseline-backlog", 50, "storm: the baseline listener's backlog")
 	fs.DurationVar(&o.StormAcceptDelay, "storm-accept-delay", time.Millisecond, "storm: the baseline listener's pause after each accept")
 	fs.StringVar(&o.MicroBenchtime, "micro-benchtime", "300ms", "micro: go test -benchtime")
+	fs.DurationVar(&o.QuietWindow, "quiet-window", 30*time.Second, "quiet: sampled window with no consumer connected")
+	fs.DurationVar(&o.QuietSettle, "quiet-settle", 5*time.Second, "quiet: wait after the targets start before sampling")
+	fs.DurationVar(&o.QuietProfile, "quiet-profile", 10*time.Second, "quiet: the profiled window after the sampled one (0: none)")
+	fs.IntVar(&o.HBConns, "hb-conns", 10000, "heartbeat: consumers beating every second, per target")
+	fs.DurationVar(&o.HBWindow, "hb-window", 6*time.Second, "heartbeat: one sampled window")
+	fs.DurationVar(&o.HBSettle, "hb-settle", 2*time.Second, "heartbeat: wait after resuming a target's load tool")
+	fs.IntVar(&o.HBPairs, "hb-pairs", 3, "heartbeat: alternating window pairs (the figure is their median)")
+	fs.StringVar(&fwdLoads, "fwd-loads", "2000:4000,10000:5000", "forward: conns:req/s loads")
+	fs.DurationVar(&o.FwdLead, "fwd-lead", 2*time.Second, "forward: start of each load not sampled")
+	fs.DurationVar(&o.FwdWindow, "fwd-window", 4*time.Second, "forward: one sampled window")
+	fs.IntVar(&o.FwdWindows, "fwd-windows", 3, "forward: sampled windows per load (the figure is their median)")
+	fs.DurationVar(&o.FwdProfWindow, "fwd-profile", 4*time.Second, "forward: the profiled window after them")
+	fs.DurationVar(&o.IdleProfile, "idle-profile", 15*time.Second, "idle: the proxies' profiled window at the 30 s period (0: none)")
+	fs.BoolVar(&o.TPProfile, "tp-profile", true, "throughput: one more step at Stormgate's maximum, profiled, at the largest connection count")
 	fs.IntVar(&o.FleetNodes, "fleet-nodes", 5000, "fleet: xDS nodes against one control plane")
 	fs.IntVar(&o.FleetFailoverNodes, "fleet-failover-nodes", 2000, "fleet: xDS nodes against two replicas, one killed")
 	fs.IntVar(&o.FleetChanges, "fleet-changes", 3, "fleet: all-node changes timed")
@@ -205,6 +256,15 @@ func cmdRun(args []string) error {
 			return fmt.Errorf("--tp-conns: bad count %q", f)
 		}
 		o.TPConns = append(o.TPConns, n)
+	}
+	for f := range strings.SplitSeq(fwdLoads, ",") {
+		c, r, ok := strings.Cut(strings.TrimSpace(f), ":")
+		n, err1 := strconv.Atoi(c)
+		rate, err2 := strconv.ParseFloat(r, 64)
+		if !ok || err1 != nil || err2 != nil || n < 1 || rate <= 0 {
+			return fmt.Errorf("--fwd-loads: want conns:rate, got %q", f)
+		}
+		o.FwdLoads = append(o.FwdLoads, FwdLoad{Conns: n, Rate: rate})
 	}
 	if *quick {
 		o = quickOptions(o)
@@ -236,6 +296,8 @@ func cmdRun(args []string) error {
 		sidecar:    filepath.Join(*bin, "sidecar"),
 		stormbench: filepath.Join(*bin, "stormbench"),
 		dgprovider: filepath.Join(*bin, "dgprovider"),
+		hbfloor:    filepath.Join(*bin, "hbfloor"),
+		fwdfloor:   filepath.Join(*bin, "fwdfloor"),
 	}
 	if s.bins.self, err = os.Executable(); err != nil {
 		return err
@@ -243,7 +305,11 @@ func cmdRun(args []string) error {
 	if s.bins.haproxy, err = exec.LookPath("haproxy"); err != nil && needsHAProxy(o.Scenarios) {
 		return errors.New("haproxy not found (bench/run.sh installs it with apt-get)")
 	}
-	if err := requireBins("bench/run.sh", s.bins.sidecar, s.bins.stormbench); err != nil {
+	need := []string{s.bins.sidecar, s.bins.stormbench}
+	if needsFloor(o.Scenarios) {
+		need = append(need, s.bins.hbfloor, s.bins.fwdfloor)
+	}
+	if err := requireBins("bench/run.sh", need...); err != nil {
 		return err
 	}
 
@@ -252,6 +318,11 @@ func cmdRun(args []string) error {
 	defer s.cleanup()
 
 	res := &Results{Started: time.Now(), Command: *command, Options: o, Machine: machineInfo(ctx, s)}
+	s.perf = perfWorks(ctx)
+	res.Machine.Perf = s.perf
+	if !s.perf {
+		s.logf("perf cannot sample here (perf stat -e task-clock,raw_syscalls:sys_enter failed): profiles from Go's profiler only")
+	}
 	start := time.Now()
 	for _, sc := range o.Scenarios {
 		if ctx.Err() != nil {
@@ -275,8 +346,15 @@ func cmdRun(args []string) error {
 			res.Storm, err = s.runStorm(ctx)
 		case "fleet":
 			res.Fleet, err = s.runFleet(ctx)
+		case "quiet":
+			res.Quiet, err = s.runQuiet(ctx)
+		case "heartbeat":
+			res.Heartbeat, err = s.runHeartbeat(ctx)
+		case "forward":
+			res.Forward, err = s.runForward(ctx)
 		}
 		s.cleanup()
+		res.Profiles = append(res.Profiles, s.takeProfiles()...)
 		if err != nil {
 			s.logf("!! %s: %v", sc, err)
 			res.Failures = append(res.Failures, fmt.Sprintf("%s: %v", sc, err))
@@ -310,6 +388,10 @@ func cmdRun(args []string) error {
 	return nil
 }
 
+func needsFloor(sc []string) bool {
+	return slices.Contains(sc, "heartbeat") || slices.Contains(sc, "forward") || slices.Contains(sc, "quiet")
+}
+
 // requireBins fails when a binary is missing, naming the script that builds it.
 func requireBins(script string, paths ...string) error {
 	for _, b := range paths {
@@ -338,5 +420,9 @@ func quickOptions(o Options) Options {
 	o.StormConns = 2000
 	o.MicroBenchtime = "50ms"
 	o.FleetNodes, o.FleetFailoverNodes, o.FleetChanges = 500, 200, 1
+	o.QuietWindow, o.QuietSettle, o.QuietProfile = 5*time.Second, 2*time.Second, 3*time.Second
+	o.HBConns, o.HBWindow, o.HBSettle, o.HBPairs = 1000, 3*time.Second, 1500*time.Millisecond, 2
+	o.FwdLoads, o.FwdWindow, o.FwdWindows, o.FwdProfWindow = []FwdLoad{{200, 400}, {1000, 1000}}, 2*time.Second, 2, 2*time.Second
+	o.IdleProfile = 3 * time.Second
 	return o
 }

@@ -214,6 +214,7 @@ func (s *Suite) cleanup() {
 type Usage struct {
 	At     time.Time
 	CPU    time.Duration // utime + stime
+	Sys    time.Duration // stime alone: time in the kernel on the process's behalf
 	RSSKiB int64
 }
 
@@ -231,7 +232,7 @@ func sampleUsage(pids ...int) (Usage, error) {
 		if err != nil {
 			return u, err
 		}
-		cpu, err := parseStatCPU(string(st))
+		user, sys, err := parseStatUserSys(string(st))
 		if err != nil {
 			return u, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 		}
@@ -239,31 +240,38 @@ func sampleUsage(pids ...int) (Usage, error) {
 		if err != nil {
 			return u, err
 		}
-		u.CPU += cpu
+		u.CPU += user + sys
+		u.Sys += sys
 		u.RSSKiB += parseStatusRSS(string(status))
 	}
 	return u, nil
 }
 
-// parseStatCPU returns utime+stime from the text of /proc/PID/stat. The command name (field 2)
-// is in parentheses and may itself contain spaces and parentheses, so fields are counted from
-// the last ')'.
+// parseStatCPU returns utime+stime from the text of /proc/PID/stat.
 func parseStatCPU(stat string) (time.Duration, error) {
+	user, sys, err := parseStatUserSys(stat)
+	return user + sys, err
+}
+
+// parseStatUserSys returns utime and stime from the text of /proc/PID/stat. The command name
+// (field 2) is in parentheses and may itself contain spaces and parentheses, so fields are
+// counted from the last ')'.
+func parseStatUserSys(stat string) (user, sys time.Duration, err error) {
 	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, errors.New("no ')' in stat")
+		return 0, 0, errors.New("no ')' in stat")
 	}
 	f := strings.Fields(stat[i+1:])
 	// f[0] is field 3 (state); utime is field 14, stime field 15.
 	if len(f) < 13 {
-		return 0, errors.New("short stat")
+		return 0, 0, errors.New("short stat")
 	}
 	ut, err1 := strconv.ParseUint(f[11], 10, 64)
 	st, err2 := strconv.ParseUint(f[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return time.Duration(ut+st) * clockTick, nil
+	return time.Duration(ut) * clockTick, time.Duration(st) * clockTick, nil
 }
 
 // parseStatusRSS returns VmRSS in KiB from the text of /proc/PID/status (0 if absent).

@@ -31,7 +31,7 @@ func TestFleetSectionUpdate(t *testing.T) {
 	r.Fleet = fleetFixture()
 	full := (&reporter{r: r, img: "img"}).markdown()
 	for _, want := range []string{fleetBegin, "## 6. Control plane at fleet scale", "**48.8 KiB per connected node**",
-		"| all nodes #1 (5,000 nodes, 1 replica) | 5,000 | 5,000 | 500 ms |", "max **514 ms**", fleetEnd + "\n\n## Load tool overhead"} {
+		"| all nodes #1 (5,000 nodes, 1 replica) | 5,000 | 5,000 | 500 ms |", "max **514 ms**", fleetEnd + "\n\n## 7. Heartbeats against the kernel's floor"} {
 		if !strings.Contains(full, want) {
 			t.Errorf("doc lacks %q", want)
 		}

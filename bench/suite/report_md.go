@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -31,6 +32,10 @@ func (p *reporter) markdown() string {
 	p.restartSection()
 	p.stormSection()
 	p.fleetSection()
+	p.heartbeatSection()
+	p.quietSection()
+	p.forwardSection()
+	p.profilesSection()
 	p.loadToolSection()
 	p.microSection()
 	p.failures()
@@ -52,6 +57,12 @@ func (p *reporter) machine() {
 	p.f("| dubbo-go provider | %s (`interop/cmd/dgprovider`, `--session-number %d`) |\n", m.DubboGo, dubbogoSessions)
 	p.ln("| Fast provider | `stormbench provider` (package `peer`): echo, and sleep for the 100 ms method |")
 	p.ln("| Load tool | `stormbench load` (package `loadgen`): open loop, latency from the scheduled send time |")
+	p.f("| Floor programs | `bench/floor/hbfloor.c` (heartbeat responder), `bench/floor/fwdfloor.c` (multiplexing forwarder): single-threaded C on one level-triggered epoll set, gcc %s `-O2` |\n", m.GCC)
+	perf := "not usable here: profiles from Go's profiler only"
+	if m.Perf {
+		perf = m.PerfVersion + ": `perf record -e cpu-clock` and `perf stat` (software events; no hardware counters in this VM)"
+	}
+	p.f("| perf | %s |\n", perf)
 	p.f("| fd limit per process | %s |\n", m.NoFile)
 	p.f("| net.core.somaxconn (host) | %s |\n", m.Somaxconn)
 	p.f("| Load average (1, 5, 15 min) at the start and at the end of the run | %s; %s |\n", m.LoadAvgPre, m.LoadAvgPost)
@@ -115,15 +126,8 @@ func (p *reporter) summaryRows() []sumRow {
 		note: fmt.Sprintf("Behind Stormgate the provider sees no consumer heartbeat, so what it still burns is its own floor (%s with no consumer at all: runtime and getty timers); the ratio cannot exceed direct ÷ floor.", pctCore(floor)),
 	})
 
-	// CPU per answered heartbeat.
-	us := func(x *IdleRow) float64 { return x.ProxyUsPerHB }
-	sHB := fIdle(s1, us)
-	rows = append(rows, sumRow{
-		figure: "CPU per consumer heartbeat (the provider's when direct; the proxy's otherwise)",
-		d:      usStr(fIdle(d1, func(x *IdleRow) float64 { return x.ProviderUsPerHB })), h: usStr(fIdle(h1, us)), s: usStr(sHB),
-		target: "Stormgate ≤ 5 µs", known: !math.IsNaN(sHB) && sHB > 0, ok: sHB <= 5,
-		note: "Each heartbeat is a netpoll wake-up, a read(2) and a write(2) of 17 bytes on its own connection: with heartbeats spread evenly over 10,000 connections, no two share a system call, so the cost is the kernel's per-syscall cost plus the event loop's. The whole process's CPU (runtime, timers, metrics) is divided by the heartbeats.",
-	})
+	// CPU per answered heartbeat against the bare epoll responder; CPU with nothing to do.
+	rows = append(rows, p.heartbeatSummaryRow(), p.quietSummaryRow(), p.idle30SummaryRow())
 
 	// RSS per idle connection.
 	kib := func(x *IdleRow) float64 { return x.ProxyKiBPerConn }
@@ -131,9 +135,9 @@ func (p *reporter) summaryRows() []sumRow {
 	sK := fIdle(s1, kib)
 	rows = append(rows, sumRow{
 		figure: "Memory per idle consumer connection (the provider's when direct; the proxy's otherwise)",
-		d:      kibStr(fIdle(d1, pk)), h: kibStr(fIdle(h1, kib)), s: kibStr(sK), target: "Stormgate ≤ 8 KiB",
-		known: !math.IsNaN(sK), ok: sK <= 8,
-		note: "netpoll allocates each connection's input buffer and connection object up front (~12 KiB per idle connection was measured before tuning), and RSS also counts the Go heap's free space after the connect phase.",
+		d:      kibStr(fIdle(d1, pk)), h: kibStr(fIdle(h1, kib)), s: kibStr(sK), target: "Stormgate ≤ " + num(targetKiBIdle, 0) + " KiB",
+		known: !math.IsNaN(sK), ok: sK <= targetKiBIdle,
+		note: fmt.Sprintf("%s KiB over the target. netpoll allocates each connection's input buffer and connection object up front, and RSS also counts the Go heap's free space after the connect phase.", num(sK-targetKiBIdle, 1)),
 	})
 
 	// p99 added latency.
@@ -141,11 +145,12 @@ func (p *reporter) summaryRows() []sumRow {
 	p99 := func(x *LatencyRow) float64 { return x.P99ms }
 	addS := fLat(ls, p99) - fLat(ld, p99)
 	rows = append(rows, sumRow{
-		figure: fmt.Sprintf("p99 latency, %s conns, %s req/s, echo (added over direct)", count(uint64(p.latConns())), num(p.latRate(), 0)),
+		figure: fmt.Sprintf("p99 latency, %s conns, %s req/s, echo on the fast provider (added over direct)", count(uint64(p.latConns())), num(p.latRate(), 0)),
 		d:      msStr(fLat(ld, p99)), h: msStr(fLat(lh, p99)) + " (" + signedMs(fLat(lh, p99)-fLat(ld, p99)) + ")",
-		s: msStr(fLat(ls, p99)) + " (" + signedMs(addS) + ")", target: "added ≤ 1 ms", known: !math.IsNaN(addS), ok: addS <= 1,
-		note: "The proxy, the provider and the load tool share 2 cores: a request's tail includes the time Stormgate's event loop waits for a core behind the other two, on top of the extra hop, frame parsing and the shared upstream connections' write queue.",
+		s: msStr(fLat(ls, p99)) + " (" + signedMs(addS) + ")", target: "added ≤ " + msStr(targetAddedP99), known: !math.IsNaN(addS), ok: addS <= targetAddedP99,
+		note: signedMs(addS-targetAddedP99) + " over the target. The proxy, the provider and the load tool share 2 cores: a request's tail includes the time Stormgate's event loop waits for a core behind the other two, on top of the extra hop, frame parsing and the shared upstream connections' write queue.",
 	})
+	rows = append(rows, p.steadyP99Row(ld, lh, ls))
 
 	// p99 on the 100 ms method.
 	sd, sh, ss := p.lat(direct, sleepMethod), p.lat(haproxy, sleepMethod), p.lat(stormgate, sleepMethod)
@@ -156,17 +161,15 @@ func (p *reporter) summaryRows() []sumRow {
 		note: fmt.Sprintf("The tail of a 100 ms call on this machine is the provider's timer plus scheduling delay on 2 shared cores: the same run measured %s direct and %s through HAProxy; the proxy adds little to it.", msStr(fLat(sd, p99)), msStr(fLat(sh, p99))),
 	})
 
-	// CPU per forwarded request.
-	cpr := func(x *LatencyRow) float64 { return x.ProxyUsPerReq }
-	hC, sC := fLat(lh, cpr), fLat(ls, cpr)
-	rows = append(rows, sumRow{
-		figure: fmt.Sprintf("Proxy CPU per forwarded request at %s req/s, %s conns (Stormgate ÷ HAProxy)", num(p.latRate(), 0), count(uint64(p.latConns()))),
-		d:      "–", h: usStr(hC), s: usStr(sC) + " (" + ratio(sC, hC) + ")", target: "≤ 1.0×", known: !math.IsNaN(sC+hC) && hC > 0, ok: sC <= hC,
-		note: "See \"Where Stormgate loses\": L7 work in Go against L4 forwarding in C, and too few requests per upstream write at this rate for batching to pay.",
-	})
+	// CPU per forwarded request against HAProxy (SayHello on the dubbo-go provider).
+	rows = append(rows, p.forwardSummaryRows()...)
 
 	// Max throughput.
 	for _, c := range p.tpConns() {
+		if c == slices.Max(p.tpConns()) { // the target's connection count
+			rows = append(rows, p.throughputSummaryRow(c))
+			continue
+		}
 		d, h, s := fTP(p.tp(direct, c)), fTP(p.tp(haproxy, c)), fTP(p.tp(stormgate, c))
 		rows = append(rows, sumRow{
 			figure: fmt.Sprintf("Max throughput, small requests, %s conns (Stormgate : HAProxy : direct)", count(uint64(c))),
@@ -427,7 +430,7 @@ func (p *reporter) lossRows() []loss {
 	out = append(out, loss{
 		figure: fmt.Sprintf("proxy CPU per request at %s req/s", num(p.latRate(), 0)), sg: usStr(sc), best: "HAProxy " + usStr(hc),
 		known: !math.IsNaN(sc+hc) && hc > 0, loses: sc > hc,
-		why: fmt.Sprintf("Stormgate does L7 work in Go (frame decode, id rewrite, pending table, per-request metrics); HAProxy does L4 forwarding in C. A CPU profile at a low rate is dominated by system calls and scheduler wake-ups, not by the L7 work: netpoll polls epoll once more without blocking after every wake-up and runs each readable connection's handler on a pooled goroutine (a futex wake-up). Batching only saves system calls when many requests meet in a write: at this rate it averaged %s frames per upstream write.", num(batch, 2)),
+		why: fmt.Sprintf("Stormgate does L7 work in Go (frame decode, id rewrite, pending table, per-request metrics); HAProxy does L4 forwarding in C. Batching only saves system calls when many requests meet in a write: at this rate it averaged %s frames per upstream write. Where the CPU goes at a similar load (section 9 and 10, dubbo-go provider): %s", num(batch, 2), p.fwdLossWhy()),
 	})
 	for _, c := range p.tpConns() {
 		s, h, d := fTP(p.tp(stormgate, c)), fTP(p.tp(haproxy, c)), fTP(p.tp(direct, c))
@@ -453,11 +456,10 @@ func (p *reporter) lossRows() []loss {
 	h30, s30 := p.idle(haproxy, 30*time.Second), p.idle(stormgate, 30*time.Second)
 	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
 	s30c, h30c := fIdle(s30, pc), fIdle(h30, pc)
-	sIdle := fIdle(s30, func(x *IdleRow) float64 { return x.ProxyIdleCPU })
 	out = append(out, loss{
 		figure: fmt.Sprintf("proxy CPU with %s idle consumers, 30 s heartbeats", count(uint64(p.idleConns()))), sg: pctCore(s30c), best: "HAProxy " + pctCore(h30c),
 		known: !math.IsNaN(s30c + h30c), loses: s30c > h30c,
-		why: fmt.Sprintf("Stormgate has a floor HAProxy lacks (%s of a core with no consumer at all): periodic work (the keepalive wheel's tick, sampling the listen queue and /proc/net/netstat for the storm metrics, the upstream heartbeat timer) and netpoll's poller, which after every wake-up polls epoll once more without blocking before it sleeps. HAProxy sleeps in epoll_wait until a heartbeat arrives.", pctCore(sIdle)),
+		why: fmt.Sprintf("Stormgate burns %s of a core with no consumer at all (section 8, over %s). %s", pctCore2(fQuiet(p.quietRow(stormgate))), dur(p.quietWindow()), quietWhy(p.profile(profileQuiet, stormgate), p.profile(profileQuiet, haproxy))),
 	})
 	hbF := func(x *IdleRow) float64 { return x.ProxyUsPerHB }
 	sh, hh := fIdle(s1, hbF), fIdle(h1, hbF)
@@ -593,18 +595,18 @@ func oneLine(s string) string {
 func (p *reporter) latencySection() {
 	p.ln("## 2. Latency at a fixed rate with many connections")
 	p.ln("")
-	p.f("Provider: the project's **fast provider** (`stormbench provider`), so the figures show the proxy's overhead rather than the provider's. %s connections (opened at %s/s), %s requests/s open loop spread over them, for %s per method; latency is measured from each request's scheduled send time, so stalls cannot hide. Percentiles cover the whole request phase, which starts as soon as the last connection is open; proxy CPU is sampled over its middle.\n",
+	p.f("Provider: the project's **fast provider** (`stormbench provider`), so the figures show the proxy's overhead rather than the provider's. %s connections (opened at %s/s), %s requests/s open loop spread over them, for %s per method; latency is measured from each request's scheduled send time, so stalls cannot hide. Percentiles cover the whole request phase, which starts as soon as the last connection is open; the median of the one-second p99s (the load tool's progress lines after the first 2 s) is the steady state, which one stall of a shared core moves less; proxy CPU is sampled over the middle of the phase.\n",
 		count(uint64(p.latConns())), num(p.r.Options.ConnectRate, 0), num(p.latRate(), 0), dur(p.r.Options.LatDuration))
 	p.ln("")
-	p.ln("| Method | Target | Sent | Failed | p50 | p99 | p99.9 | max | p99 added over direct | Proxy CPU | Proxy µs/request | Frames per upstream write | Load tool µs/request |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	p.ln("| Method | Target | Sent | Failed | p50 | p99 | p99.9 | max | p99 added over direct | p99, median of the one-second p99s | Proxy CPU | Proxy µs/request | Frames per upstream write | Load tool µs/request |")
+	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var cmds []string
 	for _, m := range latencyMethods {
 		d := p.lat(direct, m.name)
 		for _, tg := range targets {
 			x := p.lat(tg, m.name)
 			if x == nil {
-				p.f("| %s | %s | %s | | | | | | | | | | |\n", m.name, targetTitle[tg], p.errOf(tg, "latency"))
+				p.f("| %s | %s | %s | | | | | | | | | | | |\n", m.name, targetTitle[tg], p.errOf(tg, "latency"))
 				continue
 			}
 			added, pxCPU, pxUs, batch := "–", "–", "–", "–"
@@ -615,8 +617,12 @@ func (p *reporter) latencySection() {
 			if tg == stormgate {
 				batch = num(x.BatchFrames, 2)
 			}
-			p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m.name, targetTitle[tg], count(x.Sent), count(x.Failed),
-				msStr(x.P50ms), msStr(x.P99ms), msStr(x.P999ms), msStr(x.MaxMs), added, pxCPU, pxUs, batch, usStr(x.LoadUsPerReq))
+			med := na
+			if x.P99Seconds > 0 {
+				med = msStr(x.MedianP99ms)
+			}
+			p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m.name, targetTitle[tg], count(x.Sent), count(x.Failed),
+				msStr(x.P50ms), msStr(x.P99ms), msStr(x.P999ms), msStr(x.MaxMs), added, med, pxCPU, pxUs, batch, usStr(x.LoadUsPerReq))
 			cmds = append(cmds, x.Command)
 		}
 	}
@@ -638,7 +644,7 @@ func (p *reporter) throughputSection() {
 	if tr != nil {
 		warm = tr.Warmup
 	}
-	p.f("Provider: the **fast provider**; method echo(\"hello\"). For each target and connection count the open-loop rate doubles from %s req/s until a step fails, then %d bisection steps narrow it. Each step opens its connections anew (10,000 at %s/s) and runs %s of requests; its first %s are a warm-up (thousands of connections just opened), neither judged nor sampled. A step passes when at most 0.1 %% of its requests fail (error, timeout, lost, unsent) and every one-second p99 after the warm-up is ≤ %s. The maximum is the highest passing rate; proxy CPU per request is measured at that rate, after the warm-up.\n",
+	p.f("Provider: the **fast provider**; method echo(\"hello\"). For each target and connection count the open-loop rate doubles from %s req/s until a step fails, then %d bisection steps narrow it. The targets' ladders run interleaved (one step of each in turn, the order alternating every round, all providers and proxies up for the whole series), so a change in the machine's load hits every target alike. Each step opens its connections anew (10,000 at %s/s) and runs %s of requests; its first %s are a warm-up (thousands of connections just opened), neither judged nor sampled. A step passes when at most 0.1 %% of its requests fail (error, timeout, lost, unsent) and every one-second p99 after the warm-up is ≤ %s. A step that fails narrowly (p99 within twice that, at most 1 %% failed) runs once more (↻) and the rate passes if the repeat does. The maximum is the highest passing rate; proxy CPU per request is measured at that rate, after the warm-up.\n",
 		num(p.r.Options.TPStart, 0), p.r.Options.TPRefine, num(p.r.Options.ConnectRate, 0), dur(step), dur(warm), msStr(maxP99))
 	p.ln("")
 	p.ln("| Conns | Target | Max req/s | ÷ direct | p99 at max: steady (whole step) | Proxy CPU at max | Proxy µs/request at max | Frames per upstream write | Load tool µs/request | Steps (req/s: pass ✓ / fail ✗) |")
@@ -670,7 +676,11 @@ func (p *reporter) throughputSection() {
 				if st.Pass {
 					mark = "✓"
 				}
-				steps = append(steps, shortNum(st.Rate)+mark)
+				again := ""
+				if st.Repeat {
+					again = "↻"
+				}
+				steps = append(steps, again+shortNum(st.Rate)+mark)
 			}
 			p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", count(uint64(c)), targetTitle[tg], tpLabel(se), ratio(fTP(se), d),
 				p99, cpu, us, batch, lus, strings.Join(steps, " "))

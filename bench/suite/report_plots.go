@@ -141,5 +141,6 @@ func (p *reporter) plots() map[string][]byte {
 			return x.FirstMaxMs
 		}), Labels: lowerBounds(stormNeverMax)},
 	})
+	out["cpu-per-op.svg"] = p.floorPlot()
 	return out
 }

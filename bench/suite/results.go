@@ -23,6 +23,13 @@ type Results struct {
 	Restart    *RestartResult    `json:"restart,omitempty"`
 	Storm      *StormResult      `json:"storm,omitempty"`
 	Fleet      *FleetResult      `json:"fleet,omitempty"`
+	Quiet      *QuietResult      `json:"quiet,omitempty"`
+	Heartbeat  *HeartbeatResult  `json:"heartbeat,omitempty"`
+	Forward    *ForwardResult    `json:"forward,omitempty"`
+
+	// Profiles are the CPU profiles taken during the run (quiet, heartbeat, idle, forward,
+	// throughput), each with its scenario key and target.
+	Profiles []Profile `json:"profiles,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -39,6 +46,9 @@ type Machine struct {
 	NoFile      string `json:"nofile"`
 	LoadAvgPre  string `json:"loadavg_pre"`  // /proc/loadavg when the run started
 	LoadAvgPost string `json:"loadavg_post"` // and when it ended
+	Perf        bool   `json:"perf"`         // perf sampled and counted (else Go's profiler only)
+	PerfVersion string `json:"perf_version"`
+	GCC         string `json:"gcc"` // builds the floor programs
 }
 
 // MicroResult is the hot-path micro-benchmarks.
@@ -113,6 +123,10 @@ type LatencyRow struct {
 	Sent, OK, Failed            uint64 // Failed: errors, exceptions, timeouts, lost, unsent
 	P50ms, P99ms, P999ms, MaxMs float64
 	Curve                       []float64 `json:"curve_ms"` // latency at curveQuantiles
+	// MedianP99ms is the median of the load tool's one-second p99s after the first 2 s (the
+	// steady state, less at the mercy of one stall than the whole phase's p99), over P99Seconds.
+	MedianP99ms float64 `json:"median_p99_ms"`
+	P99Seconds  int     `json:"p99_seconds"`
 
 	ProxyCPU      float64 `json:"proxy_cpu"`
 	ProxyUsPerReq float64 `json:"proxy_us_per_req"`
@@ -157,6 +171,7 @@ type TPStep struct {
 	LoadUsPerReq  float64 `json:"load_us_per_req"`
 	LoadCPU       float64 `json:"load_cpu"`
 	BatchFrames   float64 `json:"batch_frames"`
+	Repeat        bool    `json:"repeat,omitempty"` // run again after a narrow failure at the same rate
 }
 
 // RestartResult is scenario 4.

@@ -65,8 +65,13 @@ func (s *Suite) idleTarget(ctx context.Context, tg string) ([]IdleRow, error) {
 		if period > time.Second {
 			win = o.IdleWindow30
 		}
+		// The proxies at the 30 s period get one more window, under the profilers (not in the figures).
+		profile := (tg == stormgate || tg == haproxy) && period > time.Second && o.IdleProfile > 0
 		spec := loadSpec{Conns: o.IdleConns, ConnectRate: o.ConnectRate, ConnectTimeout: 10 * time.Second, Heartbeat: period,
 			Duration: o.IdleSettle + win + 2*time.Second}
+		if profile {
+			spec.Duration += o.IdleProfile
+		}
 		row := IdleRow{Target: tg, Period: period, Command: spec.command("$" + targetVar(tg))}
 		h, err := s.startLoad(ctx, fmt.Sprintf("idle-%s-%v", tg, period), px.addr, "", spec)
 		if err != nil {
@@ -86,9 +91,19 @@ func (s *Suite) idleTarget(ctx context.Context, tg string) ([]IdleRow, error) {
 			return rows, err
 		}
 		b := s.snapshot(ctx, prov, px, h)
+		var finishProfile func()
+		if profile {
+			if finishProfile, err = s.profileIdleWindow(ctx, px, h, o.IdleProfile); err != nil {
+				h.proc.Kill()
+				return rows, err
+			}
+		}
 		run, err := h.wait()
 		if err != nil {
 			return rows, err
+		}
+		if finishProfile != nil {
+			finishProfile()
 		}
 		w := between(a, b)
 		row.Window = w.elapsed.Round(time.Millisecond)
@@ -145,6 +160,8 @@ func targetVar(tg string) string {
 		return "HAPROXY"
 	case stormgate:
 		return "STORMGATE"
+	case hbFloor, fwdFloor:
+		return "FLOOR"
 	}
 	return "BASELINE"
 }

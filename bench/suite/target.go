@@ -104,8 +104,9 @@ type proxy struct {
 	addr    string
 	port    int
 	procs   []*Proc
-	metrics string // Stormgate's metrics listener (host namespace only)
-	admin   string // Stormgate's admin listener (host namespace only)
+	metrics string      // Stormgate's metrics listener (host namespace only)
+	admin   string      // Stormgate's admin listener (host namespace only): /debug/pprof
+	counts  chan uint64 // hbfloor: the counts it prints on SIGUSR1
 }
 
 // proxyOpts tune a proxy for a scenario.
@@ -215,6 +216,10 @@ func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o pro
 		}
 		if err != nil {
 			px.stop()
+			return nil, err
+		}
+	case hbFloor, fwdFloor:
+		if err := s.startFloor(ctx, px, up, o); err != nil {
 			return nil, err
 		}
 	default:

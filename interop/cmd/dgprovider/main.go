@@ -13,6 +13,8 @@
 //     "don't have this exporter" answer when s is that text).
 //   - Hold(s) takes "<duration>/<tag>", sleeps the duration (capped at one minute) and returns s: a call
 //     that is inside the provider for a while, with a tag of the caller's choosing.
+//   - SayHello(name) returns "Hello, " + name: the request `make bench` forwards to measure proxy CPU per
+//     request (bench/suite's forward scenario calls it as sayHello, the Java spelling; dubbo-go finds both).
 //
 // --log-requests FILE appends one line "<method> <arg>" to FILE for every Echo, Error and Hold call, with
 // one write(2) before the method does anything else, so the file survives SIGKILL and tells a test which
@@ -77,6 +79,11 @@ func (*Greeter) Fail(_ context.Context, s string) (string, error) {
 
 // Big returns its argument; it exists so large frames have a method of their own in traces.
 func (*Greeter) Big(_ context.Context, s string) (string, error) { return s, nil }
+
+// SayHello greets name, the hello-world method of the Dubbo samples.
+func (*Greeter) SayHello(_ context.Context, name string) (string, error) {
+	return "Hello, " + name, nil
+}
 
 // Sleep sleeps for the duration d (Go syntax, e.g. "100ms"), then returns d.
 func (*Greeter) Sleep(ctx context.Context, d string) (string, error) {

@@ -1,0 +1,773 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The doc's parts about the floors (issue 12): the heartbeat ratio, the quiet cost, CPU per
+// forwarded request, and where Stormgate's CPU goes (profiles).
+
+// Targets of issue 12, from DESIGN §8.
+const (
+	targetHBRatio   = 1.15  // Stormgate CPU per heartbeat ÷ the bare epoll responder's
+	targetQuiet     = 0.002 // cores with no consumer connected
+	targetFwdRatio  = 0.8   // proxy CPU per forwarded request, Stormgate ÷ HAProxy
+	targetTPRatio   = 1.2   // max throughput at the largest connection count, Stormgate ÷ HAProxy
+	targetKiBIdle   = 4.0   // RSS per idle consumer connection
+	targetAddedP99  = 0.5   // ms, p99 added over direct
+	pprofTopN       = 20
+	kernelRowsShown = 6
+)
+
+// --- lookups ---
+
+func (p *reporter) profile(key, tg string) *Profile {
+	for i := range p.r.Profiles {
+		x := &p.r.Profiles[i]
+		if x.Scenario == key && x.Target == tg {
+			return x
+		}
+	}
+	return nil
+}
+
+func (p *reporter) fwdRow(tg string, l FwdLoad) *FwdRow {
+	if p.r.Forward == nil {
+		return nil
+	}
+	for i := range p.r.Forward.Rows {
+		x := &p.r.Forward.Rows[i]
+		if x.Target == tg && x.Conns == l.Conns && x.Rate == l.Rate && x.Error == "" && len(x.UsPerReq) > 0 {
+			return x
+		}
+	}
+	return nil
+}
+
+func (p *reporter) fwdLoads() []FwdLoad {
+	if p.r.Forward != nil {
+		return p.r.Forward.Loads
+	}
+	return p.r.Options.FwdLoads
+}
+
+func (p *reporter) quietRow(tg string) *QuietRow {
+	if p.r.Quiet == nil {
+		return nil
+	}
+	for i := range p.r.Quiet.Rows {
+		if p.r.Quiet.Rows[i].Target == tg {
+			return &p.r.Quiet.Rows[i]
+		}
+	}
+	return nil
+}
+
+func (r *FwdRow) median() float64 {
+	if r == nil || len(r.UsPerReq) == 0 {
+		return math.NaN()
+	}
+	return median(r.UsPerReq)
+}
+
+// spread prints a row's windows as "min–max".
+func spread(v []float64, prec int) string {
+	if len(v) == 0 {
+		return na
+	}
+	return num(slices.Min(v), prec) + "–" + num(slices.Max(v), prec)
+}
+
+// --- summary rows ---
+
+// floorSummaryRows are the summary rows of issue 12's targets that come from the floor
+// scenarios and the profiles.
+func (p *reporter) heartbeatSummaryRow() sumRow {
+	hr := p.r.Heartbeat
+	r, fl, sg, pairs := hr.ratio()
+	known := len(pairs) > 0
+	row := sumRow{
+		figure: fmt.Sprintf("CPU per answered heartbeat, %s consumers beating every second: Stormgate ÷ the bare epoll responder (same run, alternating windows, median of %d)", count(uint64(p.hbConns())), max(len(pairs), p.hbPairs())),
+		d:      "–", h: "–", target: fmt.Sprintf("≤ %s×", num(targetHBRatio, 2)), known: known, ok: r <= targetHBRatio,
+	}
+	row.s = na
+	if known {
+		row.s = fmt.Sprintf("%s (responder %s)", usStr(sg), usStr(fl))
+		row.verdict = num(r, 2) + "×: " + verdict(true, r <= targetHBRatio)
+		row.note = fmt.Sprintf("%s above the target: Stormgate spent %s per heartbeat, %s more than the %s the target allows (responder %s × %s). %s",
+			pctOver(r, targetHBRatio), usStr(sg), usStr(sg-targetHBRatio*fl), usStr(targetHBRatio*fl), usStr(fl), num(targetHBRatio, 2),
+			p.profileWhy(profileHeartbeat, hbFloor, "the responder"))
+	}
+	return row
+}
+
+func (p *reporter) quietSummaryRow() sumRow {
+	d, h, s := p.quietRow(direct), p.quietRow(haproxy), p.quietRow(stormgate)
+	cores := func(x *QuietRow) float64 {
+		if x == nil {
+			return math.NaN()
+		}
+		return x.Cores()
+	}
+	sv := cores(s)
+	row := sumRow{
+		figure: fmt.Sprintf("CPU with no consumer connected, over %s (Direct: the dubbo-go provider alone)", dur(p.quietWindow())),
+		d:      pctCore3(cores(d)), h: pctCore3(cores(h)), s: pctCore3(sv), target: "Stormgate ≤ " + pctCore2(targetQuiet),
+		known: s != nil, ok: sv <= targetQuiet,
+	}
+	if s != nil {
+		pr := p.profile(profileQuiet, stormgate)
+		row.note = fmt.Sprintf("%s of a core over the target (%s of CPU in %s). %s", pctCore3(sv-targetQuiet), s.CPUTime.Round(100*time.Microsecond), dur(s.Elapsed), quietWhy(pr, p.profile(profileQuiet, haproxy)))
+	}
+	return row
+}
+
+func (p *reporter) idle30SummaryRow() sumRow {
+	h, s := p.idle(haproxy, 30*time.Second), p.idle(stormgate, 30*time.Second)
+	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
+	hv, sv := fIdle(h, pc), fIdle(s, pc)
+	row := sumRow{
+		figure: fmt.Sprintf("Proxy CPU with %s idle consumers heartbeating every 30 s", count(uint64(p.idleConns()))),
+		d:      "–", h: pctCore2(hv), s: pctCore2(sv), target: "Stormgate ≤ HAProxy", known: !math.IsNaN(hv + sv), ok: sv <= hv,
+	}
+	if row.known {
+		row.note = fmt.Sprintf("Stormgate used %s of a core more than HAProxy (%s of its own with nothing connected, section 8). %s",
+			pctCore2(sv-hv), pctCore2(fQuiet(p.quietRow(stormgate))), p.profileWhy(profileIdle30, haproxy, "HAProxy"))
+	}
+	return row
+}
+
+func (p *reporter) forwardSummaryRows() []sumRow {
+	var rows []sumRow
+	for _, l := range p.fwdLoads() {
+		h, s, f := p.fwdRow(haproxy, l), p.fwdRow(stormgate, l), p.fwdRow(fwdFloor, l)
+		hv, sv, fv := h.median(), s.median(), f.median()
+		row := sumRow{
+			figure: fmt.Sprintf("Proxy CPU per forwarded request, SayHello on the dubbo-go provider, %s conns, %s req/s: Stormgate ÷ HAProxy (median of %d windows)",
+				count(uint64(l.Conns)), num(l.Rate, 0), p.fwdWindows()),
+			d: "–", h: usStr(hv), s: usStr(sv), target: fmt.Sprintf("≤ %s×", num(targetFwdRatio, 1)),
+			known: !math.IsNaN(hv+sv) && hv > 0, ok: sv <= targetFwdRatio*hv,
+		}
+		if row.known {
+			row.s += " (" + ratio(sv, hv) + ")"
+			row.note = fmt.Sprintf("%s above the target: Stormgate spent %s per request, %s more than the %s the target allows (HAProxy %s × %s); the bare epoll forwarder spent %s. %s",
+				pctOver(sv/hv, targetFwdRatio), usStr(sv), usStr(sv-targetFwdRatio*hv), usStr(targetFwdRatio*hv), usStr(hv), num(targetFwdRatio, 1), usStr(fv),
+				p.profileWhy(profileForward(l), haproxy, "HAProxy"))
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+func (p *reporter) throughputSummaryRow(c int) sumRow {
+	d, h, s := p.tp(direct, c), p.tp(haproxy, c), p.tp(stormgate, c)
+	hv, sv := fTP(h), fTP(s)
+	row := sumRow{
+		figure: fmt.Sprintf("Max throughput, small requests, %s conns: Stormgate ÷ HAProxy", count(uint64(c))),
+		d:      tpLabel(d) + " req/s", h: tpLabel(h) + " req/s", s: tpLabel(s) + " req/s", target: fmt.Sprintf("≥ %s×", num(targetTPRatio, 1)),
+		known: !math.IsNaN(hv + sv), ok: sv >= targetTPRatio*hv,
+	}
+	// A series whose first rate failed has only a bound: below that rate.
+	hLow, sLow := lowestFailed(h), lowestFailed(s)
+	switch {
+	case !math.IsNaN(sv) && math.IsNaN(hv) && hLow > 0:
+		r := sv / hLow
+		row.known, row.ok = true, r >= targetTPRatio
+		row.verdict = "> " + num(r, 2) + "×: " + verdict(true, row.ok)
+		row.note = fmt.Sprintf("HAProxy failed even its first rate (%s req/s), so the ratio is only bounded below.", num(hLow, 0))
+		return row
+	case math.IsNaN(sv) && !math.IsNaN(hv) && sLow > 0:
+		r := sLow / hv
+		row.known, row.ok = true, r >= targetTPRatio
+		row.verdict = "< " + num(r, 2) + "×: " + verdict(true, row.ok)
+		row.note = fmt.Sprintf("Stormgate failed even its first rate (%s req/s). %s", num(sLow, 0), p.profileWhy(profileThroughput, "", ""))
+		return row
+	}
+	if row.known {
+		row.verdict = ratio(sv, hv) + ": " + verdict(true, row.ok)
+		note := fmt.Sprintf("%s below the target: the target needs %s req/s. The load tool, the provider and the proxy share 2 cores, so the ceiling follows the CPU each request costs all three.",
+			pctUnder(sv/hv, targetTPRatio), num(targetTPRatio*hv, 0))
+		if st := s.maxStep(); st != nil {
+			note += fmt.Sprintf(" At its maximum Stormgate used %s (%s per request); HAProxy at its own %s.", pctCore(st.ProxyCPU), usStr(st.ProxyUsPerReq), maxStepCPU(h))
+		}
+		row.note = note + " " + p.profileWhy(profileThroughput, "", "")
+	}
+	return row
+}
+
+// lowestFailed is the lowest rate a series tried when none passed (0 otherwise).
+func lowestFailed(se *TPSeries) float64 {
+	if se == nil || se.Max > 0 || len(se.Steps) == 0 {
+		return 0
+	}
+	low := se.Steps[0].Rate
+	for _, st := range se.Steps {
+		low = math.Min(low, st.Rate)
+	}
+	return low
+}
+
+func maxStepCPU(se *TPSeries) string {
+	if se == nil || se.maxStep() == nil {
+		return na
+	}
+	st := se.maxStep()
+	return pctCore(st.ProxyCPU) + " (" + usStr(st.ProxyUsPerReq) + " per request)"
+}
+
+func fQuiet(x *QuietRow) float64 {
+	if x == nil {
+		return math.NaN()
+	}
+	return x.Cores()
+}
+
+// pctOver prints how far a ratio is above its target, as a percentage of the target.
+func pctOver(r, target float64) string { return num(100*(r/target-1), 0) + " %" }
+
+// pctUnder prints how far a ratio is below its target.
+func pctUnder(r, target float64) string { return num(100*(1-r/target), 0) + " %" }
+
+// pctCore3 prints cores as a percentage of one core with three decimals (CPU while idle).
+func pctCore3(v float64) string {
+	if math.IsNaN(v) {
+		return na
+	}
+	return num(100*v, 3) + " %"
+}
+
+// pctCore2 prints cores as a percentage of one core with two decimals (for small figures).
+func pctCore2(v float64) string {
+	if math.IsNaN(v) {
+		return na
+	}
+	return num(100*v, 2) + " %"
+}
+
+// --- why, from the profiles ---
+
+// profileWhy explains a missed figure with Stormgate's profile for key: per operation, the
+// system calls and context switches against the comparison target's (when given), the kernel's
+// share against it, and the split of Stormgate's own CPU with its largest items.
+func (p *reporter) profileWhy(key, vsTarget, vsName string) string {
+	sg := p.profile(key, stormgate)
+	if sg == nil {
+		return "No profile was captured for it in this run."
+	}
+	var parts []string
+	// Per operation, except where the operations are too few to carry the process's own
+	// background (idle consumers at 30 s: per second, with the operations per second).
+	perSec := sg.OpName == "" || key == profileIdle30
+	per := "per " + sg.OpName
+	if perSec {
+		per = "per second"
+		if sg.Ops > 0 && sg.Window > 0 {
+			per = fmt.Sprintf("per second (%s %ss per second)", num(sg.Ops/sg.Window.Seconds(), 0), sg.OpName)
+		}
+	}
+	perf := func(x *Profile, n float64) float64 {
+		if perSec {
+			return x.perfPerSec(n)
+		}
+		return x.perfPerOp(n)
+	}
+	sys, cs := perf(sg, sg.Syscalls), perf(sg, sg.CtxSwitches)
+	prec := 2
+	if perSec {
+		prec = 0
+	}
+	if sys >= 0 {
+		s := fmt.Sprintf("%s Stormgate made %s system calls and %s context switches", upperFirst(per), num(sys, prec), num(cs, prec))
+		if vs := p.profile(key, vsTarget); vs != nil && perf(vs, vs.Syscalls) >= 0 {
+			s += fmt.Sprintf(" against %s's %s and %s", vsName, num(perf(vs, vs.Syscalls), prec), num(perf(vs, vs.CtxSwitches), prec))
+		}
+		parts = append(parts, s+".")
+	}
+	if split := sg.Split; len(split) > 0 {
+		parts = append(parts, "Its profile (section 10): "+splitText(split, sg)+".")
+	} else if len(sg.PprofSplit) > 0 {
+		parts = append(parts, "Its Go profile (section 10; perf was not available, so the kernel share is the time charged to system-call functions): "+splitText(sg.PprofSplit, sg)+".")
+	}
+	if len(sg.Kernel) > 0 {
+		parts = append(parts, "Kernel time by system call: "+kernelText(sg.Kernel, 4)+".")
+	}
+	if len(sg.Runtime) > 0 {
+		parts = append(parts, "Go runtime time by what it did: "+kernelText(sg.Runtime, 4)+".")
+	}
+	return strings.Join(parts, " ")
+}
+
+// splitText prints a split as "kernel 58 % (12.1 µs), Go runtime 20 % (top: runtime.findRunnable), …".
+func splitText(split []Share, pr *Profile) string {
+	var out []string
+	for _, s := range split {
+		if s.Frac <= 0 {
+			continue
+		}
+		t := s.Name + " " + num(100*s.Frac, 0) + " %"
+		if pr.Ops > 0 {
+			t += " (" + usStr(s.Frac*pr.perOp(pr.CPU)) + ")"
+		}
+		if s.Top != "" && s.Name != catKernel {
+			t += ", largest " + shortFunc(s.Top)
+		}
+		out = append(out, t)
+	}
+	return strings.Join(out, "; ")
+}
+
+// kernelText prints the n largest shares as "write 38 %, readv 6 %", leaving out perf's own
+// tracing (the profiled window's cost, not the target's).
+func kernelText(k []Share, n int) string {
+	var out []string
+	for _, s := range k {
+		if len(out) == n {
+			break
+		}
+		if s.Name == kernPerfTrace {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %s %%", s.Name, num(100*s.Frac, 0)))
+	}
+	return strings.Join(out, ", ")
+}
+
+// quietWhy explains Stormgate's CPU with nothing connected from its quiet profile.
+func quietWhy(sg, ha *Profile) string {
+	if sg == nil {
+		return "No profile was captured for it in this run."
+	}
+	s := ""
+	if sg.Syscalls >= 0 {
+		s = fmt.Sprintf("With nothing to do Stormgate made %s system calls and %s context switches per second", num(sg.perfPerSec(sg.Syscalls), 1), num(sg.perfPerSec(sg.CtxSwitches), 1))
+		if ha != nil && ha.Syscalls >= 0 {
+			s += fmt.Sprintf(" (HAProxy: %s and %s)", num(ha.perfPerSec(ha.Syscalls), 1), num(ha.perfPerSec(ha.CtxSwitches), 1))
+		}
+		s += ": each is a timer or a poller waking up."
+	}
+	if len(sg.Kernel) > 0 {
+		s += " Kernel time by system call (section 10): " + kernelText(sg.Kernel, 4) + "."
+	}
+	return strings.TrimSpace(s)
+}
+
+// shareTable prints the largest shares with their top items ("–" when none).
+func (p *reporter) shareTable(what, whoTitle string, shares []Share) {
+	if len(shares) == 0 {
+		return
+	}
+	p.f("| %s | Share of all samples | %s |\n", what, whoTitle)
+	p.ln("|---|---|---|")
+	for i, k := range shares {
+		if i == kernelRowsShown {
+			break
+		}
+		p.f("| %s | %s %% | %s |\n", k.Name, num(100*k.Frac, 1), callerText(k.Top))
+	}
+	p.ln("")
+}
+
+// callerText prints a share's top item: a function in code format, or the runtime's own
+// activity ("the runtime: sysmon") as text.
+func callerText(s string) string {
+	switch {
+	case s == "":
+		return "–"
+	case strings.HasPrefix(s, "the runtime"):
+		return s
+	}
+	if fn, rest, ok := strings.Cut(s, " via the runtime"); ok {
+		return shortFunc(fn) + " via the runtime" + rest
+	}
+	return shortFunc(s)
+}
+
+// shortFunc trims the module path off a function name for prose.
+func shortFunc(fn string) string {
+	for _, p := range []string{"github.com/stormgate/stormgate/", "github.com/cloudwego/", "github.com/bytedance/gopkg/"} {
+		fn = strings.ReplaceAll(fn, p, "")
+	}
+	return "`" + fn + "`"
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// --- option fallbacks ---
+
+func (p *reporter) hbConns() int {
+	if p.r.Heartbeat != nil {
+		return p.r.Heartbeat.Conns
+	}
+	return p.r.Options.HBConns
+}
+func (p *reporter) hbPairs() int {
+	if p.r.Heartbeat != nil {
+		return p.r.Heartbeat.Pairs
+	}
+	return p.r.Options.HBPairs
+}
+func (p *reporter) quietWindow() time.Duration {
+	if p.r.Quiet != nil {
+		return p.r.Quiet.Window
+	}
+	return p.r.Options.QuietWindow
+}
+func (p *reporter) fwdWindows() int {
+	if p.r.Forward != nil {
+		return p.r.Forward.Windows
+	}
+	return p.r.Options.FwdWindows
+}
+
+// --- sections ---
+
+func (p *reporter) heartbeatSection() {
+	p.ln("## 7. Heartbeats against the kernel's floor")
+	p.ln("")
+	hr := p.r.Heartbeat
+	p.f("What it costs to answer a heartbeat, against the least it can cost on this machine: `bench/floor/hbfloor.c`, a single-threaded C program on one level-triggered epoll set that reads a readable connection once, answers every heartbeat in what it read with the Java-exact reply and writes them in one write(2), and does nothing else. Both run for the whole scenario, each with %s consumers of its own beating every second (`stormbench load`); the load tool of the target not being measured is stopped (SIGSTOP), so each window has the machine to itself. Windows alternate (responder, Stormgate, Stormgate, responder, …) so a change in the machine's load hits both alike; each starts %s after its load tool resumed (the tool sends what fell due while it was stopped at once, then goes back to its even schedule). CPU is utime+stime of the target's process over the window; heartbeats are the target's own count of heartbeats answered (Stormgate's `stormgate_heartbeats_answered_total{side=\"downstream\"}`, the responder's count printed on SIGUSR1), read just outside the CPU samples. The figure is the median over the pairs of Stormgate's CPU per heartbeat ÷ the responder's. A last pair runs under the profilers (section 10) and is not part of the figure.\n",
+		count(uint64(p.hbConns())), dur(p.hbSettle()))
+	p.ln("")
+	if hr == nil {
+		p.ln("Not measured in this run.")
+		p.ln("")
+		return
+	}
+	if hr.Error != "" {
+		p.f("The scenario failed: %s\n\n", oneLine(hr.Error))
+	}
+	r, fl, sg, pairs := hr.ratio()
+	p.ln("| Pair | Target | Window | CPU | Heartbeats answered | CPU per heartbeat | of which in the kernel |")
+	p.ln("|---|---|---|---|---|---|---|")
+	for _, w := range hr.Windows {
+		pair := fmt.Sprint(w.Pair + 1)
+		if w.Profiled {
+			pair = "profiled"
+		}
+		kern := na
+		if w.HB > 0 {
+			kern = usStr(float64(w.Sys) / 1e3 / w.HB)
+		}
+		p.f("| %s | %s | %s | %s | %s | %s | %s |\n", pair, targetTitle[w.Target], dur(w.Elapsed), pctCore(float64(w.CPU)/float64(max(w.Elapsed, 1))),
+			num(w.HB, 0), usStr(w.UsPerHB()), kern)
+	}
+	p.ln("")
+	if len(pairs) > 0 {
+		var ps []string
+		for _, x := range pairs {
+			ps = append(ps, num(x, 2)+"×")
+		}
+		p.f("**Stormgate ÷ responder: %s** (median of the pairs %s; medians %s and %s per heartbeat). Target ≤ %s×: %s.\n\n",
+			num(r, 2)+"×", strings.Join(ps, ", "), usStr(sg), usStr(fl), num(targetHBRatio, 2), verdict(true, r <= targetHBRatio))
+	}
+	same := "**identical**"
+	if !hr.Same {
+		same = "**different**"
+	}
+	p.f("Both answer the load tool's heartbeat request (`%s`, sent in two writes so the header is reassembled) with the same bytes: %s.\n\n", hr.Probe, same)
+	p.ln("| Target | Answer to the probe heartbeat | Heartbeats the load tool timed out or lost (whole run) | Answers it read after their timeout |")
+	p.ln("|---|---|---|---|")
+	for _, tg := range hbTargets {
+		p.f("| %s | `%s` | %s | %s |\n", targetTitle[tg], hr.Answers[tg], count(hr.HBFailed[tg]), count(hr.HBLate[tg]))
+	}
+	p.ln("")
+	p.ln("Stopping a load tool catches the heartbeats it has in flight (up to one send batch); their answers wait in the socket while the tool is stopped and are read after its 3 s timeout, so the tool counts them as timed out and then as late answers. Where the two columns are equal, every heartbeat was answered.")
+	p.ln("")
+	var cmds []string
+	for _, tg := range hbTargets {
+		cmds = append(cmds, hr.Commands[tg])
+	}
+	p.cmds("Commands (each target's load tool; the suite stops and resumes them)", cmds)
+}
+
+func (p *reporter) hbSettle() time.Duration {
+	if p.r.Heartbeat != nil {
+		return p.r.Heartbeat.Settle
+	}
+	return p.r.Options.HBSettle
+}
+
+func (p *reporter) quietSection() {
+	p.ln("## 8. Nothing to do, nothing spent")
+	p.ln("")
+	q := p.r.Quiet
+	settle := p.r.Options.QuietSettle
+	if q != nil {
+		settle = q.Settle
+	}
+	pw := p.r.Options.QuietProfile
+	if q != nil {
+		pw = q.ProfWindow
+	}
+	p.f("No consumer connected at all. One dubbo-go provider, HAProxy (its %d processes) and Stormgate in front of it (Stormgate with its upstream connections open, beating on them every 30 s), and the bare epoll responder start together; %s later their CPU is sampled over %s (a sleeping process costs the others nothing, so they sit side by side), as the run time of their threads from `/proc/PID/task/*/schedstat` (nanoseconds; `/proc/PID/stat`'s 10 ms ticks cannot resolve 0.03 %% of a core over 30 s). Then HAProxy and Stormgate run %s under perf (system calls and context switches per second: how often they wake up, and in section 10 for what); Stormgate also under Go's profiler, whose HTTP exchanges on the admin listener fall outside that window's CPU sample.\n\n",
+		haproxyProcs, dur(settle), dur(p.quietWindow()), dur(pw))
+	p.ln("| Target | CPU, % of one core | CPU time in the window | RSS | System calls per second (profiled window) | Context switches per second (profiled window) |")
+	p.ln("|---|---|---|---|---|---|")
+	if q == nil {
+		p.ln("| not measured | | | | | |")
+	} else {
+		for _, x := range q.Rows {
+			sys, cs := "–", "–"
+			if pr := p.profile(profileQuiet, x.Target); pr != nil && pr.Syscalls >= 0 {
+				sys, cs = num(pr.perfPerSec(pr.Syscalls), 1), num(pr.perfPerSec(pr.CtxSwitches), 1)
+			}
+			name := targetTitle[x.Target]
+			if x.Target == direct {
+				name = "dubbo-go provider"
+			}
+			cpuTime := x.CPUTime.Round(100 * time.Microsecond).String()
+			if x.Ticks {
+				cpuTime = x.CPUTime.Round(time.Millisecond).String() + " (10 ms ticks)"
+			}
+			p.f("| %s | %s | %s | %s MiB | %s | %s |\n", name, pctCore3(x.Cores()), cpuTime, num(x.RSSMiB, 1), sys, cs)
+		}
+		if q.Error != "" {
+			p.f("\nThe scenario failed: %s\n", oneLine(q.Error))
+		}
+	}
+	p.ln("")
+	h30, s30 := p.idle(haproxy, 30*time.Second), p.idle(stormgate, 30*time.Second)
+	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
+	p.f("With %s idle consumers heartbeating every 30 s (section 1's window of %s): HAProxy %s, Stormgate %s of a core. Stormgate's profile of one more window of that load is in section 10.\n\n",
+		count(uint64(p.idleConns())), dur(p.r.Options.IdleWindow30), pctCore2(fIdle(h30, pc)), pctCore2(fIdle(s30, pc)))
+}
+
+func (p *reporter) forwardSection() {
+	p.ln("## 9. CPU per forwarded request: HAProxy, a bare epoll forwarder, Stormgate")
+	p.ln("")
+	f := p.r.Forward
+	o := p.r.Options
+	lead, win, n, pw := o.FwdLead, o.FwdWindow, o.FwdWindows, o.FwdProfWindow
+	if f != nil {
+		lead, win, n, pw = f.Lead, f.Window, f.Windows, f.ProfWindow
+	}
+	p.f("Provider: the real **dubbo-go %s provider**; every request is `SayHello(\"%s\")` (`org.stormgate.Greeter`, answered \"Hello, %s\"). For each target a fresh provider and proxy serve both loads in turn; each load opens its connections (10,000 at %s/s), skips %s, samples %d consecutive windows of %s (proxy and provider CPU from `/proc`; requests = rate × window, open loop) and then one more window of %s under the profilers, which is not part of the figure. The figure is the median of the windows; the spread is their range. System calls and context switches per request come from `perf stat` in the profiled window.\n\n",
+		p.r.Machine.DubboGo, fwdArg, fwdArg, num(o.ConnectRate, 0), dur(lead), n, dur(win), dur(pw))
+	p.f("The **bare epoll forwarder** (`bench/floor/fwdfloor.c`) multiplexes, as Stormgate does: each consumer's requests go to the provider over %d shared upstream connections (consumer descriptor mod %d) with the request id rewritten, and each response goes back with the consumer's id restored. It is single-threaded on one level-triggered epoll set, reads each readable socket once per wake-up, forwards whole frames and writes what one epoll_wait(2) batch produced for a socket in one write(2), so the requests of many consumers share upstream writes and reads. It answers heartbeats and has nothing else (no timers, limits, metrics, hold queue or reconnect). A forwarder with one upstream connection per consumer would be a floor for HAProxy's design, which HAProxy already nearly is; the multiplexing one is the floor for Stormgate's design, the least its way of forwarding can cost here. HAProxy in TCP mode (two sockets per consumer) stays the yardstick the target names.\n\n",
+		floorUpstreamConns, floorUpstreamConns)
+	p.f("![CPU per heartbeat and per forwarded request](%s/cpu-per-op.svg)\n\n", p.img)
+	p.ln("The p50 and p99 cover the whole request phase, which starts as soon as the last connection is open (the latency figures are sections 2 and 3's); the CPU windows start after the lead.")
+	p.ln("")
+	p.ln("| Load | Target | Proxy µs/request (median) | Windows' range | of which in the kernel | ÷ HAProxy | Proxy CPU | Provider µs/request | System calls per request | Context switches per request | p50 | p99 | Failed |")
+	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	var cmds []string
+	for _, l := range p.fwdLoads() {
+		load := fmt.Sprintf("%s conns, %s req/s", count(uint64(l.Conns)), num(l.Rate, 0))
+		hv := p.fwdRow(haproxy, l).median()
+		for _, tg := range fwdTargets {
+			x := p.fwdRow(tg, l)
+			if x == nil {
+				p.f("| %s | %s | %s | | | | | | | | | | |\n", load, targetTitle[tg], p.fwdErr(tg, l))
+				continue
+			}
+			sys, cs := na, na
+			if pr := p.profile(profileForward(l), tg); pr != nil && pr.Syscalls >= 0 {
+				sys, cs = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
+			}
+			rel := "–"
+			if tg != haproxy {
+				rel = ratio(x.median(), hv)
+			}
+			p.f("| %s | %s | %s | %s µs | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", load, targetTitle[tg], usStr(x.median()), spread(x.UsPerReq, 1),
+				usStr(median(x.SysUsPerReq)), rel, pctCore(median(x.ProxyCores)), usStr(median(x.ProviderUsPerReq)), sys, cs, msStr(x.P50ms), msStr(x.P99ms), count(x.Failed))
+			cmds = append(cmds, x.Command)
+		}
+	}
+	p.ln("")
+	p.cmds("Commands", cmds)
+}
+
+func (p *reporter) fwdErr(tg string, l FwdLoad) string {
+	if p.r.Forward != nil {
+		for _, x := range p.r.Forward.Rows {
+			if x.Target == tg && x.Conns == l.Conns && x.Rate == l.Rate && x.Error != "" {
+				return "not measured: " + oneLine(x.Error)
+			}
+		}
+	}
+	return "not measured"
+}
+
+// profileScenarios are the profiled windows in the order section 10 shows them.
+func (p *reporter) profileScenarios() []struct{ key, title string } {
+	out := []struct{ key, title string }{
+		{profileQuiet, "No consumer connected"},
+		{profileHeartbeat, fmt.Sprintf("%s consumers heartbeating every second", count(uint64(p.hbConns())))},
+		{profileIdle30, fmt.Sprintf("%s consumers heartbeating every 30 s", count(uint64(p.idleConns())))},
+	}
+	for _, l := range p.fwdLoads() {
+		out = append(out, struct{ key, title string }{profileForward(l),
+			fmt.Sprintf("Forwarding SayHello, %s conns, %s req/s (dubbo-go provider)", count(uint64(l.Conns)), num(l.Rate, 0))})
+	}
+	tc := 0
+	if cs := p.tpConns(); len(cs) > 0 {
+		tc = slices.Max(cs)
+	}
+	out = append(out, struct{ key, title string }{profileThroughput,
+		fmt.Sprintf("At Stormgate's maximum throughput, %s conns (fast provider)", count(uint64(tc)))})
+	return out
+}
+
+func (p *reporter) profilesSection() {
+	p.ln("## 10. Where Stormgate's CPU goes")
+	p.ln("")
+	perfNote := fmt.Sprintf("`perf record -e cpu-clock -F %d -g` (this machine is a VM without hardware counters, so perf samples on the CPU clock) and `perf stat -e raw_syscalls:sys_enter,context-switches`", perfFreq)
+	if !p.r.Machine.Perf {
+		perfNote = "perf, which could not sample on this machine in this run (so the split below is estimated from Go's profile: a function that only enters the kernel counts as kernel)"
+	}
+	p.f("Each scenario's profile comes from a window of its own, right after the windows that make its figures, with the same load on the same processes: %s on every target's processes, and Go's CPU profiler (`/debug/pprof/profile` on Stormgate's admin listener, 100 Hz) on Stormgate. The split charges each perf sample to whose code it is in: **kernel** (with the system call it is in, and the Go function that made the call), **Go runtime** (scheduler, GC, allocation, timers, the runtime's netpoller; with what it was doing, and the netpoll or Stormgate function on whose behalf when the call chain has one), **netpoll** (cloudwego/netpoll and the goroutine pool it runs handlers on), **Stormgate** (this repository's code), **other user space** (the standard library, Prometheus, zap, …, when no caller in the three above owns it: standard-library frames are charged to their nearest caller that has an owner). µs per operation is the share × the window's CPU per heartbeat or request.\n\n", perfNote)
+	p.ln("| Profile | Target | CPU per op (or % of a core) | Kernel | Go runtime | netpoll | Stormgate | Other user space | System calls per op | Context switches per op | perf samples |")
+	p.ln("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, sc := range p.profileScenarios() {
+		for _, pr := range p.r.Profiles {
+			if pr.Scenario != sc.key {
+				continue
+			}
+			cpu := pctCore3(float64(pr.CPU) / float64(max(pr.Window, 1)))
+			sys, cs := "–", "–"
+			if pr.Ops > 0 {
+				cpu = usStr(pr.perOp(pr.CPU)) + " per " + pr.OpName
+				if pr.Syscalls >= 0 {
+					sys, cs = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
+				}
+			} else if pr.Syscalls >= 0 {
+				sys, cs = num(pr.perfPerSec(pr.Syscalls), 1)+"/s", num(pr.perfPerSec(pr.CtxSwitches), 1)+"/s"
+			}
+			split := pr.Split
+			if len(split) == 0 {
+				split = pr.PprofSplit
+			}
+			cells := map[string]string{}
+			for _, s := range split {
+				cells[s.Name] = num(100*s.Frac, 0) + " %"
+			}
+			cell := func(c string) string {
+				if v, ok := cells[c]; ok {
+					return v
+				}
+				return na
+			}
+			p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sc.title, targetTitle[pr.Target], cpu, cell(catKernel), cell(catRuntime),
+				cell(catNetpoll), cell(catSG), cell(catOther), sys, cs, count(uint64(pr.PerfSamples)))
+		}
+	}
+	p.ln("")
+	for _, sc := range p.profileScenarios() {
+		pr := p.profile(sc.key, stormgate)
+		p.f("### %s\n\n", sc.title)
+		if pr == nil {
+			p.ln("Not profiled in this run.")
+			p.ln("")
+			continue
+		}
+		if pr.Error != "" {
+			p.f("Profiling errors: %s\n\n", oneLine(pr.Error))
+		}
+		if len(pr.Split) > 0 {
+			p.f("Stormgate (perf, %s samples): %s.\n\n", count(uint64(pr.PerfSamples)), splitText(pr.Split, pr))
+		}
+		p.shareTable("Kernel time in", "Most often called from", pr.Kernel)
+		p.shareTable("Go runtime time in", "Most often on behalf of", pr.Runtime)
+		p.ln("<details><summary>Go profile: top " + fmt.Sprint(pprofTopN) + " by flat time (" + pr.PprofSamples.String() + " sampled)</summary>")
+		p.ln("")
+		if len(pr.PprofTop) == 0 {
+			p.ln("No Go profile.")
+		} else {
+			p.ln("| flat | flat % | cum | cum % | function |")
+			p.ln("|---|---|---|---|---|")
+			for _, t := range pr.PprofTop {
+				p.f("| %s | %s %% | %s | %s %% | `%s` |\n", t.Flat, num(t.FlatPct, 1), t.Cum, num(t.CumPct, 1), t.Func)
+			}
+		}
+		p.ln("")
+		p.ln("</details>")
+		p.ln("")
+	}
+}
+
+// fwdLossWhy explains Stormgate's CPU per request from the forward scenario's largest load.
+func (p *reporter) fwdLossWhy() string {
+	ls := p.fwdLoads()
+	if len(ls) == 0 {
+		return "not measured."
+	}
+	return p.profileWhy(profileForward(ls[len(ls)-1]), haproxy, "HAProxy")
+}
+
+// floorPlot is CPU per operation for the floors, HAProxy and Stormgate: heartbeats (the responder
+// against Stormgate) and forwarded requests at each forward load.
+func (p *reporter) floorPlot() []byte {
+	groups := []string{"heartbeat"}
+	floor := barSeries{Name: "bare epoll floor", Color: targetColor[hbFloor]}
+	ha := barSeries{Name: targetTitle[haproxy], Color: targetColor[haproxy]}
+	sg := barSeries{Name: targetTitle[stormgate], Color: targetColor[stormgate]}
+	_, fl, s, pairs := p.r.Heartbeat.ratio()
+	if len(pairs) == 0 {
+		fl, s = math.NaN(), math.NaN()
+	}
+	floor.Values, ha.Values, sg.Values = []float64{fl}, []float64{math.NaN()}, []float64{s}
+	ha.Labels = []string{"–"}
+	for _, l := range p.fwdLoads() {
+		groups = append(groups, fmt.Sprintf("SayHello %s conns %s/s", shortNum(float64(l.Conns)), shortNum(l.Rate)))
+		floor.Values = append(floor.Values, p.fwdRow(fwdFloor, l).median())
+		ha.Values = append(ha.Values, p.fwdRow(haproxy, l).median())
+		sg.Values = append(sg.Values, p.fwdRow(stormgate, l).median())
+		ha.Labels = append(ha.Labels, "")
+	}
+	return barChart(chart{
+		Title:  "CPU per heartbeat and per forwarded request (medians)",
+		XLabel: "operation", YLabel: "CPU µs per operation",
+	}, groups, []barSeries{floor, ha, sg})
+}
+
+// steadyP99Row is the p99 added over direct from the median of the load tool's one-second p99s
+// (the row above it takes the whole request phase's p99, which one stall of a shared core can
+// move by milliseconds).
+func (p *reporter) steadyP99Row(ld, lh, ls *LatencyRow) sumRow {
+	m := func(x *LatencyRow) float64 {
+		if x == nil || x.P99Seconds == 0 {
+			return math.NaN()
+		}
+		return x.MedianP99ms
+	}
+	d, h, s := m(ld), m(lh), m(ls)
+	add := s - d
+	return sumRow{
+		figure: fmt.Sprintf("The same, p99 as the median of the one-second p99s after the first 2 s (%d seconds)", ls.p99Seconds()),
+		d:      msStr(d), h: msStr(h) + " (" + signedMs(h-d) + ")", s: msStr(s) + " (" + signedMs(add) + ")",
+		target: "added ≤ " + msStr(targetAddedP99), known: !math.IsNaN(add), ok: add <= targetAddedP99,
+		note: fmt.Sprintf("%s over the target in the steady state as well; HAProxy added %s in the same conditions. The load tool, the provider and the proxy share 2 cores with whatever else the machine runs (load average %s at the end of the run), so every tail includes waits for a core.",
+			signedMs(add-targetAddedP99), signedMs(h-d), p.r.Machine.LoadAvgPost),
+	}
+}
+
+func (x *LatencyRow) p99Seconds() int {
+	if x == nil {
+		return 0
+	}
+	return x.P99Seconds
+}
+
+// medianSecondP99 is the median of a run's one-second p99s (progress lines of the request
+// phase) after lead, and how many there were.
+func medianSecondP99(run *loadRun, lead time.Duration) (float64, int) {
+	var v []float64
+	for _, pr := range run.Series {
+		if pr.Phase == "run" && pr.At.After(run.RunAt.Add(lead)) {
+			v = append(v, pr.P99ms)
+		}
+	}
+	if len(v) == 0 {
+		return 0, 0
+	}
+	return median(v), len(v)
+}

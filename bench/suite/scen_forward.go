@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// ForwardResult is the forward scenario: proxy CPU per forwarded request at fixed rates, SayHello
+// on the real dubbo-go provider, for HAProxy in TCP mode, the bare epoll forwarder
+// (bench/floor/fwdfloor.c) and Stormgate. Each load samples Windows consecutive windows (the
+// figure is their median; the spread is printed) and then one window under the profilers, which
+// is not part of the figure.
+type ForwardResult struct {
+	Provider   string        `json:"provider"`
+	Method     string        `json:"method"`
+	Arg        string        `json:"arg"`
+	Loads      []FwdLoad     `json:"loads"`
+	Lead       time.Duration `json:"lead_ns"`
+	Window     time.Duration `json:"window_ns"`
+	Windows    int           `json:"windows"`
+	ProfWindow time.Duration `json:"prof_window_ns"`
+	Rows       []FwdRow      `json:"rows"`
+}
+
+// FwdLoad is one fixed-rate load.
+type FwdLoad struct {
+	Conns int     `json:"conns"`
+	Rate  float64 `json:"rate"`
+}
+
+// FwdRow is one target under one load.
+type FwdRow struct {
+	Target  string  `json:"target"`
+	Conns   int     `json:"conns"`
+	Rate    float64 `json:"rate"`
+	Command string  `json:"command"`
+
+	UsPerReq         []float64 `json:"us_per_req"`     // proxy CPU µs per request, one per window
+	SysUsPerReq      []float64 `json:"sys_us_per_req"` // of which in the kernel (stime)
+	ProviderUsPerReq []float64 `json:"provider_us_per_req"`
+	ProxyCores       []float64 `json:"proxy_cores"`
+
+	Sent   uint64  `json:"sent"`
+	OK     uint64  `json:"ok"`
+	Failed uint64  `json:"failed"`
+	P50ms  float64 `json:"p50_ms"`
+	P99ms  float64 `json:"p99_ms"`
+	Error  string  `json:"error,omitempty"`
+}
+
+// fwdTargets are the forward scenario's targets, in run order.
+var fwdTargets = []string{haproxy, fwdFloor, stormgate}
+
+// The method the forward scenario calls (dgprovider's SayHello, in the Java spelling).
+const (
+	fwdMethod = "sayHello"
+	fwdArg    = "stormgate"
+)
+
+// profileForward is the forward scenario's profile key for one load.
+func profileForward(l FwdLoad) string { return fmt.Sprintf("forward-%d-%s", l.Conns, fmtNum(l.Rate)) }
+
+func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
+	o := s.opt
+	res := &ForwardResult{Provider: dubboGoProvider, Method: fwdMethod, Arg: fwdArg, Loads: o.FwdLoads,
+		Lead: o.FwdLead, Window: o.FwdWindow, Windows: o.FwdWindows, ProfWindow: o.FwdProfWindow}
+	for _, tg := range fwdTargets {
+		rows, err := s.forwardTarget(ctx, res, tg)
+		res.Rows = append(res.Rows, rows...)
+		if err != nil {
+			s.logf("  forward %s: %v", tg, err)
+		}
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+	}
+	return res, nil
+}
+
+func (s *Suite) forwardTarget(ctx context.Context, res *ForwardResult, tg string) (rows []FwdRow, err error) {
+	defer func() { // every load of a failed target gets a row that says why
+		if err == nil {
+			return
+		}
+		for _, l := range res.Loads[len(rows):] {
+			rows = append(rows, FwdRow{Target: tg, Conns: l.Conns, Rate: l.Rate, Error: err.Error()})
+		}
+	}()
+	prov, err := s.startProvider(ctx, dubboGoProvider, 0, "")
+	if err != nil {
+		return nil, err
+	}
+	defer prov.proc.Kill()
+	px, err := s.startProxy(ctx, tg, prov, proxyOpts{})
+	if err != nil {
+		return nil, err
+	}
+	defer px.stop()
+	for _, l := range res.Loads {
+		spec := loadSpec{Conns: l.Conns, Rate: l.Rate, Method: res.Method, Arg: res.Arg,
+			Duration: res.Lead + time.Duration(res.Windows)*res.Window + res.ProfWindow + 1500*time.Millisecond}
+		if l.Conns > 2000 {
+			spec.ConnectRate, spec.ConnectTimeout = s.opt.ConnectRate, 10*time.Second
+		}
+		row := FwdRow{Target: tg, Conns: l.Conns, Rate: l.Rate, Command: spec.command("$" + targetVar(tg))}
+		name := fmt.Sprintf("forward-%s-%d-%s", tg, l.Conns, fmtNum(l.Rate))
+		wl, err := s.windowedLoad(ctx, name, prov, px, spec, res.Lead, res.Window, res.Windows, res.ProfWindow, profileForward(l))
+		if err != nil {
+			row.Error = err.Error()
+			rows = append(rows, row)
+			return rows, err
+		}
+		for _, w := range wl.wins {
+			reqs := l.Rate * w.elapsed.Seconds()
+			row.UsPerReq = append(row.UsPerReq, perOp(w.a.px, w.b.px, reqs))
+			row.SysUsPerReq = append(row.SysUsPerReq, float64(w.b.px.Sys-w.a.px.Sys)/1e3/reqs)
+			row.ProviderUsPerReq = append(row.ProviderUsPerReq, perOp(w.a.prov, w.b.prov, reqs))
+			row.ProxyCores = append(row.ProxyCores, w.proxyCores())
+		}
+		r := wl.run.Result
+		row.Sent, row.OK, row.Failed = r.Sent, r.OK, failed(r)
+		row.P50ms, row.P99ms = ms(r.Latency.P50), ms(r.Latency.P99)
+		s.logf("  forward %s %d conns %s req/s: %.2f µs/request (median of %v), failed %d, p99 %.2fms",
+			tg, l.Conns, fmtNum(l.Rate), median(row.UsPerReq), row.UsPerReq, row.Failed, row.P99ms)
+		rows = append(rows, row)
+		if !px.alive() {
+			return rows, fmt.Errorf("%s died during the run", tg)
+		}
+	}
+	return rows, nil
+}
+
+// windowed is a fixed-rate load sampled in windows.
+type windowed struct {
+	wins []window // provider and proxy CPU of each unprofiled window
+	run  *loadRun
+}
+
+// windowedLoad runs one fixed-rate load: after lead, n consecutive windows of length win
+// (provider and proxy CPU from /proc only: nothing else runs in them), then, if profWin > 0, one
+// window under the profilers, whose Profile it records under profKey. The load's Duration must
+// cover them all.
+func (s *Suite) windowedLoad(ctx context.Context, name string, prov *provider, px *proxy, spec loadSpec,
+	lead, win time.Duration, n int, profWin time.Duration, profKey string) (*windowed, error) {
+	h, err := s.startLoad(ctx, name, px.addr, "", spec)
+	if err != nil {
+		return nil, err
+	}
+	defer h.proc.Kill()
+	if err := h.waitRun(ctx); err != nil {
+		return nil, err
+	}
+	if err := sleepCtx(ctx, lead); err != nil {
+		return nil, err
+	}
+	usage := func() snap {
+		var sn snap
+		sn.prov, _ = sampleUsage(prov.proc.PID)
+		if px.kind != direct {
+			sn.px, _ = sampleUsage(px.pids()...)
+		}
+		return sn
+	}
+	out := &windowed{}
+	a := usage()
+	for range n {
+		if err := sleepCtx(ctx, win); err != nil {
+			return nil, err
+		}
+		b := usage()
+		out.wins = append(out.wins, between(a, b))
+		a = b
+	}
+	var prof *profiling
+	var pw window
+	if profWin > 0 {
+		prof = s.startProfile(ctx, name, px, profWin)
+		a = usage()
+		if err := sleepCtx(ctx, profWin); err != nil {
+			return nil, err
+		}
+		pw = between(a, usage())
+	}
+	if out.run, err = h.wait(); err != nil {
+		return nil, err
+	}
+	if prof != nil {
+		p := Profile{Scenario: profKey, Target: px.kind, Window: pw.elapsed, Ops: spec.Rate * pw.elapsed.Seconds(),
+			OpName: "request", CPU: pw.b.px.CPU - pw.a.px.CPU, SysCPU: pw.b.px.Sys - pw.a.px.Sys}
+		prof.finish(ctx, &p)
+		s.addProfile(p)
+	}
+	return out, nil
+}
+
+// profileIdle30 is the idle scenario's profile key (Stormgate, 30 s heartbeats).
+const profileIdle30 = "idle-30s"
+
+// profileIdleWindow profiles px for d while h's consumers heartbeat (one more window after the
+// idle scenario's own, at the 30 s period). The returned function, called once the load has
+// ended, parses the profile and records it.
+func (s *Suite) profileIdleWindow(ctx context.Context, px *proxy, h *loadHandle, d time.Duration) (func(), error) {
+	prof := s.startProfile(ctx, profileIdle30+"-"+px.kind, px, d)
+	a, err := sampleUsage(px.pids()...)
+	if err != nil {
+		return nil, err
+	}
+	if err := sleepCtx(ctx, d); err != nil {
+		return nil, err
+	}
+	b, err := sampleUsage(px.pids()...)
+	if err != nil {
+		return nil, err
+	}
+	cpu, el := b.Sub(a)
+	p := Profile{Scenario: profileIdle30, Target: px.kind, Window: el, OpName: "heartbeat", CPU: cpu, SysCPU: b.Sys - a.Sys}
+	if rate, err := h.hbRate(a.At, b.At); err == nil {
+		p.Ops = rate * el.Seconds()
+	}
+	return func() {
+		prof.finish(ctx, &p)
+		s.addProfile(p)
+	}, nil
+}
+
+// profileThroughput is the throughput scenario's profile key (Stormgate at its maximum).
+const profileThroughput = "throughput"
+
+// profileAtMax runs one more step at rate, the series' maximum, with a profiled window after the
+// warm-up; the step is not judged and does not count in the series.
+func (s *Suite) profileAtMax(ctx context.Context, prov *provider, px *proxy, conns int, rate float64) error {
+	o := s.opt
+	spec := loadSpec{Conns: conns, Rate: rate, Duration: o.TPStep, Timeout: 2 * time.Second}
+	if conns > 2000 {
+		spec.ConnectRate, spec.ConnectTimeout = o.ConnectRate, 10*time.Second
+	}
+	win := (o.TPStep - o.TPWarmup - 1500*time.Millisecond).Round(time.Second)
+	if win < time.Second {
+		win = time.Second
+	}
+	_, err := s.windowedLoad(ctx, fmt.Sprintf("tp-%s-%d-%s-profiled", px.kind, conns, fmtNum(rate)), prov, px, spec,
+		o.TPWarmup, 0, 0, win, profileThroughput)
+	return err
+}
