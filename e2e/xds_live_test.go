@@ -79,12 +79,17 @@ func TestXDSLivePushUnderLoad(t *testing.T) {
 	cd, seenAt := sc.waitConfigDump(t, 5*time.Second, "upstream_interval 1s and accept_rate 50", func(cd configDump) bool {
 		return cd.field("keepalive.upstream_interval") == "1s" && cd.field("admission.accept_rate") == fmt.Sprint(newRate)
 	})
+	// The control plane logs the publish after handing out the snapshots, and its stderr
+	// reaches the test through a pipe: the sidecar may show the push before the line is here.
 	var pushedAt time.Time
-	for _, m := range cp.jsonLines("config published") {
-		if m["default_version"] == v2 {
-			pushedAt = logTime(m)
+	poll(5*time.Second, func() bool {
+		for _, m := range cp.jsonLines("config published") {
+			if m["default_version"] == v2 {
+				pushedAt = logTime(m)
+			}
 		}
-	}
+		return !pushedAt.IsZero()
+	})
 	if pushedAt.IsZero() {
 		t.Fatalf("control plane never logged publishing version %s", v2)
 	}
