@@ -75,6 +75,12 @@ const (
 	XDSCertVolume = "stormgate-xds-cert"
 	XDSCADir      = "/etc/stormgate/xds-ca"
 	XDSCertDir    = "/etc/stormgate/xds-cert"
+	// UpgradeVolume is a writable emptyDir the sidecar container mounts at UpgradeDir, so that a
+	// new binary can reach the running container for `sidecar upgrade` (the root filesystem is
+	// read-only). UpgradeSizeLimit bounds it: a few binaries.
+	UpgradeVolume    = "stormgate-bin"
+	UpgradeDir       = "/stormgate-bin"
+	UpgradeSizeLimit = "128Mi"
 )
 
 // Defaults used when neither Config nor an annotation says otherwise.

@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -64,14 +65,21 @@ func TestTLSToControlPlane(t *testing.T) {
 			t.Errorf("args %q lack %q", args, want)
 		}
 	}
-	if len(side.VolumeMounts) != 2 || !side.VolumeMounts[0].ReadOnly || !side.VolumeMounts[1].ReadOnly {
-		t.Errorf("mounts %+v", side.VolumeMounts)
+	readOnly := map[string]bool{}
+	for _, m := range side.VolumeMounts {
+		readOnly[m.Name] = m.ReadOnly
+	}
+	if len(side.VolumeMounts) != 3 || !readOnly[XDSCAVolume] || !readOnly[XDSCertVolume] {
+		t.Errorf("mounts %+v, want the two Secrets read-only (and the upgrade volume)", side.VolumeMounts)
 	}
 	if app := pod.spec.Containers[0]; len(app.VolumeMounts) != 0 {
 		t.Errorf("the application container got mounts %+v", app.VolumeMounts)
 	}
 	secrets := map[string]string{}
 	for _, v := range pod.spec.Volumes {
+		if v.Name == UpgradeVolume {
+			continue
+		}
 		secrets[v.Name] = v.Secret.SecretName
 		if *v.Secret.DefaultMode != 0o444 || v.Secret.Optional == nil || *v.Secret.Optional {
 			t.Errorf("volume %s: %+v", v.Name, v.Secret)
@@ -93,6 +101,40 @@ func TestTLSToControlPlane(t *testing.T) {
 		if warned != tc.warn {
 			t.Errorf("%s: warnings %q, want a plaintext warning: %v", tc.addr, res[0].Warnings, tc.warn)
 		}
+	}
+}
+
+// TestUpgradeVolume: every injected sidecar gets a writable, size-bounded emptyDir at UpgradeDir
+// (the only writable path in its container) for `sidecar upgrade --binary`; the application
+// container does not see it; a pod that already uses the name is refused, not overwritten.
+func TestUpgradeVolume(t *testing.T) {
+	out, _, err := Manifest(podWith(``), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := decodeAll(t, out)[0]
+	side := pod.spec.Containers[len(pod.spec.Containers)-1]
+	if len(side.VolumeMounts) != 1 || side.VolumeMounts[0].Name != UpgradeVolume ||
+		side.VolumeMounts[0].MountPath != UpgradeDir || side.VolumeMounts[0].ReadOnly {
+		t.Errorf("sidecar mounts %+v, want %s writable at %s", side.VolumeMounts, UpgradeVolume, UpgradeDir)
+	}
+	if app := pod.spec.Containers[0]; len(app.VolumeMounts) != 0 {
+		t.Errorf("the application container got mounts %+v", app.VolumeMounts)
+	}
+	if len(pod.spec.Volumes) != 1 || pod.spec.Volumes[0].EmptyDir == nil ||
+		pod.spec.Volumes[0].EmptyDir.SizeLimit == nil || pod.spec.Volumes[0].EmptyDir.SizeLimit.String() != UpgradeSizeLimit {
+		t.Errorf("volumes %+v, want one emptyDir of %s", pod.spec.Volumes, UpgradeSizeLimit)
+	}
+
+	// Injecting the output again changes nothing (the volume is Stormgate's, taken out and put back).
+	again, res, err := Manifest(out, Config{})
+	if err != nil || !bytes.Equal(again, out) {
+		t.Errorf("re-injection: %v %v, output changed: %v", res, err, !bytes.Equal(again, out))
+	}
+
+	clash := bytes.Replace(podWith(``), []byte("spec:\n"), []byte("spec:\n  volumes: [{ name: stormgate-bin, emptyDir: {} }]\n"), 1)
+	if _, _, err := Manifest(clash, Config{}); err == nil || !strings.Contains(err.Error(), `"stormgate-bin"`) {
+		t.Errorf("a pod with its own stormgate-bin volume: %v, want a refusal naming it", err)
 	}
 }
 

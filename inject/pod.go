@@ -164,7 +164,7 @@ func injectPod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]
 		}
 	}
 	for _, v := range spec.Volumes {
-		if v.Name == XDSCAVolume || v.Name == XDSCertVolume {
+		if isOurVolume(v) {
 			return "", nil, fmt.Errorf("the pod already has a volume named %q, which Stormgate uses: rename it", v.Name)
 		}
 	}
@@ -209,6 +209,7 @@ func injectPod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]
 		spec.Containers = append(spec.Containers, sidecar)
 	}
 	spec.Volumes = append(spec.Volumes, tlsVolumes(c)...)
+	spec.Volumes = append(spec.Volumes, upgradeVolume())
 	return ActionInjected, warnings, nil
 }
 
@@ -284,7 +285,7 @@ func sidecarContainer(c Config, probes string) corev1.Container {
 		args = append(args, "--log-level", c.LogLevel)
 	}
 	var env []corev1.EnvVar
-	var mounts []corev1.VolumeMount
+	mounts := []corev1.VolumeMount{{Name: UpgradeVolume, MountPath: UpgradeDir}}
 	if c.XDSAddress != "" {
 		// Kubernetes expands $(VAR) in args from the container's env, so each pod gets its own node id.
 		args = append(args, "--xds", c.XDSAddress, "--node-id", "$(POD_NAME).$(POD_NAMESPACE)")
@@ -335,6 +336,20 @@ func sidecarContainer(c Config, probes string) corev1.Container {
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
+}
+
+// upgradeVolume is the emptyDir a new binary is copied into for an in-place `sidecar upgrade`
+// (docs/operations.md, "On Kubernetes"). An emptyDir is writable by every user of the pod, so the
+// sidecar's user (1337) can use it without an fsGroup.
+func upgradeVolume() corev1.Volume {
+	return corev1.Volume{Name: UpgradeVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+		SizeLimit: ptrTo(resource.MustParse(UpgradeSizeLimit)),
+	}}}
+}
+
+// isOurVolume reports whether v is one of the volumes injection adds.
+func isOurVolume(v corev1.Volume) bool {
+	return v.Name == XDSCAVolume || v.Name == XDSCertVolume || v.Name == UpgradeVolume
 }
 
 // tlsVolumes returns the Secret volumes the sidecar mounts for TLS to the control plane. Only the

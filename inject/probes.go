@@ -151,7 +151,7 @@ func uninject(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 	}
 	spec.Containers = slices.DeleteFunc(spec.Containers, isOurs)
 	spec.InitContainers = slices.DeleteFunc(spec.InitContainers, func(c corev1.Container) bool { return isOurs(c) || isOurInit(c) })
-	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == XDSCAVolume || v.Name == XDSCertVolume })
+	spec.Volumes = slices.DeleteFunc(spec.Volumes, isOurVolume)
 	if len(spec.Containers) == 0 {
 		spec.Containers = nil
 	}

@@ -269,6 +269,7 @@ spec:
 			targets = append(targets, addr6)
 		}
 	}
+	clients := make([]*peer.Client, len(targets))
 	for i, target := range targets {
 		var c *peer.Client
 		if !poll(20*time.Second, func() bool {
@@ -280,6 +281,7 @@ spec:
 			t.Fatalf("consumer %d: dial %s: %v", i, target, err)
 		}
 		defer c.Close()
+		clients[i] = c
 		for j := range callsEach {
 			arg := fmt.Sprintf("pod-%s-%d-%d", id, i, j)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -339,6 +341,41 @@ spec:
 		if ap, err := netip.ParseAddrPort(p); err != nil || !ap.Addr().Unmap().IsLoopback() {
 			t.Errorf("provider connection from %s: only Stormgate's loopback connections should reach it", p)
 		}
+	}
+
+	// --- In-place upgrade through the injected volume (docs/operations.md, "On Kubernetes") -----------
+	// A new binary copied into stormgate-bin (the sidecar's only writable path) and `sidecar upgrade`
+	// run in the container: same process, same connections, the new version serving them.
+	nextVersion := version + "-next"
+	nextDir := filepath.Join(work, "next")
+	if err := os.MkdirAll(nextDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	buildStatic(t, nextDir, "./cmd/sidecar", nextVersion)
+	pm.run("cp", filepath.Join(nextDir, "sidecar"), ctrSidecar+":"+inject.UpgradeDir+"/sidecar")
+	upOut := pm.run("exec", ctrSidecar, "/sidecar", "upgrade", "--binary", inject.UpgradeDir+"/sidecar")
+	t.Logf("sidecar upgrade in the pod:\n%s", upOut)
+	if pid := pm.inspect(ctrSidecar, "{{.State.Pid}}"); pid != sidecarPID {
+		t.Errorf("sidecar PID %s after the upgrade, want %s (the same process)", pid, sidecarPID)
+	}
+	if restarts := pm.inspect(ctrSidecar, "{{.RestartCount}}"); restarts != "0" {
+		t.Errorf("sidecar container restarted %s times during the upgrade", restarts)
+	}
+	if out := pm.run("exec", ctrSidecar, "/sidecar", "version", "--admin", "127.0.0.1:15000"); !strings.Contains(out, nextVersion) {
+		t.Errorf("the running sidecar's version after the upgrade: %q, want %s", out, nextVersion)
+	}
+	for i, c := range clients {
+		arg := fmt.Sprintf("pod-%s-%d-after-upgrade", id, i)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := c.Call(ctx, int64(callsEach+1), "org.stormgate.Greeter", "echo", arg)
+		cancel()
+		if err != nil || resp.Status != 20 || resp.Value != arg {
+			t.Errorf("consumer %d, same connection, after the upgrade: status %d value %q err %v", i, resp.Status, resp.Value, err)
+		}
+	}
+	ms = metrics(t, metricsURL+"/metrics")
+	if got := sum(ms, "stormgate_downstream_connections"); got != consumers {
+		t.Errorf("consumer connections after the upgrade: %v, want the same %d", got, consumers)
 	}
 
 	// The rewritten liveness probe tests the provider: it passes now, and fails once the provider is
