@@ -15,7 +15,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/netip"
 	"os"
 	"slices"
 	"sort"
@@ -29,7 +28,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
-	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
@@ -125,8 +123,8 @@ func runIntegrity(t *testing.T, m int, seed uint64, ld integrityLoad) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	addr := serveAccepted(t, srv)
-	waitUntil(t, 10*time.Second, "the upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(m) })
+	addr := proxy.ServeLoopback(t, srv)
+	proxy.WaitFor(t, 10*time.Second, "the upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(m) })
 
 	start := time.Now()
 	stopAt := start.Add(ld.load)
@@ -249,62 +247,6 @@ func integrityConfig(upstream string, m int) proxy.Config {
 	cfg := xds.ProxyConfig(xds.Defaults())
 	cfg.Upstream, cfg.UpstreamConns, cfg.MaxFrameBytes = upstream, m, 1<<20
 	return cfg
-}
-
-// serveAccepted listens on 127.0.0.1 and hands every accepted connection to srv as a
-// non-blocking fd, as admission does (accept4 with SOCK_NONBLOCK, TCP_NODELAY).
-func serveAccepted(t *testing.T, srv *proxy.Server) string {
-	t.Helper()
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Listen(fd, 1024); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			nfd, rsa, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-			switch {
-			case err == unix.EINTR || err == unix.ECONNABORTED:
-				continue
-			case err != nil:
-				return // shut down by the cleanup
-			}
-			_ = unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-			var remote netip.AddrPort
-			if s4, ok := rsa.(*unix.SockaddrInet4); ok {
-				remote = netip.AddrPortFrom(netip.AddrFrom4(s4.Addr), uint16(s4.Port))
-			}
-			srv.ServeFD(nfd, remote, netip.AddrPort{})
-		}
-	})
-	t.Cleanup(func() {
-		_ = unix.Shutdown(fd, unix.SHUT_RDWR) // wakes the blocked accept4
-		wg.Wait()
-		_ = unix.Close(fd)
-	})
-	return fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
-}
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // ledger collects invariant failures from every goroutine: exact counts per kind, and
