@@ -87,16 +87,11 @@ func (s *Suite) forwardTarget(ctx context.Context, res *ForwardResult, tg string
 			rows = append(rows, FwdRow{Target: tg, Conns: l.Conns, Rate: l.Rate, Error: err.Error()})
 		}
 	}()
-	prov, err := s.startProvider(ctx, dubboGoProvider, 0, "")
+	prov, px, stop, err := s.startPair(ctx, dubboGoProvider, tg)
 	if err != nil {
 		return nil, err
 	}
-	defer prov.proc.Kill()
-	px, err := s.startProxy(ctx, tg, prov, proxyOpts{})
-	if err != nil {
-		return nil, err
-	}
-	defer px.stop()
+	defer stop()
 	for _, l := range res.Loads {
 		spec := loadSpec{Conns: l.Conns, Rate: l.Rate, Method: res.Method, Arg: res.Arg,
 			Duration: res.Lead + time.Duration(res.Windows)*res.Window + res.ProfWindow + 1500*time.Millisecond}

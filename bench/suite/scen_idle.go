@@ -41,16 +41,11 @@ func (s *Suite) eachTarget(ctx context.Context, name string, run func(tg string)
 
 func (s *Suite) idleTarget(ctx context.Context, tg string) ([]IdleRow, error) {
 	o := s.opt
-	prov, err := s.startProvider(ctx, dubboGoProvider, 0, "")
+	prov, px, stop, err := s.startPair(ctx, dubboGoProvider, tg)
 	if err != nil {
 		return nil, err
 	}
-	defer prov.proc.Kill()
-	px, err := s.startProxy(ctx, tg, prov, proxyOpts{})
-	if err != nil {
-		return nil, err
-	}
-	defer px.stop()
+	defer stop()
 	// The provider's and proxy's floor with no consumer at all (timers, runtime), and their RSS.
 	idle0 := s.snapshot(ctx, prov, px, nil)
 	if err := sleepCtx(ctx, 2*time.Second); err != nil {

@@ -31,16 +31,11 @@ func (s *Suite) runLatency(ctx context.Context) (*LatencyResult, error) {
 
 func (s *Suite) latencyTarget(ctx context.Context, tg string) ([]LatencyRow, error) {
 	o := s.opt
-	prov, err := s.startProvider(ctx, fastProvider, 0, "")
+	prov, px, stop, err := s.startPair(ctx, fastProvider, tg)
 	if err != nil {
 		return nil, err
 	}
-	defer prov.proc.Kill()
-	px, err := s.startProxy(ctx, tg, prov, proxyOpts{})
-	if err != nil {
-		return nil, err
-	}
-	defer px.stop()
+	defer stop()
 	var rows []LatencyRow
 	for _, m := range latencyMethods {
 		spec := loadSpec{Conns: o.LatConns, ConnectRate: o.ConnectRate, ConnectTimeout: 10 * time.Second, Rate: o.LatRate, Duration: o.LatDuration,

@@ -147,6 +147,19 @@ func (p *proxy) stop() {
 	}
 }
 
+// startPair starts a provider of providerKind on a free port and a proxy of kind tg in
+// front of it, with default options; stop ends both (the proxy first).
+func (s *Suite) startPair(ctx context.Context, providerKind, tg string) (prov *provider, px *proxy, stop func(), err error) {
+	if prov, err = s.startProvider(ctx, providerKind, 0, ""); err != nil {
+		return nil, nil, nil, err
+	}
+	if px, err = s.startProxy(ctx, tg, prov, proxyOpts{}); err != nil {
+		prov.proc.Kill()
+		return nil, nil, nil, err
+	}
+	return prov, px, func() { px.stop(); prov.proc.Kill() }, nil
+}
+
 // startProxy starts a proxy of the given kind in front of upstream.
 func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o proxyOpts) (*proxy, error) {
 	if kind == direct {
