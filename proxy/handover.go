@@ -46,6 +46,39 @@ type handoverGate struct {
 	mu       sync.Mutex
 	release  chan struct{} // closed by thaw to unpark the pollers
 	peers    []int         // the other ends of the trigger connections
+
+	// The bytes consumers sent while stashing, not yet handled: kept here rather than
+	// in every session, since only a handover needs them.
+	smu     sync.Mutex
+	stashes map[*session][]byte
+}
+
+// stash keeps what a consumer's handler found to read while stashing.
+func (g *handoverGate) stash(ss *session, r netpoll.Reader) {
+	g.smu.Lock()
+	if g.stashes == nil {
+		g.stashes = make(map[*session][]byte)
+	}
+	if b := stashAll(g.stashes[ss], r); len(b) > 0 {
+		g.stashes[ss] = b
+	}
+	g.smu.Unlock()
+}
+
+// stashed returns a consumer's stashed bytes.
+func (g *handoverGate) stashed(ss *session) []byte {
+	g.smu.Lock()
+	defer g.smu.Unlock()
+	return g.stashes[ss]
+}
+
+// takeStashes returns every consumer's stashed bytes and forgets them.
+func (g *handoverGate) takeStashes() map[*session][]byte {
+	g.smu.Lock()
+	defer g.smu.Unlock()
+	m := g.stashes
+	g.stashes = nil
+	return m
 }
 
 // holding reports whether handlers must stash instead of handling.
@@ -253,13 +286,9 @@ func (s *Server) Thaw() {
 			}
 		}
 	}
-	s.sessions.each(func(ss *session) {
-		if len(ss.stash) > 0 {
-			in := ss.stash
-			ss.stash = nil
-			ss.consume(&sliceSource{b: in})
-		}
-	})
+	for ss, in := range g.takeStashes() {
+		ss.consume(&sliceSource{b: in})
+	}
 	s.eachWriter(func(w *writer) { w.resume(nil, 0) })
 	g.stashing.Store(false)
 	g.parking.Store(false)
@@ -304,14 +333,14 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 		}
 		in, skip := ss.rd.exportPartial()
 		out, sent, _ := ss.w.export()
-		st := SessionSnapshot{FD: ss.fd, Remote: ss.remote.String(), Port: ss.pool.port, Readonly: ss.readonly.Load(),
-			Idle: time.Duration(now - ss.idle.Last()), In: append(in, ss.stash...), Skip: skip, Out: out, Sent: sent}
+		st := SessionSnapshot{FD: ss.w.fd, Remote: ss.remote.String(), Port: ss.pool.port, Readonly: ss.readonly.Load(),
+			Idle: time.Duration(now - ss.idle.Last()), In: append(in, s.handover.stashed(ss)...), Skip: skip, Out: out, Sent: sent}
 		if since := ss.rd.partialSince(); since != 0 {
 			st.Partial = time.Duration(now - since)
 		}
 		index[ss] = len(sn.Sessions)
 		sn.Sessions = append(sn.Sessions, st)
-		err = keepOnExec(ss.fd)
+		err = keepOnExec(ss.w.fd)
 	})
 	if err != nil {
 		return nil, err
@@ -507,7 +536,7 @@ func heldEntry(r request, frame []byte) held { return held{request: r, frame: fr
 
 // serveRestored registers a restored consumer connection with netpoll.
 func (s *Server) serveRestored(ss *session) error {
-	conn, err := netpoll.NewFDConnection(ss.fd)
+	conn, err := netpoll.NewFDConnection(ss.w.fd)
 	if err != nil {
 		return err
 	}

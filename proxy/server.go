@@ -48,6 +48,7 @@ type Server struct {
 	clock  keepalive.Clock
 	wheel  *keepalive.Wheel
 	budget budget
+	wenv   writerEnv // shared by every writer of this server
 	tasks  group
 
 	ctx    context.Context
@@ -99,6 +100,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	s.m.life = newLifeMetrics(s.codec.NotExecutedReasons())
 	s.budget.limit.Store(cfg.MaxBufferedBytes)
+	s.wenv = writerEnv{now: s.now, spawn: s.spawn, budget: &s.budget}
 	s.sessions.init()
 	s.cfg.Store(&cfg)
 	s.m.register(opts.Registerer, s)
@@ -517,7 +519,7 @@ func (ss *sessionSet) init() {
 	}
 }
 
-func (ss *sessionSet) shard(s *session) int { return s.fd & 31 }
+func (ss *sessionSet) shard(s *session) int { return s.w.fd & 31 }
 
 func (ss *sessionSet) add(s *session) {
 	sh := &ss.shards[ss.shard(s)]

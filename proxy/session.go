@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,11 +32,14 @@ import (
 //
 // The session keeps no index of its requests: they live in the hold queue or in
 // upstream pending tables and are settled there (see pending.go).
+//
+// Every consumer connection holds one, so its size is part of what an idle consumer
+// costs (docs/benchmarks.md, ≤ 4 KiB with netpoll's share): the fd lives in w, and
+// heartbeat replies are built in pooled buffers (replyBufs).
 type session struct {
 	srv    *Server
 	pool   *pool
 	conn   netpoll.Connection
-	fd     int
 	remote netip.AddrPort
 
 	rd       frameReader
@@ -44,8 +48,6 @@ type session struct {
 	timer    keepalive.Timer
 	inflight atomic.Int32 // accepted two-way requests not yet answered
 	counts   sessionCounters
-	stash    []byte   // bytes read during a handover, not yet handled (handover.go)
-	scratch  [32]byte // heartbeat replies; used by onRequest only (one at a time)
 
 	closing  atomic.Bool
 	closed   atomic.Bool
@@ -54,9 +56,8 @@ type session struct {
 }
 
 func newSession(srv *Server, p *pool, conn netpoll.Connection, fd int, remote netip.AddrPort) *session {
-	s := &session{srv: srv, pool: p, conn: conn, fd: fd, remote: remote}
-	s.w = writer{fd: fd, now: srv.now, spawn: srv.spawn, budget: &srv.budget,
-		onError: func(error) { s.closeWith(closePeer) }}
+	s := &session{srv: srv, pool: p, conn: conn, remote: remote}
+	s.w = writer{fd: fd, env: &srv.wenv, owner: s}
 	s.idle.Touch(srv.now())
 	s.timer.Init(s.onTimer)
 	return s
@@ -65,7 +66,7 @@ func newSession(srv *Server, p *pool, conn netpoll.Connection, fd int, remote ne
 func (s *session) onRequest(_ context.Context, conn netpoll.Connection) error {
 	r := conn.Reader()
 	if s.srv.handover.holding() { // a handover: keep the bytes for whoever serves next
-		s.stash = stashAll(s.stash, r)
+		s.srv.handover.stash(s, r)
 		s.srv.handover.park()
 		return nil
 	}
@@ -112,10 +113,10 @@ func (s *session) handle(f Frame, frame []byte, cfg *Config, now int64) {
 	m := s.srv.m
 	switch f.Kind {
 	case FrameEventTwoWay:
-		// The reply is built in the session's scratch buffer: a stack buffer would
-		// escape through the Codec interface call and cost an allocation per heartbeat.
+		buf := replyBufs.Get().(*[32]byte)
 		s.counts.heartbeats.Add(1) // counted before the consumer can see the reply
-		s.write(s.srv.codec.AppendHeartbeatReply(s.scratch[:0], f))
+		s.write(s.srv.codec.AppendHeartbeatReply(buf[:0], f))
+		replyBufs.Put(buf) // the writer copied what it did not write
 	case FrameRequest:
 		s.counts.requests.Add(1)
 		if int(s.inflight.Load()) >= cfg.MaxInflightPerConn {
@@ -174,6 +175,18 @@ func (s *session) write(b []byte) {
 		s.closeWith(closePeer)
 	}
 }
+
+// replyBufs holds the buffers heartbeat replies are built in (17 bytes in Dubbo): a
+// stack buffer escapes (through the Codec call and the writer) and costs an
+// allocation per heartbeat, and a buffer in the session costs every idle consumer.
+var replyBufs = sync.Pool{New: func() any { return new([32]byte) }}
+
+// writeStalled implements writerOwner: a consumer that does not read is bounded by
+// limits.max_queued_bytes_per_connection (write), not by a deadline.
+func (s *session) writeStalled() {}
+
+// writeFailed implements writerOwner: the flusher could not write to the consumer.
+func (s *session) writeFailed(error) { s.closeWith(closePeer) }
 
 // closeWith closes the consumer connection, recording why. The first reason wins.
 // It shuts the socket down (writer.close); netpoll's poller runs onClosed when it

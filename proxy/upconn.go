@@ -74,8 +74,7 @@ func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 	uc := &upConn{pool: p, conn: conn, slot: slot, done: make(chan struct{})}
 	// A random start makes captures of consecutive connections easy to tell apart.
 	uc.nextID = rand.Int64N(1 << 40)
-	uc.w = writer{fd: fd, now: srv.now, spawn: srv.spawn, budget: &srv.budget, batches: &uc.counts.batches,
-		onStall: uc.onStall, onError: func(err error) { uc.fail("write failed: " + err.Error()) }}
+	uc.w = writer{fd: fd, env: &srv.wenv, owner: uc, batches: &uc.counts.batches}
 	uc.pending.init()
 	now := srv.now()
 	uc.lastRead.Store(now)
@@ -408,8 +407,12 @@ func (uc *upConn) onBeat() {
 	srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 }
 
-// onStall runs when the kernel refuses bytes: the write deadline starts.
-func (uc *upConn) onStall() {
+// writeFailed implements writerOwner: the flusher could not write.
+func (uc *upConn) writeFailed(err error) { uc.fail("write failed: " + err.Error()) }
+
+// writeStalled implements writerOwner: the kernel refused bytes, so the write
+// deadline starts.
+func (uc *upConn) writeStalled() {
 	if t := uc.pool.srv.cfg.Load().WriteTimeout; t > 0 {
 		uc.pool.srv.wheel.Schedule(&uc.stall, t)
 	}

@@ -24,7 +24,7 @@ import (
 //   - When the kernel refuses bytes (EAGAIN or a short write) the writer is stalled:
 //     a flusher goroutine waits for the socket through Go's poller and finishes the
 //     queue; senders keep queueing. Stalled bytes are charged to the process-wide
-//     budget, and the owner learns when the stall began (onStall) and how long it has
+//     budget, and the owner learns when the stall began (writeStalled) and how long it has
 //     lasted without progress (stalledFor), to enforce a write deadline.
 //   - Every byte has a stream offset (send returns the frame's). After close, written
 //     is final: a frame ending at or before it was handed to the kernel (the peer may
@@ -33,15 +33,15 @@ import (
 //
 // Lock order: the owner's lock (upConn.mu) -> mu; fdMu is held only around write(2)
 // and the written counter, and never while taking mu.
+//
+// A writer lives in every consumer session, so its size is part of what an idle
+// connection costs (docs/benchmarks.md): what all writers of a server share is in env,
+// and the owner is an interface rather than two closures.
 type writer struct {
 	fd      int
-	now     func() int64                        // clock, unix nanos
-	spawn   func(func())                        // starts the flusher under the server's WaitGroup
-	onStall func()                              // a stall began; may be nil; runs on the sender's goroutine
-	onError func(error)                         // the flusher hit a socket error (never called by send)
-	budget  *budget                             // stalled bytes are charged here
-	batches *countHist                          // frames per write(2); nil: not observed
-	sys     func(fd int, b []byte) (int, error) // tests: replaces write(2)
+	env     *writerEnv
+	owner   writerOwner
+	batches *countHist // frames per write(2); nil: not observed
 
 	mu         sync.Mutex
 	q          []byte // queued behind the batch, whole frames
@@ -55,14 +55,32 @@ type writer struct {
 	stalled    bool   // the flusher holds the role
 	closed     bool
 	held       bool // a handover: senders queue, nobody writes (hold, export, resume)
+	fdClosed   bool // under fdMu
 	charged    int  // stalled bytes charged to budget
 	progressAt int64
 	file       *os.File // while the flusher runs: a dup of fd registered with Go's poller
 	err        error    // the socket error that ended writing
 
-	fdMu     sync.Mutex // around write(2): close waits for a write in progress
-	fdClosed bool
-	written  atomic.Uint64 // stream offset: bytes handed to the kernel; changes under fdMu
+	fdMu    sync.Mutex    // around write(2) and fdClosed: close waits for a write in progress
+	written atomic.Uint64 // stream offset: bytes handed to the kernel; changes under fdMu
+}
+
+// writerEnv is what the writers of one server share.
+type writerEnv struct {
+	now    func() int64                        // clock, unix nanos
+	spawn  func(func())                        // starts the flusher under the server's WaitGroup
+	budget *budget                             // stalled bytes are charged here
+	sys    func(fd int, b []byte) (int, error) // tests: replaces write(2)
+}
+
+// writerOwner is told what the writer's caller cannot see.
+type writerOwner interface {
+	// writeStalled: a stall began (the kernel refused bytes); runs on the sender's
+	// goroutine, after the writer's lock is released.
+	writeStalled()
+	// writeFailed: the flusher hit a socket error (never called by send, whose caller
+	// gets the error itself), unless the owner had closed the writer.
+	writeFailed(err error)
 }
 
 // Errors send returns when it refuses a frame; the frame was not queued.
@@ -96,7 +114,7 @@ func (w *writer) send(b []byte, maxQueued int) (off uint64, accepted bool, err e
 			return 0, false, errQueueFull
 		}
 		if w.stalled {
-			if !w.budget.tryReserve(len(b)) {
+			if !w.env.budget.tryReserve(len(b)) {
 				w.mu.Unlock()
 				return 0, false, errOverBudget
 			}
@@ -175,14 +193,12 @@ func (w *writer) stallOrFail(werr error) error {
 		return nil
 	}
 	w.stalled = true
-	w.progressAt = w.now()
+	w.progressAt = w.env.now()
 	w.charged = len(w.batch) - w.sent + len(w.q)
-	w.budget.force(w.charged)
+	w.env.budget.force(w.charged)
 	w.mu.Unlock()
-	if w.onStall != nil {
-		w.onStall()
-	}
-	w.spawn(w.flush)
+	w.owner.writeStalled()
+	w.env.spawn(w.flush)
 	return nil
 }
 
@@ -212,7 +228,7 @@ func (w *writer) flush() {
 			w.recycleLocked(w.batch)
 			if len(w.q) == 0 {
 				w.stalled, w.writing, w.file = false, false, nil
-				w.budget.release(w.charged)
+				w.env.budget.release(w.charged)
 				w.charged = 0
 				w.mu.Unlock()
 				return
@@ -226,7 +242,7 @@ func (w *writer) flush() {
 		}
 		if w.held { // a handover: leave the rest to whoever resumes the writer
 			w.file, w.stalled, w.writing = nil, false, false
-			w.budget.release(w.charged)
+			w.env.budget.release(w.charged)
 			w.charged = 0
 			w.mu.Unlock()
 			return
@@ -238,8 +254,8 @@ func (w *writer) flush() {
 		w.mu.Lock()
 		w.sent += n
 		if n > 0 {
-			w.progressAt = w.now()
-			w.budget.release(n)
+			w.progressAt = w.env.now()
+			w.env.budget.release(n)
 			w.charged -= n
 		}
 		held := w.held
@@ -296,8 +312,8 @@ func (w *writer) fail(err error) {
 		w.err = err
 	}
 	w.mu.Unlock()
-	if !closed && w.onError != nil {
-		w.onError(err)
+	if !closed {
+		w.owner.writeFailed(err)
 	}
 }
 
@@ -314,8 +330,8 @@ func (w *writer) writeTo(fd int, b []byte) (int, error) {
 	}
 	var n int
 	var err error
-	if w.sys != nil {
-		n, err = w.sys(fd, b)
+	if w.env.sys != nil {
+		n, err = w.env.sys(fd, b)
 	} else {
 		n, err = writeFD(fd, b)
 	}
@@ -365,7 +381,7 @@ func (w *writer) recycleLocked(b []byte) {
 // netpoll closes it only after the close callbacks, and they close the writer first.
 func (w *writer) close() uint64 {
 	w.fdMu.Lock()
-	if !w.fdClosed && w.fd >= 0 && w.sys == nil {
+	if !w.fdClosed && w.fd >= 0 && w.env.sys == nil {
 		_ = unix.Shutdown(w.fd, unix.SHUT_RDWR)
 	}
 	w.fdClosed = true
@@ -375,7 +391,7 @@ func (w *writer) close() uint64 {
 	w.closed = true
 	f := w.file
 	w.file = nil
-	w.budget.release(w.charged)
+	w.env.budget.release(w.charged)
 	w.charged = 0
 	w.mu.Unlock()
 	if f != nil {
@@ -479,9 +495,9 @@ func (w *writer) resume(out []byte, sent int) {
 	}
 	// Something to write: the flusher takes the role (it waits for the socket if need be).
 	w.writing, w.stalled = true, true
-	w.progressAt = w.now()
+	w.progressAt = w.env.now()
 	w.charged = len(w.batch) - w.sent + len(w.q)
-	w.budget.force(w.charged)
+	w.env.budget.force(w.charged)
 	w.mu.Unlock()
-	w.spawn(w.flush)
+	w.env.spawn(w.flush)
 }

@@ -19,12 +19,21 @@ import (
 
 // writerPair is a writer on one end of a socketpair and the raw peer end.
 type writerPair struct {
-	w    *writer
-	peer *os.File
-	wg   sync.WaitGroup
-	now  atomic.Int64
-	errs chan error
+	w       *writer
+	peer    *os.File
+	wg      sync.WaitGroup
+	now     atomic.Int64
+	errs    chan error
+	onStall func() // may be nil
 }
+
+// writerPair is its writer's owner.
+func (wp *writerPair) writeStalled() {
+	if wp.onStall != nil {
+		wp.onStall()
+	}
+}
+func (wp *writerPair) writeFailed(err error) { wp.errs <- err }
 
 func newWriterPair(t *testing.T, sndbuf int) *writerPair {
 	t.Helper()
@@ -42,14 +51,12 @@ func newWriterPair(t *testing.T, sndbuf int) *writerPair {
 	}
 	wp := &writerPair{peer: os.NewFile(uintptr(fds[1]), "peer"), errs: make(chan error, 16)}
 	wp.now.Store(1)
-	wp.w = &writer{
-		fd:      fds[0],
-		now:     wp.now.Load,
-		spawn:   func(f func()) { wp.wg.Add(1); go func() { defer wp.wg.Done(); f() }() },
-		onError: func(err error) { wp.errs <- err },
-		budget:  &budget{},
-	}
-	wp.w.budget.limit.Store(1 << 40)
+	wp.w = &writer{fd: fds[0], owner: wp, env: &writerEnv{
+		now:    wp.now.Load,
+		spawn:  func(f func()) { wp.wg.Add(1); go func() { defer wp.wg.Done(); f() }() },
+		budget: &budget{},
+	}}
+	wp.w.env.budget.limit.Store(1 << 40)
 	t.Cleanup(func() {
 		wp.w.close()
 		wp.wg.Wait()
@@ -130,7 +137,7 @@ func TestWriterShortWriteAtEveryByte(t *testing.T) {
 func shortWriteCase(t *testing.T, frames [][]byte, want []byte, batched bool, cut int, eagain bool) {
 	wp := newWriterPair(t, 0)
 	var first, flusherFirst atomic.Bool
-	wp.w.sys = func(fd int, b []byte) (int, error) {
+	wp.w.env.sys = func(fd int, b []byte) (int, error) {
 		switch {
 		case fd == wp.w.fd && first.CompareAndSwap(false, true):
 			// The first write(2) on the connection's fd stops at byte cut.
@@ -183,7 +190,7 @@ func shortWriteCase(t *testing.T, frames [][]byte, want []byte, batched bool, cu
 	if q := wp.w.queued(); q != 0 {
 		t.Fatalf("queued %d after drain", q)
 	}
-	if u := wp.w.budget.inUse(); u != 0 {
+	if u := wp.w.env.budget.inUse(); u != 0 {
 		t.Fatalf("budget charged %d after drain", u)
 	}
 }
@@ -263,7 +270,7 @@ func TestWriterConcurrentSenders(t *testing.T) {
 func TestWriterStallDeadline(t *testing.T) {
 	wp := newWriterPair(t, 4<<10)
 	var stalls atomic.Int32
-	wp.w.onStall = func() { stalls.Add(1) }
+	wp.onStall = func() { stalls.Add(1) }
 	if d := wp.w.stalledFor(wp.now.Load()); d != 0 {
 		t.Fatalf("idle writer stalled for %d", d)
 	}
@@ -338,7 +345,7 @@ func TestWriterCloseSplitsSentFromUnsent(t *testing.T) {
 			if _, ok, err := wp.w.send([]byte("late"), 0); ok || !errors.Is(err, errWriterClosed) {
 				t.Fatalf("send after close: ok=%v err=%v", ok, err)
 			}
-			if u := wp.w.budget.inUse(); u != 0 {
+			if u := wp.w.env.budget.inUse(); u != 0 {
 				t.Fatalf("budget still charged %d after close", u)
 			}
 		})
@@ -349,7 +356,7 @@ func TestWriterCloseSplitsSentFromUnsent(t *testing.T) {
 // frame whole, and an empty writer always takes one frame.
 func TestWriterBounds(t *testing.T) {
 	wp := newWriterPair(t, 4<<10)
-	wp.w.budget.limit.Store(256 << 10)
+	wp.w.env.budget.limit.Store(256 << 10)
 	big := bytes.Repeat([]byte{1}, 200<<10)
 	if _, ok, err := wp.w.send(big, 100<<10); !ok || err != nil {
 		t.Fatalf("an empty writer must take one frame over the bound: %v %v", ok, err)
@@ -358,7 +365,7 @@ func TestWriterBounds(t *testing.T) {
 		t.Fatalf("over the queue bound: ok=%v err=%v", ok, err)
 	}
 	if _, ok, err := wp.w.send(big, 0); ok || !errors.Is(err, errOverBudget) {
-		t.Fatalf("over the budget: ok=%v err=%v (charged %d)", ok, err, wp.w.budget.inUse())
+		t.Fatalf("over the budget: ok=%v err=%v (charged %d)", ok, err, wp.w.env.budget.inUse())
 	}
 	small := []byte("fits")
 	if _, ok, err := wp.w.send(small, 0); !ok || err != nil {
@@ -369,7 +376,7 @@ func TestWriterBounds(t *testing.T) {
 		t.Fatal("stream differs")
 	}
 	wp.waitDrained(t)
-	if u := wp.w.budget.inUse(); u != 0 {
+	if u := wp.w.env.budget.inUse(); u != 0 {
 		t.Fatalf("budget still charged %d after drain", u)
 	}
 }
