@@ -137,7 +137,7 @@ func (p *reporter) summaryRows() []sumRow {
 		figure: "Memory per idle consumer connection (the provider's when direct; the proxy's otherwise)",
 		d:      kibStr(fIdle(d1, pk)), h: kibStr(fIdle(h1, kib)), s: kibStr(sK), target: "Stormgate ≤ " + num(targetKiBIdle, 0) + " KiB",
 		known: !math.IsNaN(sK), ok: sK <= targetKiBIdle,
-		note: fmt.Sprintf("%s KiB over the target. A heap profile of 10,000 idle consumers (every allocation sampled) puts 3.6 KiB of heap on each: 1.4 KiB is netpoll's output barrier (32 iovecs and slices from its barrierPool), which every netpoll connection takes for netpoll's own write path although Stormgate never uses it (it writes with write(2) itself) and netpoll offers no way to skip it; 1.7 KiB is the rest of the netpoll connection (the connection object, its two link buffers with the 256-byte input buffer, its poll operator); 0.7 KiB is Stormgate's session. RSS also counts the Go heap's free space after the connect phase.", num(sK-targetKiBIdle, 1)),
+		note: fmt.Sprintf("%s KiB over the target. A heap profile of 10,000 idle consumers (every allocation sampled) puts 3.4 KiB of heap on each: 1.4 KiB is netpoll's output barrier (32 iovecs and slices from its barrierPool), which every netpoll connection takes for netpoll's own write path although Stormgate never uses it (it writes with write(2) itself) and netpoll offers no way to skip it; 1.4 KiB is the rest of the netpoll connection (the connection object, its two link buffers with the 256-byte input buffer, its poll operator); 0.6 KiB is Stormgate's (the 512-byte session, its handler closures, its slot in the session set). RSS also counts the Go heap's free space: with 1 s heartbeats netpoll allocates a 32-byte closure for every readable event (connection_onevent.go, onProcess), about 0.38 MB/s at 10,000 heartbeats/s, so with Go's default GOGC=100 RSS per connection climbs from about 4 KiB after a garbage collection to about 7 KiB before the next one, some 90 s later; GOGC or GOMEMLIMIT (which `sidecar inject` sets) bounds the climb.", num(sK-targetKiBIdle, 1)),
 	})
 
 	// p99 added latency.
@@ -451,7 +451,7 @@ func (p *reporter) lossRows() []loss {
 	out = append(out, loss{
 		figure: "memory per idle consumer connection", sg: kibStr(sk), best: "HAProxy " + kibStr(hk),
 		known: !math.IsNaN(sk + hk), loses: sk > hk,
-		why: "HAProxy holds no buffer for an idle connection (buffers are taken from a pool only while data moves) and stores two small session structs; Stormgate's netpoll keeps an input buffer, a connection object and an output barrier (1.4 KiB, for a write path Stormgate never uses) per consumer plus the session state (0.7 KiB), and the Go heap grows in steps, so the measured RSS delta includes free heap.",
+		why: "HAProxy holds no buffer for an idle connection (buffers are taken from a pool only while data moves) and stores two small session structs; Stormgate's netpoll keeps an input buffer, a connection object and an output barrier (1.4 KiB, for a write path Stormgate never uses) per consumer plus the session state (0.6 KiB), and between garbage collections the Go heap holds the garbage of netpoll's per-event closures, so RSS per connection climbs from about 4 KiB to about 7 KiB with 1 s heartbeats before each collection.",
 	})
 	h30, s30 := p.idle(haproxy, 30*time.Second), p.idle(stormgate, 30*time.Second)
 	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
