@@ -5,9 +5,13 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 # The one build command: the Dockerfile's build stage runs the same line.
 GOBUILD    = CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 
-# make image: the image name and the archive it writes.
-IMAGE     ?= stormgate/sidecar
-IMAGE_OCI ?= bin/stormgate-sidecar-$(VERSION).oci.tar
+# make image: the images and the archives it writes. stormgate/sidecar holds the data-plane build
+# (-tags dataplane: run, iptables, upgrade, validate, version, demo), the one every injected pod runs;
+# stormgate/control holds the full binary, for the control plane and the injection webhook.
+IMAGE             ?= stormgate/sidecar
+IMAGE_OCI         ?= bin/stormgate-sidecar-$(VERSION).oci.tar
+CONTROL_IMAGE     ?= stormgate/control
+CONTROL_IMAGE_OCI ?= bin/stormgate-control-$(VERSION).oci.tar
 
 .PHONY: all build image test unit race storm fuzz interop demo-smoke vet fmt-check alerts bench fleet soak upgrade-bench proto clean
 
@@ -15,15 +19,18 @@ all: build
 
 build:
 	$(GOBUILD) -o bin/sidecar ./cmd/sidecar
+	$(GOBUILD) -tags dataplane -o bin/sidecar-dataplane ./cmd/sidecar
 	$(GOBUILD) -o bin/stormbench ./cmd/stormbench
 
-## image: the container image without a Docker daemon, registry or base image: the static binary,
-## user 1337, nothing else, as an OCI archive ($(IMAGE_OCI)), loaded into podman when it is installed
-## (podman run --rm $(IMAGE):$(VERSION) version). Stamped with the last commit's time: same commit,
-## same digest. The Dockerfile builds the same image for Docker users.
+## image: the container images without a Docker daemon, registry or base image: a static binary,
+## user 1337, nothing else, as OCI archives ($(IMAGE_OCI), $(CONTROL_IMAGE_OCI)), loaded into podman
+## when it is installed (podman run --rm $(IMAGE):$(VERSION) version). Stamped with the last commit's
+## time: same commit, same digest. The Dockerfile builds the same images for Docker users.
 image: build
-	$(GO) run ./build/mkimage --binary bin/sidecar --version $(VERSION) --name $(IMAGE):$(VERSION) \
+	$(GO) run ./build/mkimage --binary bin/sidecar-dataplane --version $(VERSION) --name $(IMAGE):$(VERSION) \
 	  --out $(IMAGE_OCI) --created $$(git log -1 --format=%ct 2>/dev/null || echo 0) --load
+	$(GO) run ./build/mkimage --binary bin/sidecar --version $(VERSION) --name $(CONTROL_IMAGE):$(VERSION) \
+	  --out $(CONTROL_IMAGE_OCI) --created $$(git log -1 --format=%ct 2>/dev/null || echo 0) --load
 
 ## test: everything CI checks, on a clean clone (about 10-15 minutes on 2 cores).
 test: fmt-check vet alerts race storm fuzz demo-smoke interop
@@ -34,6 +41,7 @@ fmt-check:
 
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags dataplane ./cmd/sidecar
 
 # The Prometheus rules parse, and their unit tests (deploy/prometheus/stormgate-alerts.test.yaml) pass:
 # every alert fires when it should and stays quiet when it should not. promtool ships in the Debian
@@ -52,6 +60,7 @@ alerts:
 # race detector on.
 race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -race -count=1 -tags dataplane ./cmd/sidecar
 
 # The accept-storm acceptance test measures timing, so it runs without the race
 # detector (under -race it skips). Root only: it creates network namespaces.

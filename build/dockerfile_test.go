@@ -105,20 +105,25 @@ func TestDockerfile(t *testing.T) {
 			hasArg = hasArg || strings.HasPrefix(in.args, "VERSION")
 		}
 	}
-	want := makeBuildCommand(t) + " -o /out/sidecar ./cmd/sidecar"
-	if !slices.Contains(runs, want) {
-		t.Fatalf("build stage RUN lines %q lack the Makefile's command:\n  %s", runs, want)
+	gobuild := makeBuildCommand(t)
+	for _, want := range []string{gobuild + " -o /out/sidecar ./cmd/sidecar", gobuild + " -tags dataplane -o /out/sidecar-dataplane ./cmd/sidecar"} {
+		if !slices.Contains(runs, want) {
+			t.Fatalf("build stage RUN lines %q lack the Makefile's command:\n  %s", runs, want)
+		}
 	}
-	if strings.Contains(want, "$VERSION") && !hasArg {
+	if strings.Contains(gobuild, "$VERSION") && !hasArg {
 		t.Error("build stage uses $VERSION but declares no ARG VERSION")
 	}
 
-	// The final stage is the image build/image describes (what `make image` builds without Docker),
-	// instruction for instruction.
-	if len(names) != 2 || names[0] != "build" {
-		t.Errorf("stages %v: want the build stage and one image stage (one image is both init container and sidecar)", names)
+	// The image stages are the images build/image describes (what `make image` builds without
+	// Docker), instruction for instruction: control with the full binary, and last (docker build's
+	// default target) the sidecar image with the data-plane build, both containers of an injected pod.
+	// Both build on the image stage, which holds what they share.
+	if !slices.Equal(names, []string{"build", "image", "control", "sidecar"}) {
+		t.Errorf("stages %v: want build, image, control and sidecar (one image is both init container and sidecar)", names)
 	}
-	checkImageStage(t, by[names[len(names)-1]])
+	checkImageStage(t, by["image"], by["control"], "control", "/out/sidecar")
+	checkImageStage(t, by["image"], by["sidecar"], "sidecar", "/out/sidecar-dataplane")
 
 	ignore, err := os.ReadFile(filepath.Join("..", ".dockerignore"))
 	if err != nil || !bytes.Contains(ignore, []byte(".git\n")) {
@@ -145,8 +150,10 @@ func makeBuildCommand(t *testing.T) string {
 	if cmd == "" {
 		t.Fatal("Makefile defines no GOBUILD")
 	}
-	if !strings.Contains(string(mk), "$(GOBUILD) -o bin/sidecar ./cmd/sidecar") {
-		t.Fatal("Makefile's build target does not run $(GOBUILD) -o bin/sidecar ./cmd/sidecar")
+	for _, line := range []string{"$(GOBUILD) -o bin/sidecar ./cmd/sidecar", "$(GOBUILD) -tags dataplane -o bin/sidecar-dataplane ./cmd/sidecar"} {
+		if !strings.Contains(string(mk), line) {
+			t.Fatalf("Makefile's build target does not run %s", line)
+		}
 	}
 	return strings.NewReplacer("$(GO)", "go", "$(VERSION)", "$VERSION").Replace(cmd)
 }
@@ -286,14 +293,23 @@ func TestStaticBinary(t *testing.T) {
 
 var labelPair = regexp.MustCompile(`([A-Za-z0-9._-]+)="([^"]*)"`)
 
-// checkImageStage compares the Dockerfile's final stage with image.Sidecar: from scratch, the binary
-// and nothing else, the same user, entrypoint, ports and labels.
-func checkImageStage(t *testing.T, final []instruction) {
+// checkImageStage compares an image stage of the Dockerfile, on top of the shared base stage, with
+// image.Sidecar: from scratch, the binary built at from and nothing else, the same user,
+// entrypoint, ports and labels.
+func checkImageStage(t *testing.T, base, stage []instruction, name, from string) {
 	t.Helper()
 	spec := image.Sidecar(nil, "", "${VERSION}", "", time.Time{})
-	if from := final[0].args; from != "scratch AS sidecar" && from != "scratch" {
-		t.Errorf("final stage FROM %s: want scratch (the image holds the static binary only)", from)
+	if len(base) == 0 || len(stage) == 0 {
+		t.Errorf("no image or %s stage", name)
+		return
 	}
+	if got := base[0].args; got != "scratch AS image" {
+		t.Errorf("image stage FROM %s: want scratch (the image holds the static binary only)", got)
+	}
+	if got := stage[0].args; got != "image AS "+name {
+		t.Errorf("%s stage FROM %s: want image AS %s", name, got, name)
+	}
+	final := append(slices.Clone(base), stage[1:]...)
 	var copies, ports []string
 	var user, entry string
 	labels := map[string]string{}
@@ -313,22 +329,22 @@ func checkImageStage(t *testing.T, final []instruction) {
 			}
 		case "ARG":
 		default:
-			t.Errorf("line %d: %s in the image stage: build/image does not do that, so the two images would differ", in.line, in.op)
+			t.Errorf("line %d: %s in the %s stage: build/image does not do that, so the two images would differ", in.line, in.op, name)
 		}
 	}
-	if want := []string{"--from=build /out/sidecar " + spec.BinaryPath}; !slices.Equal(copies, want) {
-		t.Errorf("image stage COPY %q, want exactly %q", copies, want)
+	if want := []string{"--from=build " + from + " " + spec.BinaryPath}; !slices.Equal(copies, want) {
+		t.Errorf("%s stage COPY %q, want exactly %q", name, copies, want)
 	}
 	if user != spec.User {
-		t.Errorf("image stage USER %q, build/image %q", user, spec.User)
+		t.Errorf("%s stage USER %q, build/image %q", name, user, spec.User)
 	}
 	if want, _ := json.Marshal([]string{spec.BinaryPath}); entry != string(want) {
-		t.Errorf("image stage ENTRYPOINT %s, want %s", entry, want)
+		t.Errorf("%s stage ENTRYPOINT %s, want %s", name, entry, want)
 	}
 	if !slices.Equal(ports, spec.Ports) {
-		t.Errorf("image stage EXPOSE %q, build/image %q", ports, spec.Ports)
+		t.Errorf("%s stage EXPOSE %q, build/image %q", name, ports, spec.Ports)
 	}
 	if !maps.Equal(labels, spec.Labels) {
-		t.Errorf("image stage LABEL %q, build/image %q", labels, spec.Labels)
+		t.Errorf("%s stage LABEL %q, build/image %q", name, labels, spec.Labels)
 	}
 }

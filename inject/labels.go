@@ -6,11 +6,13 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/stormgate/stormgate/xds"
 )
 
 // EnvPodLabels is the variable `sidecar run` reads the pod's labels from (k=v,k=v) to report them to
 // the control plane, whose selectors match on them.
-const EnvPodLabels = "STORMGATE_POD_LABELS"
+const EnvPodLabels = xds.EnvPodLabels
 
 // xdsLabelEnv passes the pod's labels to the sidecar through the downward API: one variable per label
 // (fieldRef metadata.labels['key'], so the value is the pod's own when the container starts), then

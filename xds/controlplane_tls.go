@@ -1,3 +1,5 @@
+//go:build !dataplane
+
 package xds
 
 import (

@@ -31,6 +31,10 @@ const (
 	MetaProviderPorts = "provider_ports"
 )
 
+// EnvPodLabels is the variable `sidecar run` reads the pod's labels from
+// (k=v,k=v) to report them in MetaLabels; `sidecar inject` sets it.
+const EnvPodLabels = "STORMGATE_POD_LABELS"
+
 // NodeInfo is what a sidecar tells the control plane about itself: its node
 // id and the attributes selectors match on.
 type NodeInfo struct {

@@ -61,7 +61,11 @@ after 'sidecar upgrade' the binary on disk and the one serving may differ.`,
 
 // versionLine is the first line of `sidecar version` and all of `sidecar --version`.
 func versionLine() string {
-	return fmt.Sprintf("stormgate %s (%s %s/%s)", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	build := ""
+	if dataplaneOnly {
+		build = ", data-plane build" // the stormgate/sidecar image's: no control-plane, inject, inject-webhook
+	}
+	return fmt.Sprintf("stormgate %s (%s %s/%s%s)", version, runtime.Version(), runtime.GOOS, runtime.GOARCH, build)
 }
 
 // versionHandler serves GET /version on the admin listener: the running binary's version

@@ -37,11 +37,9 @@ Start here:
 		newDemoCmd(),
 		newVersionCmd(),
 		newValidateCmd(),
-		newControlPlaneCmd(),
 		newIptablesCmd(),
-		newInjectCmd(),
-		newInjectWebhookCmd(),
 		newUpgradeCmd(),
 	)
+	root.AddCommand(controlCommands()...)
 	return root
 }

@@ -169,14 +169,6 @@ func TestJSONLogFormat(t *testing.T) {
 	}
 }
 
-func TestControlPlaneLogsLikeRun(t *testing.T) {
-	run := newRunCmd().Flags().Lookup("log-format").DefValue
-	cp := newControlPlaneCmd().Flags().Lookup("log-format").DefValue
-	if run != "json" || cp != run {
-		t.Fatalf("default log format: run %q, control-plane %q; want both json", run, cp)
-	}
-}
-
 func TestDemoRates(t *testing.T) {
 	prev := demoCounts{hbStormgate: 1000, hbProvider: 0, ok: 500}
 	cur := demoCounts{hbStormgate: 3000, hbProvider: 0, ok: 1500}

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/stormgate/stormgate/inject"
 	"github.com/stormgate/stormgate/xds"
 	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
@@ -24,7 +23,7 @@ type xdsNodeFlags struct {
 // downward API fills POD_NAMESPACE; `sidecar inject` mounts the labels file).
 const (
 	envNamespace  = "POD_NAMESPACE"
-	envLabels     = inject.EnvPodLabels
+	envLabels     = xds.EnvPodLabels
 	envLabelsFile = "STORMGATE_POD_LABELS_FILE"
 	envCluster    = "STORMGATE_CLUSTER"
 )

@@ -79,7 +79,14 @@ func TestInjectedPodInPodman(t *testing.T) {
 	})
 
 	// --- Images -------------------------------------------------------------------------------
-	sidecarBin := buildStatic(t, work, "./cmd/sidecar", version)
+	// Two builds, as make build does: the full binary runs `sidecar inject` here, and the data-plane
+	// build (-tags dataplane) goes into the sidecar image.
+	buildStatic(t, work, "./cmd/sidecar", version)
+	dataplaneDir := filepath.Join(work, "dataplane")
+	if err := os.MkdirAll(dataplaneDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sidecarBin := buildStatic(t, dataplaneDir, "./cmd/sidecar", version, "dataplane")
 	benchBin := buildStatic(t, work, "./cmd/stormbench", version)
 	sidecarImage := "stormgate-podtest/sidecar:" + id
 	providerImage := "stormgate-podtest/provider:" + id
@@ -91,6 +98,10 @@ func TestInjectedPodInPodman(t *testing.T) {
 	if _, err := pm.try("run", "--rm", "--network", "none", "--entrypoint", "/bin/sh", "localhost/"+sidecarImage, "-c", "true"); err == nil ||
 		!strings.Contains(err.Error(), "no such file or directory") {
 		t.Errorf("the image has a shell (or failed otherwise): %v", err)
+	}
+	if _, err := pm.try("run", "--rm", "--network", "none", "localhost/"+sidecarImage, "control-plane"); err == nil ||
+		!strings.Contains(err.Error(), "stormgate/control image") {
+		t.Errorf("control-plane in the sidecar image: %v; want the data-plane build's directions", err)
 	}
 	size := pm.run("image", "inspect", "--format", "{{.Size}}", "localhost/"+sidecarImage)
 	t.Logf("sidecar image %s: %s bytes (one static binary)", sidecarImage, strings.TrimSpace(size))
@@ -351,7 +362,7 @@ spec:
 	if err := os.MkdirAll(nextDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	buildStatic(t, nextDir, "./cmd/sidecar", nextVersion)
+	buildStatic(t, nextDir, "./cmd/sidecar", nextVersion, "dataplane")
 	pm.run("cp", filepath.Join(nextDir, "sidecar"), ctrSidecar+":"+inject.UpgradeDir+"/sidecar")
 	upOut := pm.run("exec", ctrSidecar, "/sidecar", "upgrade", "--binary", inject.UpgradeDir+"/sidecar")
 	t.Logf("sidecar upgrade in the pod:\n%s", upOut)

@@ -163,13 +163,18 @@ func (p *podman) buildImage(spec image.Spec) {
 	}
 }
 
-// buildStatic builds a package as `make build` does (static, stamped with version) into dir.
-func buildStatic(t *testing.T, dir, pkg, version string) []byte {
+// buildStatic builds a package as `make build` does (static, stamped with version, with the given
+// build tags) into dir.
+func buildStatic(t *testing.T, dir, pkg, version string, tags ...string) []byte {
 	t.Helper()
 	out := filepath.Join(dir, filepath.Base(pkg))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version, "-o", out, pkg)
+	args := []string{"build", "-trimpath", "-ldflags", "-s -w -X main.version=" + version}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "-o", out, pkg)...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Dir = moduleRoot(t)
 	if b, err := cmd.CombinedOutput(); err != nil {
