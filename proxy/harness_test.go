@@ -179,10 +179,20 @@ func newFixtureWith(t testing.TB, pcfg peer.ProviderConfig, opts Options, mods .
 		prov.Close()
 		cancel()
 	})
-	waitFor(t, 30*time.Second, "upstream connections", func() bool {
-		return srv.Stats().UpstreamConns == int64(srv.Config().UpstreamConns)
-	})
+	waitFor(t, 30*time.Second, "upstream connections", func() bool { return f.readyConns() == srv.Config().UpstreamConns })
 	return f
+}
+
+// readyConns counts the connections that take requests, from their states (not the
+// stormgate_upstream_connections gauge, which TestUpstreamGaugesAfterConcurrentChanges
+// checks against this).
+func (f *fixture) readyConns() int {
+	n := 0
+	for _, p := range f.srv.poolList() {
+		r, _ := p.connStates()
+		n += r
+	}
+	return n
 }
 
 func (f *fixture) dial(ctx context.Context) *peer.Client {

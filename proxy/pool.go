@@ -365,9 +365,16 @@ func (p *pool) connStates() (ready, readonly int) {
 }
 
 // connChanged runs after any connection changes state: gauges, the outage clock,
-// and the READONLY policy.
+// and the READONLY policy. Calls are serialized server-wide (the gauges sum every
+// pool): each reads the states and acts on them, so a call that read them before
+// another connection changed must not act after the call that followed the change.
 func (p *pool) connChanged() {
+	p.srv.connMu.Lock()
+	defer p.srv.connMu.Unlock()
 	ready, readonly := p.connStates()
+	if h := p.srv.hookConnChanged.Load(); h != nil {
+		(*h)()
+	}
 	if ready > 0 {
 		p.downSince.Store(0)
 	} else if p.downSince.CompareAndSwap(0, p.srv.now()) {

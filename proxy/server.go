@@ -70,7 +70,9 @@ type Server struct {
 	wheelCancel context.CancelFunc
 	wheelDone   chan struct{}
 
-	hookServeFD atomic.Pointer[func(fd int)] // tests: runs between netpoll registration and handler setup
+	hookServeFD     atomic.Pointer[func(fd int)] // tests: runs between netpoll registration and handler setup
+	hookConnChanged atomic.Pointer[func()]       // tests: runs in connChanged between reading the states and acting on them
+	connMu          sync.Mutex                   // serializes pool.connChanged
 }
 
 // New validates cfg and builds a Server. Nothing runs until Start.
