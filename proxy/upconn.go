@@ -123,7 +123,13 @@ func (uc *upConn) sendIn(r request, frame []byte, readonlyOK bool) bool {
 	uc.nextID++
 	id := uc.nextID
 	srv.codec.SetID(frame, id)
-	off, ok, err := uc.w.send(frame, srv.cfg.Load().MaxQueuedBytesPerUpstream)
+	// take, not send: write(2) happens after mu is released (writeClaimed), so that
+	// senders on other pollers queue behind it (one write for many frames) instead of
+	// waiting for mu, and an answer's handler is not kept waiting either. The pending
+	// entry is in place before any byte can leave: whoever writes our bytes (this
+	// goroutine, or the one holding the writer role) does so after take returns, and
+	// an answer's handler needs mu.
+	off, claimed, ok, err := uc.w.take(frame, srv.cfg.Load().MaxQueuedBytesPerUpstream)
 	if !ok {
 		uc.mu.Unlock()
 		return false
@@ -133,6 +139,9 @@ func (uc *upConn) sendIn(r request, frame []byte, readonlyOK bool) bool {
 	uc.life.ring.put(off, frame)
 	uc.mu.Unlock()
 	uc.sent.Add(1)
+	if claimed {
+		err = uc.w.writeClaimed(frame)
+	}
 	if err != nil {
 		srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
 	}
@@ -144,13 +153,17 @@ func (uc *upConn) sendIn(r request, frame []byte, readonlyOK bool) bool {
 func (uc *upConn) sendOneWay(frame []byte) bool {
 	p := uc.pool
 	uc.mu.Lock()
-	defer uc.mu.Unlock()
 	if uc.state.Load() != stateReady {
+		uc.mu.Unlock()
 		return false
 	}
 	uc.nextID++
 	p.srv.codec.SetID(frame, uc.nextID)
-	_, ok, err := uc.w.send(frame, p.srv.cfg.Load().MaxQueuedBytesPerUpstream)
+	_, claimed, ok, err := uc.w.take(frame, p.srv.cfg.Load().MaxQueuedBytesPerUpstream) // as in sendIn
+	uc.mu.Unlock()
+	if claimed {
+		err = uc.w.writeClaimed(frame)
+	}
 	if ok && err != nil { // taken, then the socket failed; a refusal (queue full) is not a failure
 		p.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
 	}

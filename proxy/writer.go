@@ -102,36 +102,58 @@ const spareKeep = 64 << 10
 // maxQueued bounds the bytes waiting in the writer; an empty writer always takes b.
 // b may be reused by the caller once send returns.
 func (w *writer) send(b []byte, maxQueued int) (off uint64, accepted bool, err error) {
+	off, claimed, accepted, err := w.take(b, maxQueued)
+	if claimed {
+		err = w.writeClaimed(b)
+	}
+	return off, accepted, err
+}
+
+// take is send's first half, for an owner that must record b's offset under its own
+// lock before any byte of b can reach the peer, but should not hold that lock across
+// write(2) (upConn: the pending entry must exist before an answer can come back, and
+// senders on other pollers should queue behind the write, not wait for it). Under mu
+// it puts b in the stream: queued behind what is being written (a copy), or, when
+// nobody writes, as the batch itself with the writer role (claimed). A caller that
+// claimed must call writeClaimed(b) next, and keep b untouched until it returns; in
+// between, b is the writer's batch (a close copies it from there). accepted and err
+// are send's.
+func (w *writer) take(b []byte, maxQueued int) (off uint64, claimed, accepted bool, err error) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.closed {
-		w.mu.Unlock()
-		return 0, false, errWriterClosed
+		return 0, false, false, errWriterClosed
 	}
 	off = w.appended
 	if w.writing || w.held {
 		if queued := int(off - w.written.Load()); maxQueued > 0 && queued > 0 && queued+len(b) > maxQueued {
-			w.mu.Unlock()
-			return 0, false, errQueueFull
+			return 0, false, false, errQueueFull
 		}
 		if w.stalled {
 			if !w.env.budget.tryReserve(len(b)) {
-				w.mu.Unlock()
-				return 0, false, errOverBudget
+				return 0, false, false, errOverBudget
 			}
 			w.charged += len(b)
 		}
 		w.q = append(w.q, b...)
 		w.qFrames++
 		w.appended += uint64(len(b))
-		w.mu.Unlock()
-		return off, true, nil
+		return off, false, true, nil
 	}
-	// Nobody writes: write b straight from the caller's memory. Until this goroutine
-	// takes mu again, batch is the caller's b, so a close in between can still copy it.
+	// Nobody writes: b will be written straight from the caller's memory. Until the
+	// caller takes mu again (writeClaimed), batch is the caller's b, so a close in
+	// between can still copy it.
 	w.writing = true
 	w.appended += uint64(len(b))
 	w.batch, w.batchOff, w.sent = b, off, 0
-	w.mu.Unlock()
+	return off, true, true, nil
+}
+
+// writeClaimed is send's second half for a caller that claimed the writer role in
+// take: one write(2) of b, then whatever was queued behind it meanwhile, until the
+// queue is empty or the socket stalls (the flusher then holds the role). Its error
+// is send's err.
+func (w *writer) writeClaimed(b []byte) error {
 	if w.batches != nil {
 		w.batches.observe(1)
 	}
@@ -140,13 +162,13 @@ func (w *writer) send(b []byte, maxQueued int) (off uint64, accepted bool, err e
 	if n == len(b) {
 		w.batch, w.sent = nil, 0
 		w.mu.Unlock()
-		return off, true, w.run()
+		return w.run()
 	}
 	// The kernel took part of b or none: keep all of b (its written prefix too) so that
 	// the frame can be re-sent whole elsewhere if this connection dies before it leaves.
 	w.batch = append(w.takeSpare(len(b)), b...)
 	w.sent = n
-	return off, true, w.stallOrFail(werr)
+	return w.stallOrFail(werr)
 }
 
 // run writes what was queued while this goroutine held the writer role, until the
