@@ -215,9 +215,12 @@ nodes:
 	waitFor(t, 5*time.Second, "two nodes applied, one NACK", func() bool {
 		return a.version() != "" && typo.version() != "" && nack.count("nack") == 1
 	})
-	waitFor(t, 5*time.Second, "ACK logs", func() bool {
+	// The client counts its NACK when it sends it; the control plane logs it when it
+	// reads it: wait for the control plane's side too.
+	waitFor(t, 5*time.Second, "ACK and NACK logs", func() bool {
 		return len(cp.logged("node applied settings (ACK)", pay.ID)) == 1 &&
-			len(cp.logged("node applied settings (ACK)", "paymnet-0.shop")) == 1
+			len(cp.logged("node applied settings (ACK)", "paymnet-0.shop")) == 1 &&
+			len(cp.logged("node rejected settings (NACK)", "payment-0.shop")) >= 1
 	})
 
 	conn := cp.logged("node connected", pay.ID)
