@@ -139,7 +139,12 @@ func (uc *upConn) sendIn(r request, frame []byte, readonlyOK bool) bool {
 	uc.life.ring.put(off, frame)
 	uc.mu.Unlock()
 	uc.sent.Add(1)
-	uc.finishSend(frame, claimed, err)
+	if claimed {
+		err = uc.w.writeClaimed(frame)
+	}
+	if err != nil {
+		srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
+	}
 	p.armSweep()
 	return true
 }
@@ -156,22 +161,13 @@ func (uc *upConn) sendOneWay(frame []byte) bool {
 	p.srv.codec.SetID(frame, uc.nextID)
 	_, claimed, ok, err := uc.w.take(frame, p.srv.cfg.Load().MaxQueuedBytesPerUpstream) // as in sendIn
 	uc.mu.Unlock()
-	if ok { // a refusal (queue full) is not a failure
-		uc.finishSend(frame, claimed, err)
-	}
-	return ok
-}
-
-// finishSend completes a send begun with writer.take under mu, once mu is released:
-// the write(2) when this goroutine claimed the writer role, and the connection's
-// failure when the socket failed (on another goroutine: fail takes mu and waits).
-func (uc *upConn) finishSend(frame []byte, claimed bool, err error) {
 	if claimed {
 		err = uc.w.writeClaimed(frame)
 	}
-	if err != nil {
-		uc.pool.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
+	if ok && err != nil { // taken, then the socket failed; a refusal (queue full) is not a failure
+		p.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
 	}
+	return ok
 }
 
 // sendControl writes a heartbeat reply or a callback refusal, or with beat Stormgate's
@@ -189,14 +185,14 @@ func (uc *upConn) sendControl(frame []byte, beat bool) bool {
 		id = uc.nextID
 		uc.pool.srv.codec.SetID(frame, id)
 	}
-	off, claimed, ok, err := uc.w.take(frame, 0) // as in sendIn
+	off, ok, err := uc.w.send(frame, 0)
 	if ok && beat {
 		uc.pending.add(id, pending{request: request{arrived: uc.pool.srv.now()}, off: off, n: len(frame)})
 		uc.npending.Add(1)
 	}
 	uc.mu.Unlock()
-	if ok {
-		uc.finishSend(frame, claimed, err)
+	if ok && err != nil {
+		uc.pool.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
 	}
 	return ok
 }
