@@ -50,7 +50,8 @@ import (
 // of what arrived. A provider may instead half-close and keep reading: so the FIN rule
 // waits (up to finConfirm) for the provider's kernel to refuse the bytes past its FIN
 // with a RST, and gives up, re-holding nothing, if it acknowledges any of them
-// instead. A provider may also abort with SO_LINGER 0 after reading everything: a RST
+// instead. That RST often arrives before Stormgate has read the FIN; the socket's
+// error tells it from a RST alone (resetAfterFIN). A provider may also abort with SO_LINGER 0 after reading everything: a RST
 // with nothing unread. Its kernel counts that reset apart from a close with unread
 // bytes, and a provider on loopback shares Stormgate's network namespace, so both rules
 // read the namespace's reset counters (vetoAbortive) and prove nothing when they do not
@@ -193,11 +194,26 @@ func (l *connLife) captureEnd(fd int) {
 		return
 	}
 	l.end = peerEnd{state: info.State, acked: info.Bytes_acked - l.ackBase}
+	if info.State == tcpClose && resetAfterFIN(fd) {
+		// The provider's FIN came first and its RST refused bytes sent past it, before
+		// Stormgate read the FIN: the FIN rule, already confirmed by that RST.
+		l.end.state = tcpCloseWait
+		return
+	}
 	if info.State == tcpCloseWait {
 		if d, err := unix.Dup(fd); err == nil {
 			l.endFD = d
 		}
 	}
+}
+
+// resetAfterFIN reports whether the RST that closed the socket came after the peer's
+// FIN: Linux leaves EPIPE as the socket's error for a RST received in CLOSE_WAIT and
+// ECONNRESET for one received on an established connection (tcp_reset). Reading the
+// error clears it; 0 (already read by a write) proves nothing.
+func resetAfterFIN(fd int) bool {
+	errno, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	return err == nil && unix.Errno(errno) == unix.EPIPE
 }
 
 // lostFate says, in the answer to a request lost with its connection, what is known of

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/keepalive"
@@ -901,5 +902,69 @@ func TestUpstreamGaugesAfterConcurrentChanges(t *testing.T) {
 	}
 	if p.downSince.Load() == 0 {
 		t.Fatal("no outage clock with no connection ready")
+	}
+}
+
+// TestFINThenRSTBeforeCapture: a provider that closes (FIN) while Stormgate is sending
+// refuses the bytes past its FIN with a RST, often before Stormgate has read the FIN
+// (loopback answers in microseconds). The connection's end is then first seen after
+// the RST, and it must still be judged by the FIN rule: the frame past the FIN never
+// reached the provider. The kernel tells the two apart: a RST in CLOSE_WAIT leaves
+// EPIPE as the socket's error, a RST on an established connection ECONNRESET. (Before
+// this rule the end was judged as a RST alone, which needs a close with unread bytes in
+// the namespace's counters; the RST past a FIN is counted as data after close, so the
+// proof was vetoed and the request answered as lost: the interop graceful-restart
+// test's occasional failed call.) A provider that half-closes, reads the bytes and then
+// aborts acknowledged them: nothing is proven.
+func TestFINThenRSTBeforeCapture(t *testing.T) {
+	run := func(halfCloseAndRead bool) (end peerEnd, vetoed float64) {
+		c, s := pair(t)
+		var l connLife
+		l.noteConnected(fdOf(t, c), 0)
+		base := tcpInfo(t, c).Bytes_acked
+		if _, err := c.Write(bytes.Repeat([]byte{'a'}, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(s, make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if halfCloseAndRead {
+			_ = s.CloseWrite()
+		} else {
+			s.Close()
+		}
+		waitFor(t, 5*time.Second, "the FIN", func() bool { return tcpInfo(t, c).State == tcpCloseWait })
+		if _, err := c.Write(bytes.Repeat([]byte{'b'}, 50)); err != nil { // past the FIN
+			t.Fatal(err)
+		}
+		if halfCloseAndRead {
+			if _, err := io.ReadFull(s, make([]byte, 50)); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 5*time.Second, "the ACK", func() bool { return tcpInfo(t, c).Bytes_acked-base == 150 })
+			_ = s.SetLinger(0)
+			s.Close()
+		}
+		waitFor(t, 5*time.Second, "the RST", func() bool { return tcpInfo(t, c).State == tcpClose })
+		l.captureEnd(fdOf(t, c)) // the end first seen now, after the RST
+		counter := prometheus.NewCounter(prometheus.CounterOpts{Name: "vetoed"})
+		end = l.vetoAbortive(l.confirmFIN(150), counter)
+		return end, value(counter)
+	}
+	for attempt := 1; ; attempt++ {
+		end, vetoed := run(false)
+		if vetoed == 0 {
+			if !end.unseen(100, 50, 150) || end.unseen(0, 100, 150) {
+				t.Fatalf("end %+v: want the frame past the FIN unseen and the one read before it not", end)
+			}
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("vetoed %d times in a row (end %+v): a RST past a FIN is judged as a RST alone?", attempt, end)
+		}
+		t.Logf("attempt %d vetoed (a reset elsewhere in the namespace?); again", attempt)
+	}
+	if end, _ := run(true); end.unseen(100, 50, 150) {
+		t.Fatalf("half-closed provider that read and acknowledged the bytes, then aborted: end %+v proves them unseen", end)
 	}
 }
