@@ -125,8 +125,35 @@ const (
 
 // peerEnd is what the kernel knew when the connection's end was first seen.
 type peerEnd struct {
-	state uint8  // tcpi_state; 0 when not read
-	acked uint64 // stream bytes the provider's kernel acknowledged
+	state   uint8  // tcpi_state; 0 when not read
+	acked   uint64 // stream bytes the provider's kernel acknowledged
+	pastFIN bool   // state CLOSE_WAIT from a RST that refused bytes past the FIN (resetAfterFIN)
+	dropped string // why the proof was given up (the end then proves nothing), for the log
+}
+
+// String is the end as the close log shows it.
+func (e peerEnd) String() string {
+	var s string
+	switch {
+	case e.state == tcpCloseWait && e.pastFIN:
+		s = "FIN then RST"
+	case e.state == tcpCloseWait:
+		s = "FIN"
+	case e.state == tcpClose:
+		s = "RST"
+	default:
+		s = "unknown"
+	}
+	if e.dropped != "" {
+		s += " (no proof: " + e.dropped + ")"
+	}
+	return s
+}
+
+// drop gives up the proof (unseen is then false), keeping what was seen for the log.
+func (e peerEnd) drop(why string) peerEnd {
+	e.dropped = why
+	return e
 }
 
 // unseen reports whether the frame [off, off+n), which the kernel took (it ends at or
@@ -137,8 +164,8 @@ type peerEnd struct {
 //   - after a RST the provider closed with unread bytes, which are the end of what
 //     arrived: the last frame sent is unread (or never arrived).
 func (e peerEnd) unseen(off uint64, n int, final uint64) bool {
-	if n <= 0 {
-		return false // a request restored from a handover that the kernel took before it
+	if n <= 0 || e.dropped != "" {
+		return false // a request restored from a handover that the kernel took before it, or no proof
 	}
 	end := off + uint64(n)
 	switch e.state {
@@ -197,7 +224,7 @@ func (l *connLife) captureEnd(fd int) {
 	if info.State == tcpClose && resetAfterFIN(fd) {
 		// The provider's FIN came first and its RST refused bytes sent past it, before
 		// Stormgate read the FIN: the FIN rule, already confirmed by that RST.
-		l.end.state = tcpCloseWait
+		l.end.state, l.end.pastFIN = tcpCloseWait, true
 		return
 	}
 	if info.State == tcpCloseWait {
@@ -311,7 +338,7 @@ func (l *connLife) vetoAbortive(e peerEnd, vetoed prometheus.Counter) peerEnd {
 	}
 	base := l.resets.Load()
 	if base == nil {
-		return peerEnd{}
+		return e.drop("the namespace's reset counters are not readable")
 	}
 	time.Sleep(resetSettle)
 	now, ok := readResetCounts()
@@ -321,7 +348,7 @@ func (l *connLife) vetoAbortive(e peerEnd, vetoed prometheus.Counter) peerEnd {
 	}
 	if !explained {
 		vetoed.Inc()
-		return peerEnd{}
+		return e.drop("vetoed: the namespace's reset counters do not explain it")
 	}
 	return e
 }
@@ -350,12 +377,12 @@ func (l *connLife) confirmFIN(final uint64) peerEnd {
 		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 		switch {
 		case err != nil || info.Bytes_acked-l.ackBase > e.acked:
-			return peerEnd{} // it read on after its FIN (a half-close): nothing is proven
+			return e.drop("the provider acknowledged bytes past its FIN (a half-close)")
 		case info.State == tcpClose:
 			return e
 		}
 	}
-	return peerEnd{}
+	return e.drop("no RST for the bytes past its FIN within " + finConfirm.String())
 }
 
 // withFD runs f with the writer's fd while it is open (close waits for it), so the

@@ -513,7 +513,7 @@ func (uc *upConn) fail(why string) {
 	}
 	srv.log.Log(level, "provider connection closed", zap.String("provider", p.addr), zap.Int("slot", uc.slot),
 		zap.String("why", why), zap.Int("failed_in_flight", lost), zap.Int("reheld_unsent", len(unsent)),
-		zap.Int("reheld_unseen", len(unseen)))
+		zap.Int("reheld_unseen", len(unseen)), zap.Stringer("provider_end", end))
 	p.hold.rehold(unsent, holdReheld)
 	p.hold.rehold(unseen, holdReheldUnseen)
 }
