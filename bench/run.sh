@@ -45,5 +45,8 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 # The whole run is bounded: SIGINT after 20 minutes (the suite then kills its children, removes its
 # network namespace and keeps the partial results.json), SIGKILL a minute later.
+# The doc names the command that produced it: `make bench`, or this script with its arguments.
+CMD="make bench"
+if [ $# -gt 0 ]; then CMD="bash bench/run.sh $*"; fi
 timeout --signal=INT --kill-after=60s 20m \
-  "$BIN/suite" run --bin "$BIN" --out "$OUT" --doc docs/benchmarks.md --img docs/img "$@"
+  "$BIN/suite" run --bin "$BIN" --out "$OUT" --doc docs/benchmarks.md --img docs/img --command "$CMD" "$@"

@@ -727,7 +727,7 @@ func (p *reporter) restartSummaryRows() []sumRow {
 	return []sumRow{{
 		figure: fmt.Sprintf("Provider SIGKILLed and restarted, %s consumers at %s req/s", count(uint64(p.restartConns())), num(p.restartRate(), 0)),
 		d:      kill(rd), h: kill(rh), s: kill(rs), target: "0, 0, only requests already inside the provider", known: rs != nil, ok: okK,
-		note: "More errors than requests inside the provider at the kill: requests written to the dying process's socket after it stopped reading are proven unread only when they are the last on their connection and the kernel's reset counters rule out an abortive reset; when several connections of the provider die at once the counters cannot, and Stormgate answers rather than risk running a request twice (docs/design.md, provider lifecycle).",
+		note: "More errors than requests inside the provider at the kill: a provider that dies with requests unread in its socket resets the connection, and a reset says only that the end of the stream was unread: Stormgate proves unread (and sends again) the last request on each such connection, not the ones before it; and a reset whose cause the namespace's reset counters cannot tell from an abortive close (another connection of the provider reset at the same instant) proves nothing. Stormgate answers those rather than risk running a request twice; the sidecar's WARN line per closed connection (provider_end) shows which (docs/design.md, provider lifecycle).",
 	}, {
 		figure: "Provider restarted gracefully (SIGTERM: READONLY, drain, exit; started 1 s after it exits), same load",
 		d:      stop(gd), h: stop(gh), s: stop(gs), target: "0, 0, 0", known: gs != nil, ok: okG,
