@@ -707,26 +707,35 @@ func fdOf(t *testing.T, c *net.TCPConn) int {
 	return fd
 }
 
+// finAfterReading connects a pair whose server end reads the client's first 100 bytes
+// and then closes (or half-closes: it still reads), and returns once the client has
+// the FIN, with the client's connLife noted at connect.
+func finAfterReading(t *testing.T, halfClose bool) (c, s *net.TCPConn, l *connLife) {
+	t.Helper()
+	c, s = pair(t)
+	l = new(connLife)
+	l.noteConnected(fdOf(t, c), 0)
+	if _, err := c.Write(bytes.Repeat([]byte{'a'}, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(s, make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if halfClose {
+		_ = s.CloseWrite()
+	} else {
+		s.Close()
+	}
+	waitFor(t, 5*time.Second, "the FIN", func() bool { return tcpInfo(t, c).State == tcpCloseWait })
+	return c, s, l
+}
+
 // TestFINRuleNeedsTheRST: bytes past a FIN are proven unread only when the provider's
 // kernel refuses them (it closed its socket); a provider that half-closed and keeps
 // reading acknowledges them instead, and nothing is proven.
 func TestFINRuleNeedsTheRST(t *testing.T) {
 	for _, halfClose := range []bool{false, true} {
-		c, s := pair(t)
-		var l connLife
-		l.noteConnected(fdOf(t, c), 0)
-		if _, err := c.Write(bytes.Repeat([]byte{'a'}, 100)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(s, make([]byte, 100)); err != nil {
-			t.Fatal(err)
-		}
-		if halfClose {
-			_ = s.CloseWrite()
-		} else {
-			s.Close()
-		}
-		waitFor(t, 5*time.Second, "the FIN", func() bool { return tcpInfo(t, c).State == tcpCloseWait })
+		c, s, l := finAfterReading(t, halfClose)
 		l.captureEnd(fdOf(t, c))
 		if l.end.state != tcpCloseWait || l.end.acked != 100 || l.endFD < 0 {
 			t.Fatalf("captured %+v fd %d", l.end, l.endFD)
@@ -920,22 +929,7 @@ func TestUpstreamGaugesAfterConcurrentChanges(t *testing.T) {
 // aborts acknowledged them: nothing is proven.
 func TestFINThenRSTBeforeCapture(t *testing.T) {
 	run := func(halfCloseAndRead bool) (end peerEnd, vetoed float64) {
-		c, s := pair(t)
-		var l connLife
-		l.noteConnected(fdOf(t, c), 0)
-		base := tcpInfo(t, c).Bytes_acked
-		if _, err := c.Write(bytes.Repeat([]byte{'a'}, 100)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(s, make([]byte, 100)); err != nil {
-			t.Fatal(err)
-		}
-		if halfCloseAndRead {
-			_ = s.CloseWrite()
-		} else {
-			s.Close()
-		}
-		waitFor(t, 5*time.Second, "the FIN", func() bool { return tcpInfo(t, c).State == tcpCloseWait })
+		c, s, l := finAfterReading(t, halfCloseAndRead)
 		if _, err := c.Write(bytes.Repeat([]byte{'b'}, 50)); err != nil { // past the FIN
 			t.Fatal(err)
 		}
@@ -943,7 +937,7 @@ func TestFINThenRSTBeforeCapture(t *testing.T) {
 			if _, err := io.ReadFull(s, make([]byte, 50)); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 5*time.Second, "the ACK", func() bool { return tcpInfo(t, c).Bytes_acked-base == 150 })
+			waitFor(t, 5*time.Second, "the ACK", func() bool { return tcpInfo(t, c).Bytes_acked-l.ackBase == 150 })
 			_ = s.SetLinger(0)
 			s.Close()
 		}
