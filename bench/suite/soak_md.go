@@ -58,12 +58,12 @@ func (r *SoakResult) markdown() string {
 	if r.Warm != nil && r.End != nil {
 		p("Sidecar after warm-up (+%v) and at the end (+%v), the same point of the restart cycle, each after the provider "+
 			"had read normally for %v (so that neither catches a slow spell's backlog); each figure the median of three readings "+
-			"of `/metrics` right after a GC forced through `/debug/pprof/heap?gc=1`:\n\n", r.Warm.At.Round(time.Second), r.End.At.Round(time.Second), o.Calm)
+			"of `/metrics` right after two GCs forced through `/debug/pprof/heap?gc=1`:\n\n", r.Warm.At.Round(time.Second), r.End.At.Round(time.Second), o.Calm)
 		p("| | after warm-up | end |\n|---|---|---|\n")
 		p("| `process_open_fds` | %.0f | %.0f |\n", r.Warm.OpenFDs, r.End.OpenFDs)
 		p("| `go_goroutines` | %.0f | %.0f |\n", r.Warm.Goroutines, r.End.Goroutines)
-		p("| `go_memstats_heap_inuse_bytes` | %.1f MiB | %.1f MiB |\n", r.Warm.HeapInuse/(1<<20), r.End.HeapInuse/(1<<20))
-		p("| `go_memstats_heap_alloc_bytes` (live objects, for information) | %.1f MiB | %.1f MiB |\n", r.Warm.HeapAlloc/(1<<20), r.End.HeapAlloc/(1<<20))
+		p("| `go_gc_heap_live_bytes` (what the forced GC found live) | %.1f MiB | %.1f MiB |\n", r.Warm.HeapLive/(1<<20), r.End.HeapLive/(1<<20))
+		p("| `go_memstats_heap_inuse_bytes` (for information: also what was allocated after the GC) | %.1f MiB | %.1f MiB |\n", r.Warm.HeapInuse/(1<<20), r.End.HeapInuse/(1<<20))
 		p("| RSS (for information) | %.1f MiB | %.1f MiB |\n", mib(r.Warm.RSSKiB), mib(r.End.RSSKiB))
 		p("| consumer / provider connections | %.0f / %.0f | %.0f / %.0f |\n\n", r.Warm.Downstream, r.Warm.Upstream, r.End.Downstream, r.End.Upstream)
 	}

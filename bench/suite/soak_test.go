@@ -56,8 +56,8 @@ func TestSoakEvaluate(t *testing.T) {
 			Load: &loadgen.Result{Config: loadgen.Config{Conns: 10}, ConnsOpened: 10, ConnsOpenAtEnd: 10,
 				Sent: 100, OK: 97, Errors: 3, ErrorByStatus: map[int]uint64{35: 3}, HeartbeatsSent: 5, HeartbeatsAnswered: 5},
 			Provider: &peer.EchoStats{Requests: 97, ConnsAccepted: 40, Restarts: 9},
-			Warm:     &SoakSample{OpenFDs: 1000, Goroutines: 40, HeapInuse: 100 << 20},
-			End:      &SoakSample{OpenFDs: 1010, Goroutines: 41, HeapInuse: 104 << 20},
+			Warm:     &SoakSample{OpenFDs: 1000, Goroutines: 40, HeapLive: 100 << 20, HeapInuse: 100 << 20},
+			End:      &SoakSample{OpenFDs: 1010, Goroutines: 41, HeapLive: 104 << 20, HeapInuse: 150 << 20},
 		}
 	}
 	r := good()
@@ -73,7 +73,7 @@ func TestSoakEvaluate(t *testing.T) {
 		"extra connections":  func(r *SoakResult) { r.Provider.ConnsAccepted = 41 },
 		"cut mid-frame":      func(r *SoakResult) { r.Provider.Truncated = 1 },
 		"consumer reset":     func(r *SoakResult) { r.Load.Resets, r.Load.ConnsOpenAtEnd = 1, 9 },
-		"heap grew":          func(r *SoakResult) { r.End.HeapInuse = 106 << 20 },
+		"heap grew":          func(r *SoakResult) { r.End.HeapLive = 106 << 20 },
 		"fds leaked":         func(r *SoakResult) { r.End.OpenFDs = 1060 },
 		"missed restarts":    func(r *SoakResult) { r.Restarts = 8 },
 		"no end sample":      func(r *SoakResult) { r.End = nil },

@@ -248,7 +248,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(newGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := registerBuildInfo(reg); err != nil {
 		return fail(err)
 	}
