@@ -115,6 +115,8 @@ type connLife struct {
 	draining    atomic.Bool                 // a connection to the draining provider: readonly until the drain ends
 	late        atomic.Bool                 // made during a drain: to the draining provider or to its successor
 	probe       atomic.Bool                 // a heartbeat is out to tell which (probeAnswered)
+	diag        *diagSlot                   // the provider socket's destruction, announced (peerdiag.go); nil when not watched
+	diagKey     diagKey
 }
 
 // TCP states (include/net/tcp_states.h).
@@ -128,6 +130,7 @@ type peerEnd struct {
 	state   uint8  // tcpi_state; 0 when not read
 	acked   uint64 // stream bytes the provider's kernel acknowledged
 	pastFIN bool   // state CLOSE_WAIT from a RST that refused bytes past the FIN (resetAfterFIN)
+	read    bool   // acked is what the provider's application read, from its socket's destruction (peerdiag.go)
 	dropped string // why the proof was given up (the end then proves nothing), for the log
 }
 
@@ -143,6 +146,9 @@ func (e peerEnd) String() string {
 		s = "RST"
 	default:
 		s = "unknown"
+	}
+	if e.read {
+		s += "; the provider's application had read " + strconv.FormatUint(e.acked, 10) + " bytes"
 	}
 	if e.dropped != "" {
 		s += " (no proof: " + e.dropped + ")"
@@ -168,6 +174,9 @@ func (e peerEnd) unseen(off uint64, n int, final uint64) bool {
 		return false // a request restored from a handover that the kernel took before it, or no proof
 	}
 	end := off + uint64(n)
+	if e.read {
+		return end > e.acked // never whole in the application's hands
+	}
 	switch e.state {
 	case tcpCloseWait:
 		return end > e.acked
@@ -186,9 +195,68 @@ func (l *connLife) noteConnected(fd int, now int64) {
 		return
 	}
 	l.noteResets()
-	if info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
-		l.ackBase, l.ackOK = info.Bytes_acked, true
+	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil {
+		return
 	}
+	l.ackBase, l.ackOK = info.Bytes_acked, true
+	// The announcement counts the provider's bytes from the connection's first: it
+	// matches Stormgate's stream offsets only on a connection that carried nothing yet
+	// (not one restored from a handover).
+	if info.Bytes_acked == 1 && info.Bytes_sent == 0 {
+		if w := diagWatcher(); w != nil {
+			if k, ok := diagKeyOf(fd); ok {
+				l.diagKey, l.diag = k, w.register(k)
+			}
+		}
+	}
+}
+
+// providerRead returns how much of the stream the provider's application had read
+// when its socket was destroyed, waiting up to diagWait for the announcement. It needs
+// the provider's end seen (FIN or RST) and an announcement consistent with it: the
+// provider's kernel received at least what it acknowledged to Stormgate, and no more
+// than Stormgate sent (final). A socket reset by SO_LINGER 0 is announced with its
+// counters (and its peer port) zeroed; this check refuses such an announcement even
+// if it matched.
+func (l *connLife) providerRead(final uint64) (uint64, bool) {
+	s := l.diag
+	if s == nil || (l.end.state != tcpClose && l.end.state != tcpCloseWait) {
+		return 0, false
+	}
+	t := time.NewTimer(diagWait)
+	defer t.Stop()
+	select {
+	case <-s.done:
+	case <-t.C:
+		return 0, false
+	}
+	if s.received < l.end.acked || s.received > final {
+		return 0, false
+	}
+	return s.received - s.unread, true
+}
+
+// releaseDiag stops watching for the provider socket's destruction.
+func (l *connLife) releaseDiag() {
+	if l.diag != nil {
+		if w := diagWatcher(); w != nil {
+			w.release(l.diagKey)
+		}
+		l.diag = nil
+	}
+}
+
+// readEnd is the connection's end when the provider's application is known to have
+// read exactly read bytes; the dup kept for confirmFIN is closed.
+func (l *connLife) readEnd(read uint64) peerEnd {
+	if l.endFD >= 0 {
+		unix.Close(l.endFD)
+		l.endFD = -1
+	}
+	e := l.end
+	e.acked, e.read = read, true
+	return e
 }
 
 // loopbackPeer reports whether the socket's peer is a loopback address.
@@ -246,7 +314,10 @@ func resetAfterFIN(fd int) bool {
 // lostFate says, in the answer to a request lost with its connection, what is known of
 // it: that the provider received it (its kernel acknowledged it before the provider
 // closed with a FIN), or nothing.
-func (l *connLife) lostFate(off uint64, n int) string {
+func (l *connLife) lostFate(end peerEnd, off uint64, n int) string {
+	if end.read && off+uint64(n) <= end.acked {
+		return "the provider had received it before it closed; it may or may not have run"
+	}
 	if l.end.state == tcpCloseWait && off+uint64(n) <= l.end.acked {
 		return "the provider had received it before it closed; it may or may not have run"
 	}

@@ -477,13 +477,27 @@ func (uc *upConn) fail(why string) {
 	p.connChanged()
 	p.drainDone()
 
-	end := uc.life.confirmFIN(final)
+	taken := false // a request the kernel took: the proofs matter
 	for _, e := range entries {
-		if !e.heartbeat() && e.off+uint64(e.n) <= final { // a request the kernel took: the proofs matter
-			end = uc.life.vetoAbortive(end, srv.m.life.vetoed)
+		if !e.heartbeat() && e.off+uint64(e.n) <= final {
+			taken = true
 			break
 		}
 	}
+	var end peerEnd
+	read, readOK := uint64(0), false
+	if taken {
+		read, readOK = uc.life.providerRead(final)
+	}
+	if readOK {
+		end = uc.life.readEnd(read)
+	} else {
+		end = uc.life.confirmFIN(final)
+		if taken {
+			end = uc.life.vetoAbortive(end, srv.m.life.vetoed)
+		}
+	}
+	uc.life.releaseDiag()
 	var unsent, unseen []held
 	lost := 0
 	for _, e := range entries {
@@ -505,7 +519,7 @@ func (uc *upConn) fail(why string) {
 		}
 		lost++
 		srv.refuse(e.request, FailUpstreamLost, "stormgate: provider connection lost while the request was in flight ("+
-			why+"); "+uc.life.lostFate(e.off, e.n), replyUpstreamLost)
+			why+"); "+uc.life.lostFate(end, e.off, e.n), replyUpstreamLost)
 	}
 	level := zap.WarnLevel
 	if uc.expected.Load() {

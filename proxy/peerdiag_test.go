@@ -1,0 +1,139 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net/netip"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestPeerReadAnnounced checks, on this kernel, what peerdiag.go relies on: a destroyed
+// TCP socket is announced on sock_diag's destroy group with what it received and what
+// of that its application never read, for a close with unread bytes and for a clean
+// close; a SO_LINGER 0 abort is announced with its counters zeroed, which must never
+// count as "read nothing".
+func TestPeerReadAnnounced(t *testing.T) {
+	w := diagWatcher()
+	if w == nil {
+		t.Skip("sock_diag destroy announcements are not available here (no NETLINK_SOCK_DIAG?)")
+	}
+	for _, tc := range []struct {
+		name             string
+		read             int  // bytes the peer's application reads of the 100 sent
+		linger0          bool // the peer aborts instead of closing
+		announced        bool
+		received, unread uint64
+	}{
+		{"close with unread bytes", 40, false, true, 100, 60},
+		{"clean close", 100, false, true, 100, 0},
+		{"SO_LINGER 0 abort", 100, true, false, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s := pair(t)
+			k, ok := diagKeyOf(fdOf(t, c))
+			if !ok {
+				t.Fatal("no address pair")
+			}
+			slot := w.register(k)
+			if slot == nil {
+				t.Fatal("a fresh address pair was refused")
+			}
+			defer w.release(k)
+			if _, err := c.Write(bytes.Repeat([]byte{'a'}, 100)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(s, make([]byte, tc.read)); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 5*time.Second, "the bytes in the peer's socket", func() bool { return unread(s) == 100-tc.read })
+			if tc.linger0 {
+				_ = s.SetLinger(0)
+			}
+			s.Close()
+			select {
+			case <-slot.done:
+				if !tc.announced {
+					t.Fatalf("announced %+v for a socket whose counters the kernel zeroes", slot.peerRead)
+				}
+				if slot.received != tc.received || slot.unread != tc.unread {
+					t.Fatalf("announced %+v, want received %d unread %d", slot.peerRead, tc.received, tc.unread)
+				}
+			case <-time.After(2 * time.Second):
+				if tc.announced {
+					t.Fatal("no announcement of the peer socket's destruction")
+				}
+			}
+		})
+	}
+}
+
+// announcement builds a sock_diag destroy message like the kernel's.
+func announcement(family uint8, src, dst netip.AddrPort, rqueue uint32, received uint64, segsIn uint32, infoLen int) []byte {
+	var info unix.TCPInfo
+	info.Bytes_received, info.Segs_in = received, segsIn
+	ib := make([]byte, infoLen)
+	copy(ib, (*[unsafeSizeofTCPInfo]byte)(unsafePointer(&info))[:])
+	msg := make([]byte, diagMsgLen)
+	msg[diagFamily] = family
+	binary.BigEndian.PutUint16(msg[diagSport:], src.Port())
+	binary.BigEndian.PutUint16(msg[diagDport:], dst.Port())
+	s16, d16 := src.Addr().As16(), dst.Addr().As16()
+	if family == unix.AF_INET {
+		s4, d4 := src.Addr().As4(), dst.Addr().As4()
+		copy(msg[diagSrc:], s4[:])
+		copy(msg[diagDst:], d4[:])
+	} else {
+		copy(msg[diagSrc:], s16[:])
+		copy(msg[diagDst:], d16[:])
+	}
+	binary.NativeEndian.PutUint32(msg[diagRqueue:], rqueue)
+	attr := make([]byte, 4+len(ib))
+	binary.NativeEndian.PutUint16(attr[0:], uint16(len(attr)))
+	binary.NativeEndian.PutUint16(attr[2:], diagAttrInfo)
+	copy(attr[4:], ib)
+	body := append(msg, attr...)
+	hdr := make([]byte, unix.SizeofNlMsghdr)
+	binary.NativeEndian.PutUint32(hdr[0:], uint32(len(hdr)+len(body)))
+	binary.NativeEndian.PutUint16(hdr[4:], sockDiagByFam)
+	return append(hdr, body...)
+}
+
+func TestParseDestroyed(t *testing.T) {
+	p4, s4 := netip.MustParseAddrPort("127.0.0.1:20880"), netip.MustParseAddrPort("127.0.0.1:40001")
+	p6, s6 := netip.MustParseAddrPort("[::1]:20880"), netip.MustParseAddrPort("[::1]:40001")
+	full := int(unsafeSizeofTCPInfo)
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		ok   bool
+		k    diagKey
+		r    peerRead
+	}{
+		{"IPv4", announcement(unix.AF_INET, p4, s4, 60, 100, 5, full), true, diagKey{p4, s4}, peerRead{100, 60}},
+		{"IPv6", announcement(unix.AF_INET6, p6, s6, 0, 7, 3, full), true, diagKey{p6, s6}, peerRead{7, 0}},
+		{"zeroed counters (SO_LINGER 0)", announcement(unix.AF_INET, p4, s4, 0, 0, 0, full), false, diagKey{}, peerRead{}},
+		{"more unread than received", announcement(unix.AF_INET, p4, s4, 101, 100, 5, full), false, diagKey{}, peerRead{}},
+		{"tcp_info too short", announcement(unix.AF_INET, p4, s4, 0, 100, 5, tcpInfoRecvOff), false, diagKey{}, peerRead{}},
+		{"truncated", announcement(unix.AF_INET, p4, s4, 0, 100, 5, full)[:40], false, diagKey{}, peerRead{}},
+		{"unknown family", announcement(99, p4, s4, 0, 100, 5, full), false, diagKey{}, peerRead{}},
+	} {
+		k, r, ok := parseDestroyed(tc.msg)
+		if ok != tc.ok || (ok && (k != tc.k || r != tc.r)) {
+			t.Errorf("%s: %v %+v %+v, want %v %+v %+v", tc.name, ok, k, r, tc.ok, tc.k, tc.r)
+		}
+	}
+	// Cut anywhere, a message never panics.
+	m := announcement(unix.AF_INET, p4, s4, 60, 100, 5, full)
+	for i := range m {
+		parseDestroyed(m[:i])
+	}
+}
+
+const unsafeSizeofTCPInfo = unsafe.Sizeof(unix.TCPInfo{})
+
+func unsafePointer(p *unix.TCPInfo) unsafe.Pointer { return unsafe.Pointer(p) }
