@@ -51,6 +51,10 @@ type EchoConfig struct {
 	// the writer, as a provider whose peer does not read its answers would. <= 0 means
 	// 64 MiB.
 	MaxQueued int
+	// KillCloses makes Kill close each connection as the kernel does when a process dies
+	// (a RST if bytes were left unread, else a FIN after what was already written)
+	// instead of aborting it with SO_LINGER 0 (a RST with nothing said of what was read).
+	KillCloses bool
 }
 
 // Reading is how an EchoProvider reads its sockets. The zero value reads normally.
@@ -378,11 +382,14 @@ type echoConn struct {
 	closed     bool
 }
 
-// abort resets the connection (Kill).
+// abort ends the connection for Kill: a reset, or a close as at a process's death
+// (KillCloses).
 func (c *echoConn) abort() {
 	c.once.Do(func() { close(c.done) })
 	c.stopWriter()
-	_ = c.nc.SetLinger(0)
+	if !c.p.cfg.KillCloses {
+		_ = c.nc.SetLinger(0)
+	}
 	_ = c.nc.Close()
 }
 

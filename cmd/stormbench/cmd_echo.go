@@ -33,6 +33,7 @@ type echoOptions struct {
 	calm        time.Duration
 	statsEvery  time.Duration
 	logLevel    string
+	killClose   bool
 }
 
 func newEchoCmd() *cobra.Command {
@@ -87,6 +88,7 @@ backlog); SIGINT or SIGTERM stop.`,
 	f.DurationVar(&o.slow.MaxPause, "max-pause", 5*time.Millisecond, "slow spells: a pause lasts a random 0..max-pause")
 	f.DurationVar(&o.restart, "restart-every", 0, "kill and restart the provider at this interval; 0 = only on SIGUSR1")
 	f.DurationVar(&o.down, "down", time.Second, "how long a killed provider stays down before listening again")
+	f.BoolVar(&o.killClose, "kill-close", false, "a kill closes each connection as the kernel does when a process dies (a RST if bytes are unread, else a FIN) instead of resetting it with SO_LINGER 0")
 	f.DurationVar(&o.calm, "calm", 10*time.Second, "after SIGUSR2, read normally for this long")
 	f.DurationVar(&o.statsEvery, "stats-every", 10*time.Second, "print a stats line at this interval; 0 = never")
 	f.StringVar(&o.logLevel, "log-level", "warn", "debug, info, warn or error")
@@ -128,7 +130,7 @@ func runEcho(ctx context.Context, o echoOptions, stdout, stderr io.Writer) error
 	defer signal.Stop(sigs)
 
 	p, err := peer.StartEcho(peer.EchoConfig{
-		Addr: o.listen, Seed: o.seed, RecvBuf: o.rcvbuf, MaxSegment: o.mss, MaxFrame: o.maxFrame,
+		Addr: o.listen, Seed: o.seed, RecvBuf: o.rcvbuf, MaxSegment: o.mss, MaxFrame: o.maxFrame, KillCloses: o.killClose,
 	}, log)
 	if err != nil {
 		return err
