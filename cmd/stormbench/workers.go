@@ -177,6 +177,21 @@ func runWorkers(ctx context.Context, cfg loadgen.Config, n int, progress func(lo
 		done    = ctx.Done()
 	)
 	defer tick.Stop()
+	printed := false
+	emit := func() {
+		if progress == nil || !anyProgress(latest) {
+			return
+		}
+		var agg loadgen.Snapshot
+		for _, s := range latest {
+			s.Window = nil
+			agg.Add(s, nil)
+		}
+		agg.Window, agg.P50, agg.P99 = window, window.Percentile(0.5), window.Percentile(0.99)
+		progress(agg)
+		window.Reset()
+		printed = true
+	}
 	for msgs != nil {
 		select {
 		case <-done:
@@ -198,17 +213,13 @@ func runWorkers(ctx context.Context, cfg loadgen.Config, n int, progress func(lo
 				}
 			}
 		case <-tick.C:
-			if progress != nil && anyProgress(latest) {
-				var agg loadgen.Snapshot
-				for _, s := range latest {
-					s.Window = nil
-					agg.Add(s, nil)
-				}
-				agg.Window, agg.P50, agg.P99 = window, window.Percentile(0.5), window.Percentile(0.99)
-				progress(agg)
-				window.Reset()
-			}
+			emit()
 		}
+	}
+	// A run shorter than the ticker's phase against the workers' own (slow worker
+	// start-up) would otherwise end without a single progress line.
+	if !printed {
+		emit()
 	}
 
 	merged := &loadgen.Result{}
