@@ -37,6 +37,9 @@ import (
 //	| old connections are closed, a refused   | refused dial, new connections take them at once)
 //	| dial or a heartbeat answered on a new   |
 //	| connection                              |
+//	| the provider's socket destroyed (any    | every request past what its application read (the kernel's
+//	| end, announced by sock_diag)            | announcement: peerdiag.go) is re-held; the rows below are the
+//	|                                         | fallback when no announcement comes
 //	| FIN (provider closed, queue empty)      | requests the provider's kernel never acknowledged are re-held,
 //	|                                         | once it refuses them with a RST (its socket is gone)
 //	| RST (provider closed with unread bytes) | the last request handed to the kernel is re-held, if the
