@@ -399,7 +399,12 @@ func (s *Suite) soakSample(ctx context.Context, px *proxy, runAt time.Time) (Soa
 	}, nil
 }
 
-// soakGCSample is the median of three samples, each taken right after two GCs forced through
+// soakGCSamples is how many readings a leak sample takes the median of: the live heap
+// still holds the requests in flight at each GC (bodies up to 256 KiB at 1,000/s), a few
+// MiB up or down from one reading to the next.
+const soakGCSamples = 5
+
+// soakGCSample is the median of soakGCSamples samples, each taken right after two GCs forced through
 // the admin listener's /debug/pprof/heap?gc=1 (the first moves what sync.Pools hold to their
 // victim caches, the second frees those). The heap figure checked is go_gc_heap_live_bytes,
 // what that collection found live. go_memstats_heap_inuse_bytes, checked before, also counts
@@ -408,7 +413,7 @@ func (s *Suite) soakSample(ctx context.Context, px *proxy, runAt time.Time) (Soa
 // heap profile's live total stayed at 43 MiB: two soaks failed on it (-14 % and -16 %).
 func (s *Suite) soakGCSample(ctx context.Context, px *proxy, runAt time.Time) (SoakSample, error) {
 	var ss []SoakSample
-	for i := range 3 {
+	for i := range soakGCSamples {
 		if i > 0 {
 			if err := sleepCtx(ctx, time.Second); err != nil {
 				return SoakSample{}, err
@@ -426,11 +431,14 @@ func (s *Suite) soakGCSample(ctx context.Context, px *proxy, runAt time.Time) (S
 		ss = append(ss, sm)
 	}
 	med := func(f func(SoakSample) float64) float64 {
-		v := []float64{f(ss[0]), f(ss[1]), f(ss[2])}
+		v := make([]float64, len(ss))
+		for i, x := range ss {
+			v[i] = f(x)
+		}
 		slices.Sort(v)
-		return v[1]
+		return v[len(v)/2]
 	}
-	out := ss[1]
+	out := ss[len(ss)/2]
 	out.Forced = true
 	out.Goroutines = med(func(x SoakSample) float64 { return x.Goroutines })
 	out.HeapLive = med(func(x SoakSample) float64 { return x.HeapLive })

@@ -57,7 +57,7 @@ func (r *SoakResult) markdown() string {
 	}
 	if r.Warm != nil && r.End != nil {
 		p("Sidecar after warm-up (+%v) and at the end (+%v), the same point of the restart cycle, each after the provider "+
-			"had read normally for %v (so that neither catches a slow spell's backlog); each figure the median of three readings "+
+			"had read normally for %v (so that neither catches a slow spell's backlog); each figure the median of five readings "+
 			"of `/metrics` right after two GCs forced through `/debug/pprof/heap?gc=1`:\n\n", r.Warm.At.Round(time.Second), r.End.At.Round(time.Second), o.Calm)
 		p("| | after warm-up | end |\n|---|---|---|\n")
 		p("| `process_open_fds` | %.0f | %.0f |\n", r.Warm.OpenFDs, r.End.OpenFDs)
