@@ -234,7 +234,7 @@ func (l *connLife) providerRead(final uint64) (uint64, bool) {
 	case <-t.C:
 		return 0, false
 	}
-	if s.received < l.end.acked || s.received > final {
+	if s.early || s.received < l.end.acked || s.received > final {
 		return 0, false
 	}
 	return s.received - s.unread, true

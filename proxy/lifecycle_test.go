@@ -503,6 +503,7 @@ func resetReholdsTheLastRequest(t *testing.T) bool {
 	if arg := argOf(t, frame); arg != "read-then-crash" {
 		t.Fatalf("provider read %q", arg)
 	}
+	time.Sleep(diagFresh) // an announcement sooner after connect proves nothing (peerdiag.go)
 	unseen := callAsync(ctx, cl, 2, "never-read")
 	waitFor(t, 5*time.Second, "the second request in the provider's socket", func() bool { return unread(first) > 0 })
 	first.Close() // dies: a RST, the second request unread
@@ -986,6 +987,7 @@ func TestProviderResetReholdsEveryUnreadRequest(t *testing.T) {
 	if arg := argOf(t, frame); arg != "read-then-crash" {
 		t.Fatalf("provider read %q", arg)
 	}
+	time.Sleep(diagFresh) // an announcement sooner after connect proves nothing (peerdiag.go)
 	unseen := []<-chan callResult{callAsync(ctx, cl, 2, "never-read-1")}
 	waitFor(t, 5*time.Second, "the second request in the provider's socket", func() bool { return unread(first) > 0 })
 	n := unread(first)

@@ -43,13 +43,21 @@ const diagWait = 100 * time.Millisecond
 // could be taken for the new one's).
 const diagReuseGuard = 10 * time.Second
 
+// diagFresh: an announcement that comes this soon after its connection was registered
+// proves nothing. The kernel queues announcements (a workqueue), so one for an older
+// socket with the same address pair, destroyed just before the port was reused, can
+// arrive just after the new connection registered.
+const diagFresh = 50 * time.Millisecond
+
 // diagKey is a provider connection seen from the provider's side: its own address
 // (the announcement's source) and Stormgate's (the destination).
 type diagKey struct{ provider, stormgate netip.AddrPort }
 
 // diagSlot receives the announcement for one registered connection.
 type diagSlot struct {
-	done chan struct{} // closed when the fields are set
+	done       chan struct{} // closed when the fields are set
+	registered time.Time
+	early      bool // announced within diagFresh of registering: perhaps an older socket's
 	peerRead
 }
 
@@ -109,7 +117,7 @@ func (w *diagWatch) register(k diagKey) *diagSlot {
 			delete(w.released, old)
 		}
 	}
-	s := &diagSlot{done: make(chan struct{})}
+	s := &diagSlot{done: make(chan struct{}), registered: now}
 	w.slots[k] = s
 	return s
 }
@@ -159,7 +167,7 @@ func (w *diagWatch) deliver(k diagKey, r peerRead) {
 	}
 	w.mu.Unlock()
 	if s != nil {
-		s.peerRead = r
+		s.peerRead, s.early = r, time.Since(s.registered) < diagFresh
 		close(s.done)
 	}
 }

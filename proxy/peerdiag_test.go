@@ -47,6 +47,7 @@ func TestPeerReadAnnounced(t *testing.T) {
 			if _, err := c.Write(bytes.Repeat([]byte{'a'}, 100)); err != nil {
 				t.Fatal(err)
 			}
+			time.Sleep(diagFresh) // announced sooner, the slot is marked early (checked below)
 			if _, err := io.ReadFull(s, make([]byte, tc.read)); err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +61,7 @@ func TestPeerReadAnnounced(t *testing.T) {
 				if !tc.announced {
 					t.Fatalf("announced %+v for a socket whose counters the kernel zeroes", slot.peerRead)
 				}
-				if slot.received != tc.received || slot.unread != tc.unread {
+				if slot.early || slot.received != tc.received || slot.unread != tc.unread {
 					t.Fatalf("announced %+v, want received %d unread %d", slot.peerRead, tc.received, tc.unread)
 				}
 			case <-time.After(2 * time.Second):
@@ -137,3 +138,30 @@ func TestParseDestroyed(t *testing.T) {
 const unsafeSizeofTCPInfo = unsafe.Sizeof(unix.TCPInfo{})
 
 func unsafePointer(p *unix.TCPInfo) unsafe.Pointer { return unsafe.Pointer(p) }
+
+// TestPeerReadTooEarly: an announcement within diagFresh of registering may be an older
+// socket's with the same address pair (the kernel queues them): it is marked and proves
+// nothing.
+func TestPeerReadTooEarly(t *testing.T) {
+	w := diagWatcher()
+	if w == nil {
+		t.Skip("sock_diag destroy announcements are not available here")
+	}
+	c, s := pair(t)
+	k, _ := diagKeyOf(fdOf(t, c))
+	slot := w.register(k)
+	defer w.release(k)
+	s.Close()
+	select {
+	case <-slot.done:
+		if !slot.early {
+			t.Fatalf("announced %v after registering, not marked early", time.Since(slot.registered))
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no announcement")
+	}
+	l := connLife{diag: slot, end: peerEnd{state: tcpCloseWait}}
+	if _, ok := l.providerRead(100); ok {
+		t.Fatal("an early announcement proved something")
+	}
+}
