@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make soak`: the long integrity run. Builds sidecar, stormbench and the suite into bench/out/bin,
-# then runs `suite soak`: the echo provider (killed and restarted every 60 s, reading slowly at
-# random), `sidecar run`, and 10,000 consumers in worker processes sending unique checked bodies
+# then runs `suite soak`: the echo provider (killed and restarted every 60 s, the kills alternating
+# between SO_LINGER 0 resets and closes as at a process's death; reading slowly at random), `sidecar run`, and 10,000 consumers in worker processes sending unique checked bodies
 # for 10 minutes. It fails (exit 1) when any request got a body that was not its own, no answer or
 # two, when the provider saw a malformed frame, a repeated upstream id or a request twice, or when
 # the sidecar's fds, goroutines or heap at the end differ by more than 5% from after warm-up.

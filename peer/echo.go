@@ -51,10 +51,35 @@ type EchoConfig struct {
 	// the writer, as a provider whose peer does not read its answers would. <= 0 means
 	// 64 MiB.
 	MaxQueued int
-	// KillCloses makes Kill close each connection as the kernel does when a process dies
-	// (a RST if bytes were left unread, else a FIN after what was already written)
-	// instead of aborting it with SO_LINGER 0 (a RST with nothing said of what was read).
-	KillCloses bool
+	// Kill is how Kill ends the connections; the zero value aborts them.
+	Kill KillMode
+}
+
+// KillMode is how Kill ends an echo provider's connections.
+type KillMode uint8
+
+const (
+	// KillAbort resets each connection with SO_LINGER 0: a RST that says nothing of what
+	// the provider had read (a proxy can prove nothing unread).
+	KillAbort KillMode = iota
+	// KillClose closes each connection as the kernel does when a process dies: a RST if
+	// bytes were left unread, else a FIN after what was already written.
+	KillClose
+	// KillAlternate aborts on odd kills (the first) and closes on even ones.
+	KillAlternate
+)
+
+// ParseKillMode reads "abort", "close" or "alternate".
+func ParseKillMode(s string) (KillMode, error) {
+	switch s {
+	case "abort":
+		return KillAbort, nil
+	case "close":
+		return KillClose, nil
+	case "alternate":
+		return KillAlternate, nil
+	}
+	return 0, fmt.Errorf("kill mode %q: want abort, close or alternate", s)
 }
 
 // Reading is how an EchoProvider reads its sockets. The zero value reads normally.
@@ -287,8 +312,9 @@ func (p *EchoProvider) Kill() {
 		cs = append(cs, c)
 	}
 	p.mu.Unlock()
+	closeLike := p.cfg.Kill == KillClose || (p.cfg.Kill == KillAlternate && p.kills.Load()%2 == 1)
 	for _, c := range cs {
-		c.abort()
+		c.abort(closeLike)
 	}
 	p.connWG.Wait()
 	p.kills.Add(1)
@@ -382,12 +408,11 @@ type echoConn struct {
 	closed     bool
 }
 
-// abort ends the connection for Kill: a reset, or a close as at a process's death
-// (KillCloses).
-func (c *echoConn) abort() {
+// abort ends the connection for Kill: a reset, or a close as at a process's death.
+func (c *echoConn) abort(closeLike bool) {
 	c.once.Do(func() { close(c.done) })
 	c.stopWriter()
-	if !c.p.cfg.KillCloses {
+	if !closeLike {
 		_ = c.nc.SetLinger(0)
 	}
 	_ = c.nc.Close()

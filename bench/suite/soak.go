@@ -48,7 +48,7 @@ type SoakOptions struct {
 	Timeout      time.Duration `json:"timeout_ns"`
 	RestartEvery time.Duration `json:"restart_every_ns"`
 	Down         time.Duration `json:"down_ns"`
-	KillClose    bool          `json:"kill_close"` // the provider's kills close like a dying process's kernel, not SO_LINGER 0
+	Kill         string        `json:"kill"` // how the provider's kills end its connections: abort, close or alternate
 	Spell        time.Duration `json:"spell_ns"`
 	SlowChance   float64       `json:"slow_chance"`
 	StallChance  float64       `json:"stall_chance"`
@@ -122,7 +122,7 @@ func cmdSoak(args []string) error {
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Second, "consumers' request timeout (an answer later than this is a failure)")
 	fs.DurationVar(&o.RestartEvery, "restart-every", time.Minute, "kill and restart the provider at this interval")
 	fs.DurationVar(&o.Down, "down", time.Second, "how long the killed provider stays down")
-	fs.BoolVar(&o.KillClose, "kill-close", false, "kills close each provider connection as a dying process's kernel does (a RST if bytes are unread, else a FIN; Stormgate then proves unread requests and sends them again) instead of resetting it with SO_LINGER 0 (nothing proven)")
+	fs.StringVar(&o.Kill, "kill", "alternate", "how the provider's kills end its connections: abort (SO_LINGER 0: nothing proves a request unread, every one in flight is answered 35), close (as a dying process's kernel does: Stormgate proves unread requests and sends them again, which the provider's check for a request seen twice covers), or alternate")
 	fs.DurationVar(&o.Spell, "spell", 2*time.Second, "the provider's mean reading spell")
 	fs.Float64Var(&o.SlowChance, "slow-chance", 0.3, "fraction of spells the provider reads slowly")
 	fs.Float64Var(&o.StallChance, "stall-chance", 0.02, "fraction of spells the provider does not read at all")
@@ -207,7 +207,7 @@ func (s *Suite) runSoak(ctx context.Context, o SoakOptions, res *SoakResult) err
 			"--seed", strconv.FormatUint(o.Seed, 10), "--spell", o.Spell.String(),
 			"--slow-chance", fmtNum(o.SlowChance), "--stall-chance", fmtNum(o.StallChance),
 			"--down", o.Down.String(), "--calm", (o.Calm + 10*time.Second).String(), "--stats-every", "30s", "--log-level", "warn",
-			"--kill-close=" + strconv.FormatBool(o.KillClose)},
+			"--kill", o.Kill},
 		readyRe: regexp.MustCompile(`"event":"listening".*"addr":"([^"]+)"`),
 		onLine: func(line string) {
 			if !strings.Contains(line, `"event":"final"`) {

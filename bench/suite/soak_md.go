@@ -30,11 +30,11 @@ func (r *SoakResult) markdown() string {
 	p("One run of `%s`, started %s UTC on the machine above (Stormgate %s), %s after %s of wall time. ",
 		r.Command, r.Started.UTC().Format("2006-01-02 15:04"), r.Machine.Stormgate, verdict, r.Wall.Round(time.Second))
 	p("Real binaries as separate processes: `stormbench echo-provider` (4 KiB receive buffer, 1460-byte MSS, "+
-		"reading spells of about %v: %.0f%% slow, %.0f%% stalled; killed and restarted, %v down, every %v), "+
+		"reading spells of about %v: %.0f%% slow, %.0f%% stalled; killed and restarted, %v down, every %v; %s), "+
 		"`sidecar run` with 4 upstream connections, and %d consumers in %d `stormbench load` processes "+
 		"(%g requests/s, %.0f%% one-way, unique checked bodies of %d B to %s, log-uniform; a heartbeat every %v; "+
 		"timeout %v) for %v. Seed %d.\n\n",
-		o.Spell, 100*o.SlowChance, 100*o.StallChance, o.Down, o.RestartEvery, o.Conns, o.Workers, o.Rate, 100*o.OneWay,
+		o.Spell, 100*o.SlowChance, 100*o.StallChance, o.Down, o.RestartEvery, killWords(o.Kill), o.Conns, o.Workers, o.Rate, 100*o.OneWay,
 		o.BodyMin, kibOrMiB(o.BodyMax), o.Heartbeat, o.Timeout, o.Duration, o.Seed)
 	p("```sh\n%s\n# load, as the suite ran it (SIDECAR is its listen address):\n%s\n```\n\n", r.Command, r.LoadCommand)
 	p("| check | result | figures |\n|---|---|---|\n")
@@ -111,4 +111,15 @@ func sectionOf(path, begin, end string) string {
 		return ""
 	}
 	return string(b[i:j+len(end)]) + "\n"
+}
+
+// killWords says how the soak's provider kills end its connections.
+func killWords(mode string) string {
+	switch mode {
+	case "close":
+		return "each kill closes the connections as a dying process's kernel does (a RST if bytes are unread, else a FIN), so Stormgate can prove requests unread and send them again"
+	case "alternate":
+		return "kills alternate between SO_LINGER 0 resets (nothing provable: requests in flight are answered 35) and closes as a dying process's kernel does (Stormgate proves unread requests and sends them again; a request the provider sees twice is a violation)"
+	}
+	return "each kill resets the connections with SO_LINGER 0"
 }

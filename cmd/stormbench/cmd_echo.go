@@ -33,7 +33,7 @@ type echoOptions struct {
 	calm        time.Duration
 	statsEvery  time.Duration
 	logLevel    string
-	killClose   bool
+	kill        string
 }
 
 func newEchoCmd() *cobra.Command {
@@ -88,7 +88,7 @@ backlog); SIGINT or SIGTERM stop.`,
 	f.DurationVar(&o.slow.MaxPause, "max-pause", 5*time.Millisecond, "slow spells: a pause lasts a random 0..max-pause")
 	f.DurationVar(&o.restart, "restart-every", 0, "kill and restart the provider at this interval; 0 = only on SIGUSR1")
 	f.DurationVar(&o.down, "down", time.Second, "how long a killed provider stays down before listening again")
-	f.BoolVar(&o.killClose, "kill-close", false, "a kill closes each connection as the kernel does when a process dies (a RST if bytes are unread, else a FIN) instead of resetting it with SO_LINGER 0")
+	f.StringVar(&o.kill, "kill", "abort", "how a kill ends the connections: abort (SO_LINGER 0: a RST that says nothing of what was read), close (as the kernel does when a process dies: a RST if bytes are unread, else a FIN), alternate (abort, close, abort, ...)")
 	f.DurationVar(&o.calm, "calm", 10*time.Second, "after SIGUSR2, read normally for this long")
 	f.DurationVar(&o.statsEvery, "stats-every", 10*time.Second, "print a stats line at this interval; 0 = never")
 	f.StringVar(&o.logLevel, "log-level", "warn", "debug, info, warn or error")
@@ -129,8 +129,12 @@ func runEcho(ctx context.Context, o echoOptions, stdout, stderr io.Writer) error
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 
+	killMode, err := peer.ParseKillMode(o.kill)
+	if err != nil {
+		return fmt.Errorf("--kill: %w", err)
+	}
 	p, err := peer.StartEcho(peer.EchoConfig{
-		Addr: o.listen, Seed: o.seed, RecvBuf: o.rcvbuf, MaxSegment: o.mss, MaxFrame: o.maxFrame, KillCloses: o.killClose,
+		Addr: o.listen, Seed: o.seed, RecvBuf: o.rcvbuf, MaxSegment: o.mss, MaxFrame: o.maxFrame, Kill: killMode,
 	}, log)
 	if err != nil {
 		return err
