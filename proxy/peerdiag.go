@@ -17,18 +17,22 @@ import (
 // (SKNLGRP_INET_TCP_DESTROY, SKNLGRP_INET6_TCP_DESTROY; no privilege needed, `ss -E`
 // reads the same). The announcement of the provider's end of a connection carries
 // its tcp_info and its receive queue: tcpi_bytes_received minus idiag_rqueue is
-// exactly how much of Stormgate's stream the provider's application had read when
-// the socket went, however it went (close with unread bytes, FIN, SO_LINGER 0 abort,
-// SIGKILL). A request whose frame ends beyond that was never whole in the
+// exactly how much of Stormgate's stream the provider's application had read (its
+// copied_seq) when the socket went: a close with unread bytes, a FIN, the kernel's
+// close at SIGKILL. A request whose frame ends beyond that was never whole in the
 // application's hands, so it never ran: fail re-holds it. This replaces the FIN and
 // RST rules' inferences (lifecycle.go) whenever the announcement comes; they remain
 // the fallback (no announcement within diagWait, a full netlink queue, a connection
-// restored from a handover whose stream did not start at Stormgate's offset 0).
+// restored from a handover whose stream did not start at Stormgate's offset 0). An
+// application that acted on bytes it only peeked at (MSG_PEEK) would defeat it; no
+// Dubbo server does.
 //
-//	| provider's socket at its destruction    | requests re-held
-//	|-----------------------------------------|---------------------------------------------
-//	| read R of the stream's bytes            | every request whose frame ends beyond R
-//	| no announcement within diagWait         | the FIN/RST rules decide (lifecycle.go)
+//	| provider's socket at its destruction     | requests re-held
+//	|------------------------------------------|---------------------------------------------
+//	| read R of the stream's bytes             | every request whose frame ends beyond R
+//	| SO_LINGER 0 abort: counters zeroed       | refused; the FIN/RST rules decide
+//	| announced within diagFresh of connecting | refused (perhaps an older socket's)
+//	| no announcement within diagWait          | the FIN/RST rules decide (lifecycle.go)
 //
 // One process-wide netlink socket serves every connection; each loopback provider
 // connection Stormgate dials registers the provider end's address pair at connect.
