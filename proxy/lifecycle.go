@@ -54,8 +54,8 @@ import (
 // waits (up to finConfirm) for the provider's kernel to refuse the bytes past its FIN
 // with a RST, and gives up, re-holding nothing, if it acknowledges any of them
 // instead. That RST often arrives before Stormgate has read the FIN; the socket's
-// error tells it from a RST alone (resetAfterFIN). A provider may also abort with SO_LINGER 0 after reading everything: a RST
-// with nothing unread. Its kernel counts that reset apart from a close with unread
+// error tells it from a RST alone (resetAfterFIN). A provider may also abort with
+// SO_LINGER 0 after reading everything: a RST with nothing unread. Its kernel counts that reset apart from a close with unread
 // bytes, and a provider on loopback shares Stormgate's network namespace, so both rules
 // read the namespace's reset counters (vetoAbortive) and prove nothing when they do not
 // explain the reset; such a reset anywhere in the namespace vetoes too (counted in
@@ -315,13 +315,11 @@ func resetAfterFIN(fd int) bool {
 }
 
 // lostFate says, in the answer to a request lost with its connection, what is known of
-// it: that the provider received it (its kernel acknowledged it before the provider
-// closed with a FIN), or nothing.
+// it: that the provider received it (its application read it, as its socket's
+// destruction announced, or its kernel acknowledged it before a FIN), or nothing.
 func (l *connLife) lostFate(end peerEnd, off uint64, n int) string {
-	if end.read && off+uint64(n) <= end.acked {
-		return "the provider had received it before it closed; it may or may not have run"
-	}
-	if l.end.state == tcpCloseWait && off+uint64(n) <= l.end.acked {
+	e := off + uint64(n)
+	if end.read && e <= end.acked || l.end.state == tcpCloseWait && e <= l.end.acked {
 		return "the provider had received it before it closed; it may or may not have run"
 	}
 	return "it may or may not have run"

@@ -494,16 +494,25 @@ func TestProviderResetReholdsTheLastRequest(t *testing.T) {
 	}
 }
 
-// resetReholdsTheLastRequest runs the scenario once; false when the proof was vetoed.
-func resetReholdsTheLastRequest(t *testing.T) bool {
-	f, prov, ctx, cl, first := rawFixture(t)
-
+// readOneThenCrash sends the request the provider reads (and may run) before it dies,
+// reads it on the provider's side, and waits until an announcement of the provider
+// socket's end would count (diagFresh). It returns the request's answer.
+func readOneThenCrash(t *testing.T, ctx context.Context, cl *peer.Client, first net.Conn) <-chan callResult {
+	t.Helper()
 	ran := callAsync(ctx, cl, 1, "read-then-crash")
 	_, frame := readWholeFrame(t, first)
 	if arg := argOf(t, frame); arg != "read-then-crash" {
 		t.Fatalf("provider read %q", arg)
 	}
 	time.Sleep(diagFresh) // an announcement sooner after connect proves nothing (peerdiag.go)
+	return ran
+}
+
+// resetReholdsTheLastRequest runs the scenario once; false when the proof was vetoed.
+func resetReholdsTheLastRequest(t *testing.T) bool {
+	f, prov, ctx, cl, first := rawFixture(t)
+
+	ran := readOneThenCrash(t, ctx, cl, first)
 	unseen := callAsync(ctx, cl, 2, "never-read")
 	waitFor(t, 5*time.Second, "the second request in the provider's socket", func() bool { return unread(first) > 0 })
 	first.Close() // dies: a RST, the second request unread
@@ -982,12 +991,7 @@ func TestProviderResetReholdsEveryUnreadRequest(t *testing.T) {
 	}
 	f, prov, ctx, cl, first := rawFixture(t)
 
-	ran := callAsync(ctx, cl, 1, "read-then-crash")
-	_, frame := readWholeFrame(t, first)
-	if arg := argOf(t, frame); arg != "read-then-crash" {
-		t.Fatalf("provider read %q", arg)
-	}
-	time.Sleep(diagFresh) // an announcement sooner after connect proves nothing (peerdiag.go)
+	ran := readOneThenCrash(t, ctx, cl, first)
 	unseen := []<-chan callResult{callAsync(ctx, cl, 2, "never-read-1")}
 	waitFor(t, 5*time.Second, "the second request in the provider's socket", func() bool { return unread(first) > 0 })
 	n := unread(first)
