@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -104,6 +105,12 @@ type Config struct {
 	// number of open connections; the run continues when it returns nil. Worker processes use it to
 	// start their request phases together.
 	WaitStart func(ctx context.Context, connected int) error `json:"-"`
+
+	// Pause, if set, holds the request phase while it is true: requests that fall due meanwhile are
+	// not sent (they count in Result.Paused, not in Scheduled), heartbeats go on, and the longest
+	// answer gap leaves the pause out. `stormbench load` sets it on SIGUSR1 and clears it on SIGUSR2,
+	// so the soak can take its leak samples with nothing in flight.
+	Pause *atomic.Bool `json:"-"`
 
 	hooks testHooks
 }

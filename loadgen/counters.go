@@ -11,6 +11,7 @@ type counters struct {
 	left                                          atomic.Uint64 // LeaveOnReadonly closes
 
 	scheduled, sent, unsent, oneWaySent atomic.Uint64
+	paused                              atomic.Uint64 // due while Config.Pause held: not sent
 	ok, exceptions, errors              atomic.Uint64
 	mismatches, foreign                 atomic.Uint64 // checked bodies: answers that were not the request's body
 	byStatus                            [256]atomic.Uint64

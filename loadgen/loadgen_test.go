@@ -297,3 +297,32 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// Config.Pause holds the request phase: requests due meanwhile are never sent and count as paused
+// (sent + paused is exactly the run's Rate×Duration), and the pause is not an answer gap.
+func TestPause(t *testing.T) {
+	p := startResponder(t, nil)
+	pause := new(atomic.Bool)
+	cfg := Config{Target: p.addr(), Conns: 4, Rate: 1000, Duration: 1500 * time.Millisecond, Pause: pause}
+	var once sync.Once
+	cfg.hooks.beforeRequest = func(k uint64) {
+		if k == 300 {
+			once.Do(func() {
+				pause.Store(true)
+				time.AfterFunc(600*time.Millisecond, func() { pause.Store(false) })
+			})
+		}
+	}
+	res := run(t, cfg)
+	if res.Sent+res.Paused != 1500 || res.Paused < 300 || res.OK != res.Sent {
+		t.Fatalf("sent %d paused %d ok %d: want sent+paused = 1500, at least 300 paused, every sent one answered",
+			res.Sent, res.Paused, res.OK)
+	}
+	if uint64(p.requests.Load()) != res.Sent {
+		t.Fatalf("responder saw %d requests, we sent %d", p.requests.Load(), res.Sent)
+	}
+	// No heartbeats: nothing was answered during the 600 ms pause, which must not count as a gap.
+	if res.MaxAnswerGap >= 450*time.Millisecond {
+		t.Fatalf("longest gap without an answer %v: the pause counted", res.MaxAnswerGap)
+	}
+}

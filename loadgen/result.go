@@ -46,6 +46,7 @@ type Result struct {
 	Scheduled  uint64 `json:"scheduled"`
 	Sent       uint64 `json:"sent"`
 	Unsent     uint64 `json:"unsent"`       // no open (or, with HonorReadonly, writable) connection, or its send buffer was over 1 MiB
+	Paused     uint64 `json:"paused"`       // fell due while the run was paused (Config.Pause): never sent, not in Scheduled
 	OneWaySent uint64 `json:"one_way_sent"` // one-way requests (checked bodies only): no answer expected
 	OK         uint64 `json:"ok"`           // status 20, value or null; with checked bodies, exactly the request's body
 	// BodyMismatches are status-20 answers that were not exactly the request's checked body;
@@ -176,6 +177,7 @@ func (r *Result) Merge(o *Result) {
 	add(&r.Scheduled, o.Scheduled)
 	add(&r.Sent, o.Sent)
 	add(&r.Unsent, o.Unsent)
+	add(&r.Paused, o.Paused)
 	add(&r.OneWaySent, o.OneWaySent)
 	add(&r.OK, o.OK)
 	add(&r.BodyMismatches, o.BodyMismatches)

@@ -220,6 +220,7 @@ func (r *runner) result() *Result {
 	res.Scheduled = c.scheduled.Load()
 	res.Sent = c.sent.Load()
 	res.Unsent = c.unsent.Load()
+	res.Paused = c.paused.Load()
 	res.OneWaySent = c.oneWaySent.Load()
 	res.OK = c.ok.Load()
 	res.BodyMismatches = c.mismatches.Load()

@@ -33,6 +33,7 @@ type scheduler struct {
 	interval int64
 	period   float64 // ns between requests
 	k        uint64  // next request number
+	paused   bool    // Config.Pause was true at the last request that fell due
 	rr       int     // round-robin cursor
 }
 
@@ -69,6 +70,11 @@ func (s *scheduler) loop(ctx context.Context, start <-chan int64) {
 					next = at
 					break
 				}
+				if s.pausedNow(now) {
+					r.cnt.paused.Add(1)
+					s.k++
+					continue
+				}
 				if h := r.cfg.hooks.beforeRequest; h != nil {
 					h(s.k)
 				}
@@ -95,6 +101,22 @@ func (s *scheduler) loop(ctx context.Context, start <-chan int64) {
 			reqStart, reqEnd, start = t, t+int64(r.cfg.Duration), nil
 		}
 	}
+}
+
+// pausedNow reads Config.Pause. While paused the longest answer gap is off; on resuming it starts
+// again from now, so a pause never counts as a gap.
+func (s *scheduler) pausedNow(now int64) bool {
+	r := s.r
+	p := r.cfg.Pause != nil && r.cfg.Pause.Load()
+	switch {
+	case p && !s.paused:
+		r.gapOn.Store(false)
+	case !p && s.paused:
+		r.lastAnswer.Store(now)
+		r.gapOn.Store(true)
+	}
+	s.paused = p
+	return p
 }
 
 func (s *scheduler) request(at int64) {

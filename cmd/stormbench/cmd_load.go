@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,6 +70,10 @@ connections per source address).
 
 The tool reports its own CPU per request (request phase CPU of all its processes / requests sent),
 so you can check it is not the bottleneck.
+
+Signals: SIGUSR1 pauses the request phase (requests that fall due are not sent and count as paused;
+heartbeats go on; the longest answer gap leaves the pause out), SIGUSR2 resumes it. make soak pauses
+the load this way to read the sidecar's memory with nothing in flight.
 
 Every run is bounded: --duration at most 30m, --timeout at most 1m, and the connect phase by
 --connect-timeout per dial.`,
@@ -172,6 +177,13 @@ func runLoad(ctx context.Context, o loadOptions, stderr, stdout io.Writer) error
 		return err
 	}
 
+	cfg.Pause = new(atomic.Bool)
+	pauses := make(chan bool, 8) // to the workers, if any
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+	go forwardPauses(ctx, sigs, cfg.Pause, pauses)
+
 	if o.cpuProf != "" {
 		f, err := os.Create(o.cpuProf)
 		if err != nil {
@@ -191,7 +203,7 @@ func runLoad(ctx context.Context, o loadOptions, stderr, stdout io.Writer) error
 	if workers == 1 {
 		res, err = loadgen.Run(ctx, cfg, p.progress)
 	} else {
-		res, err = runWorkers(ctx, cfg, workers, p.progress)
+		res, err = runWorkers(ctx, cfg, workers, p.progress, pauses)
 	}
 	if res != nil && errors.Is(err, context.Canceled) {
 		err = errors.New("interrupted: the figures above are partial")
@@ -268,4 +280,23 @@ func splitConfig(cfg loadgen.Config, n int) []loadgen.Config {
 		out[i] = c
 	}
 	return out
+}
+
+// forwardPauses turns SIGUSR1 (pause) and SIGUSR2 (resume) into pause's value and a message on
+// pauses for worker processes (dropped if nobody reads it: the flag is what counts in-process),
+// until ctx ends.
+func forwardPauses(ctx context.Context, sigs <-chan os.Signal, pause *atomic.Bool, pauses chan<- bool) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sig := <-sigs:
+			p := sig == syscall.SIGUSR1
+			pause.Store(p)
+			select {
+			case pauses <- p:
+			default:
+			}
+		}
+	}
 }

@@ -53,8 +53,8 @@ func printSummary(w io.Writer, r *loadgen.Result) {
 		fmt.Fprintf(&b, "  left after READONLY %d", r.LeftOnReadonly)
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "  requests     scheduled %d  sent %d  ok %d  exceptions %d  errors %d%s  timeouts %d  lost %d  unsent %d  abandoned %d\n",
-		r.Scheduled, r.Sent, r.OK, r.Exceptions, r.Errors, byStatus(r.ErrorByStatus), r.Timeouts, r.Lost, r.Unsent, r.Abandoned)
+	fmt.Fprintf(&b, "  requests     scheduled %d  sent %d  ok %d  exceptions %d  errors %d%s  timeouts %d  lost %d  unsent %d  abandoned %d  paused %d\n",
+		r.Scheduled, r.Sent, r.OK, r.Exceptions, r.Errors, byStatus(r.ErrorByStatus), r.Timeouts, r.Lost, r.Unsent, r.Abandoned, r.Paused)
 	fmt.Fprintf(&b, "               longest time without any answer %s\n", ms(r.MaxAnswerGap))
 	if r.BodyMax > 0 {
 		verdict := "every answer carried exactly its request's body"

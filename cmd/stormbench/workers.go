@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -33,7 +34,13 @@ type workerMsg struct {
 	Error    string            `json:"error,omitempty"`
 }
 
-const goLine = "go"
+// Lines the parent writes to a worker's stdin after its config: start the request phase, and
+// pause or resume it (SIGUSR1/SIGUSR2 to the parent).
+const (
+	goLine     = "go"
+	pauseLine  = "pause"
+	resumeLine = "resume"
+)
 
 func newWorkerCmd() *cobra.Command {
 	return &cobra.Command{
@@ -67,6 +74,7 @@ func runWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 	// The stdin reader lives as long as the process: it blocks in read(2) on a pipe, which nothing
 	// in-process can interrupt; the process exits right after the run.
 	start := make(chan struct{})
+	cfg.Pause = new(atomic.Bool)
 	go func() {
 		for {
 			l, err := br.ReadString('\n')
@@ -74,8 +82,13 @@ func runWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 				cancel() // parent gone
 				return
 			}
-			if l == goLine+"\n" {
+			switch l {
+			case goLine + "\n":
 				close(start)
+			case pauseLine + "\n":
+				cfg.Pause.Store(true)
+			case resumeLine + "\n":
+				cfg.Pause.Store(false)
 			}
 		}
 	}()
@@ -134,7 +147,8 @@ const interruptGrace = 10 * time.Second
 // runWorkers runs cfg split over n worker processes of this executable and merges their results.
 // Cancelling ctx closes the workers' stdin (they stop and report what they have); workers still
 // running interruptGrace later, or past runBound, are killed.
-func runWorkers(ctx context.Context, cfg loadgen.Config, n int, progress func(loadgen.Snapshot)) (*loadgen.Result, error) {
+// A value on pauses (nil: none) pauses (true) or resumes (false) every worker's request phase.
+func runWorkers(ctx context.Context, cfg loadgen.Config, n int, progress func(loadgen.Snapshot), pauses <-chan bool) (*loadgen.Result, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -210,6 +224,16 @@ func runWorkers(ctx context.Context, cfg loadgen.Config, n int, progress func(lo
 					if !p.done {
 						_, _ = io.WriteString(p.stdin, goLine+"\n")
 					}
+				}
+			}
+		case p := <-pauses:
+			line := resumeLine
+			if p {
+				line = pauseLine
+			}
+			for _, w := range procs {
+				if !w.done {
+					_, _ = io.WriteString(w.stdin, line+"\n")
 				}
 			}
 		case <-tick.C:
