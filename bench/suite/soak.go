@@ -62,7 +62,9 @@ type SoakOptions struct {
 // SoakSample is one reading of the sidecar, at a time since the request phase started.
 type SoakSample struct {
 	At         time.Duration `json:"at_ns"`
-	Forced     bool          `json:"forced_gc"` // taken right after a forced GC (the warm-up and end samples)
+	Forced     bool          `json:"forced_gc"`                // taken right after a forced GC (the warm-up and end samples)
+	Quiet      bool          `json:"quiet,omitempty"`          // the warm-up and end samples: taken with the load paused and nothing in flight
+	QuietAfter time.Duration `json:"quiet_after_ns,omitempty"` // how long after the pause nothing was in flight
 	Goroutines float64       `json:"go_goroutines"`
 	HeapLive   float64       `json:"go_gc_heap_live_bytes"`        // what the last GC found live: the leak check
 	HeapInuse  float64       `json:"go_memstats_heap_inuse_bytes"` // for information: also counts what was allocated since
@@ -345,7 +347,7 @@ func (s *Suite) soakSchedule(ctx context.Context, o SoakOptions, res *SoakResult
 			nextRestart += o.RestartEvery
 		case !warmDone && now >= o.Warmup:
 			warmDone = true
-			sm, err := s.soakGCSample(ctx, px, runAt)
+			sm, err := s.soakQuietSample(ctx, px, h, runAt)
 			if err != nil {
 				return fmt.Errorf("warm-up sample: %w", err)
 			}
@@ -353,7 +355,7 @@ func (s *Suite) soakSchedule(ctx context.Context, o SoakOptions, res *SoakResult
 			s.logf("soak: warm-up sample %s", sm.brief())
 		case !endDone && now >= endAt:
 			endDone = true
-			sm, err := s.soakGCSample(ctx, px, runAt)
+			sm, err := s.soakQuietSample(ctx, px, h, runAt)
 			if err != nil {
 				return fmt.Errorf("end sample: %w", err)
 			}
@@ -397,6 +399,49 @@ func (s *Suite) soakSample(ctx context.Context, px *proxy, runAt time.Time) (Soa
 		Downstream: mt.sum("stormgate_downstream_connections"), Upstream: mt.sum("stormgate_upstream_connections"),
 		Held: mt.sum("stormgate_held_requests"), Requests: mt.sum("stormgate_requests_total"),
 	}, nil
+}
+
+// soakQuietWait bounds how long a leak sample waits, with the load paused, for the sidecar to have
+// nothing in flight; past it the sample is taken anyway and says so (Quiet false).
+const soakQuietWait = 15 * time.Second
+
+// soakQuietSample is a leak sample taken like with like: the load tool is paused (SIGUSR1: no new
+// request, heartbeats go on, every connection stays open), the sidecar is waited for until it has
+// no request in flight or held and no byte buffered, then soakGCSample reads it, and the load
+// resumes (SIGUSR2). Sampled under load, the live heap also holds whatever requests happen to be
+// in flight (bodies up to 256 KiB at 1,000/s): per-minute medians of a passing run moved between
+// 43 and 47 MiB with no trend, and a two-point check at 5 % failed on that noise alone (+8.3 %,
+// +12 %). Paused, what is left is what the sidecar keeps: connections, pools, tables.
+func (s *Suite) soakQuietSample(ctx context.Context, px *proxy, h *loadHandle, runAt time.Time) (SoakSample, error) {
+	if err := syscall.Kill(h.proc.PID, syscall.SIGUSR1); err != nil {
+		return SoakSample{}, fmt.Errorf("pausing the load: %w", err)
+	}
+	paused := time.Now()
+	defer func() {
+		if err := syscall.Kill(h.proc.PID, syscall.SIGUSR2); err != nil {
+			s.logf("soak: resuming the load: %v", err)
+		}
+	}()
+	quiet := false
+	for !quiet {
+		mt, err := scrape(ctx, px.metrics)
+		if err == nil {
+			quiet = mt.sum("stormgate_inflight_requests")+mt.sum("stormgate_held_requests")+mt.sum("stormgate_buffered_bytes") == 0
+		}
+		if quiet || time.Since(paused) > soakQuietWait {
+			break
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return SoakSample{}, err
+		}
+	}
+	wait := time.Since(paused)
+	sm, err := s.soakGCSample(ctx, px, runAt)
+	sm.Quiet, sm.QuietAfter = quiet, wait
+	if !quiet {
+		s.logf("soak: the sidecar still had requests or bytes in flight %v after the load paused; sampled anyway", wait.Round(time.Millisecond))
+	}
+	return sm, err
 }
 
 // soakGCSamples is how many readings a leak sample takes the median of: the live heap

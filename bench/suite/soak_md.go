@@ -57,8 +57,12 @@ func (r *SoakResult) markdown() string {
 	}
 	if r.Warm != nil && r.End != nil {
 		p("Sidecar after warm-up (+%v) and at the end (+%v), the same point of the restart cycle, each after the provider "+
-			"had read normally for %v (so that neither catches a slow spell's backlog); each figure the median of five readings "+
-			"of `/metrics` right after two GCs forced through `/debug/pprof/heap?gc=1`:\n\n", r.Warm.At.Round(time.Second), r.End.At.Round(time.Second), o.Calm)
+			"had read normally for %v (so that neither catches a slow spell's backlog), with the load paused (`stormbench load` "+
+			"on SIGUSR1: no new request, heartbeats go on, every connection open) until the sidecar had nothing in flight, held or "+
+			"buffered (%s after the pause at warm-up, %s at the end), so that neither counts the requests that happen to be in "+
+			"flight; each figure the median of five readings of `/metrics` right after two GCs forced through "+
+			"`/debug/pprof/heap?gc=1`:\n\n", r.Warm.At.Round(time.Second), r.End.At.Round(time.Second), o.Calm,
+			quietAfter(r.Warm), quietAfter(r.End))
 		p("| | after warm-up | end |\n|---|---|---|\n")
 		p("| `process_open_fds` | %.0f | %.0f |\n", r.Warm.OpenFDs, r.End.OpenFDs)
 		p("| `go_goroutines` | %.0f | %.0f |\n", r.Warm.Goroutines, r.End.Goroutines)
@@ -122,4 +126,12 @@ func killWords(mode string) string {
 		return "kills alternate between SO_LINGER 0 resets (nothing provable: requests in flight are answered 35) and closes as a dying process's kernel does (Stormgate proves unread requests and sends them again; a request the provider sees twice is a violation)"
 	}
 	return "each kill resets the connections with SO_LINGER 0"
+}
+
+// quietAfter says how long a leak sample waited, with the load paused, for nothing to be in flight.
+func quietAfter(sm *SoakSample) string {
+	if !sm.Quiet {
+		return fmt.Sprintf("still busy after %v", sm.QuietAfter.Round(100*time.Millisecond))
+	}
+	return sm.QuietAfter.Round(100 * time.Millisecond).String()
 }
