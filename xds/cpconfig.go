@@ -103,8 +103,13 @@ func readControlPlaneConfig(path string) ([32]byte, *ControlPlaneFile, error) {
 	var ps Problems
 	parsed := make([]*ControlPlaneFile, 0, len(files))
 	names := make([]string, 0, len(files))
+	var read []*ControlPlaneFile // also what could be read of invalid files
+	var readNames []string
 	for i, f := range files {
-		one, err := ParseControlPlaneYAML(datas[i])
+		one, err := parseControlPlaneBytes(datas[i])
+		if one != nil {
+			read, readNames = append(read, one), append(readNames, filepath.Base(f))
+		}
 		if err != nil {
 			var fps Problems
 			if !errors.As(err, &fps) {
@@ -120,7 +125,9 @@ func readControlPlaneConfig(path string) ([32]byte, *ControlPlaneFile, error) {
 		names = append(names, filepath.Base(f))
 	}
 	if len(ps) > 0 {
-		return sum, nil, ps
+		// One run shows every problem: a file's own mistakes do not hide a
+		// namespace, selector or node id that two files define.
+		return sum, nil, append(ps, duplicateKeys(readNames, read)...)
 	}
 	out, ps := combine(names, parsed)
 	if len(ps) > 0 {
@@ -197,6 +204,26 @@ func combine(names []string, parsed []*ControlPlaneFile) (*ControlPlaneFile, Pro
 		return nil, ps
 	}
 	return out, nil
+}
+
+// duplicateKeys names each namespace, selector or node id that more than one
+// of the files defines, with both files (combine reports the same for valid files).
+func duplicateKeys(names []string, files []*ControlPlaneFile) Problems {
+	first := map[string]Origin{}
+	var ps Problems
+	for i, one := range files {
+		for _, key := range sortedKeys(one.origins) {
+			o := one.origins[key]
+			o.File = names[i]
+			if f, dup := first[key]; dup {
+				ps = append(ps, Problem{Field: key, File: o.File, Line: o.Line,
+					Message: "defined in two files: also at " + f.String() + "; keep one"})
+				continue
+			}
+			first[key] = o
+		}
+	}
+	return ps
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -139,6 +139,17 @@ func LoadControlPlaneFile(path string) (*ControlPlaneFile, error) {
 // "default.<path>", "namespaces.<ns>.<path>", "selectors.<name>.<path>" or
 // "nodes.<id>.<path>", with its line.
 func ParseControlPlaneYAML(data []byte) (*ControlPlaneFile, error) {
+	f, err := parseControlPlaneBytes(data)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// parseControlPlaneBytes is ParseControlPlaneYAML that also returns, with its
+// problems, what it could read of an invalid file (nil when even that failed):
+// a directory's cross-file checks still see its keys.
+func parseControlPlaneBytes(data []byte) (*ControlPlaneFile, error) {
 	root, err := parseRoot(data)
 	if err != nil {
 		return nil, err
@@ -233,7 +244,7 @@ func parseControlPlane(root *yaml.Node) (*ControlPlaneFile, error) {
 	ps = append(ps, f.checkEntries(entries)...)
 	ps = append(ps, checkSelectorPairs(f.Selectors, false)...)
 	if len(ps) > 0 {
-		return nil, ps
+		return f, ps // what was read, for a directory's cross-file checks (ParseControlPlaneYAML drops it)
 	}
 	return f, nil
 }
