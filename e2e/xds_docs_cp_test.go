@@ -125,6 +125,7 @@ var xdsControlPlaneMetrics = [][2]string{
 	{"stormgate_control_plane_acks_total", "responses ACKed"},
 	{"stormgate_control_plane_nacks_total", "responses NACKed"},
 	{"stormgate_control_plane_ack_duration_seconds", "histogram: from setting a node's new settings to its ACK"},
+	{"stormgate_build_info{version,go}", "always 1: the build serving, as on every sidecar"},
 }
 
 const xdsControlPlaneExample = `default:                     # every node

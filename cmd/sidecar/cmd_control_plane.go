@@ -76,6 +76,9 @@ certificate is served without a restart. Without --cert the control plane is pla
 			defer log.Sync() //nolint:errcheck
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			if err := registerBuildInfo(reg); err != nil { // which build serves; lets StormgateFileDescriptorsLow see it
+				return err
+			}
 			cpCfg := xds.ControlPlaneConfig{Config: config, ResourceName: resource}
 			switch {
 			case tlsCfg.Cert != "" || tlsCfg.Key != "":
