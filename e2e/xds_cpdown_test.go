@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,6 +37,11 @@ func TestXDSControlPlaneKilledAndRestarted(t *testing.T) {
 	killAt := time.Now()
 	cp.kill()
 	lostAt := sc.waitMetric(t, 5*time.Second, "stormgate_xds_connected", func(v float64) bool { return v == 0 })
+	// Issue 15: the state shows in /readyz detail too (still 200: traffic does not depend on it).
+	if body := sc.readyzBody(t); !strings.Contains(body, "xds: disconnected since") ||
+		!strings.Contains(body, "running settings version "+v1+" (last good, unchanged while disconnected)") {
+		t.Errorf("/readyz body during the outage:\n%s", body)
+	}
 	// The outage: 1.5 s during which the last settings must stay, unchanged.
 	stays(t, 1500*time.Millisecond, "the last settings", func() (bool, string) {
 		cd, err := sc.configDump()
