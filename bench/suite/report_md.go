@@ -872,7 +872,7 @@ func (p *reporter) microSection() {
 		cmd = m.Command
 	}
 	p.f("`%s`\n\n", cmd)
-	p.ln("The proxy package's three benchmarks are the hot paths of DESIGN §8 (heartbeat reply, request forward, response routing; each a full pass through a session over real sockets); the codec and timing-wheel benchmarks are their parts. Only the hot paths are held to 0 allocs/op: `ParseRequest` and `ReadHessianString` decode bodies, which Stormgate never does on the request path. `xds` `Publish/shared` and `Publish/per-node` time the control plane's work for a change affecting 5,000 connected nodes up to handing each its new snapshot: with one snapshot per distinct settings shared by the nodes that resolve to it (what runs), and with one built per node (what ran before).")
+	p.ln("The proxy package's three benchmarks are the hot paths (heartbeat reply, request forward, response routing; each a full pass through a session over real sockets); the codec and timing-wheel benchmarks are their parts. Only the hot paths are held to 0 allocs/op: `ParseRequest` and `ReadHessianString` decode bodies, which Stormgate never does on the request path. `xds` `Publish/shared` and `Publish/per-node` time the control plane's work for a change affecting 5,000 connected nodes up to handing each its new snapshot: with one snapshot per distinct settings shared by the nodes that resolve to it (what runs), and with one built per node (what ran before).")
 	p.ln("")
 	p.ln("| Package | Benchmark | Hot path | ns/op | B/op | allocs/op |")
 	p.ln("|---|---|---|---|---|---|")
