@@ -245,7 +245,9 @@ func TestEchoProviderCommand(t *testing.T) {
 	}
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel2()
-	res, err := loadgen.Run(ctx2, loadgen.Config{Target: first.Addr, Conns: 4, Rate: 300, Duration: time.Second,
+	// 3 s of load spans about seven kills: enough for a redial to succeed after one even when a
+	// loaded machine starves this test (one run beside a CPU hog saw none in 1 s).
+	res, err := loadgen.Run(ctx2, loadgen.Config{Target: first.Addr, Conns: 4, Rate: 300, Duration: 3 * time.Second,
 		Timeout: 2 * time.Second, Reconnect: 20 * time.Millisecond, BodyMax: 50000, OneWay: 0.1}, nil)
 	if err != nil {
 		t.Fatal(err)
