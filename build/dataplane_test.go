@@ -7,14 +7,19 @@ import (
 )
 
 // heavyForDataplane are packages that only the control commands need: the Kubernetes API types
-// (inject, inject-webhook) and go-control-plane's server and snapshot cache (control-plane). The
-// data-plane build, which every injected pod runs, must not link them.
+// (inject, inject-webhook), go-control-plane's server and snapshot cache and the grpc-go server
+// under them (control-plane), and envoy's generated types, which the xDS client does without
+// (xds/adswire.go). The data-plane build, which every injected pod runs, must not link them: with
+// grpc-go and envoy's types it was 20.7 MB, without them 15.6 MB.
 var heavyForDataplane = []string{
 	"k8s.io/api/",
 	"k8s.io/apimachinery/",
 	"sigs.k8s.io/",
 	"github.com/envoyproxy/go-control-plane/pkg/server/",
 	"github.com/envoyproxy/go-control-plane/pkg/cache/",
+	"github.com/envoyproxy/go-control-plane/envoy/",
+	"google.golang.org/grpc",
+	"google.golang.org/genproto/",
 	"github.com/stormgate/stormgate/inject", // exactly (inject/appprobe serves the sidecar)
 	"github.com/stormgate/stormgate/inject/webhook",
 }

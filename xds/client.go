@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -13,19 +14,9 @@ import (
 	"sync"
 	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	"google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
-	grpcstatus "google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/proto"
 
 	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
@@ -154,7 +145,7 @@ func (s Status) String() string {
 type Client struct {
 	cfg       ClientConfig
 	log       *zap.Logger
-	creds     credentials.TransportCredentials
+	tls       *tls.Config // nil: plaintext
 	updates   *prometheus.CounterVec
 	connected prometheus.Gauge
 	server    *prometheus.GaugeVec
@@ -216,16 +207,16 @@ func NewClient(cfg ClientConfig, log *zap.Logger, reg prometheus.Registerer) (*C
 	if log == nil {
 		log = zap.NewNop()
 	}
-	creds, err := clientCredentials(cfg)
+	tlsConf, err := clientTLSConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
 	h := fnv.New32a()
 	h.Write([]byte(cfg.Node.ID))
 	c := &Client{
-		cfg:   cfg,
-		log:   log.With(zap.String("node_id", cfg.Node.ID)),
-		creds: creds,
+		cfg: cfg,
+		log: log.With(zap.String("node_id", cfg.Node.ID)),
+		tls: tlsConf,
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stormgate_xds_updates_total",
 			Help: "Settings pushes received from the control plane, by result (ack: applied; nack: rejected).",
@@ -280,16 +271,16 @@ func (c *Client) setStatus(change func(*Status)) {
 	}
 }
 
-func clientCredentials(cfg ClientConfig) (credentials.TransportCredentials, error) {
+// clientTLSConfig is the TLS configuration for cfg's files (nil: plaintext).
+func clientTLSConfig(cfg ClientConfig) (*tls.Config, error) {
 	if cfg.CA == "" && cfg.Cert == "" && cfg.Key == "" {
-		return insecure.NewCredentials(), nil
+		return nil, nil
 	}
 	ct, err := newClientTLS(cfg.CA, cfg.Cert, cfg.Key, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	tc := ct.config(cfg.ServerName)
-	return credentials.NewTLS(tc), nil
+	return ct.config(cfg.ServerName), nil
 }
 
 // ApplyFunc makes validated settings active (e.g. Store.Update with source
@@ -359,10 +350,7 @@ func errText(err error) string {
 	if err == nil {
 		return "stream ended"
 	}
-	if s, ok := grpcstatus.FromError(err); ok {
-		return s.Code().String() + ": " + s.Message()
-	}
-	return err.Error()
+	return err.Error() // a *grpcError reads "Code: message"
 }
 
 // fullJitter returns a random delay in [0, min(max, base*2^attempt)].
@@ -377,45 +365,29 @@ func fullJitter(base, maxDelay time.Duration, attempt int) time.Duration {
 // stream runs one ADS stream to addr until it fails; got reports whether
 // any response arrived on it.
 func (c *Client) stream(ctx context.Context, addr string, apply ApplyFunc) (got bool, err error) {
-	// One connection per attempt: the reconnect policy (which address, how
-	// long to wait) is ours, not the gRPC channel's.
-	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(c.creds),
-		// gRPC's connect deadline is max(MinConnectTimeout, its own backoff):
-		// keep that backoff short so ConnectTimeout is the bound.
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			MinConnectTimeout: c.cfg.ConnectTimeout,
-		}),
-		// Finds a control plane that vanished without a FIN. 5 min is the
-		// most frequent ping grpc-go servers accept by default.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}))
-	if err != nil {
-		return false, err
-	}
-	defer conn.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
-	if err != nil {
-		return false, err
-	}
 	c.rejected = ""
 	node := c.cfg.Node.node()
-	if c.cfg.UserAgentVersion != "" {
-		node.UserAgentVersionType = &core.Node_UserAgentVersion{UserAgentVersion: c.cfg.UserAgentVersion}
-	}
-	first := &discovery.DiscoveryRequest{
+	node.UserAgentVersion = c.cfg.UserAgentVersion
+	first := &adsRequest{
 		Node:          node,
-		TypeUrl:       ExtensionConfigType,
+		TypeURL:       ExtensionConfigType,
 		ResourceNames: []string{c.cfg.ResourceName},
 		VersionInfo:   c.acked, // what we run, so an unchanged server need not resend
 	}
-	if err := st.Send(first); err != nil {
-		return false, err
-	}
+	// The call returns once the first response's headers arrive: the first
+	// response timeout applies from here.
 	silent := time.AfterFunc(c.cfg.FirstResponseTimeout, cancel)
 	defer silent.Stop()
+	st, err := openADS(sctx, addr, c.tls, c.cfg.ConnectTimeout, first)
+	if err != nil {
+		if ctx.Err() == nil && sctx.Err() != nil {
+			err = fmt.Errorf("no response within %v of opening the stream", c.cfg.FirstResponseTimeout)
+		}
+		return false, err
+	}
+	defer st.Close()
 	for {
 		resp, err := st.Recv()
 		if err != nil {
@@ -455,15 +427,15 @@ func (c *Client) stream(ctx context.Context, addr string, apply ApplyFunc) (got 
 }
 
 // handle turns one response into the request that answers it (nil: none).
-func (c *Client) handle(resp *discovery.DiscoveryResponse, apply ApplyFunc) (req *discovery.DiscoveryRequest) {
+func (c *Client) handle(resp *adsResponse, apply ApplyFunc) (req *adsRequest) {
 	defer func() { c.report(resp, req) }()
-	if resp.GetTypeUrl() != ExtensionConfigType {
-		c.log.Warn("xds: ignoring a response of a type not subscribed to", zap.String("type_url", resp.GetTypeUrl()))
+	if resp.TypeURL != ExtensionConfigType {
+		c.log.Warn("xds: ignoring a response of a type not subscribed to", zap.String("type_url", resp.TypeURL))
 		return nil
 	}
-	version, nonce := resp.GetVersionInfo(), resp.GetNonce()
-	ack := func() *discovery.DiscoveryRequest {
-		return &discovery.DiscoveryRequest{TypeUrl: ExtensionConfigType, ResourceNames: []string{c.cfg.ResourceName},
+	version, nonce := resp.VersionInfo, resp.Nonce
+	ack := func() *adsRequest {
+		return &adsRequest{TypeURL: ExtensionConfigType, ResourceNames: []string{c.cfg.ResourceName},
 			VersionInfo: version, ResponseNonce: nonce}
 	}
 	sum := contentSum(resp)
@@ -490,7 +462,7 @@ func (c *Client) handle(resp *discovery.DiscoveryResponse, apply ApplyFunc) (req
 		return ack()
 	}
 	pushed := &sg.Settings{}
-	if err := raw.UnmarshalTo(pushed); err != nil {
+	if err := proto.Unmarshal(raw.Value, pushed); err != nil {
 		return c.nack(version, nonce, sum, fmt.Errorf("typed_config: cannot decode stormgate.v1.Settings: %w", err))
 	}
 	if len(pushed.ProtoReflect().GetUnknown()) > 0 {
@@ -520,12 +492,12 @@ func (c *Client) handle(resp *discovery.DiscoveryResponse, apply ApplyFunc) (req
 
 // contentSum hashes a response's resources, so a re-sent version is told
 // apart from a new one that reuses the version string.
-func contentSum(resp *discovery.DiscoveryResponse) [32]byte {
+func contentSum(resp *adsResponse) [32]byte {
 	h := sha256.New()
-	for _, r := range resp.GetResources() {
-		h.Write([]byte(r.GetTypeUrl()))
+	for _, r := range resp.Resources {
+		h.Write([]byte(r.TypeURL))
 		h.Write([]byte{0})
-		h.Write(r.GetValue())
+		h.Write(r.Value)
 		h.Write([]byte{0})
 	}
 	var sum [32]byte
@@ -535,48 +507,47 @@ func contentSum(resp *discovery.DiscoveryResponse) [32]byte {
 
 // find returns the typed_config of our TypedExtensionConfig, nil if the
 // response does not carry it.
-func (c *Client) find(resp *discovery.DiscoveryResponse) (*anypb.Any, error) {
-	for _, res := range resp.GetResources() {
-		if res.GetTypeUrl() == discoveryResource { // a TTL'd resource wrapper
-			w := &discovery.Resource{}
-			if err := res.UnmarshalTo(w); err != nil {
+func (c *Client) find(resp *adsResponse) (*anyMsg, error) {
+	for _, res := range resp.Resources {
+		if res.TypeURL == discoveryResource { // a TTL'd resource wrapper
+			inner, ok, err := unmarshalWrapped(res.Value)
+			if err != nil {
 				return nil, fmt.Errorf("resource wrapper: %w", err)
 			}
-			if w.GetResource() == nil {
+			if !ok {
 				continue // TTL heartbeat without a body
 			}
-			res = w.GetResource()
+			res = inner
 		}
-		if res.GetTypeUrl() != ExtensionConfigType {
-			return nil, fmt.Errorf("resource of type %s in a %s response", res.GetTypeUrl(), ExtensionConfigType)
+		if res.TypeURL != ExtensionConfigType {
+			return nil, fmt.Errorf("resource of type %s in a %s response", res.TypeURL, ExtensionConfigType)
 		}
-		tec := &core.TypedExtensionConfig{}
-		if err := res.UnmarshalTo(tec); err != nil {
+		name, tc, _, err := unmarshalTypedExtensionConfig(res.Value)
+		if err != nil {
 			return nil, fmt.Errorf("TypedExtensionConfig: %w", err)
 		}
-		if tec.GetName() != c.cfg.ResourceName {
+		if name != c.cfg.ResourceName {
 			continue
 		}
-		tc := tec.GetTypedConfig()
-		if tc.GetTypeUrl() != SettingsType {
-			return nil, fmt.Errorf("typed_config: type %q, want %s", tc.GetTypeUrl(), SettingsType)
+		if tc.TypeURL != SettingsType {
+			return nil, fmt.Errorf("typed_config: type %q, want %s", tc.TypeURL, SettingsType)
 		}
-		return tc, nil
+		return &tc, nil
 	}
 	return nil, nil
 }
 
-func (c *Client) nack(version, nonce string, sum [32]byte, err error) *discovery.DiscoveryRequest {
+func (c *Client) nack(version, nonce string, sum [32]byte, err error) *adsRequest {
 	c.rejected, c.rejectedSum = version, sum
 	c.updates.WithLabelValues("nack").Inc()
 	c.setStatus(func(s *Status) { s.Rejected, s.RejectError = version, err.Error() })
 	c.log.Warn("xds: settings rejected; keeping the running settings",
 		zap.String("version", version), zap.String("running_version", c.acked), zap.Error(err))
-	return &discovery.DiscoveryRequest{
-		TypeUrl:       ExtensionConfigType,
+	return &adsRequest{
+		TypeURL:       ExtensionConfigType,
 		ResourceNames: []string{c.cfg.ResourceName},
 		VersionInfo:   c.acked, // the version we still run
 		ResponseNonce: nonce,
-		ErrorDetail:   &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()},
+		ErrorDetail:   &rpcStatus{Code: codeInvalidArgument, Message: err.Error()},
 	}
 }

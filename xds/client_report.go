@@ -1,24 +1,20 @@
 package xds
 
-import (
-	"errors"
-
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-)
+import "errors"
 
 // report tells ClientConfig.OnResult where the client stands after handling
 // resp with req: a NACK reports its error; a re-send of the version just
 // rejected reports nothing (the rejection stands); any other answer means
 // the client runs what the control plane serves (applied now, or already
 // running, e.g. after the control plane went back to the running version).
-func (c *Client) report(resp *discovery.DiscoveryResponse, req *discovery.DiscoveryRequest) {
+func (c *Client) report(resp *adsResponse, req *adsRequest) {
 	if c.cfg.OnResult == nil || req == nil {
 		return
 	}
-	version := resp.GetVersionInfo()
+	version := resp.VersionInfo
 	switch {
-	case req.GetErrorDetail() != nil:
-		c.cfg.OnResult(version, errors.New(req.GetErrorDetail().GetMessage()))
+	case req.ErrorDetail != nil:
+		c.cfg.OnResult(version, errors.New(req.ErrorDetail.Message))
 	case version == c.rejected && contentSum(resp) == c.rejectedSum:
 	default:
 		c.cfg.OnResult(version, nil)

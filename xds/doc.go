@@ -5,7 +5,10 @@
 // live-change guard (CheckLive), the active-settings Store with its
 // /config_dump handler, the ADS client that receives Settings from one of
 // several control-plane replicas (Client, reporting a NodeInfo: id,
-// namespace, labels, cluster, provider ports), and the reference control
+// namespace, labels, cluster, provider ports; it speaks gRPC over net/http's
+// HTTP/2 with the few ADS messages it needs encoded by hand, adsstream.go and
+// adswire.go, so the data-plane binary carries neither grpc-go nor envoy's
+// generated types), and the reference control
 // plane (ControlPlane) with its file (ControlPlaneFile: default < namespaces
 // < selectors < nodes, resolved per node by Resolve).
 //

@@ -172,7 +172,7 @@ func make4(n int) []string {
 func TestNodeInfoRoundTrip(t *testing.T) {
 	in := NodeInfo{ID: "p-0.shop", Cluster: "east", Namespace: "shop",
 		Labels: map[string]string{"app": "payment", "track": "canary"}, Ports: []int32{20880, 20881}}
-	out := NodeInfoOf(in.node())
+	out := NodeInfoOf(coreNode(t, in.node()))
 	if out.String() != in.String() || out.classKey() != in.classKey() {
 		t.Fatalf("got %s want %s", out, in)
 	}
@@ -184,7 +184,7 @@ func TestNodeInfoRoundTrip(t *testing.T) {
 	if other.classKey() != in.classKey() {
 		t.Errorf("the id must not be part of the class")
 	}
-	if (NodeInfo{ID: "x"}).node().GetMetadata() != nil {
+	if (NodeInfo{ID: "x"}).node().Metadata != nil {
 		t.Errorf("no metadata when there is nothing to report")
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	sg "github.com/stormgate/stormgate/xds/stormgatev1"
@@ -46,8 +45,8 @@ type NodeInfo struct {
 }
 
 // node builds the xDS node a client sends.
-func (n NodeInfo) node() *core.Node {
-	node := &core.Node{Id: n.ID, Cluster: n.Cluster, UserAgentName: "stormgate"}
+func (n NodeInfo) node() *adsNode {
+	node := &adsNode{ID: n.ID, Cluster: n.Cluster, UserAgentName: "stormgate"}
 	fields := map[string]*structpb.Value{}
 	if n.Namespace != "" {
 		fields[MetaNamespace] = structpb.NewStringValue(n.Namespace)
@@ -70,29 +69,6 @@ func (n NodeInfo) node() *core.Node {
 		node.Metadata = &structpb.Struct{Fields: fields}
 	}
 	return node
-}
-
-// NodeInfoOf reads what a node reports. Metadata of the wrong type is
-// ignored (the node then matches no selector that needs it).
-func NodeInfoOf(node *core.Node) NodeInfo {
-	n := NodeInfo{ID: node.GetId(), Cluster: node.GetCluster()}
-	md := node.GetMetadata().GetFields()
-	n.Namespace = md[MetaNamespace].GetStringValue()
-	if ls := md[MetaLabels].GetStructValue().GetFields(); len(ls) > 0 {
-		n.Labels = make(map[string]string, len(ls))
-		for k, v := range ls {
-			if s, ok := v.GetKind().(*structpb.Value_StringValue); ok {
-				n.Labels[k] = s.StringValue
-			}
-		}
-	}
-	for _, v := range md[MetaProviderPorts].GetListValue().GetValues() {
-		if f, ok := v.GetKind().(*structpb.Value_NumberValue); ok && f.NumberValue >= 1 && f.NumberValue <= 65535 {
-			n.Ports = append(n.Ports, int32(f.NumberValue))
-		}
-	}
-	n.Ports = sortedPorts(n.Ports)
-	return n
 }
 
 func sortedPorts(ps []int32) []int32 {

@@ -54,7 +54,7 @@ func BenchmarkPublish(b *testing.B) {
 					Labels: map[string]string{"app": fmt.Sprintf("app-%d", i%10), "pod-template-hash": "5d8f7c9b4"}}
 				st := &cpStream{}
 				cp.streams[int64(i)] = st
-				st.node = cp.connectLocked(st, &discovery.DiscoveryRequest{Node: n.node(), ResourceNames: []string{DefaultResourceName}})
+				st.node = cp.connectLocked(st, &discovery.DiscoveryRequest{Node: coreNode(b, n.node()), ResourceNames: []string{DefaultResourceName}})
 			}
 			files := []*ControlPlaneFile{file(1), file(2)}
 			b.ResetTimer()
