@@ -305,6 +305,7 @@ func (c *Client) Run(ctx context.Context, apply ApplyFunc) error {
 	n := len(c.cfg.Addresses)
 	idx := c.first
 	failed := 0 // consecutive attempts that got no response
+	var downSince, lastLog time.Time
 	for {
 		addr := c.cfg.Addresses[idx]
 		c.setStatus(func(s *Status) { s.Server = addr })
@@ -323,12 +324,27 @@ func (c *Client) Run(ctx context.Context, apply ApplyFunc) error {
 		}
 		idx = (idx + 1) % n
 		wait := fullJitter(c.cfg.BackoffBase, c.cfg.BackoffMax, failed/n)
-		msg := "xds stream ended; keeping the last settings and reconnecting"
-		if !got {
-			msg = "xds control plane unreachable; keeping the last settings and retrying"
+		// The truth at once, then without flooding (as the provider's dial log): a
+		// stream that ended and the first failed attempt after it are logged when they
+		// happen; further failures every clientLogEvery with their count.
+		now := time.Now()
+		fields := []zap.Field{zap.String("xds_server", addr), zap.Error(err), zap.String("next", c.cfg.Addresses[idx]),
+			zap.Duration("backoff", wait), zap.String("version", c.acked)}
+		switch {
+		case got:
+			downSince, lastLog = now, now
+			c.log.Warn("xds stream ended; keeping the last settings and reconnecting", fields...)
+		case failed == 1:
+			if downSince.IsZero() {
+				downSince = now
+			}
+			lastLog = now
+			c.log.Warn("xds control plane unreachable; keeping the last settings and retrying", fields...)
+		case now.Sub(lastLog) >= clientLogEvery:
+			lastLog = now
+			c.log.Warn("xds control plane still unreachable; keeping the last settings and retrying",
+				append(fields, zap.Int("failed_attempts", failed), zap.Duration("down_for", now.Sub(downSince).Round(time.Millisecond)))...)
 		}
-		c.log.Warn(msg, zap.String("xds_server", addr), zap.Error(err), zap.String("next", c.cfg.Addresses[idx]),
-			zap.Duration("backoff", wait), zap.String("version", c.acked))
 		c.setStatus(func(s *Status) {
 			if s.Connected {
 				s.Connected, s.Since = false, time.Now()
@@ -345,6 +361,9 @@ func (c *Client) Run(ctx context.Context, apply ApplyFunc) error {
 		}
 	}
 }
+
+// clientLogEvery is how often Run logs a control plane that stays unreachable.
+const clientLogEvery = 10 * time.Second
 
 func errText(err error) string {
 	if err == nil {

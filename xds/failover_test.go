@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"context"
 	"net"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 // Two replicas serving the same file. The one the client is connected to
@@ -247,5 +252,36 @@ func TestClientLeavesSilentControlPlane(t *testing.T) {
 	}
 	if reqs := silent.requests(); len(reqs) == 0 {
 		t.Fatalf("the client never asked the silent control plane: the test proves nothing")
+	}
+}
+
+// A control plane that stays unreachable is logged at once, then not again within
+// clientLogEvery however often the client retries (issue 16: one line per attempt
+// flooded the log, 4 in 2 s at the default backoff).
+func TestClientUnreachableLoggedOnce(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := lis.Addr().String()
+	lis.Close()
+	core, logs := observer.New(zap.WarnLevel)
+	c, err := NewClient(ClientConfig{Addresses: []string{dead}, Node: NodeInfo{ID: "n"},
+		BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}, zap.New(core), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts := 0
+	c.cfg.OnStatus = func(Status) { attempts++ }
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_ = c.Run(ctx, func(*sg.Settings, string) error { return nil })
+	if attempts < 10 {
+		t.Fatalf("only %d status changes in 500 ms", attempts)
+	}
+	lines := logs.All()
+	if len(lines) != 1 || lines[0].Message != "xds control plane unreachable; keeping the last settings and retrying" ||
+		!strings.Contains(lines[0].ContextMap()["error"].(string), "connection refused") {
+		t.Fatalf("%d lines for %d status changes: %v", len(lines), attempts, lines)
 	}
 }
