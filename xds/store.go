@@ -2,12 +2,15 @@ package xds
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 
 	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
@@ -19,6 +22,7 @@ const (
 	SourceFile     = "file"    // the --config file
 	SourceFlag     = "flag"    // a sidecar run flag
 	SourceXDS      = "xds"     // pushed by the control plane
+	SourceAdmin    = "admin"   // changed at run time on the admin listener (POST /logging)
 )
 
 // Active is one immutable, validated settings value with its version and
@@ -52,9 +56,10 @@ type Store struct {
 	mu        sync.Mutex  // serialises Update, Rebase and Reject; guards subs and base
 	base      Layered     // what an xDS push is merged over, with its sources
 	subs      map[chan struct{}]struct{}
-	info      *prometheus.GaugeVec   // nil without a registerer
-	rejGauge  prometheus.Gauge       // nil without a registerer
-	build     atomic.Pointer[string] // the binary's version, for /config_dump (SetBuildVersion)
+	info      *prometheus.GaugeVec          // nil without a registerer
+	rejGauge  prometheus.Gauge              // nil without a registerer
+	build     atomic.Pointer[string]        // the binary's version, for /config_dump (SetBuildVersion)
+	liveLevel atomic.Pointer[func() string] // the log level in force (SetLiveLogLevel)
 }
 
 // NewStore starts a store with complete settings s (normally WithDefaults of
@@ -103,6 +108,34 @@ func (st *Store) Base() Layered {
 // SetBuildVersion sets the binary's version that /config_dump prints as
 // "stormgate_version" (after an upgrade, the new binary's).
 func (st *Store) SetBuildVersion(v string) { st.build.Store(&v) }
+
+// SetLiveLogLevel tells /config_dump how to read the log level in force: when
+// it differs from the settings' log.level (changed with POST /logging since),
+// /config_dump shows the level in force, from source SourceAdmin.
+func (st *Store) SetLiveLogLevel(f func() string) { st.liveLevel.Store(&f) }
+
+// inForce is a with the run-time changes SetLiveLogLevel reports.
+func (st *Store) inForce(a *Active) (*sg.Settings, FieldSources) {
+	f := st.liveLevel.Load()
+	if f == nil {
+		return a.Settings, a.Sources
+	}
+	lv, cur := (*f)(), a.Settings.GetLog().GetLevel()
+	if lv == "" || cur == "" || strings.EqualFold(lv, cur) {
+		return a.Settings, a.Sources
+	}
+	s := proto.Clone(a.Settings).(*sg.Settings)
+	if s.Log == nil {
+		s.Log = &sg.Log{}
+	}
+	s.Log.Level = proto.String(lv)
+	srcs := maps.Clone(a.Sources)
+	if srcs == nil {
+		srcs = FieldSources{}
+	}
+	srcs["log.level"] = SourceAdmin
+	return s, srcs
+}
 
 // Load returns the active settings. Never nil.
 func (st *Store) Load() *Active { return st.cur.Load() }
@@ -245,8 +278,9 @@ func (st *Store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := st.Load()
+	inForce, sources := st.inForce(a)
 	if r.URL.Query().Get("format") == "yaml" {
-		b, err := MarshalYAML(a.Settings)
+		b, err := MarshalYAML(inForce)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -255,7 +289,7 @@ func (st *Store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(b)
 		return
 	}
-	settings, err := MarshalJSON(a.Settings)
+	settings, err := MarshalJSON(inForce)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -280,7 +314,7 @@ func (st *Store) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		LastRejected *Rejection      `json:"last_rejected"`
 		FieldSources FieldSources    `json:"field_sources"`
 		Settings     json.RawMessage `json:"settings"`
-	}{build, a.Version, a.Source, a.File, a.Applied.UTC(), st.Rejecting(), rej, a.Sources, settings}, "", "  ")
+	}{build, a.Version, a.Source, a.File, a.Applied.UTC(), st.Rejecting(), rej, sources, settings}, "", "  ")
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return

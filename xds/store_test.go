@@ -98,3 +98,37 @@ func TestNewStoreRejectsInvalid(t *testing.T) {
 		t.Fatal("empty settings accepted")
 	}
 }
+
+// /config_dump shows the log level in force: after POST /logging changed it, the
+// changed level from source "admin", not the settings' value from where it came.
+func TestConfigDumpShowsTheLiveLogLevel(t *testing.T) {
+	st, err := NewStore(Defaults(), "v0", SourceDefaults, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := "info"
+	st.SetLiveLogLevel(func() string { return live })
+	dump := func() (level, source string) {
+		rec := httptest.NewRecorder()
+		st.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/config_dump", nil))
+		var d struct {
+			Sources  map[string]string         `json:"field_sources"`
+			Settings map[string]map[string]any `json:"settings"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &d); err != nil {
+			t.Fatal(err)
+		}
+		level, _ = d.Settings["log"]["level"].(string)
+		return level, d.Sources["log.level"]
+	}
+	if lv, src := dump(); lv != "info" || src != SourceDefaults {
+		t.Fatalf("before: log.level %q from %q", lv, src)
+	}
+	live = "debug"
+	if lv, src := dump(); lv != "debug" || src != SourceAdmin {
+		t.Fatalf("after POST /logging?level=debug: log.level %q from %q", lv, src)
+	}
+	if st.Load().Settings.GetLog().GetLevel() != "info" {
+		t.Fatal("the stored settings changed")
+	}
+}

@@ -262,6 +262,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		return fail(err)
 	}
 	store.SetBuildVersion(version)
+	store.SetLiveLogLevel(func() string { return level.Level().String() })
 	// With a control plane, not ready until its first settings are in force (applied, or equal
 	// to the startup ones: ACKed): a sidecar that cannot
 	// reach it (or cannot verify it: wrong CA) must not take traffic with settings it never got.
