@@ -489,14 +489,12 @@ func (c *Client) handle(resp *adsResponse, apply ApplyFunc) (req *adsRequest) {
 			zap.String("version", version))
 	}
 	next := Merge(c.cfg.Base, pushed)
-	if err := Validate(next); err != nil {
-		return c.nack(version, nonce, sum, err)
-	}
 	cur := c.applied
 	if c.cfg.Current != nil {
 		cur = c.cfg.Current()
 	}
-	if err := CheckLive(cur, next); err != nil {
+	// Every problem in one NACK: bad values and fields that cannot change live.
+	if err := AllProblems(Validate(next), CheckLive(cur, next)); err != nil {
 		return c.nack(version, nonce, sum, err)
 	}
 	if err := apply(next, version); err != nil {

@@ -231,6 +231,10 @@ func TestClientNACKOncePerBadVersion(t *testing.T) {
 		{"v2-negative", interval(-time.Second), "keepalive.upstream_interval: -1s is negative; must be between 1s and 1h"},
 		{"v3-address", &sg.Settings{Listener: &sg.Listener{Address: proto.String("0.0.0.0:20999")}},
 			"listener.address: cannot change live (0.0.0.0:20881 -> 0.0.0.0:20999)"},
+		// Both kinds in one push: one NACK lists both (it listed the bad value alone).
+		{"v4-both", &sg.Settings{Keepalive: &sg.Keepalive{UpstreamInterval: dur(-time.Second)},
+			Listener: &sg.Listener{Address: proto.String("0.0.0.0:20999")}},
+			"keepalive.upstream_interval: -1s is negative; must be between 1s and 1h; listener.address: cannot change live (0.0.0.0:20881 -> 0.0.0.0:20999)"},
 	}
 	for i, b := range bad {
 		rs.set(t, "n", b.version, b.s)
@@ -256,15 +260,15 @@ func TestClientNACKOncePerBadVersion(t *testing.T) {
 			t.Fatalf("old settings must stay: version %s after %d applies", v, calls)
 		}
 	}
-	rs.set(t, "n", "v4", interval(7*time.Second))
-	waitFor(t, 5*time.Second, "v4 applied", func() bool { return rc.version() == "v4" })
-	if n := rs.nacks(); n != 2 {
-		t.Fatalf("%d NACKs, want 2 (one per bad version)", n)
+	rs.set(t, "n", "v5", interval(7*time.Second))
+	waitFor(t, 5*time.Second, "v5 applied", func() bool { return rc.version() == "v5" })
+	if n := rs.nacks(); n != 3 {
+		t.Fatalf("%d NACKs, want 3 (one per bad version)", n)
 	}
-	if got := len(rs.requests()); got > 8 {
-		t.Fatalf("%d requests for 4 versions: the client loops: %+v", got, rs.requests())
+	if got := len(rs.requests()); got > 10 {
+		t.Fatalf("%d requests for 5 versions: the client loops: %+v", got, rs.requests())
 	}
-	if rc.count("ack") != 2 || rc.count("nack") != 2 {
+	if rc.count("ack") != 2 || rc.count("nack") != 3 {
 		t.Fatalf("metrics: ack=%v nack=%v", rc.count("ack"), rc.count("nack"))
 	}
 }

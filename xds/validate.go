@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -50,6 +51,27 @@ func (ps Problems) Error() string {
 		s[i] = p.Error()
 	}
 	return strings.Join(s, "; ")
+}
+
+// AllProblems joins the Problems of several checks (Validate, CheckLive) into
+// one, so a rejection lists every problem at once; nil when all are nil. An
+// error that is not Problems is returned as it is.
+func AllProblems(errs ...error) error {
+	var ps Problems
+	for _, err := range errs {
+		var more Problems
+		switch {
+		case err == nil:
+		case errors.As(err, &more):
+			ps = append(ps, more...)
+		default:
+			return err
+		}
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps
 }
 
 // Validate checks complete settings (normally WithDefaults of a file or a

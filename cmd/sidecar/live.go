@@ -68,7 +68,7 @@ func (l *liveSettings) reload(file string, load func() (xds.Layered, error)) {
 			err = l.store.Rebase(next, version, xds.SourceFile)
 		}
 	case next.Settings != nil: // invalid: also say what could not change live
-		err = allProblems(err, xds.CheckLive(prev.Settings, next.Settings))
+		err = xds.AllProblems(err, xds.CheckLive(prev.Settings, next.Settings))
 	}
 	if err != nil {
 		l.store.Reject(version, xds.SourceFile, err)
@@ -83,7 +83,7 @@ func (l *liveSettings) reload(file string, load func() (xds.Layered, error)) {
 // fields that cannot change live), then asks every stage whether it takes its
 // part, and only then hands each its part: a change reaches every stage or none.
 func (l *liveSettings) stages(prev, next *sg.Settings) error {
-	if err := allProblems(xds.Validate(next), xds.CheckLive(prev, next)); err != nil {
+	if err := xds.AllProblems(xds.Validate(next), xds.CheckLive(prev, next)); err != nil {
 		return err
 	}
 	pc, ac := xds.ProxyConfig(next), xds.AdmissionConfig(next)
@@ -115,26 +115,6 @@ func (l *liveSettings) stages(prev, next *sg.Settings) error {
 func (l *liveSettings) logApplied(prev, next *sg.Settings, version, source string) {
 	l.log.Info("settings applied", zap.String("source", source), zap.String("version", version),
 		zap.Strings("changed", xds.ChangeStrings(xds.Changes(prev, next))))
-}
-
-// allProblems joins the xds.Problems of errs into one (nil when there are
-// none); an error of another kind is returned as it is.
-func allProblems(errs ...error) error {
-	var ps xds.Problems
-	for _, err := range errs {
-		var more xds.Problems
-		switch {
-		case err == nil:
-		case errors.As(err, &more):
-			ps = append(ps, more...)
-		default:
-			return err
-		}
-	}
-	if len(ps) == 0 {
-		return nil
-	}
-	return ps
 }
 
 // problemStrings lists the problems in err one per entry (a log field).
