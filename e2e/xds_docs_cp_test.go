@@ -15,8 +15,8 @@ import (
 // metadata, selectors).
 func xdsLiveDocs(t *testing.T, w func(string, ...any)) {
 	w("## Live changes over xDS\n\n")
-	w("With `--xds HOST:PORT` the sidecar keeps an ADS stream (gRPC, `envoy.service.discovery.v3`, state of the\n")
-	w("world) to the control plane and subscribes to one `envoy.config.core.v3.TypedExtensionConfig` resource, named\n")
+	w("With `--xds HOST:PORT` the sidecar keeps an ADS stream (gRPC over HTTP/2, `envoy.service.discovery.v3`, state of the\n")
+	w("world; h2c, or TLS with ALPN `h2`) to the control plane and subscribes to one `envoy.config.core.v3.TypedExtensionConfig` resource, named\n")
 	w("`%s` by default (`--xds-resource`), whose `typed_config` is an `Any` holding a `stormgate.v1.Settings`\n", xds.DefaultResourceName)
 	w("(type URL `%s`). Any go-control-plane snapshot cache can serve it. The node id is\n", xds.SettingsType)
 	w("`--node-id`, else `$POD_NAME.$POD_NAMESPACE`. TLS: `--xds-ca` (verify the server), plus `--xds-cert`\n")
@@ -31,8 +31,9 @@ func xdsLiveDocs(t *testing.T, w func(string, ...any)) {
 	w("there. When the stream ends (the replica was killed, restarted, or the network broke) it tries the next\n")
 	w("address after a random pause of at most 250 ms, and backs off exponentially (full jitter, up to 10 s) only\n")
 	w("after every address failed in a row. A refused connection costs nothing; an address that accepts TCP but\n")
-	w("never answers costs the 5 s connect timeout, and one that takes the stream but sends nothing for 15 s is\n")
-	w("left too; a peer that vanished without a FIN is found by the gRPC keepalive (5 min, then 20 s).\n")
+	w("sends no byte (no TLS ServerHello, no HTTP/2 SETTINGS) costs the 5 s connect timeout, and one that takes the stream but sends nothing for 15 s is\n")
+	w("left too; a peer that vanished without a FIN is found by an HTTP/2 PING after 5 min without a frame,\n")
+	w("answered within 20 s (grpc-go's client keepalive, which grpc-go servers accept by default).\n")
 	w("Meanwhile the last settings stay as they are, and since replicas serve the\n")
 	w("same content-hash version, reconnecting to another replica changes nothing on the data plane.\n\n")
 	w("Metrics: `stormgate_xds_updates_total{result=\"ack|nack\"}`, `stormgate_xds_connected` (1 while the\n")
