@@ -118,6 +118,12 @@ func runUpgrade(out io.Writer, f upgradeFlags) error {
 		switch {
 		case err != nil:
 			lastErr = err // expected for a moment: the exec
+		case st.PID != before.PID:
+			// The exec keeps the pid (and a rollback too): another pid is a new process, started
+			// by systemd or the kubelet after the upgraded one died.
+			return fmt.Errorf("upgrade %s failed: the sidecar now answering on %s is a new process (pid %d, was %d; version %s): "+
+				"the upgraded process died before it had restored what it was handed, and its consumer connections "+
+				"were closed; see the log of the process that died (docs/operations.md)", job.ID, f.admin, st.PID, before.PID, st.Version)
 		case st.Last != nil && st.Last.ID == job.ID && st.Last.Result != "":
 			return reportOutcome(out, before, st)
 		}

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -183,4 +184,30 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, result string) f
 	}
 	t.Fatalf("%s{result=%q} not found", name, result)
 	return 0
+}
+
+// A sidecar whose upgraded process died after the exec and was restarted (systemd, the kubelet)
+// answers with another pid and no outcome: `sidecar upgrade` says so at once instead of waiting out
+// --timeout for an outcome that can never come.
+func TestUpgradeCommandSeesARestartedSidecar(t *testing.T) {
+	posted := false
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPost:
+			posted = true
+			w.WriteHeader(http.StatusAccepted)
+			_ = json.NewEncoder(w).Encode(upgradeOutcome{ID: "u1", From: "v1", To: "v2", Binary: "/new/sidecar"})
+		case !posted:
+			_ = json.NewEncoder(w).Encode(upgradeStatus{Version: "v1", PID: 100})
+		default: // restarted from the old binary: a new pid, no record of the upgrade
+			_ = json.NewEncoder(w).Encode(upgradeStatus{Version: "v1", PID: 200})
+		}
+	}))
+	defer srv.Close()
+	var out bytes.Buffer
+	err := runUpgrade(&out, upgradeFlags{admin: strings.TrimPrefix(srv.URL, "http://"), timeout: time.Minute,
+		preflightTimeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "a new process (pid 200, was 100") {
+		t.Fatalf("err %v", err)
+	}
 }
