@@ -33,7 +33,7 @@ func xdsLiveDocs(t *testing.T, w func(string, ...any)) {
 	w("after every address failed in a row. A refused connection costs nothing; an address that accepts TCP but\n")
 	w("sends no byte (no TLS ServerHello, no HTTP/2 SETTINGS) costs the 5 s connect timeout, and one that takes the stream but sends nothing for 15 s is\n")
 	w("left too; a peer that vanished without a FIN is found by an HTTP/2 PING after 5 min without a frame,\n")
-	w("answered within 20 s (grpc-go's client keepalive, which grpc-go servers accept by default).\n")
+	w("answered within 20 s (grpc-go servers, the reference control plane among them, accept pings 5 min apart by default).\n")
 	w("Meanwhile the last settings stay as they are, and since replicas serve the\n")
 	w("same content-hash version, reconnecting to another replica changes nothing on the data plane.\n\n")
 	w("Metrics: `stormgate_xds_updates_total{result=\"ack|nack\"}`, `stormgate_xds_connected` (1 while the\n")

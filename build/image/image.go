@@ -32,6 +32,15 @@ const (
 // ExposedPorts are the sidecar's default ports: the transparent listener and the metrics listener.
 var ExposedPorts = []string{"15006/tcp", "15090/tcp"}
 
+// What `docker build` (BuildKit) puts in the configuration of every image built FROM scratch without
+// being asked (dockerfile2llb's emptyImage): a working directory and the default PATH. The images
+// carry them too, so that the Dockerfile's images and these have the same configuration, not only the
+// same files. Nothing here reads them (the entrypoint is an absolute path and there is no shell).
+const (
+	WorkingDir = "/"
+	DefaultEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
+
 // Labels returns the OCI labels stamped on the image.
 func Labels(version string) map[string]string {
 	return map[string]string{
@@ -78,8 +87,9 @@ func (s Spec) Image() (oci.Image, error) {
 	}
 	return oci.Image{
 		Name: s.Name, OS: "linux", Architecture: s.Arch, Created: s.Created,
-		Config: oci.Config{User: s.User, Entrypoint: entry, ExposedPorts: ports, Labels: s.Labels},
-		Files:  []oci.File{{Path: s.BinaryPath, Mode: 0o755, Content: s.Binary}},
+		Config: oci.Config{User: s.User, Entrypoint: entry, ExposedPorts: ports, Labels: s.Labels,
+			Env: []string{DefaultEnv}, WorkingDir: WorkingDir},
+		Files: []oci.File{{Path: s.BinaryPath, Mode: 0o755, Content: s.Binary}},
 		CreatedBy: fmt.Sprintf("stormgate build/image: COPY %s (static, %d bytes); USER %s; ENTRYPOINT %q",
 			s.BinaryPath, len(s.Binary), s.User, entry),
 	}, nil
