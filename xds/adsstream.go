@@ -65,7 +65,9 @@ func openADS(ctx context.Context, addr string, tlsConf *tls.Config, dialTimeout 
 	}
 	protos := new(http.Protocols)
 	scheme := "http"
+	var notes *tlsNotes
 	if tlsConf != nil {
+		tlsConf, notes = noteClientCert(tlsConf)
 		protos.SetHTTP2(true)
 		scheme = "https"
 	} else {
@@ -110,6 +112,7 @@ func openADS(ctx context.Context, addr string, tlsConf *tls.Config, dialTimeout 
 		if dialer.silent.Load() {
 			err = fmt.Errorf("%s accepted the connection but sent nothing within %v (hung, or not an xDS server)", addr, dialTimeout)
 		}
+		err = notes.explain(err)
 		unwatch()
 		_ = pw.CloseWithError(err)
 		tr.CloseIdleConnections()
@@ -127,6 +130,49 @@ func openADS(ctx context.Context, addr string, tlsConf *tls.Config, dialTimeout 
 		return nil, err
 	}
 	return s, nil
+}
+
+// tlsNotes records what a TLS handshake asked of the client certificate. In TLS
+// 1.3 a server checks the client's certificate after the handshake and refuses it
+// with an alert; the HTTP/2 client, writing its request by then, often sees only
+// the broken pipe that follows, which would leave the operator guessing.
+type tlsNotes struct {
+	asked, sent atomic.Bool
+}
+
+// noteClientCert returns a copy of c that records in the notes whether the server
+// asked for a client certificate and whether one was sent.
+func noteClientCert(c *tls.Config) (*tls.Config, *tlsNotes) {
+	n := &tlsNotes{}
+	c = c.Clone()
+	get := c.GetClientCertificate
+	c.GetClientCertificate = func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		n.asked.Store(true)
+		cert := &tls.Certificate{}
+		if get != nil {
+			var err error
+			if cert, err = get(cri); err != nil {
+				return nil, err
+			}
+		} else if len(c.Certificates) > 0 {
+			cert = &c.Certificates[0]
+		}
+		n.sent.Store(cert != nil && len(cert.Certificate) > 0)
+		return cert, nil
+	}
+	return c, n
+}
+
+// explain adds to a failed call what the handshake suggests, unless err already
+// names the certificate (the server's alert was read in time).
+func (n *tlsNotes) explain(err error) error {
+	if n == nil || !n.asked.Load() || strings.Contains(err.Error(), "certificate") {
+		return err
+	}
+	if !n.sent.Load() {
+		return fmt.Errorf("%w (the control plane asked for a client certificate and none is configured: --xds-cert and --xds-key)", err)
+	}
+	return fmt.Errorf("%w (the control plane asked for this sidecar's client certificate and then closed the connection: it probably refused the certificate, expired or not signed by a CA it trusts)", err)
 }
 
 // speakingDialer dials with a timeout and closes a connection on which the

@@ -8,10 +8,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,6 +103,11 @@ func TestClientMTLS(t *testing.T) {
 	if noCert.version() != "" || noCert.connected() != 0 {
 		t.Fatal("a client without a certificate got settings from an mTLS control plane")
 	}
+	// Why, whichever error the client met first: the server's alert, or the broken
+	// pipe of a request written while the server was refusing the certificate.
+	if e := noCert.c.Status().LastError; !strings.Contains(e, "certificate") {
+		t.Fatalf("a client without a certificate: last error %q does not say why", e)
+	}
 
 	for _, bad := range []ClientConfig{
 		{Addresses: []string{"x:1"}, Node: NodeInfo{ID: "n"}, Cert: cliCert},
@@ -166,5 +173,30 @@ func TestClientTLSReloadsRotatedFiles(t *testing.T) {
 	_ = os.Chtimes(cliCert, later.Add(time.Minute), later.Add(time.Minute))
 	if cn := clientCN(); cn != "sidecar-2" {
 		t.Fatalf("after a broken rotation: %s", cn)
+	}
+}
+
+// The hint a refused client certificate adds to an error that does not say it.
+func TestTLSNotesExplain(t *testing.T) {
+	pipe := errors.New("write tcp 127.0.0.1:1->127.0.0.1:2: write: broken pipe")
+	var none *tlsNotes
+	if got := none.explain(pipe); got != pipe {
+		t.Errorf("plaintext: %v", got)
+	}
+	n := &tlsNotes{}
+	if got := n.explain(pipe); got != pipe {
+		t.Errorf("no certificate asked for: %v", got)
+	}
+	n.asked.Store(true)
+	if got := n.explain(pipe); !errors.Is(got, pipe) || !strings.Contains(got.Error(), "none is configured: --xds-cert and --xds-key") {
+		t.Errorf("asked, none sent: %v", got)
+	}
+	n.sent.Store(true)
+	if got := n.explain(pipe); !strings.Contains(got.Error(), "probably refused the certificate") {
+		t.Errorf("asked, sent: %v", got)
+	}
+	alert := errors.New("remote error: tls: certificate required")
+	if got := n.explain(alert); got != alert {
+		t.Errorf("an alert that says it already: %v", got)
 	}
 }
