@@ -660,6 +660,12 @@ func (a *Admitter) Update(cfg Config) error {
 		}
 		if err := applyListenerOptions(int(fd), ns); err != nil {
 			opErr = fmt.Errorf("admission: %w", err)
+			// All or nothing (issue 10 item 6): the push is refused, so the socket keeps
+			// what runs (old backlog and options), not the half of the new ones that took.
+			_ = applyListenerOptions(int(fd), old)
+			if ns.backlog != old.backlog {
+				_ = unix.Listen(int(fd), old.backlog)
+			}
 		}
 	}); err != nil {
 		return fmt.Errorf("admission: listener: %w", net.ErrClosed)
