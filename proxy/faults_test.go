@@ -132,37 +132,10 @@ func TestProviderCallbackGetsError(t *testing.T) {
 // the connection that replaces the stalled one are not a stall yet (its buffer has
 // room); with heartbeats off, limits.max_request_age is what answers them.
 func TestStalledProviderAnswersEveryRequest(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var conns []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if tc, ok := c.(*net.TCPConn); ok {
-				_ = tc.SetReadBuffer(4096)
-			}
-			mu.Lock()
-			conns = append(conns, c) // never read
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
+	upstream := neverReadingProvider(t)
 	const budgetBytes = 1 << 20
 	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) {
-		c.Upstream = ln.Addr().String()
+		c.Upstream = upstream
 		c.UpstreamConns = 1
 		c.HoldTimeout = 200 * time.Millisecond
 		c.UpstreamInterval = time.Hour
@@ -293,4 +266,38 @@ func TestIdleProviderSurvivesMaxMissedOne(t *testing.T) {
 	if f.provider.Stats().HeartbeatsReceived == 0 {
 		t.Fatal("no heartbeats were sent")
 	}
+}
+
+// neverReadingProvider listens on loopback and accepts connections that it never
+// reads, with 4 KiB receive buffers so that they stall soon: a provider that stopped
+// reading without closing. Everything closes with the test.
+func neverReadingProvider(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*net.TCPConn).SetReadBuffer(4096)
+			mu.Lock()
+			conns = append(conns, c) // never read
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().String()
 }

@@ -21,35 +21,10 @@ import (
 // keeps stay within upstream.max_queued_bytes (per connection) and the process budget,
 // and what does not fit is dropped and counted, never queued without bound.
 func TestOneWayToStalledProviderIsBounded(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.(*net.TCPConn).SetReadBuffer(4096)
-			mu.Lock()
-			conns = append(conns, c) // never read
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
+	upstream := neverReadingProvider(t)
 	const queueBound, budgetBytes, body = 64 << 10, 1 << 20, 16 << 10
 	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) {
-		c.Upstream = ln.Addr().String()
+		c.Upstream = upstream
 		c.UpstreamConns = 1
 		c.WriteTimeout = 0 // the connection stays: only the bounds may stop the growth
 		c.UpstreamInterval = time.Hour
