@@ -1,10 +1,8 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -91,6 +89,8 @@ func TestUnsentRequestsAreReheldOnTheNextConnection(t *testing.T) {
 	var mu sync.Mutex
 	var conns []net.Conn
 	var accepted atomic.Int32
+	var seen atomic.Int32
+	echo := &scriptedProvider{onFrame: echoScript(t, &seen)} // its frame loop, on connections accepted here
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -104,7 +104,7 @@ func TestUnsentRequestsAreReheldOnTheNextConnection(t *testing.T) {
 				_ = c.(*net.TCPConn).SetReadBuffer(4096) // the first never reads
 				continue
 			}
-			go echoConn(c)
+			go echo.serve(c)
 		}
 	}()
 	defer func() {
@@ -163,31 +163,5 @@ func TestUnsentRequestsAreReheldOnTheNextConnection(t *testing.T) {
 	}
 	if lost == n {
 		t.Fatal("every request was answered 35: the unsent ones must be sent again")
-	}
-}
-
-// echoConn answers each request on c with its first string argument.
-func echoConn(c net.Conn) {
-	br := bufio.NewReaderSize(c, 64<<10)
-	for {
-		hdr := make([]byte, dubbo.HeaderLen)
-		if _, err := io.ReadFull(br, hdr); err != nil {
-			return
-		}
-		h, err := dubbo.ParseHeader(hdr, 1<<30)
-		if err != nil {
-			return
-		}
-		body := make([]byte, h.FrameLen()-dubbo.HeaderLen)
-		if _, err := io.ReadFull(br, body); err != nil {
-			return
-		}
-		switch h.Kind() {
-		case dubbo.KindEventTwoWay:
-			_, _ = c.Write(dubbo.AppendHeartbeatReply(nil, h.ID, h.Serial()))
-		case dubbo.KindRequest:
-			_, _, arg, _ := dubbo.ParseRequest(body)
-			_, _ = c.Write(dubbo.AppendValueResponse(nil, h.ID, dubbo.SerialHessian2, arg))
-		}
 	}
 }
