@@ -101,6 +101,10 @@ func (p *reporter) heartbeatSummaryRow() sumRow {
 		row.note = fmt.Sprintf("%s above the target: Stormgate spent %s per heartbeat, %s more than the %s the target allows (responder %s × %s). %s",
 			pctOver(r, targetHBRatio), usStr(sg), usStr(sg-targetHBRatio*fl), usStr(targetHBRatio*fl), usStr(fl), num(targetHBRatio, 2),
 			p.profileWhy(profileHeartbeat, hbFloor, "the responder"))
+		if pr := p.profile(profileHeartbeat, stormgate); pr != nil {
+			row.note += fmt.Sprintf(" The target leaves %s per heartbeat above the responder for all of Stormgate's user space and every system call the responder does not make; netpoll's own code alone took %s of CPU per heartbeat in that profile (every consumer connection is a netpoll connection: a link buffer it reads into, a closure per readable event, a second epoll_wait(2) after each wake-up).",
+				usStr((targetHBRatio-1)*fl), usStr(shareUs(pr, catNetpoll)))
+		}
 	}
 	return row
 }
@@ -157,6 +161,10 @@ func (p *reporter) forwardSummaryRows() []sumRow {
 			row.note = fmt.Sprintf("%s above the target: Stormgate spent %s per request, %s more than the %s the target allows (HAProxy %s × %s); the bare epoll forwarder spent %s. %s",
 				pctOver(sv/hv, targetFwdRatio), usStr(sv), usStr(sv-targetFwdRatio*hv), usStr(targetFwdRatio*hv), usStr(hv), num(targetFwdRatio, 1), usStr(fv),
 				p.profileWhy(profileForward(l), haproxy, "HAProxy"))
+			if pr := p.profile(profileForward(l), stormgate); pr != nil {
+				row.note += fmt.Sprintf(" Its time in the kernel alone was %s per request in that profile, against the whole %s the target allows: the system calls per request (frames per upstream write, epoll_wait(2) calls per wake-up) set the bound before any user-space cost.",
+					usStr(shareUs(pr, catKernel)), usStr(targetFwdRatio*hv))
+			}
 		}
 		rows = append(rows, row)
 	}
@@ -299,6 +307,17 @@ func (p *reporter) profileWhy(key, vsTarget, vsName string) string {
 		parts = append(parts, "Go runtime time by what it did: "+kernelText(sg.Runtime, 4)+".")
 	}
 	return strings.Join(parts, " ")
+}
+
+// shareUs is the CPU per operation a profile charges to one owner (kernel, netpoll, ...):
+// its share of the perf samples times the window's CPU per operation; 0 when unknown.
+func shareUs(pr *Profile, name string) float64 {
+	for _, s := range pr.Split {
+		if s.Name == name && pr.Ops > 0 {
+			return s.Frac * pr.perOp(pr.CPU)
+		}
+	}
+	return 0
 }
 
 // splitText prints a split as "kernel 58 % (12.1 µs), Go runtime 20 % (top: runtime.findRunnable), …".
