@@ -10,7 +10,7 @@ import (
 // TestMain runs the package's tests with netpoll configured as the sidecar configures
 // it (handlers on the pollers), so the tests exercise what runs in production.
 func TestMain(m *testing.M) {
-	if err := ConfigureNetpoll(zap.NewNop(), DefaultNetpollBuffer); err != nil {
+	if err := ConfigureNetpoll(zap.NewNop(), DefaultNetpollBuffer, 0); err != nil {
 		panic(err)
 	}
 	handoverChild() // TestHandoverAcrossExec's child process: never returns

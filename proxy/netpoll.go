@@ -2,9 +2,7 @@ package proxy
 
 import (
 	"context"
-	"os"
 	"runtime"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/cloudwego/netpoll"
@@ -21,19 +19,19 @@ import (
 const DefaultNetpollBuffer = 256
 
 // ConfigureNetpoll sets netpoll's process-wide options once, before any
-// connection exists: one poller per core (netpoll's default is one per 20
-// cores), a smaller initial input buffer per connection (it grows on demand;
-// idle connections are the common case here), and netpoll's own log lines
-// routed into zap.
-func ConfigureNetpoll(log *zap.Logger, bufferSize int) error {
+// connection exists: the number of pollers (see ResolvePollers), a smaller
+// initial input buffer per connection (it grows on demand; idle connections are
+// the common case here), and netpoll's own log lines routed into zap.
+func ConfigureNetpoll(log *zap.Logger, bufferSize, pollers int) error {
 	w := zap.NewStdLog(log.Named("netpoll")).Writer()
-	netpollConf.pollers.Store(int32(pollers()))
+	n := ResolvePollers(pollers, runtime.GOMAXPROCS(0))
+	netpollConf.pollers.Store(int32(n))
 	netpollConf.inline.Store(true)
 	// LinkBufferCap is netpoll's minimum buffer node size (4 KiB by default); without
 	// lowering it too, BufferSize below 4 KiB has no effect.
 	netpoll.LinkBufferCap = bufferSize
 	return netpoll.Configure(netpoll.Config{
-		PollerNum:    pollers(),
+		PollerNum:    n,
 		BufferSize:   bufferSize,
 		LoggerOutput: w,
 		LoadBalance:  netpoll.RoundRobin,
@@ -45,14 +43,25 @@ func ConfigureNetpoll(log *zap.Logger, bufferSize int) error {
 	})
 }
 
-// pollers is the number of netpoll pollers: one per core unless STORMGATE_POLLERS says
-// otherwise (an experiment knob, not a setting).
-func pollers() int {
-	if n, err := strconv.Atoi(os.Getenv("STORMGATE_POLLERS")); err == nil && n > 0 {
+// MaxPollers bounds `sidecar run --pollers`.
+const MaxPollers = 256
+
+// ResolvePollers is the number of netpoll pollers for `sidecar run --pollers n`:
+// n itself, or with n = 0 one per P (GOMAXPROCS, which Go sizes to the cores or the
+// container's CPU limit). The pollers are the data plane's threads, so with handlers
+// inline their number caps throughput; fewer cost less while consumers are mostly
+// idle, because Go's sysmon retakes the P of a poller blocked in epoll_wait(2) once
+// every P is so blocked, and each retake sets sysmon polling every 20 µs for a while
+// (docs/design.md §1 has the measurements).
+func ResolvePollers(n, gomaxprocs int) int {
+	if n > 0 {
 		return n
 	}
-	return runtime.GOMAXPROCS(0)
+	return max(1, gomaxprocs)
 }
+
+// Pollers is the number of pollers ConfigureNetpoll set up (0 before it ran).
+func Pollers() int { return netpollPollers() }
 
 // netpollConf records how ConfigureNetpoll set netpoll up; netpoll's configuration is
 // process-wide, and so is this record (handover.go parks every poller).

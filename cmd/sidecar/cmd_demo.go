@@ -68,7 +68,7 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 		log, _, _ = newLogger("info", "console")
 	}
 
-	if err := proxy.ConfigureNetpoll(log, proxy.DefaultNetpollBuffer); err != nil {
+	if err := proxy.ConfigureNetpoll(log, proxy.DefaultNetpollBuffer, 0); err != nil {
 		return err
 	}
 	prov, err := peer.NewProvider(peer.ProviderConfig{Addr: "127.0.0.1:0"}, log.Named("provider"))

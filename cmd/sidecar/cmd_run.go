@@ -51,6 +51,7 @@ type runFlags struct {
 	logLevel      string
 	logFormat     string
 	netpollBuffer int
+	pollers       int
 	upgradeBinary string
 	preflight     bool
 }
@@ -118,6 +119,7 @@ started from) without closing a connection, as 'sidecar upgrade' does.`,
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console (log.format)")
 	fl.IntVar(&f.netpollBuffer, "netpoll-buffer", proxy.DefaultNetpollBuffer, "initial input buffer per connection in bytes (grows on demand)")
 	_ = fl.MarkHidden("netpoll-buffer")
+	fl.IntVar(&f.pollers, "pollers", 0, "event loops running the data plane (netpoll pollers); 0: one per core (GOMAXPROCS). Fewer cost less CPU with many idle consumers and carry fewer requests/s (docs/operations.md, Sizing)")
 	fl.StringVar(&f.upgradeBinary, "upgrade-binary", "", "binary SIGUSR2 (and 'sidecar upgrade' without --binary) upgrades to; default: the path this process was started from (replace the file, then signal)")
 	fl.BoolVar(&f.preflight, "preflight", false, "check the flags and settings as run would, print a JSON report, exit (what an upgrade asks of the new binary); binds nothing")
 	_ = fl.MarkHidden("preflight")
@@ -178,6 +180,14 @@ func buildSettings(cmd *cobra.Command, f runFlags) (xds.Layered, error) {
 	return l, nil
 }
 
+// checkPollers refuses a --pollers value ConfigureNetpoll cannot use.
+func checkPollers(n int) error {
+	if n < 0 || n > proxy.MaxPollers {
+		return fmt.Errorf("--pollers %d: want 0 (one per core, the default) or 1 to %d", n, proxy.MaxPollers)
+	}
+	return nil
+}
+
 func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if f.preflight {
 		return runPreflight(cmd, f)
@@ -203,6 +213,12 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		}
 	}
 	// Everything that can fail without a socket fails before one is bound.
+	if err := checkPollers(f.pollers); err != nil {
+		if rs != nil {
+			return rs.fail(nil, err)
+		}
+		return err
+	}
 	if f.xdsAddr != "" {
 		if _, err := xds.NodeID(f.nodeID, os.Getenv); err != nil {
 			return fmt.Errorf("--xds %s: %w", f.xdsAddr, err)
@@ -243,7 +259,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		}
 		return err
 	}
-	if err := proxy.ConfigureNetpoll(log, f.netpollBuffer); err != nil {
+	if err := proxy.ConfigureNetpoll(log, f.netpollBuffer, f.pollers); err != nil {
 		return fail(err)
 	}
 
@@ -363,7 +379,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	log.Info("stormgate started", zap.String("version", version), zap.Stringer("listen", p.adm.Addr()),
 		zap.String("upstream", upstreamDesc(active)), zap.Bool("transparent", active.GetListener().GetTransparent()),
 		zap.String("settings_source", store.Load().Source), zap.String("config_file", layered.File),
-		zap.Bool("upgraded", rs != nil))
+		zap.Bool("upgraded", rs != nil), zap.Int("pollers", proxy.Pollers()))
 	live := &liveSettings{log: log, store: store, srv: srv, adm: p.adm, level: level}
 	p.live = live
 	p.handler = admission.HandlerFunc(func(c admission.Conn) { srv.ServeFD(c.FD, c.Remote, c.OrigDst) })

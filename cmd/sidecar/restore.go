@@ -228,6 +228,9 @@ func (r *restoring) done(u *upgrader, log *zap.Logger) {
 // force (protobuf on stdin, from the running sidecar) under this binary's rules; then one
 // JSON line (handover.PreflightReport) and exit 0.
 func runPreflight(cmd *cobra.Command, f runFlags) error {
+	if err := checkPollers(f.pollers); err != nil {
+		return err
+	}
 	if f.xdsAddr != "" {
 		if _, err := xds.NodeID(f.nodeID, os.Getenv); err != nil {
 			return fmt.Errorf("--xds %s: %w", f.xdsAddr, err)
