@@ -17,15 +17,19 @@ import (
 
 // The floor programs (bench/floor/*.c, built by bench/run.sh with gcc): the least an epoll event
 // loop can spend, run in the same run as HAProxy and Stormgate so that ratios to them are free of
-// the machine's mood.
+// the machine's mood. npfloor (bench/floor/npfloor, Go) is the least a responder on netpoll's
+// connections can spend: the floor of Stormgate's design rather than of any design.
 const (
 	hbFloor  = "hbfloor"  // bare epoll heartbeat responder
 	fwdFloor = "fwdfloor" // bare epoll multiplexing forwarder
+	npFloor  = "npfloor"  // heartbeat responder on netpoll connections, set up as Stormgate's
 )
 
 func init() {
 	targetTitle[hbFloor] = "bare epoll responder"
 	targetTitle[fwdFloor] = "bare epoll forwarder"
+	targetTitle[npFloor] = "netpoll responder"
+	targetColor[npFloor] = "#17becf"
 	targetColor[hbFloor] = "#2ca02c"
 	targetColor[fwdFloor] = "#2ca02c"
 }
@@ -48,7 +52,7 @@ func (px *proxy) heartbeatsAnswered(ctx context.Context) (float64, error) {
 			return 0, err
 		}
 		return m.sum("stormgate_heartbeats_answered_total", `side="downstream"`), nil
-	case hbFloor:
+	case hbFloor, npFloor:
 		for len(px.counts) > 0 {
 			<-px.counts
 		}
@@ -75,6 +79,8 @@ func (s *Suite) startFloor(ctx context.Context, px *proxy, up *provider, o proxy
 	switch px.kind {
 	case hbFloor:
 		argv = []string{s.bins.hbfloor, "--listen", px.addr}
+	case npFloor:
+		argv = []string{s.bins.npfloor, "--listen", px.addr}
 	case fwdFloor:
 		if up == nil {
 			return fmt.Errorf("%s needs a provider", px.kind)

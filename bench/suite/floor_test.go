@@ -69,10 +69,27 @@ func runFloor(t *testing.T, bin string, args ...string) (string, *exec.Cmd, <-ch
 	return "", nil, nil
 }
 
-// The responder answers every heartbeat in what it reads with the Java bytes, reassembles a
-// header split across reads, skips bodies (of other frames too), and counts on SIGUSR1.
+// buildNPFloor builds bench/floor/npfloor the way bench/run.sh does.
+func buildNPFloor(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "npfloor")
+	cmd := exec.Command("go", "build", "-o", out, "../floor/npfloor")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build npfloor: %v\n%s", err, b)
+	}
+	return out
+}
+
+// The responders (the C one and the one on netpoll's connections) answer every heartbeat in
+// what they read with the Java bytes, reassemble a header split across reads, skip bodies (of
+// other frames too), and count on SIGUSR1.
 func TestHBFloorAnswersJavaBytes(t *testing.T) {
-	addr, cmd, lines := runFloor(t, buildFloor(t, "hbfloor"))
+	t.Run("hbfloor", func(t *testing.T) { testHeartbeatResponder(t, buildFloor(t, "hbfloor")) })
+	t.Run("npfloor", func(t *testing.T) { testHeartbeatResponder(t, buildNPFloor(t)) })
+}
+
+func testHeartbeatResponder(t *testing.T, bin string) {
+	addr, cmd, lines := runFloor(t, bin)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

@@ -85,7 +85,7 @@ var allScenarios = []string{"micro", "quiet", "idle", "heartbeat", "latency", "f
 // Bins are the executables the suite drives.
 type Bins struct {
 	sidecar, stormbench, dgprovider, haproxy, self string
-	hbfloor, fwdfloor                              string // bench/floor programs
+	hbfloor, fwdfloor, npfloor                     string // bench/floor programs
 }
 
 // Suite runs scenarios and owns every process it starts.
@@ -298,6 +298,7 @@ func cmdRun(args []string) error {
 		dgprovider: filepath.Join(*bin, "dgprovider"),
 		hbfloor:    filepath.Join(*bin, "hbfloor"),
 		fwdfloor:   filepath.Join(*bin, "fwdfloor"),
+		npfloor:    filepath.Join(*bin, "npfloor"),
 	}
 	if s.bins.self, err = os.Executable(); err != nil {
 		return err
@@ -307,7 +308,7 @@ func cmdRun(args []string) error {
 	}
 	need := []string{s.bins.sidecar, s.bins.stormbench}
 	if needsFloor(o.Scenarios) {
-		need = append(need, s.bins.hbfloor, s.bins.fwdfloor)
+		need = append(need, s.bins.hbfloor, s.bins.fwdfloor, s.bins.npfloor)
 	}
 	if err := requireBins("bench/run.sh", need...); err != nil {
 		return err

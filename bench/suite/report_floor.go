@@ -105,6 +105,10 @@ func (p *reporter) heartbeatSummaryRow() sumRow {
 			row.note += fmt.Sprintf(" The target leaves %s per heartbeat above the responder for all of Stormgate's user space and every system call the responder does not make; netpoll's own code alone took %s of CPU per heartbeat in that profile (every consumer connection is a netpoll connection: a link buffer it reads into, a closure per readable event, a second epoll_wait(2) after each wake-up).",
 				usStr((targetHBRatio-1)*fl), usStr(shareUs(pr, catNetpoll)))
 		}
+		if nr, _, nu, nps := hr.ratioOf(npFloor); len(nps) > 0 {
+			row.note += fmt.Sprintf(" A responder on netpoll's connections with no other code (section 7) spent %s per heartbeat, %s× the bare responder: the least a design on netpoll's connections reaches on this machine.",
+				usStr(nu), num(nr, 2))
+		}
 	}
 	return row
 }
@@ -453,7 +457,7 @@ func (p *reporter) heartbeatSection() {
 	p.ln("## 7. Heartbeats against the kernel's floor")
 	p.ln("")
 	hr := p.r.Heartbeat
-	p.f("What it costs to answer a heartbeat, against the least it can cost on this machine: `bench/floor/hbfloor.c`, a single-threaded C program on one level-triggered epoll set that reads a readable connection once, answers every heartbeat in what it read with the Java-exact reply and writes them in one write(2), and does nothing else. Both run for the whole scenario, each with %s consumers of its own beating every second (`stormbench load`); the load tool of the target not being measured is stopped (SIGSTOP), so each window has the machine to itself. Windows alternate (responder, Stormgate, Stormgate, responder, …) so a change in the machine's load hits both alike; each starts %s after its load tool resumed (the tool sends what fell due while it was stopped at once, then goes back to its even schedule). CPU is utime+stime of the target's process over the window; heartbeats are the target's own count of heartbeats answered (Stormgate's `stormgate_heartbeats_answered_total{side=\"downstream\"}`, the responder's count printed on SIGUSR1), read just outside the CPU samples. The figure is the median over the pairs of Stormgate's CPU per heartbeat ÷ the responder's. A last pair runs under the profilers (section 10) and is not part of the figure.\n",
+	p.f("What it costs to answer a heartbeat, against the least it can cost on this machine: `bench/floor/hbfloor.c`, a single-threaded C program on one level-triggered epoll set that reads a readable connection once, answers every heartbeat in what it read with the Java-exact reply and writes them in one write(2), and does nothing else. Beside it, the least a design on netpoll's connections can cost: `bench/floor/npfloor`, a Go program that sets netpoll up as Stormgate does (one poller per core, handlers inline on the pollers, 256-byte input buffers) and whose handler answers every heartbeat in a connection's input in one write(2), keeping a header split across reads as the C responder does, and does nothing else. All three run for the whole scenario, each with %s consumers of its own beating every second (`stormbench load`); the load tools of the targets not being measured are stopped (SIGSTOP), so each window has the machine to itself. Windows alternate (responder, netpoll responder, Stormgate, then the reverse order, …) so a change in the machine's load hits all alike; each starts %s after its load tool resumed (the tool sends what fell due while it was stopped at once, then goes back to its even schedule). CPU is utime+stime of the target's process over the window; heartbeats are the target's own count of heartbeats answered (Stormgate's `stormgate_heartbeats_answered_total{side=\"downstream\"}`, the responder's count printed on SIGUSR1), read just outside the CPU samples. The figure is the median over the rounds of Stormgate's CPU per heartbeat ÷ the responder's. A last round runs under the profilers (section 10) and is not part of the figure.\n",
 		count(uint64(p.hbConns())), dur(p.hbSettle()))
 	p.ln("")
 	if hr == nil {
@@ -485,14 +489,22 @@ func (p *reporter) heartbeatSection() {
 		for _, x := range pairs {
 			ps = append(ps, num(x, 2)+"×")
 		}
-		p.f("**Stormgate ÷ responder: %s** (median of the pairs %s; medians %s and %s per heartbeat). Target ≤ %s×: %s.\n\n",
+		p.f("**Stormgate ÷ responder: %s** (median of the rounds %s; medians %s and %s per heartbeat). Target ≤ %s×: %s.\n\n",
 			num(r, 2)+"×", strings.Join(ps, ", "), usStr(sg), usStr(fl), num(targetHBRatio, 2), verdict(true, r <= targetHBRatio))
+	}
+	if nr, _, nu, nps := hr.ratioOf(npFloor); len(nps) > 0 {
+		var ps []string
+		for _, x := range nps {
+			ps = append(ps, num(x, 2)+"×")
+		}
+		p.f("**netpoll responder ÷ responder: %s** (median of the rounds %s; median %s per heartbeat): what netpoll's connection layer and the Go runtime cost with no other code, the least Stormgate's design can reach here. Stormgate ÷ netpoll responder: %s.\n\n",
+			num(nr, 2)+"×", strings.Join(ps, ", "), usStr(nu), num(sg/nu, 2)+"×")
 	}
 	same := "**identical**"
 	if !hr.Same {
 		same = "**different**"
 	}
-	p.f("Both answer the load tool's heartbeat request (`%s`, sent in two writes so the header is reassembled) with the same bytes: %s.\n\n", hr.Probe, same)
+	p.f("All answer the load tool's heartbeat request (`%s`, sent in two writes so the header is reassembled) with the same bytes: %s.\n\n", hr.Probe, same)
 	p.ln("| Target | Answer to the probe heartbeat | Heartbeats the load tool timed out or lost (whole run) | Answers it read after their timeout |")
 	p.ln("|---|---|---|---|")
 	for _, tg := range hbTargets {

@@ -56,8 +56,10 @@ func (w HBWindow) UsPerHB() float64 {
 	return float64(w.CPU) / 1e3 / w.HB
 }
 
-// hbTargets are the two targets of the heartbeat scenario, in the first pair's order.
-var hbTargets = []string{hbFloor, stormgate}
+// hbTargets are the targets of the heartbeat scenario, in the first round's order: the bare
+// responder (the figure's yardstick), the netpoll responder (what netpoll's connection layer
+// costs by itself) and Stormgate.
+var hbTargets = []string{hbFloor, npFloor, stormgate}
 
 func (s *Suite) runHeartbeat(ctx context.Context) (*HeartbeatResult, error) {
 	o := s.opt
@@ -104,7 +106,7 @@ func (s *Suite) heartbeat(ctx context.Context, res *HeartbeatResult) error {
 		}
 	}
 
-	measure := 2 * (res.Settle + res.Window) // one window of each target
+	measure := time.Duration(len(hbTargets)) * (res.Settle + res.Window) // one window of each target
 	spec := loadSpec{Conns: res.Conns, ConnectRate: o.ConnectRate, ConnectTimeout: 10 * time.Second, Heartbeat: res.Period,
 		Duration: time.Duration(res.Pairs+1)*measure + 30*time.Second}
 	loads := map[string]*loadHandle{}
@@ -244,9 +246,14 @@ func (h *loadHandle) hbRate(from, to time.Time) (float64, error) {
 	return float64(b.HBOK-a.HBOK) / dt, nil
 }
 
-// heartbeatRatio is the figure: the median over the unprofiled pairs of Stormgate's CPU per
-// heartbeat ÷ the floor's, with the medians of each.
+// heartbeatRatio is the figure: the median over the unprofiled rounds of Stormgate's CPU per
+// heartbeat ÷ the bare responder's, with the medians of each.
 func (r *HeartbeatResult) ratio() (ratio, floorUs, sgUs float64, pairs []float64) {
+	return r.ratioOf(stormgate)
+}
+
+// ratioOf is ratio for any target of the scenario against the bare responder.
+func (r *HeartbeatResult) ratioOf(tg string) (ratio, floorUs, tgUs float64, pairs []float64) {
 	if r == nil {
 		return 0, 0, 0, nil
 	}
@@ -260,7 +267,7 @@ func (r *HeartbeatResult) ratio() (ratio, floorUs, sgUs float64, pairs []float64
 			switch w.Target {
 			case hbFloor:
 				f = w.UsPerHB()
-			case stormgate:
+			case tg:
 				g = w.UsPerHB()
 			}
 		}

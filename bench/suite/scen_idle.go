@@ -157,6 +157,8 @@ func targetVar(tg string) string {
 		return "STORMGATE"
 	case hbFloor, fwdFloor:
 		return "FLOOR"
+	case npFloor:
+		return "NETPOLL_FLOOR"
 	}
 	return "BASELINE"
 }
