@@ -237,7 +237,7 @@ func (s *Server) Freeze(ctx context.Context) (*Snapshot, error) {
 // poller (netpoll assigns new connections to pollers round robin) gets one byte.
 func (g *handoverGate) parkPollers(ctx context.Context) error {
 	g.parking.Store(true)
-	n := netpollPollers()
+	n := Pollers()
 	for range 2 * n {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 		if err != nil {

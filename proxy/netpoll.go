@@ -61,7 +61,7 @@ func ResolvePollers(n, gomaxprocs int) int {
 }
 
 // Pollers is the number of pollers ConfigureNetpoll set up (0 before it ran).
-func Pollers() int { return netpollPollers() }
+func Pollers() int { return int(netpollConf.pollers.Load()) }
 
 // netpollConf records how ConfigureNetpoll set netpoll up; netpoll's configuration is
 // process-wide, and so is this record (handover.go parks every poller).
@@ -71,4 +71,3 @@ var netpollConf struct {
 }
 
 func netpollInline() bool { return netpollConf.inline.Load() }
-func netpollPollers() int { return int(netpollConf.pollers.Load()) }

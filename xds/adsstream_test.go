@@ -110,6 +110,17 @@ func writeResponse(w http.ResponseWriter, r *discovery.DiscoveryResponse) {
 	w.(http.Flusher).Flush()
 }
 
+// grpcBody answers as a gRPC server would start to, then writes body and ends the stream
+// without trailers.
+func grpcBody(body ...byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/grpc")
+		if len(body) > 0 {
+			_, _ = w.Write(body)
+		}
+	}
+}
+
 // What a client meets instead of a working stream, and what it says.
 func TestADSStreamFailures(t *testing.T) {
 	for _, tc := range []struct {
@@ -130,25 +141,11 @@ func TestADSStreamFailures(t *testing.T) {
 			w.Header().Set("Content-Type", "text/plain")
 			_, _ = io.WriteString(w, "hello")
 		}, `content-type "text/plain", not application/grpc`},
-		{"compressed message", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/grpc")
-			_, _ = w.Write([]byte{1, 0, 0, 0, 1, 0})
-		}, "compressed message"},
-		{"message over the limit", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/grpc")
-			_, _ = w.Write([]byte{0, 0x7f, 0xff, 0xff, 0xff})
-		}, "limit"},
-		{"cut in a message", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/grpc")
-			_, _ = w.Write([]byte{0, 0, 0, 0, 9, 0x0a})
-		}, "unexpected EOF"},
-		{"ended without a status", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/grpc")
-		}, "without a gRPC status"},
-		{"malformed message", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/grpc")
-			_, _ = w.Write([]byte{0, 0, 0, 0, 2, 0x0a, 0x05})
-		}, "malformed"},
+		{"compressed message", grpcBody(1, 0, 0, 0, 1, 0), "compressed message"},
+		{"message over the limit", grpcBody(0, 0x7f, 0xff, 0xff, 0xff), "limit"},
+		{"cut in a message", grpcBody(0, 0, 0, 0, 9, 0x0a), "unexpected EOF"},
+		{"ended without a status", grpcBody(), "without a gRPC status"},
+		{"malformed message", grpcBody(0, 0, 0, 0, 2, 0x0a, 0x05), "malformed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := h2cServer(t, tc.handler)
