@@ -446,21 +446,25 @@ type onceSummary struct {
 }
 
 type loopSummary struct {
-	Sent       int    `json:"sent"`
-	OK         int    `json:"ok"`
-	Errors     int    `json:"errors"`
-	Timeouts   int    `json:"timeouts"`
-	Mismatches int    `json:"mismatches"`
-	MaxLatency string `json:"max_latency"`
-	P50        string `json:"p50"`
-	P99        string `json:"p99"`
-	Elapsed    string `json:"elapsed"`
-	Failures   []struct {
-		At  string `json:"at"`
-		Err string `json:"err"`
-	} `json:"failures"`
-	FailedArgs []string `json:"failed_args"`
-	FailedErrs []string `json:"failed_errs"`
+	Sent       int         `json:"sent"`
+	OK         int         `json:"ok"`
+	Errors     int         `json:"errors"`
+	Timeouts   int         `json:"timeouts"`
+	Mismatches int         `json:"mismatches"`
+	MaxLatency string      `json:"max_latency"`
+	P50        string      `json:"p50"`
+	P99        string      `json:"p99"`
+	Elapsed    string      `json:"elapsed"`
+	Failures   []callError `json:"failures"`
+	FailedArgs []string    `json:"failed_args"`
+	FailedErrs []string    `json:"failed_errs"`
+}
+
+// callError is one failed call of a loop summary (dgconsumer's CallError).
+type callError struct {
+	At     string `json:"at"`    // since the consumer's start
+	AtNano int64  `json:"at_ns"` // when the call began, Unix nanoseconds
+	Err    string `json:"err"`
 }
 
 func isJSON(l string) bool { return strings.HasPrefix(l, "{") }

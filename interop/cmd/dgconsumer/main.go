@@ -53,7 +53,8 @@ const maxRecorded = 20
 
 // CallError is one failed call in a summary.
 type CallError struct {
-	At     string `json:"at"` // offset from the start of the run
+	At     string `json:"at"`    // offset from the start of the run
+	AtNano int64  `json:"at_ns"` // when the call began, Unix nanoseconds (to line it up with another process's events)
 	Method string `json:"method"`
 	Err    string `json:"err"`
 }
@@ -360,7 +361,8 @@ func (c *caller) loop(addr string, duration, interval time.Duration, workers int
 					}
 					if len(s.Failures) < maxRecorded {
 						s.Failures = append(s.Failures, CallError{
-							At: t.Sub(start).Round(time.Millisecond).String(), Method: method, Err: oneLine(err)})
+							At: t.Sub(start).Round(time.Millisecond).String(), AtNano: t.UnixNano(), Method: method,
+							Err: oneLine(err)})
 					}
 					s.FailedArgs = append(s.FailedArgs, want)
 					s.FailedErrs = append(s.FailedErrs, oneLine(err))
