@@ -39,8 +39,11 @@ go build -o "$BIN/suite" ./bench/suite
 for f in hbfloor fwdfloor; do
   gcc -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -o "$BIN/$f" "bench/floor/$f.c"
 done
-# ... and what a responder on netpoll's connections spends, set up as Stormgate sets netpoll up.
-go build -o "$BIN/npfloor" ./bench/floor/npfloor
+# ... and what a responder and a forwarder on netpoll's connections spend, set up as Stormgate sets
+# netpoll up.
+for f in npfloor npfwd; do
+  go build -o "$BIN/$f" "./bench/floor/$f"
+done
 
 # Every process may hold up to its hard fd limit (the load tool and the proxies need ~10,000+).
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

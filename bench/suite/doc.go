@@ -14,8 +14,9 @@
 // Floors and profiles (issue 12): the quiet, heartbeat and forward scenarios also run the floor
 // programs of bench/floor (a bare epoll heartbeat responder and a bare epoll multiplexing
 // forwarder, in C) as targets, so Stormgate's CPU is compared with the least an event loop can
-// spend in the same run; the heartbeat scenario also runs bench/floor/npfloor, a responder on
-// netpoll's connections with no other code (the floor of Stormgate's design). It keeps every
+// spend in the same run; the heartbeat and forward scenarios also run bench/floor/npfloor and
+// bench/floor/npfwd, a responder and a forwarder on netpoll's connections with no other code (the
+// floors of Stormgate's design). The heartbeat scenario keeps every
 // target and its load tool running and stops (SIGSTOP) the load tools of the targets not being
 // measured, alternating windows. Every
 // profiled window comes after the windows that make a figure, never inside one: `perf record` and

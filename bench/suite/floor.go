@@ -17,19 +17,23 @@ import (
 
 // The floor programs (bench/floor/*.c, built by bench/run.sh with gcc): the least an epoll event
 // loop can spend, run in the same run as HAProxy and Stormgate so that ratios to them are free of
-// the machine's mood. npfloor (bench/floor/npfloor, Go) is the least a responder on netpoll's
-// connections can spend: the floor of Stormgate's design rather than of any design.
+// the machine's mood. npfloor and npfwd (bench/floor, Go) are the least a responder and a
+// multiplexing forwarder on netpoll's connections can spend: the floors of Stormgate's design
+// rather than of any design.
 const (
 	hbFloor  = "hbfloor"  // bare epoll heartbeat responder
 	fwdFloor = "fwdfloor" // bare epoll multiplexing forwarder
 	npFloor  = "npfloor"  // heartbeat responder on netpoll connections, set up as Stormgate's
+	npFwd    = "npfwd"    // multiplexing forwarder on netpoll connections, set up as Stormgate's
 )
 
 func init() {
 	targetTitle[hbFloor] = "bare epoll responder"
 	targetTitle[fwdFloor] = "bare epoll forwarder"
 	targetTitle[npFloor] = "netpoll responder"
+	targetTitle[npFwd] = "netpoll forwarder"
 	targetColor[npFloor] = "#17becf"
+	targetColor[npFwd] = "#17becf"
 	targetColor[hbFloor] = "#2ca02c"
 	targetColor[fwdFloor] = "#2ca02c"
 }
@@ -81,11 +85,15 @@ func (s *Suite) startFloor(ctx context.Context, px *proxy, up *provider, o proxy
 		argv = []string{s.bins.hbfloor, "--listen", px.addr}
 	case npFloor:
 		argv = []string{s.bins.npfloor, "--listen", px.addr}
-	case fwdFloor:
+	case fwdFloor, npFwd:
 		if up == nil {
 			return fmt.Errorf("%s needs a provider", px.kind)
 		}
-		argv = []string{s.bins.fwdfloor, "--listen", px.addr, "--upstream", up.addr,
+		bin := s.bins.fwdfloor
+		if px.kind == npFwd {
+			bin = s.bins.npfwd
+		}
+		argv = []string{bin, "--listen", px.addr, "--upstream", up.addr,
 			"--upstream-conns", strconv.Itoa(floorUpstreamConns)}
 	}
 	px.counts = make(chan uint64, 16)

@@ -69,13 +69,13 @@ func runFloor(t *testing.T, bin string, args ...string) (string, *exec.Cmd, <-ch
 	return "", nil, nil
 }
 
-// buildNPFloor builds bench/floor/npfloor the way bench/run.sh does.
-func buildNPFloor(t *testing.T) string {
+// buildGoFloor builds bench/floor/NAME (a Go program) the way bench/run.sh does.
+func buildGoFloor(t *testing.T, name string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "npfloor")
-	cmd := exec.Command("go", "build", "-o", out, "../floor/npfloor")
+	out := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", out, "../floor/"+name)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build npfloor: %v\n%s", err, b)
+		t.Fatalf("go build %s: %v\n%s", name, err, b)
 	}
 	return out
 }
@@ -85,7 +85,7 @@ func buildNPFloor(t *testing.T) string {
 // other frames too), and count on SIGUSR1.
 func TestHBFloorAnswersJavaBytes(t *testing.T) {
 	t.Run("hbfloor", func(t *testing.T) { testHeartbeatResponder(t, buildFloor(t, "hbfloor")) })
-	t.Run("npfloor", func(t *testing.T) { testHeartbeatResponder(t, buildNPFloor(t)) })
+	t.Run("npfloor", func(t *testing.T) { testHeartbeatResponder(t, buildGoFloor(t, "npfloor")) })
 }
 
 func testHeartbeatResponder(t *testing.T, bin string) {
@@ -153,11 +153,15 @@ func readFull(c net.Conn, b []byte) (int, error) {
 	return n, nil
 }
 
-// The forwarder multiplexes many consumers onto its upstream connections with rewritten ids
-// and gives every consumer back exactly its own answers, with its own ids, byte for byte,
-// including when consumers use the same ids at once.
+// The forwarders (the C one and the one on netpoll's connections) multiplex many consumers onto
+// their upstream connections with rewritten ids and give every consumer back exactly its own
+// answers, with its own ids, byte for byte, including when consumers use the same ids at once.
 func TestFwdFloorMultiplexesWithoutMixingAnswers(t *testing.T) {
-	bin := buildFloor(t, "fwdfloor")
+	t.Run("fwdfloor", func(t *testing.T) { testForwarder(t, buildFloor(t, "fwdfloor")) })
+	t.Run("npfwd", func(t *testing.T) { testForwarder(t, buildGoFloor(t, "npfwd")) })
+}
+
+func testForwarder(t *testing.T, bin string) {
 	prov, err := peer.NewProvider(peer.ProviderConfig{HeartbeatInterval: 50 * time.Millisecond}, nil)
 	if err != nil {
 		t.Fatal(err)

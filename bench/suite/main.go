@@ -85,7 +85,7 @@ var allScenarios = []string{"micro", "quiet", "idle", "heartbeat", "latency", "f
 // Bins are the executables the suite drives.
 type Bins struct {
 	sidecar, stormbench, dgprovider, haproxy, self string
-	hbfloor, fwdfloor, npfloor                     string // bench/floor programs
+	hbfloor, fwdfloor, npfloor, npfwd              string // bench/floor programs
 }
 
 // Suite runs scenarios and owns every process it starts.
@@ -299,6 +299,7 @@ func cmdRun(args []string) error {
 		hbfloor:    filepath.Join(*bin, "hbfloor"),
 		fwdfloor:   filepath.Join(*bin, "fwdfloor"),
 		npfloor:    filepath.Join(*bin, "npfloor"),
+		npfwd:      filepath.Join(*bin, "npfwd"),
 	}
 	if s.bins.self, err = os.Executable(); err != nil {
 		return err
@@ -308,7 +309,7 @@ func cmdRun(args []string) error {
 	}
 	need := []string{s.bins.sidecar, s.bins.stormbench}
 	if needsFloor(o.Scenarios) {
-		need = append(need, s.bins.hbfloor, s.bins.fwdfloor, s.bins.npfloor)
+		need = append(need, s.bins.hbfloor, s.bins.fwdfloor, s.bins.npfloor, s.bins.npfwd)
 	}
 	if err := requireBins("bench/run.sh", need...); err != nil {
 		return err

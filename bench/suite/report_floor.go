@@ -152,8 +152,8 @@ func (p *reporter) idle30SummaryRow() sumRow {
 func (p *reporter) forwardSummaryRows() []sumRow {
 	var rows []sumRow
 	for _, l := range p.fwdLoads() {
-		h, s, f := p.fwdRow(haproxy, l), p.fwdRow(stormgate, l), p.fwdRow(fwdFloor, l)
-		hv, sv, fv := h.median(), s.median(), f.median()
+		h, s, f, n := p.fwdRow(haproxy, l), p.fwdRow(stormgate, l), p.fwdRow(fwdFloor, l), p.fwdRow(npFwd, l)
+		hv, sv, fv, nv := h.median(), s.median(), f.median(), n.median()
 		row := sumRow{
 			figure: fmt.Sprintf("Proxy CPU per forwarded request, SayHello on the dubbo-go provider, %s conns, %s req/s: Stormgate ÷ HAProxy (median of %d windows)",
 				count(uint64(l.Conns)), num(l.Rate, 0), p.fwdWindows()),
@@ -168,6 +168,10 @@ func (p *reporter) forwardSummaryRows() []sumRow {
 			if pr := p.profile(profileForward(l), stormgate); pr != nil {
 				row.note += fmt.Sprintf(" Its time in the kernel alone was %s per request in that profile, against the whole %s the target allows: the system calls per request (frames per upstream write, epoll_wait(2) calls per wake-up) set the bound before any user-space cost.",
 					usStr(shareUs(pr, catKernel)), usStr(targetFwdRatio*hv))
+			}
+			if !math.IsNaN(nv) {
+				row.note += fmt.Sprintf(" A forwarder on netpoll's connections with no other code (section 7) spent %s per request, %s HAProxy and %s the bare epoll forwarder; Stormgate spent %s that: the least a design on netpoll's connections reaches here, and what Stormgate's own code adds to it.",
+					usStr(nv), ratio(nv, hv), ratio(nv, fv), ratio(sv, nv))
 			}
 		}
 		rows = append(rows, row)
@@ -585,6 +589,8 @@ func (p *reporter) forwardSection() {
 		p.r.Machine.DubboGo, fwdArg, fwdArg, num(o.ConnectRate, 0), dur(lead), n, dur(win), dur(pw))
 	p.f("The **bare epoll forwarder** (`bench/floor/fwdfloor.c`) multiplexes, as Stormgate does: each consumer's requests go to the provider over %d shared upstream connections (consumer descriptor mod %d) with the request id rewritten, and each response goes back with the consumer's id restored. It is single-threaded on one level-triggered epoll set, reads each readable socket once per wake-up, forwards whole frames and writes what one epoll_wait(2) batch produced for a socket in one write(2), so the requests of many consumers share upstream writes and reads. It answers heartbeats and has nothing else (no timers, limits, metrics, hold queue or reconnect). A forwarder with one upstream connection per consumer would be a floor for HAProxy's design, which HAProxy already nearly is; the multiplexing one is the floor for Stormgate's design, the least its way of forwarding can cost here. HAProxy in TCP mode (two sockets per consumer) stays the yardstick the target names.\n\n",
 		floorUpstreamConns, floorUpstreamConns)
+	p.ln("The **netpoll forwarder** (`bench/floor/npfwd`, Go) forwards the same way on netpoll's connections, with netpoll set up as Stormgate sets it up (a poller per core, handlers inline, 256-byte input buffers, raw write(2)): a consumer's readable event sends every whole request in its input to its upstream connection in one write, an upstream's readable event sends each response to its consumer in one write, and a frame split across reads is copied out of netpoll's buffer. It answers heartbeats and has nothing else. Between it and the bare epoll forwarder is what netpoll's connection layer and the Go runtime cost; between it and Stormgate, what Stormgate's own code (hold queue, limits, lifecycle, metrics) costs.")
+	p.ln("")
 	p.f("![CPU per heartbeat and per forwarded request](%s/cpu-per-op.svg)\n\n", p.img)
 	p.ln("The p50 and p99 cover the whole request phase, which starts as soon as the last connection is open (the latency figures are sections 2 and 3's); the CPU windows start after the lead.")
 	p.ln("")
@@ -734,22 +740,28 @@ func (p *reporter) fwdLossWhy() string {
 	return p.profileWhy(profileForward(ls[len(ls)-1]), haproxy, "HAProxy")
 }
 
-// floorPlot is CPU per operation for the floors, HAProxy and Stormgate: heartbeats (the responder
+// floorPlot is CPU per operation for the floors (bare epoll and netpoll), HAProxy and Stormgate: heartbeats (the responders
 // against Stormgate) and forwarded requests at each forward load.
 func (p *reporter) floorPlot() []byte {
 	groups := []string{"heartbeat"}
 	floor := barSeries{Name: "bare epoll floor", Color: targetColor[hbFloor]}
+	npf := barSeries{Name: "netpoll floor", Color: targetColor[npFloor]}
 	ha := barSeries{Name: targetTitle[haproxy], Color: targetColor[haproxy]}
 	sg := barSeries{Name: targetTitle[stormgate], Color: targetColor[stormgate]}
 	_, fl, s, pairs := p.r.Heartbeat.ratio()
 	if len(pairs) == 0 {
 		fl, s = math.NaN(), math.NaN()
 	}
-	floor.Values, ha.Values, sg.Values = []float64{fl}, []float64{math.NaN()}, []float64{s}
+	nf := math.NaN()
+	if _, _, nu, nps := p.r.Heartbeat.ratioOf(npFloor); len(nps) > 0 {
+		nf = nu
+	}
+	floor.Values, npf.Values, ha.Values, sg.Values = []float64{fl}, []float64{nf}, []float64{math.NaN()}, []float64{s}
 	ha.Labels = []string{"–"}
 	for _, l := range p.fwdLoads() {
 		groups = append(groups, fmt.Sprintf("SayHello %s conns %s/s", shortNum(float64(l.Conns)), shortNum(l.Rate)))
 		floor.Values = append(floor.Values, p.fwdRow(fwdFloor, l).median())
+		npf.Values = append(npf.Values, p.fwdRow(npFwd, l).median())
 		ha.Values = append(ha.Values, p.fwdRow(haproxy, l).median())
 		sg.Values = append(sg.Values, p.fwdRow(stormgate, l).median())
 		ha.Labels = append(ha.Labels, "")
@@ -757,7 +769,7 @@ func (p *reporter) floorPlot() []byte {
 	return barChart(chart{
 		Title:  "CPU per heartbeat and per forwarded request (medians)",
 		XLabel: "operation", YLabel: "CPU µs per operation",
-	}, groups, []barSeries{floor, ha, sg})
+	}, groups, []barSeries{floor, npf, ha, sg})
 }
 
 // steadyP99Row is the p99 added over direct from the median of the load tool's one-second p99s

@@ -8,7 +8,8 @@ import (
 
 // ForwardResult is the forward scenario: proxy CPU per forwarded request at fixed rates, SayHello
 // on the real dubbo-go provider, for HAProxy in TCP mode, the bare epoll forwarder
-// (bench/floor/fwdfloor.c) and Stormgate. Each load samples Windows consecutive windows (the
+// (bench/floor/fwdfloor.c), the forwarder on netpoll's connections (bench/floor/npfwd) and
+// Stormgate. Each load samples Windows consecutive windows (the
 // figure is their median; the spread is printed) and then one window under the profilers, which
 // is not part of the figure.
 type ForwardResult struct {
@@ -50,7 +51,7 @@ type FwdRow struct {
 }
 
 // fwdTargets are the forward scenario's targets, in run order.
-var fwdTargets = []string{haproxy, fwdFloor, stormgate}
+var fwdTargets = []string{haproxy, fwdFloor, npFwd, stormgate}
 
 // The method the forward scenario calls (dgprovider's SayHello, in the Java spelling).
 const (

@@ -157,7 +157,7 @@ func targetVar(tg string) string {
 		return "STORMGATE"
 	case hbFloor, fwdFloor:
 		return "FLOOR"
-	case npFloor:
+	case npFloor, npFwd:
 		return "NETPOLL_FLOOR"
 	}
 	return "BASELINE"

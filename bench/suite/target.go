@@ -231,7 +231,7 @@ func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o pro
 			px.stop()
 			return nil, err
 		}
-	case hbFloor, fwdFloor, npFloor:
+	case hbFloor, fwdFloor, npFloor, npFwd:
 		if err := s.startFloor(ctx, px, up, o); err != nil {
 			return nil, err
 		}

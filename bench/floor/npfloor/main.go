@@ -18,17 +18,14 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"net"
 	"os"
-	"os/signal"
-	"strconv"
 	"sync/atomic"
-	"syscall"
 	"unsafe"
 
 	"github.com/cloudwego/netpoll"
 	"golang.org/x/sys/unix"
 
+	"github.com/stormgate/stormgate/bench/floor/internal/floorproto"
 	"github.com/stormgate/stormgate/proxy"
 	"go.uber.org/zap"
 )
@@ -56,25 +53,16 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+	n, err := floorproto.FDSlots()
+	if err != nil {
 		fail(err)
 	}
-	states = make([]connState, min(lim.Cur, 1<<22))
+	states = make([]connState, n)
 	loop, err := netpoll.NewEventLoop(onRequest, netpoll.WithOnConnect(onConnect))
 	if err != nil {
 		fail(err)
 	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	fmt.Println("READY " + port)
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	go func() {
-		for range usr1 {
-			fmt.Println("ANSWERED " + strconv.FormatUint(answered.Load(), 10))
-		}
-	}()
-	fail(loop.Serve(ln))
+	fail(floorproto.Serve(loop, ln, &answered))
 }
 
 // connState is what a connection's handler keeps between events, as hbfloor keeps it: a header
