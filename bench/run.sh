@@ -48,10 +48,11 @@ done
 # Every process may hold up to its hard fd limit (the load tool and the proxies need ~10,000+).
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-# The whole run is bounded: SIGINT after 20 minutes (the suite then kills its children, removes its
-# network namespace and keeps the partial results.json), SIGKILL a minute later.
+# The whole run is bounded: SIGINT after 30 minutes (a run takes 20-22; the throughput ladders climb
+# higher on a faster day), after which the suite kills its children, removes its network namespace and
+# keeps the partial results.json; SIGKILL a minute later.
 # The doc names the command that produced it: `make bench`, or this script with its arguments.
 CMD="make bench"
 if [ $# -gt 0 ]; then CMD="bash bench/run.sh $*"; fi
-timeout --signal=INT --kill-after=60s 20m \
+timeout --signal=INT --kill-after=60s 30m \
   "$BIN/suite" run --bin "$BIN" --out "$OUT" --doc docs/benchmarks.md --img docs/img --command "$CMD" "$@"
