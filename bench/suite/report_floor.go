@@ -155,7 +155,7 @@ func (p *reporter) forwardSummaryRows() []sumRow {
 		h, s, f, n := p.fwdRow(haproxy, l), p.fwdRow(stormgate, l), p.fwdRow(fwdFloor, l), p.fwdRow(npFwd, l)
 		hv, sv, fv, nv := h.median(), s.median(), f.median(), n.median()
 		row := sumRow{
-			figure: fmt.Sprintf("Proxy CPU per forwarded request, SayHello on the dubbo-go provider, %s conns, %s req/s: Stormgate ÷ HAProxy (median of %d windows)",
+			figure: fmt.Sprintf("Proxy CPU per forwarded request, SayHello on the dubbo-go provider, %s conns, %s req/s: Stormgate ÷ HAProxy (median of %d alternating rounds)",
 				count(uint64(l.Conns)), num(l.Rate, 0), p.fwdWindows()),
 			d: "–", h: usStr(hv), s: usStr(sv), target: fmt.Sprintf("≤ %s×", num(targetFwdRatio, 1)),
 			known: !math.IsNaN(hv+sv) && hv > 0, ok: sv <= targetFwdRatio*hv,
@@ -170,7 +170,7 @@ func (p *reporter) forwardSummaryRows() []sumRow {
 					usStr(shareUs(pr, catKernel)), usStr(targetFwdRatio*hv))
 			}
 			if !math.IsNaN(nv) {
-				row.note += fmt.Sprintf(" A forwarder on netpoll's connections with no other code (section 7) spent %s per request, %s HAProxy and %s the bare epoll forwarder; Stormgate spent %s that: the least a design on netpoll's connections reaches here, and what Stormgate's own code adds to it.",
+				row.note += fmt.Sprintf(" A forwarder on netpoll's connections with no other code (section 9) spent %s per request, %s HAProxy and %s the bare epoll forwarder; Stormgate spent %s that: the least a design on netpoll's connections reaches here, and what Stormgate's own code adds to it.",
 					usStr(nv), ratio(nv, hv), ratio(nv, fv), ratio(sv, nv))
 			}
 		}
@@ -577,7 +577,7 @@ func (p *reporter) quietSection() {
 }
 
 func (p *reporter) forwardSection() {
-	p.ln("## 9. CPU per forwarded request: HAProxy, a bare epoll forwarder, Stormgate")
+	p.ln("## 9. CPU per forwarded request: HAProxy, a bare epoll forwarder, a netpoll forwarder, Stormgate")
 	p.ln("")
 	f := p.r.Forward
 	o := p.r.Options
@@ -585,8 +585,8 @@ func (p *reporter) forwardSection() {
 	if f != nil {
 		lead, win, n, pw = f.Lead, f.Window, f.Windows, f.ProfWindow
 	}
-	p.f("Provider: the real **dubbo-go %s provider**; every request is `SayHello(\"%s\")` (`org.stormgate.Greeter`, answered \"Hello, %s\"). For each target a fresh provider and proxy serve both loads in turn; each load opens its connections (10,000 at %s/s), skips %s, samples %d consecutive windows of %s (proxy and provider CPU from `/proc`; requests = rate × window, open loop) and then one more window of %s under the profilers, which is not part of the figure. The figure is the median of the windows; the spread is their range. System calls and context switches per request come from `perf stat` in the profiled window.\n\n",
-		p.r.Machine.DubboGo, fwdArg, fwdArg, num(o.ConnectRate, 0), dur(lead), n, dur(win), dur(pw))
+	p.f("Provider: the real **dubbo-go %s provider**; every request is `SayHello(\"%s\")` (`org.stormgate.Greeter`, answered \"Hello, %s\"). Every target runs for the whole scenario in front of a provider of its own. For each load the targets take turns, %d rounds in which each target gets one run of the load tool: it opens its connections (10,000 at %s/s), skips %s and samples one window of %s (proxy and provider CPU from `/proc`; requests = rate × window, open loop). The order (the table's) is reversed every other round, so that a change in the machine's speed hits all targets alike. Then each target gets one more run whose window of %s is under the profilers and is not part of the figure. The figure is the median of the rounds; the spread is their range; p50 is the median of the rounds' p50s and p99 the worst round's. System calls and context switches per request come from `perf stat` in the profiled window.\n\n",
+		p.r.Machine.DubboGo, fwdArg, fwdArg, n, num(o.ConnectRate, 0), dur(lead), dur(win), dur(pw))
 	p.f("The **bare epoll forwarder** (`bench/floor/fwdfloor.c`) multiplexes, as Stormgate does: each consumer's requests go to the provider over %d shared upstream connections (consumer descriptor mod %d) with the request id rewritten, and each response goes back with the consumer's id restored. It is single-threaded on one level-triggered epoll set, reads each readable socket once per wake-up, forwards whole frames and writes what one epoll_wait(2) batch produced for a socket in one write(2), so the requests of many consumers share upstream writes and reads. It answers heartbeats and has nothing else (no timers, limits, metrics, hold queue or reconnect). A forwarder with one upstream connection per consumer would be a floor for HAProxy's design, which HAProxy already nearly is; the multiplexing one is the floor for Stormgate's design, the least its way of forwarding can cost here. HAProxy in TCP mode (two sockets per consumer) stays the yardstick the target names.\n\n",
 		floorUpstreamConns, floorUpstreamConns)
 	p.ln("The **netpoll forwarder** (`bench/floor/npfwd`, Go) forwards the same way on netpoll's connections, with netpoll set up as Stormgate sets it up (a poller per core, handlers inline, 256-byte input buffers, raw write(2)): a consumer's readable event sends every whole request in its input to its upstream connection in one write, an upstream's readable event sends each response to its consumer in one write, and a frame split across reads is copied out of netpoll's buffer. It answers heartbeats and has nothing else. Between it and the bare epoll forwarder is what netpoll's connection layer and the Go runtime cost; between it and Stormgate, what Stormgate's own code (hold queue, limits, lifecycle, metrics) costs.")

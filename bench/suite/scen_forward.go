@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
 // ForwardResult is the forward scenario: proxy CPU per forwarded request at fixed rates, SayHello
 // on the real dubbo-go provider, for HAProxy in TCP mode, the bare epoll forwarder
 // (bench/floor/fwdfloor.c), the forwarder on netpoll's connections (bench/floor/npfwd) and
-// Stormgate. Each load samples Windows consecutive windows (the
-// figure is their median; the spread is printed) and then one window under the profilers, which
-// is not part of the figure.
+// Stormgate. Every target runs for the whole scenario in front of a provider of its own; for each
+// load the targets take turns, Windows rounds of one window each (a fresh run of the load tool per
+// window), the order reversed every other round as the heartbeat scenario does, so that a change
+// in the machine's speed hits all alike. The figure is the median of a target's rounds. Then one
+// more window each under the profilers, which is not part of the figure.
 type ForwardResult struct {
 	Provider   string        `json:"provider"`
 	Method     string        `json:"method"`
@@ -37,7 +40,7 @@ type FwdRow struct {
 	Rate    float64 `json:"rate"`
 	Command string  `json:"command"`
 
-	UsPerReq         []float64 `json:"us_per_req"`     // proxy CPU µs per request, one per window
+	UsPerReq         []float64 `json:"us_per_req"`     // proxy CPU µs per request, one per round
 	SysUsPerReq      []float64 `json:"sys_us_per_req"` // of which in the kernel (stime)
 	ProviderUsPerReq []float64 `json:"provider_us_per_req"`
 	ProxyCores       []float64 `json:"proxy_cores"`
@@ -45,12 +48,14 @@ type FwdRow struct {
 	Sent   uint64  `json:"sent"`
 	OK     uint64  `json:"ok"`
 	Failed uint64  `json:"failed"`
-	P50ms  float64 `json:"p50_ms"`
-	P99ms  float64 `json:"p99_ms"`
+	P50ms  float64 `json:"p50_ms"` // the median of the rounds' p50s
+	P99ms  float64 `json:"p99_ms"` // the worst round's p99
 	Error  string  `json:"error,omitempty"`
+
+	p50s []float64
 }
 
-// fwdTargets are the forward scenario's targets, in run order.
+// fwdTargets are the forward scenario's targets, in the first round's order.
 var fwdTargets = []string{haproxy, fwdFloor, npFwd, stormgate}
 
 // The method the forward scenario calls (dgprovider's SayHello, in the Java spelling).
@@ -66,46 +71,65 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 	o := s.opt
 	res := &ForwardResult{Provider: dubboGoProvider, Method: fwdMethod, Arg: fwdArg, Loads: o.FwdLoads,
 		Lead: o.FwdLead, Window: o.FwdWindow, Windows: o.FwdWindows, ProfWindow: o.FwdProfWindow}
+	rows := map[string][]*FwdRow{} // by target, one per load
 	for _, tg := range fwdTargets {
-		rows, err := s.forwardTarget(ctx, res, tg)
-		res.Rows = append(res.Rows, rows...)
-		if err != nil {
-			s.logf("  forward %s: %v", tg, err)
-		}
-		if ctx.Err() != nil {
-			return res, ctx.Err()
+		for _, l := range res.Loads {
+			rows[tg] = append(rows[tg], &FwdRow{Target: tg, Conns: l.Conns, Rate: l.Rate})
 		}
 	}
-	return res, nil
-}
-
-func (s *Suite) forwardTarget(ctx context.Context, res *ForwardResult, tg string) (rows []FwdRow, err error) {
-	defer func() { // every load of a failed target gets a row that says why
-		if err == nil {
-			return
-		}
-		for _, l := range res.Loads[len(rows):] {
-			rows = append(rows, FwdRow{Target: tg, Conns: l.Conns, Rate: l.Rate, Error: err.Error()})
+	defer func() {
+		for _, tg := range fwdTargets {
+			for _, r := range rows[tg] {
+				if len(r.p50s) > 0 {
+					r.P50ms = median(r.p50s)
+				}
+				res.Rows = append(res.Rows, *r)
+			}
 		}
 	}()
-	prov, px, stop, err := s.startPair(ctx, dubboGoProvider, tg)
-	if err != nil {
-		return nil, err
+	// fail marks what a target has not measured yet with why, and drops the target.
+	fail := func(tg string, err error) {
+		s.logf("  forward %s: %v", tg, err)
+		for _, r := range rows[tg] {
+			if len(r.UsPerReq) < res.Windows {
+				r.Error = err.Error()
+			}
+		}
 	}
-	defer stop()
-	for _, l := range res.Loads {
+	type pair struct {
+		prov *provider
+		px   *proxy
+	}
+	pairs := map[string]pair{}
+	for _, tg := range fwdTargets {
+		prov, px, stop, err := s.startPair(ctx, dubboGoProvider, tg)
+		if err != nil {
+			fail(tg, err)
+			continue
+		}
+		defer stop()
+		pairs[tg] = pair{prov, px}
+	}
+	// run is one run of the load tool on tg: n windows (0 or 1) or, with profKey, the profiled one.
+	run := func(tg string, li int, round int, profKey string) error {
+		l, pr, row := res.Loads[li], pairs[tg], rows[tg][li]
+		n, pw := 1, time.Duration(0)
+		if profKey != "" {
+			n, pw = 0, res.ProfWindow
+		}
 		spec := loadSpec{Conns: l.Conns, Rate: l.Rate, Method: res.Method, Arg: res.Arg,
-			Duration: res.Lead + time.Duration(res.Windows)*res.Window + res.ProfWindow + 1500*time.Millisecond}
+			Duration: res.Lead + time.Duration(n)*res.Window + pw + 1500*time.Millisecond}
 		if l.Conns > 2000 {
 			spec.ConnectRate, spec.ConnectTimeout = s.opt.ConnectRate, 10*time.Second
 		}
-		row := FwdRow{Target: tg, Conns: l.Conns, Rate: l.Rate, Command: spec.command("$" + targetVar(tg))}
-		name := fmt.Sprintf("forward-%s-%d-%s", tg, l.Conns, fmtNum(l.Rate))
-		wl, err := s.windowedLoad(ctx, name, prov, px, spec, res.Lead, res.Window, res.Windows, res.ProfWindow, profileForward(l))
+		name := fmt.Sprintf("forward-%s-%d-%s", tg, l.Conns, fmtNum(l.Rate)) // the profiled run's, named as the profiles are
+		if profKey == "" {
+			name += fmt.Sprintf("-round%d", round)
+			row.Command = spec.command("$" + targetVar(tg))
+		}
+		wl, err := s.windowedLoad(ctx, name, pr.prov, pr.px, spec, res.Lead, res.Window, n, pw, profKey)
 		if err != nil {
-			row.Error = err.Error()
-			rows = append(rows, row)
-			return rows, err
+			return err
 		}
 		for _, w := range wl.wins {
 			reqs := l.Rate * w.elapsed.Seconds()
@@ -113,18 +137,57 @@ func (s *Suite) forwardTarget(ctx context.Context, res *ForwardResult, tg string
 			row.SysUsPerReq = append(row.SysUsPerReq, float64(w.b.px.Sys-w.a.px.Sys)/1e3/reqs)
 			row.ProviderUsPerReq = append(row.ProviderUsPerReq, perOp(w.a.prov, w.b.prov, reqs))
 			row.ProxyCores = append(row.ProxyCores, w.proxyCores())
+			s.logf("  forward %s %d conns %s req/s round %d: %.2f µs/request", tg, l.Conns, fmtNum(l.Rate), round,
+				row.UsPerReq[len(row.UsPerReq)-1])
 		}
 		r := wl.run.Result
-		row.Sent, row.OK, row.Failed = r.Sent, r.OK, failed(r)
-		row.P50ms, row.P99ms = ms(r.Latency.P50), ms(r.Latency.P99)
-		s.logf("  forward %s %d conns %s req/s: %.2f µs/request (median of %v), failed %d, p99 %.2fms",
-			tg, l.Conns, fmtNum(l.Rate), median(row.UsPerReq), row.UsPerReq, row.Failed, row.P99ms)
-		rows = append(rows, row)
-		if !px.alive() {
-			return rows, fmt.Errorf("%s died during the run", tg)
+		row.Sent, row.OK, row.Failed = row.Sent+r.Sent, row.OK+r.OK, row.Failed+failed(r)
+		row.p50s = append(row.p50s, ms(r.Latency.P50))
+		row.P99ms = max(row.P99ms, ms(r.Latency.P99))
+		if !pr.px.alive() {
+			return fmt.Errorf("%s died during the run", tg)
+		}
+		return nil
+	}
+	for li, l := range res.Loads {
+		for round := range res.Windows {
+			order := slices.Clone(fwdTargets)
+			if round%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, tg := range order {
+				if _, ok := pairs[tg]; !ok {
+					continue
+				}
+				if err := run(tg, li, round, ""); err != nil {
+					fail(tg, err)
+					delete(pairs, tg)
+				}
+				if ctx.Err() != nil {
+					return res, ctx.Err()
+				}
+			}
+		}
+		for _, tg := range fwdTargets {
+			if _, ok := pairs[tg]; !ok || res.ProfWindow <= 0 {
+				continue
+			}
+			if err := run(tg, li, -1, profileForward(l)); err != nil {
+				fail(tg, err)
+				delete(pairs, tg)
+			}
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+		}
+		for _, tg := range fwdTargets {
+			if row := rows[tg][li]; len(row.UsPerReq) > 0 {
+				s.logf("  forward %s %d conns %s req/s: %.2f µs/request (median of %v), failed %d, p99 %.2fms",
+					tg, l.Conns, fmtNum(l.Rate), median(row.UsPerReq), row.UsPerReq, row.Failed, row.P99ms)
+			}
 		}
 	}
-	return rows, nil
+	return res, nil
 }
 
 // windowed is a fixed-rate load sampled in windows.
