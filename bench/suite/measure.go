@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -74,3 +75,13 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }
+
+// alternate is the order of targets in round r of a side-by-side measurement: as given in even
+// rounds, reversed in odd ones, so that a drift in the machine's speed hits every target alike.
+func alternate(targets []string, r int) []string {
+	order := slices.Clone(targets)
+	if r%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
+}

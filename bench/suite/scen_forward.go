@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -87,6 +86,11 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 			}
 		}
 	}()
+	type pair struct {
+		prov *provider
+		px   *proxy
+	}
+	pairs := map[string]pair{}
 	// fail marks what a target has not measured yet with why, and drops the target.
 	fail := func(tg string, err error) {
 		s.logf("  forward %s: %v", tg, err)
@@ -95,12 +99,8 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 				r.Error = err.Error()
 			}
 		}
+		delete(pairs, tg)
 	}
-	type pair struct {
-		prov *provider
-		px   *proxy
-	}
-	pairs := map[string]pair{}
 	for _, tg := range fwdTargets {
 		prov, px, stop, err := s.startPair(ctx, dubboGoProvider, tg)
 		if err != nil {
@@ -149,36 +149,29 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 		}
 		return nil
 	}
-	for li, l := range res.Loads {
-		for round := range res.Windows {
-			order := slices.Clone(fwdTargets)
-			if round%2 == 1 {
-				slices.Reverse(order)
-			}
-			for _, tg := range order {
-				if _, ok := pairs[tg]; !ok {
-					continue
-				}
-				if err := run(tg, li, round, ""); err != nil {
-					fail(tg, err)
-					delete(pairs, tg)
-				}
-				if ctx.Err() != nil {
-					return res, ctx.Err()
-				}
-			}
-		}
-		for _, tg := range fwdTargets {
-			if _, ok := pairs[tg]; !ok || res.ProfWindow <= 0 {
+	// each runs every target still standing once, in order; false when the scenario is cancelled.
+	each := func(order []string, li, round int, profKey string) bool {
+		for _, tg := range order {
+			if _, ok := pairs[tg]; !ok {
 				continue
 			}
-			if err := run(tg, li, -1, profileForward(l)); err != nil {
+			if err := run(tg, li, round, profKey); err != nil {
 				fail(tg, err)
-				delete(pairs, tg)
 			}
 			if ctx.Err() != nil {
+				return false
+			}
+		}
+		return true
+	}
+	for li, l := range res.Loads {
+		for round := range res.Windows {
+			if !each(alternate(fwdTargets, round), li, round, "") {
 				return res, ctx.Err()
 			}
+		}
+		if res.ProfWindow > 0 && !each(fwdTargets, li, -1, profileForward(l)) {
+			return res, ctx.Err()
 		}
 		for _, tg := range fwdTargets {
 			if row := rows[tg][li]; len(row.UsPerReq) > 0 {

@@ -179,11 +179,7 @@ func (s *Suite) heartbeat(ctx context.Context, res *HeartbeatResult) error {
 		return nil
 	}
 	for pair := range res.Pairs {
-		order := slices.Clone(hbTargets)
-		if pair%2 == 1 {
-			slices.Reverse(order)
-		}
-		for _, tg := range order {
+		for _, tg := range alternate(hbTargets, pair) {
 			if err := window(pair, tg, false); err != nil {
 				return err
 			}

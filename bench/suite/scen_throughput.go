@@ -133,10 +133,7 @@ func (s *Suite) tpSeries(ctx context.Context, conns int) ([]TPSeries, error) {
 		return st, nil
 	}
 	for round := 0; ; round++ {
-		order := slices.Clone(targets)
-		if round%2 == 1 {
-			slices.Reverse(order)
-		}
+		order := alternate(targets, round)
 		active := false
 		for _, tg := range order {
 			l := lads[tg]
