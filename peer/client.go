@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
@@ -123,12 +124,19 @@ func (c *Client) LocalAddr() net.Addr { return c.nc.LocalAddr() }
 // Call sends a two-way request invoking service.method(String arg) with the given id and
 // waits for the response with that id, ctx's end, or the connection's end.
 func (c *Client) Call(ctx context.Context, id int64, service, method, arg string) (Response, error) {
+	return c.CallTimeout(ctx, id, service, method, arg, 0)
+}
+
+// CallTimeout is Call with the consumer's timeout sent in the request's `timeout`
+// attachment, as Java and dubbo-go consumers send it (timeout <= 0: none). Waiting is
+// still bounded by ctx alone.
+func (c *Client) CallTimeout(ctx context.Context, id int64, service, method, arg string, timeout time.Duration) (Response, error) {
 	ch, err := c.register(id)
 	if err != nil {
 		return Response{}, err
 	}
 	c.lock()
-	c.wbuf = dubbo.AppendRequest(c.wbuf[:0], id, true, service, method, arg)
+	c.wbuf = dubbo.AppendRequestTimeout(c.wbuf[:0], id, true, service, method, arg, timeout)
 	err = c.writeLocked(c.wbuf)
 	c.trimLocked()
 	if uerr := c.unlock(); err == nil {

@@ -3,7 +3,9 @@ package dubbo
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Request body constants, as Java DubboCodec.encodeRequestData and dubbo-go's
@@ -44,6 +46,13 @@ var (
 // then the attachments map H {"path": service, "interface": service, "version": "0.0.0"} Z.
 // It is meant for test peers and allocates only when dst must grow.
 func AppendRequest(dst []byte, id int64, twoWay bool, service, method string, arg string) []byte {
+	return AppendRequestTimeout(dst, id, twoWay, service, method, arg, 0)
+}
+
+// AppendRequestTimeout is AppendRequest with the consumer's timeout as the last
+// attachment, timeout -> its milliseconds as a decimal string, as dubbo-go and Java
+// Dubbo 3 write it (see RequestTimeout); timeout <= 0 adds none.
+func AppendRequestTimeout(dst []byte, id int64, twoWay bool, service, method, arg string, timeout time.Duration) []byte {
 	flags := byte(FlagRequest | SerialHessian2)
 	if twoWay {
 		flags |= FlagTwoWay
@@ -63,6 +72,12 @@ func AppendRequest(dst []byte, id int64, twoWay bool, service, method string, ar
 	dst = AppendHessianString(dst, service)
 	dst = AppendHessianString(dst, "version")
 	dst = AppendHessianString(dst, defaultServiceVersion)
+	if ms := timeout.Milliseconds(); ms > 0 {
+		dst = append(dst, timeoutKey...)
+		n := len(dst) // a short hessian2 string: one length byte (at most 19 digits), then the digits
+		dst = strconv.AppendInt(append(dst, 0), ms, 10)
+		dst[n] = byte(len(dst) - n - 1)
+	}
 	dst = append(dst, hessianEnd)
 	putBodyLen(dst[start:])
 	return dst
