@@ -177,6 +177,9 @@ type streamConfig struct {
 	method   string
 	arg      string
 	timeout  time.Duration // per request; a request without an answer by then is a timeout
+	// sendTimeout puts timeout in each request's `timeout` attachment, as Java and
+	// dubbo-go consumers do (Stormgate then holds it up to that deadline, never past).
+	sendTimeout bool
 	// honorReadonly skips connections that received READONLY (until WRITEABLE), as a
 	// Dubbo consumer does. A request with no usable connection is not sent (counted).
 	honorReadonly bool
@@ -260,8 +263,12 @@ func (s *stream) run() {
 			defer s.inflight.Done()
 			ctx, cancel := context.WithTimeout(s.f.ctx, s.cfg.timeout)
 			defer cancel()
+			var attach time.Duration
+			if s.cfg.sendTimeout {
+				attach = s.cfg.timeout
+			}
 			cl.sent = time.Now()
-			cl.resp, cl.err = cons.c.Call(ctx, cl.id, service, s.cfg.method, s.cfg.arg)
+			cl.resp, cl.err = cons.c.CallTimeout(ctx, cl.id, service, s.cfg.method, s.cfg.arg, attach)
 			cl.done = time.Now()
 		}()
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"time"
 
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
@@ -50,6 +51,7 @@ const (
 	FailTimeout                     // max request age reached
 	FailBadResponse                 // the provider's answer cannot be delivered (oversize, an event frame)
 	FailNotRoutable                 // a provider-to-consumer request (callback): nobody to hand it to
+	FailDeadline                    // its consumer's own timeout would pass before it could be sent
 )
 
 // Event is the meaning of a one-way event request.
@@ -87,6 +89,10 @@ type Codec interface {
 	// Closing reports whether a response says that the provider has begun a graceful
 	// shutdown (dubbo-go's closing=true attachment).
 	Closing(frame []byte) bool
+	// RequestTimeout returns the timeout a whole request frame says its consumer
+	// waits for the answer; false when it says none (or nothing believable). It may
+	// walk the whole frame: the proxy asks only for requests that have to wait.
+	RequestTimeout(frame []byte) (time.Duration, bool)
 }
 
 // Dubbo is the Dubbo 2 codec.
@@ -159,7 +165,10 @@ func (Dubbo) AppendHeartbeatRequest(dst []byte, id int64) []byte {
 //     dubbo-go surfaces it as an error that its failover cluster retries.
 //   - overloaded: 100 SERVER_THREADPOOL_EXHAUSTED, Dubbo's own "provider busy" answer.
 //   - bad request: 40 BAD_REQUEST.
-//   - timeout (max request age): 31 SERVER_TIMEOUT.
+//   - timeout (max request age), deadline (the consumer's own timeout would pass
+//     before the request could leave Stormgate; it never reaches the provider): 31
+//     SERVER_TIMEOUT, which Java turns into a TimeoutException (retried by failover
+//     like its own timeout, only sooner) and dubbo-go into an error.
 //   - bad response: 50 BAD_RESPONSE, what a Java provider itself sends when its answer
 //     exceeds the payload limit (ExchangeCodec.encodeResponse): the method ran, its
 //     answer is lost.
@@ -174,7 +183,7 @@ func (Dubbo) AppendErrorReply(dst []byte, req Frame, why Failure, msg string) []
 		status = dubbo.StatusThreadpoolExhausted
 	case FailBadRequest:
 		status = dubbo.StatusBadRequest
-	case FailTimeout:
+	case FailTimeout, FailDeadline:
 		status = dubbo.StatusServerTimeout
 	case FailBadResponse:
 		status = dubbo.StatusBadResponse
@@ -227,3 +236,6 @@ func (Dubbo) NotExecutedReasons() []string {
 
 // Closing implements Codec.
 func (Dubbo) Closing(frame []byte) bool { return dubbo.ClosingAttachment(frame) }
+
+// RequestTimeout implements Codec: the `timeout` attachment.
+func (Dubbo) RequestTimeout(frame []byte) (time.Duration, bool) { return dubbo.RequestTimeout(frame) }

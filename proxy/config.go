@@ -42,9 +42,20 @@ type Config struct {
 	// connection always takes one frame, whatever its size.
 	MaxQueuedBytesPerUpstream int
 
-	HoldTimeout     time.Duration // longest wait for a usable connection; 0: no holding, fail at once
-	HoldMaxRequests int           // requests the hold queue keeps; 0: none
-	HoldMaxBytes    int           // bytes the hold queue keeps; 0: none
+	// HoldTimeout is the longest a request that carries no timeout of its own waits
+	// for a usable connection; 0: no holding at all, requests fail at once.
+	HoldTimeout time.Duration
+	// HoldMaxTimeout bounds the wait of a request that carries its consumer's timeout
+	// (the Dubbo `timeout` attachment): it waits until that timeout less
+	// DeadlineMargin, at most this long. 0: consumers' timeouts are not read, every
+	// request waits up to HoldTimeout (and may be sent after its consumer gave up).
+	HoldMaxTimeout time.Duration
+	// DeadlineMargin is how long before its consumer's own deadline a request must
+	// have left Stormgate: the provider's network and queueing time, and the answer's
+	// way back. A request is never handed to the provider later than that.
+	DeadlineMargin  time.Duration
+	HoldMaxRequests int // requests the hold queue keeps; 0: none
+	HoldMaxBytes    int // bytes the hold queue keeps; 0: none
 	// NotExecutedRetries is how many times a request goes back to the hold queue
 	// when the provider answers that it never ran it; 0: such answers are passed on.
 	NotExecutedRetries int
@@ -56,6 +67,13 @@ type Config struct {
 	UpstreamInterval      time.Duration // heartbeat check period of a provider connection; > 0
 	UpstreamJitter        float64       // fraction of UpstreamInterval to jitter by; 0..0.5
 	UpstreamMaxMissed     int           // intervals a heartbeat may go unanswered; >= 1
+	// UpstreamHungTimeout declares a provider connection hung when something is owed
+	// on it (a request's or a heartbeat's answer) and nothing has been read from it
+	// for this long although a heartbeat went out at least half of it ago, or when
+	// the kernel has taken no byte of it for this long: it takes no new requests
+	// until the provider is heard again, and a provider with no other usable
+	// connection is not ready (/readyz 503, READONLY to its consumers). 0: never.
+	UpstreamHungTimeout time.Duration
 
 	MaxFrameBytes         int           // largest frame, header included
 	MaxInflightPerConn    int           // two-way requests in flight per consumer; >= 1
@@ -97,7 +115,7 @@ func (c *Config) validate() error {
 	case c.MaxInflightPerConn < 1 || c.MaxRequestAge <= 0 || c.MaxBufferedBytes <= 0:
 		return fmt.Errorf("limits: max_inflight_per_connection %d, max_request_age %v, max_buffered_bytes %d: must be positive",
 			c.MaxInflightPerConn, c.MaxRequestAge, c.MaxBufferedBytes)
-	case c.HoldTimeout < 0 || c.HoldMaxRequests < 0 || c.HoldMaxBytes < 0 || c.DownstreamIdleTimeout < 0 ||
+	case c.HoldTimeout < 0 || c.HoldMaxTimeout < 0 || c.DeadlineMargin < 0 || c.UpstreamHungTimeout < 0 || c.HoldMaxRequests < 0 || c.HoldMaxBytes < 0 || c.DownstreamIdleTimeout < 0 ||
 		c.FrameReadTimeout < 0 || c.WriteTimeout < 0 || c.DrainTimeout < 0 || c.Warmup < 0 ||
 		c.MaxQueuedBytesPerUpstream < 0 || c.MaxQueuedBytesPerConn < 0 || c.NotExecutedRetries < 0 || c.NotExecutedWindow < 0:
 		return fmt.Errorf("a negative duration or size in the proxy settings: %+v", *c)

@@ -17,3 +17,17 @@ func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	waitFor(t, d, what, cond)
 }
+
+// upstreamPending is the number of answers owed on every provider connection
+// (requests and Stormgate's own heartbeats).
+func (s *Server) upstreamPending() int {
+	n := 0
+	for _, p := range s.poolList() {
+		for _, sl := range p.slotList() {
+			if uc := sl.uc.Load(); uc != nil {
+				n += int(uc.npending.Load())
+			}
+		}
+	}
+	return n
+}

@@ -117,6 +117,8 @@ func testConfig(upstream string) Config {
 		WriteTimeout:              10 * time.Second,
 		MaxQueuedBytesPerUpstream: 8 << 20,
 		HoldTimeout:               3 * time.Second,
+		HoldMaxTimeout:            30 * time.Second,
+		DeadlineMargin:            100 * time.Millisecond,
 		HoldMaxRequests:           10000,
 		HoldMaxBytes:              64 << 20,
 		NotExecutedRetries:        3,
@@ -125,6 +127,7 @@ func testConfig(upstream string) Config {
 		UpstreamInterval:          30 * time.Second,
 		UpstreamJitter:            0.2,
 		UpstreamMaxMissed:         3,
+		UpstreamHungTimeout:       5 * time.Second,
 		MaxFrameBytes:             8<<20 + 16,
 		MaxInflightPerConn:        10000,
 		MaxQueuedBytesPerConn:     4 << 20,
@@ -189,7 +192,7 @@ func newFixtureWith(t testing.TB, pcfg peer.ProviderConfig, opts Options, mods .
 func (f *fixture) readyConns() int {
 	n := 0
 	for _, p := range f.srv.poolList() {
-		r, _ := p.connStates()
+		r, _, _ := p.connStates()
 		n += r
 	}
 	return n

@@ -11,11 +11,13 @@ import (
 
 // holdQueue keeps two-way requests while no provider connection takes them
 // (provider restarting, READONLY with policy HOLD, every connection's queue full,
-// warm-up). It is bounded by count, bytes and the process budget; entries leave in
-// arrival order, either sent on a connection that came back or refused when
-// hold.timeout passes. Requests that were on a connection when it died but never
-// left Stormgate come back here (rehold) in arrival order, with the deadline their
-// arrival gives them.
+// warm-up, a hung provider). It is bounded by count, bytes and the process budget;
+// entries leave in arrival order, sent on a connection that came back, or refused when
+// their wait ends: at their consumer's own deadline less hold.deadline_margin, or after
+// hold.timeout when the request carries no timeout (deadline.go). A request is never
+// sent once its consumer's deadline is that close. Requests that were on a connection
+// when it died but never left Stormgate come back here (rehold) in arrival order, with
+// the deadline their arrival gives them.
 //
 // Concurrency: mu guards the queue; dispatch calls upConn.send with mu held (lock
 // order holdQueue.mu -> upConn.mu -> writer.mu). The expiry and warm-up retry
@@ -23,19 +25,20 @@ import (
 type holdQueue struct {
 	pool *pool
 
-	mu    sync.Mutex
-	q     []held // q[head:] are live, in arrival order
-	head  int
-	bytes int
-	n     atomic.Int32 // len, readable without mu (the forward fast path)
-	timer keepalive.Timer
-	retry keepalive.Timer
+	mu      sync.Mutex
+	q       []held // q[head:] are live, in arrival order
+	head    int
+	bytes   int
+	armedAt int64        // when the expiry timer fires; 0 when it is not armed
+	n       atomic.Int32 // len, readable without mu (the forward fast path)
+	timer   keepalive.Timer
+	retry   keepalive.Timer
 }
 
 type held struct {
 	request
 	frame    []byte // a copy: the consumer's input buffer is released after onRequest
-	deadline int64
+	deadline int64  // when its wait ends (holdUntil)
 }
 
 func (h *holdQueue) init(p *pool) {
@@ -47,12 +50,19 @@ func (h *holdQueue) init(p *pool) {
 // len is the number of held requests.
 func (h *holdQueue) len() int { return int(h.n.Load()) }
 
-// push holds an accepted request, or refuses it when holding is off or full.
+// push holds an accepted request, or refuses it when holding is off or full, or when
+// its consumer's deadline is already too close.
 func (h *holdQueue) push(r request, frame []byte) {
 	srv := h.pool.srv
 	cfg := srv.cfg.Load()
 	if cfg.HoldTimeout <= 0 {
 		srv.refuse(r, FailNoUpstream, "stormgate: no usable provider connection (hold.timeout is 0)", replyNoUpstream)
+		return
+	}
+	srv.sendByOf(&r, frame, cfg)
+	if pastDeadline(&r, srv.now()) {
+		srv.m.holdOutcome[holdDeadline].Inc()
+		srv.refuse(r, FailDeadline, deadlineMsg, replyDeadline)
 		return
 	}
 	h.mu.Lock()
@@ -73,12 +83,10 @@ func (h *holdQueue) push(r request, frame []byte) {
 		srv.refuse(r, why, msg, replyHoldFull)
 		return
 	}
-	e := held{request: r, frame: append([]byte(nil), frame...), deadline: r.arrived + int64(cfg.HoldTimeout)}
+	e := held{request: r, frame: append([]byte(nil), frame...), deadline: holdUntil(&r, cfg)}
 	h.q = append(h.q, e)
 	h.addLocked(e)
-	if len(h.q)-h.head == 1 {
-		h.armLocked(e.deadline)
-	}
+	h.armLocked(e.deadline)
 	h.mu.Unlock()
 	// A connection may have become usable between the caller's pick and this push.
 	if h.pool.usable() > 0 {
@@ -87,14 +95,31 @@ func (h *holdQueue) push(r request, frame []byte) {
 }
 
 // rehold puts back requests whose connection died before they left Stormgate. They
-// keep their arrival time (and so their deadline) and their place in arrival order.
-// Their bytes were reserved by the writer they came from; rehold charges them anew.
+// keep their arrival time (and so their deadline) and their place in arrival order;
+// those whose consumer's deadline is already too close are answered instead. Their
+// bytes were reserved by the writer they came from; rehold charges them anew.
 func (h *holdQueue) rehold(es []held, why holdOutcome) {
 	if len(es) == 0 {
 		return
 	}
 	srv := h.pool.srv
 	cfg := srv.cfg.Load()
+	now := srv.now()
+	live := es[:0]
+	for _, e := range es {
+		srv.sendByOf(&e.request, e.frame, cfg)
+		if pastDeadline(&e.request, now) {
+			srv.m.holdOutcome[holdDeadline].Inc()
+			srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
+			continue
+		}
+		e.deadline = holdUntil(&e.request, cfg)
+		live = append(live, e)
+	}
+	es = live
+	if len(es) == 0 {
+		return
+	}
 	slices.SortFunc(es, func(a, b held) int { return int(a.arrived - b.arrived) })
 	h.mu.Lock()
 	if srv.closed.Load() { // see push
@@ -106,23 +131,22 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 	}
 	// Not bounded by hold.max_requests/max_bytes: these were accepted already, and a
 	// bound hit now would fail requests that did nothing wrong.
-	live := h.q[h.head:]
-	merged := make([]held, 0, len(live)+len(es))
+	queued := h.q[h.head:]
+	merged := make([]held, 0, len(queued)+len(es))
 	for _, e := range es {
-		for len(live) > 0 && live[0].arrived <= e.arrived {
-			merged = append(merged, live[0])
-			live = live[1:]
+		for len(queued) > 0 && queued[0].arrived <= e.arrived {
+			merged = append(merged, queued[0])
+			queued = queued[1:]
 		}
-		e.deadline = e.arrived + int64(cfg.HoldTimeout)
 		srv.budget.force(len(e.frame))
 		merged = append(merged, e)
 		h.addLocked(e)
+		h.armLocked(e.deadline)
 		srv.m.holdOutcome[why].Inc()
 	}
-	merged = append(merged, live...)
+	merged = append(merged, queued...)
 	clear(h.q)
 	h.q, h.head = merged, 0
-	h.armLocked(h.q[0].deadline)
 	h.mu.Unlock()
 	if h.pool.usable() > 0 {
 		h.dispatch()
@@ -135,19 +159,28 @@ func (h *holdQueue) addLocked(e held) {
 	h.pool.srv.m.held.Inc()
 }
 
+// dropLocked does the accounting of an entry that leaves the queue.
+func (h *holdQueue) dropLocked(e held) {
+	h.bytes -= len(e.frame)
+	h.n.Add(-1)
+	srv := h.pool.srv
+	srv.m.held.Dec()
+	srv.budget.release(len(e.frame))
+}
+
+// armLocked makes sure the expiry timer fires by deadline.
 func (h *holdQueue) armLocked(deadline int64) {
-	h.pool.srv.wheel.ScheduleAt(&h.timer, time.Unix(0, deadline))
+	if h.armedAt == 0 || deadline < h.armedAt {
+		h.armedAt = deadline
+		h.pool.srv.wheel.ScheduleAt(&h.timer, time.Unix(0, deadline))
+	}
 }
 
 func (h *holdQueue) popLocked() held {
 	e := h.q[h.head]
 	h.q[h.head] = held{}
 	h.head++
-	h.bytes -= len(e.frame)
-	h.n.Add(-1)
-	srv := h.pool.srv
-	srv.m.held.Dec()
-	srv.budget.release(len(e.frame))
+	h.dropLocked(e)
 	if h.head == len(h.q) {
 		h.q, h.head = h.q[:0], 0
 	} else if h.head > 1024 && h.head*2 > len(h.q) {
@@ -171,6 +204,12 @@ func (h *holdQueue) dispatch() {
 			srv.settle(e.request) // counted as late: the consumer is gone
 			continue
 		}
+		if pastDeadline(&e.request, srv.now()) {
+			h.popLocked()
+			srv.m.holdOutcome[holdDeadline].Inc()
+			srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
+			continue
+		}
 		if until, ok := h.pool.paused(); ok {
 			srv.wheel.ScheduleAt(&h.retry, time.Unix(0, until))
 			return
@@ -186,25 +225,41 @@ func (h *holdQueue) dispatch() {
 		srv.m.holdOutcome[holdSent].Inc()
 	}
 	srv.wheel.Stop(&h.timer)
+	h.armedAt = 0
 }
 
-// expire refuses every held request whose deadline has passed.
+// expire answers every held request whose wait has ended. Waits end in no particular
+// order (each request's consumer has its own timeout), so it looks at all of them.
 func (h *holdQueue) expire() {
 	srv := h.pool.srv
 	now := srv.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for h.head < len(h.q) && h.q[h.head].deadline <= now {
-		e := h.popLocked()
-		if h.pool.sendToDraining(e.request, e.frame) {
-			srv.m.holdOutcome[holdSentDraining].Inc()
+	h.armedAt = 0
+	kept := h.q[h.head:h.head]
+	for _, e := range h.q[h.head:] {
+		if e.deadline > now {
+			kept = append(kept, e)
+			h.armLocked(e.deadline)
 			continue
 		}
-		srv.m.holdOutcome[holdExpired].Inc() // counted before the consumer can see the reply
-		srv.refuse(e.request, FailNoUpstream, "stormgate: no usable provider connection within hold.timeout", replyHoldTimeout)
+		h.dropLocked(e)
+		switch {
+		case pastDeadline(&e.request, now):
+			srv.m.holdOutcome[holdDeadline].Inc() // counted before the consumer can see the reply
+			srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
+		case h.pool.sendToDraining(e.request, e.frame):
+			srv.m.holdOutcome[holdSentDraining].Inc()
+		default:
+			srv.m.holdOutcome[holdExpired].Inc()
+			srv.refuse(e.request, FailNoUpstream, "stormgate: no usable provider connection within the hold time "+
+				"(hold.timeout, or hold.max_timeout for a request that carries its own timeout)", replyHoldTimeout)
+		}
 	}
-	if h.head < len(h.q) {
-		h.armLocked(h.q[h.head].deadline)
+	clear(h.q[h.head+len(kept):])
+	h.q = h.q[:h.head+len(kept)]
+	if h.head == len(h.q) {
+		h.q, h.head = h.q[:0], 0
 	}
 }
 
@@ -215,6 +270,7 @@ func (h *holdQueue) failAll(msg string) {
 	srv := h.pool.srv
 	srv.wheel.Stop(&h.timer)
 	srv.wheel.Stop(&h.retry)
+	h.armedAt = 0
 	for h.head < len(h.q) {
 		srv.refuse(h.popLocked().request, FailNoUpstream, msg, replyDrain)
 	}

@@ -495,13 +495,14 @@ func (uc *upConn) reholdNotExecuted(pe pending, frame []byte, now int64) bool {
 	case !uc.inWindow(now, cfg):
 		outcome = notRunOutsideWindow
 	case int(pe.tries) < cfg.NotExecutedRetries:
-		d := p.life.nextPause(cfg)
-		if now+int64(d) >= pe.arrived+int64(cfg.HoldTimeout) {
-			break // its hold would end before the retry: the provider's own answer is the better one
-		}
 		b, ok := uc.replayCopy(pe.off, pe.n)
 		if !ok {
 			break
+		}
+		d := p.life.nextPause(cfg)
+		srv.sendByOf(&pe.request, b, cfg)
+		if now+int64(d) >= holdUntil(&pe.request, cfg) {
+			break // its hold would end before the retry: the provider's own answer is the better one
 		}
 		pe.tries++
 		srv.m.life.notRunCounter(why, notRunReheld).Inc()

@@ -55,6 +55,7 @@ const (
 	replyBadRequest
 	replyBadResponse
 	replyDrain
+	replyDeadline
 	nReplyReasons
 )
 
@@ -69,6 +70,7 @@ var replyReasonNames = [nReplyReasons]string{
 	replyBadRequest:   "bad_request",
 	replyBadResponse:  "bad_response",
 	replyDrain:        "draining",
+	replyDeadline:     "deadline",
 }
 
 func (r replyReason) String() string { return replyReasonNames[r] }
@@ -85,6 +87,7 @@ const (
 	holdReheldUnseen
 	holdReheldNotRun
 	holdSentDraining
+	holdDeadline
 	nHoldOutcomes
 )
 
@@ -97,6 +100,7 @@ var holdOutcomeNames = [nHoldOutcomes]string{
 	holdReheldUnseen: "reheld_unseen",
 	holdReheldNotRun: "reheld_not_executed",
 	holdSentDraining: "sent_to_draining_provider",
+	holdDeadline:     "deadline",
 }
 
 // dropKind labels stormgate_frames_dropped_total{kind}: frames consumed without
@@ -143,6 +147,7 @@ type metrics struct {
 	dropped       [nDropKinds]prometheus.Counter
 	readonlyIn    [2]prometheus.Counter // READONLY, WRITEABLE received from the provider
 	readonlyOut   [2]prometheus.Counter // sent to consumers
+	hangs         prometheus.Counter    // providers that became hung (hung.go)
 	life          lifeMetrics           // set by New, which knows the codec's not-executed reasons
 	collectors    []prometheus.Collector
 }
@@ -156,7 +161,7 @@ func newMetrics() *metrics {
 		upConnected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stormgate_upstream_connected",
 			Help: "1 while at least one provider connection is usable, else 0."}),
 		upState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stormgate_upstream_connection_state",
-			Help: "Provider connections by state (ready, readonly)."}, []string{"state"}),
+			Help: "Provider connections by state (ready, readonly, hung)."}, []string{"state"}),
 		upReconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_reconnects_total",
 			Help: "Provider connections (re)established after the first one of a slot."}),
 		upDialErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_connect_errors_total",
@@ -176,7 +181,8 @@ func newMetrics() *metrics {
 		m.downClosed[i] = downClosed.WithLabelValues(closeReasonNames[i])
 	}
 	localReplies := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_local_replies_total",
-		Help: "Error responses Stormgate sent to consumers itself, by reason."}, []string{"reason"})
+		Help: "Error responses Stormgate sent to consumers itself, by reason (deadline: a request that waited until " +
+			"its consumer's own timeout was hold.deadline_margin away, never sent)."}, []string{"reason"})
 	for i := range m.localReplies {
 		m.localReplies[i] = localReplies.WithLabelValues(replyReasonNames[i])
 	}
@@ -185,7 +191,8 @@ func newMetrics() *metrics {
 			"consumer gone, re-held because their connection died before they were sent (reheld_unsent) or after " +
 			"the kernel took them but provably before the provider read them (reheld_unseen), re-held because the " +
 			"provider answered that it never ran them (reheld_not_executed), sent at the end of their hold to a " +
-			"provider that is draining but still serving (sent_to_draining_provider)."}, []string{"outcome"})
+			"provider that is draining but still serving (sent_to_draining_provider), answered and never sent because " +
+			"their consumer's own timeout would have passed first (deadline)."}, []string{"outcome"})
 	for i := range m.holdOutcome {
 		m.holdOutcome[i] = holdOutcomes.WithLabelValues(holdOutcomeNames[i])
 	}
@@ -202,8 +209,12 @@ func newMetrics() *metrics {
 	}
 	m.upState.WithLabelValues("ready")
 	m.upState.WithLabelValues("readonly")
+	m.upState.WithLabelValues("hung")
+	m.hangs = prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_provider_hangs_total",
+		Help: "Times a provider became hung (keepalive.upstream_hung_timeout): no usable connection, one owing an " +
+			"answer and silent although probed with a heartbeat."})
 	m.collectors = []prometheus.Collector{m.downConns, downClosed, m.upConns, m.upConnected, m.upState, m.upReconnects,
-		m.upDialErrors, m.hbSent, localReplies, m.held, holdOutcomes, m.unknownIDs, m.lateResponses, dropped, ro}
+		m.upDialErrors, m.hbSent, localReplies, m.held, holdOutcomes, m.unknownIDs, m.lateResponses, dropped, ro, m.hangs}
 	return m
 }
 
@@ -215,6 +226,7 @@ func (m *metrics) register(reg prometheus.Registerer, s *Server) {
 	reg.MustRegister(m.collectors...)
 	reg.MustRegister(m.life.collectors...)
 	reg.MustRegister(newConnCollector(s)) // requests, responses, heartbeats, in flight, durations, batches
+	reg.MustRegister(newHangMetrics(s)...)
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_buffered_bytes",
 			Help: "Bytes held because a peer is slow or absent (stalled sockets, hold queue, partial frames); " +

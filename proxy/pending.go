@@ -27,6 +27,9 @@ type request struct {
 	serial  byte  // the consumer's serialization id, echoed in Stormgate's own replies
 	tries   uint8 // times a not-executed answer sent it back to the hold queue (lifecycle.go)
 	arrived int64 // when it reached Stormgate, unix nanos on the server's clock
+	// sendBy is the latest time it may be handed to the provider (deadline.go): 0
+	// until a wait needs it, noDeadline when its consumer's timeout is unknown.
+	sendBy int64
 }
 
 // pending is a frame on an upstream connection that expects an answer: a

@@ -39,6 +39,7 @@ type pool struct {
 	sweep        keepalive.Timer
 	dials        dialLog
 	life         poolLife // not-executed pauses, provider drains (lifecycle.go)
+	hang         hungState
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -278,7 +279,7 @@ func (p *pool) pick(slots []*poolSlot) *upConn {
 	var bestLoad int32
 	for i := range n {
 		uc := slots[(start+i)%n].uc.Load()
-		if uc == nil || uc.state.Load() != stateReady {
+		if uc == nil || !uc.takes() {
 			continue
 		}
 		if l := uc.npending.Load(); best == nil || l < bestLoad {
@@ -342,23 +343,29 @@ func (p *pool) forwardOneWay(s *session, frame []byte) {
 func (p *pool) usable() int {
 	n := 0
 	for _, sl := range p.slotList() {
-		if uc := sl.uc.Load(); uc != nil && uc.state.Load() == stateReady {
+		if uc := sl.uc.Load(); uc != nil && uc.takes() {
 			n++
 		}
 	}
 	return n
 }
 
-// connStates counts connections by state.
-func (p *pool) connStates() (ready, readonly int) {
+// takes reports whether the connection takes new requests.
+func (uc *upConn) takes() bool { return uc.state.Load() == stateReady && !uc.hung.Load() }
+
+// connStates counts connections by state: ready (taking requests), readonly, and
+// hung (hung.go; counted there whatever their state, not as ready).
+func (p *pool) connStates() (ready, readonly, hung int) {
 	for _, sl := range p.slotList() {
-		if uc := sl.uc.Load(); uc != nil {
-			switch uc.state.Load() {
-			case stateReady:
-				ready++
-			case stateReadonly:
-				readonly++
-			}
+		uc := sl.uc.Load()
+		switch {
+		case uc == nil || uc.state.Load() == stateClosed:
+		case uc.hung.Load():
+			hung++
+		case uc.state.Load() == stateReady:
+			ready++
+		case uc.state.Load() == stateReadonly:
+			readonly++
 		}
 	}
 	return
@@ -371,7 +378,7 @@ func (p *pool) connStates() (ready, readonly int) {
 func (p *pool) connChanged() {
 	p.srv.connMu.Lock()
 	defer p.srv.connMu.Unlock()
-	ready, readonly := p.connStates()
+	ready, readonly, hung := p.connStates()
 	if h := p.srv.hookConnChanged.Load(); h != nil {
 		(*h)()
 	}
@@ -381,7 +388,8 @@ func (p *pool) connChanged() {
 		p.wasDown.Store(true)
 	}
 	p.srv.updateUpstreamGauges()
-	p.onReadonlyChange(ready, readonly)
+	p.noteHung(ready, hung)
+	p.onReadonlyChange(ready, readonly, hung)
 }
 
 // readonlyDrained closes a READONLY connection whose in-flight work is done when
@@ -397,13 +405,13 @@ func (p *pool) readonlyDrained(uc *upConn) {
 	}
 }
 
-// onReadonlyChange implements readonly_policy PROPAGATE: consumers get READONLY
-// when no connection is usable because the provider said so, WRITEABLE when one is back.
-func (p *pool) onReadonlyChange(ready, readonly int) {
-	if p.srv.cfg.Load().ReadonlyPolicy != ReadonlyPropagate {
-		return
-	}
-	if ready == 0 && readonly > 0 && p.readonlySent.CompareAndSwap(false, true) {
+// onReadonlyChange tells the pool's consumers to prefer other providers while this
+// one cannot serve them: READONLY when no connection is usable because the provider
+// is hung (hung.go), or because it said READONLY under readonly_policy PROPAGATE;
+// WRITEABLE when a connection is usable again.
+func (p *pool) onReadonlyChange(ready, readonly, hung int) {
+	propagate := p.srv.cfg.Load().ReadonlyPolicy == ReadonlyPropagate
+	if ready == 0 && (hung > 0 || propagate && readonly > 0) && p.readonlySent.CompareAndSwap(false, true) {
 		p.srv.broadcast(p, EventReadonly)
 	} else if ready > 0 && p.readonlySent.CompareAndSwap(true, false) {
 		p.srv.broadcast(p, EventWriteable)
@@ -428,7 +436,8 @@ func (p *pool) onSweep() {
 	srv := p.srv
 	now := srv.now()
 	p.meter.sample(p.sentTotal(), sweepEvery)
-	cutoff := now - int64(srv.cfg.Load().MaxRequestAge)
+	cfg := srv.cfg.Load()
+	cutoff := now - int64(cfg.MaxRequestAge)
 	var expired []pending
 	left := 0
 	for _, sl := range p.slotList() {
@@ -436,6 +445,7 @@ func (p *pool) onSweep() {
 		if uc == nil {
 			continue
 		}
+		uc.checkHung(now, cfg)
 		var stalled bool
 		expired, stalled = uc.sweep(cutoff, expired)
 		switch {

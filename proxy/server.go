@@ -338,11 +338,12 @@ func (s *Server) broadcast(p *pool, ev Event) {
 }
 
 func (s *Server) updateUpstreamGauges() {
-	ready, readonly, pools, connected := 0, 0, 0, 0
+	ready, readonly, hung, pools, connected := 0, 0, 0, 0, 0
 	for _, p := range s.poolList() {
-		r, o := p.connStates()
+		r, o, h := p.connStates()
 		ready += r
 		readonly += o
+		hung += h
 		pools++
 		if r > 0 {
 			connected++
@@ -351,6 +352,7 @@ func (s *Server) updateUpstreamGauges() {
 	s.m.upConns.Set(float64(ready))
 	s.m.upState.WithLabelValues("ready").Set(float64(ready))
 	s.m.upState.WithLabelValues("readonly").Set(float64(readonly))
+	s.m.upState.WithLabelValues("hung").Set(float64(hung))
 	if pools > 0 && connected == pools {
 		s.m.upConnected.Set(1)
 	} else {

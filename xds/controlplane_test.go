@@ -207,8 +207,8 @@ func TestControlPlaneDirectory(t *testing.T) {
 		t.Fatalf("duplicate node: %v", err)
 	}
 	os.Remove(filepath.Join(dir, "20-more.yaml"))
-	writeFile(t, filepath.Join(dir, "30-bad.yaml"), "default:\n  hold: {timeout: 2m}\n")
-	if _, _, err := readControlPlaneConfig(dir); err == nil || !strings.Contains(err.Error(), "default.hold.timeout: 2m is too large; must be between 0s and 1m (30-bad.yaml line 2)") {
+	writeFile(t, filepath.Join(dir, "30-bad.yaml"), "default:\n  hold: {timeout: 2h}\n")
+	if _, _, err := readControlPlaneConfig(dir); err == nil || !strings.Contains(err.Error(), "default.hold.timeout: 2h is too large; must be between 0s and 1h (30-bad.yaml line 2)") {
 		t.Fatalf("bad file: %v", err)
 	}
 	if _, err := NewControlPlane(ControlPlaneConfig{Config: dir}, nil, nil); err == nil {

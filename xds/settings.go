@@ -50,12 +50,17 @@ func Defaults() *sg.Settings {
 			// upstream.backoff_base, doubling (docs/design.md, provider lifecycle).
 			NotExecutedRetries: proto.Int32(3),
 			NotExecutedWindow:  dur(10 * time.Second),
+			// Consumers say how long they wait (Java 1 s and dubbo-go 3 s by default, both send it):
+			// such a request waits that long less the margin, up to 30 s (docs/configuration.md).
+			MaxTimeout:     dur(30 * time.Second),
+			DeadlineMargin: dur(100 * time.Millisecond),
 		},
 		Keepalive: &sg.Keepalive{
 			DownstreamIdleTimeout: dur(180 * time.Second),
 			UpstreamInterval:      dur(30 * time.Second),
 			UpstreamJitter:        proto.Float64(0.2),
 			UpstreamMaxMissed:     proto.Int32(3),
+			UpstreamHungTimeout:   dur(5 * time.Second),
 		},
 		Limits: &sg.Limits{
 			MaxFrameBytes:               proto.Int32(8 << 20),

@@ -118,7 +118,7 @@ func TestValidateNamesFieldAndRange(t *testing.T) {
 			"drain.readonly_policy", "READONLY_POLICY_UNSPECIFIED is not allowed; must be HOLD or PROPAGATE"},
 		{"log level", func(s *sg.Settings) { s.Log.Level = proto.String("loud") },
 			"log.level", `"loud" is not allowed; must be debug, info, warn or error`},
-		{"missing", func(s *sg.Settings) { s.Hold.Timeout = nil }, "hold.timeout", "missing; must be between 0s and 1m"},
+		{"missing", func(s *sg.Settings) { s.Hold.Timeout = nil }, "hold.timeout", "missing; must be between 0s and 1h"},
 		{"backoff order", func(s *sg.Settings) { s.Upstream.BackoffBase = dur(5 * time.Second) },
 			"upstream.backoff_max", "below upstream.backoff_base"},
 		{"frame cap", func(s *sg.Settings) { s.Limits.MaxFrameBytes = proto.Int32(-1) },
@@ -128,14 +128,18 @@ func TestValidateNamesFieldAndRange(t *testing.T) {
 		// Cross-field rules (issue 10 item 6).
 		{"hold outlives max age", func(s *sg.Settings) {
 			s.Hold.Timeout = dur(time.Minute)
-			s.Limits.MaxRequestAge = dur(30 * time.Second)
+			s.Limits.MaxRequestAge = dur(40 * time.Second)
 		},
 			"hold.timeout", "below limits.max_request_age"},
 		{"hold equal to max age", func(s *sg.Settings) {
-			s.Hold.Timeout = dur(30 * time.Second)
-			s.Limits.MaxRequestAge = dur(30 * time.Second)
+			s.Hold.Timeout = dur(40 * time.Second)
+			s.Limits.MaxRequestAge = dur(40 * time.Second)
 		},
 			"hold.timeout", "below limits.max_request_age"},
+		{"a consumer's timeout held past max age", func(s *sg.Settings) {
+			s.Hold.MaxTimeout = dur(2 * time.Minute)
+		},
+			"hold.max_timeout", "below limits.max_request_age"},
 		{"inbound port is the listener", func(s *sg.Settings) {
 			s.Listener.Transparent = proto.Bool(true)
 			s.Listener.Address = proto.String("0.0.0.0:15006")

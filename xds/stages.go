@@ -31,6 +31,8 @@ func ProxyConfig(s *sg.Settings) proxy.Config {
 		WriteTimeout:              u.GetWriteTimeout().AsDuration(),
 		MaxQueuedBytesPerUpstream: int(u.GetMaxQueuedBytes()),
 		HoldTimeout:               h.GetTimeout().AsDuration(),
+		HoldMaxTimeout:            h.GetMaxTimeout().AsDuration(),
+		DeadlineMargin:            h.GetDeadlineMargin().AsDuration(),
 		HoldMaxRequests:           int(h.GetMaxRequests()),
 		HoldMaxBytes:              int(h.GetMaxBytes()),
 		NotExecutedRetries:        int(h.GetNotExecutedRetries()),
@@ -39,6 +41,7 @@ func ProxyConfig(s *sg.Settings) proxy.Config {
 		UpstreamInterval:          k.GetUpstreamInterval().AsDuration(),
 		UpstreamJitter:            k.GetUpstreamJitter(),
 		UpstreamMaxMissed:         int(k.GetUpstreamMaxMissed()),
+		UpstreamHungTimeout:       k.GetUpstreamHungTimeout().AsDuration(),
 		MaxFrameBytes:             int(l.GetMaxFrameBytes()) + frameHeader, // the schema counts the body
 		MaxInflightPerConn:        int(l.GetMaxInflightPerConnection()),
 		MaxQueuedBytesPerConn:     int(l.GetMaxQueuedBytesPerConnection()),

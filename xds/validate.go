@@ -320,15 +320,18 @@ var fieldRules = []rule{
 	{"upstream.warmup", "After a reconnect, ramp traffic onto the new connection over this long; 0 = at once.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
 	{"upstream.write_timeout", "A provider connection whose queued requests the kernel takes no byte of for this long is dead (the provider stopped reading): its requests that never left Stormgate are sent on another connection, the others answered; 0 turns the check off.", "0 (off) or between 100ms and 10m", durIn(100*time.Millisecond, 10*time.Minute, true)},
 	{"upstream.max_queued_bytes", "Bytes that may wait in Stormgate for one provider connection; over it new requests go to another connection or the hold queue (an empty connection always takes one frame).", "between 65536 and 1073741824", intIn(64*kib, gib)},
-	{"hold.timeout", "Longest a request waits for the provider to come back; 0 fails it at once.", "between 0s and 1m", durIn(0, time.Minute, false)},
+	{"hold.timeout", "Longest a request that carries no timeout of its own waits for the provider to come back (a request that carries one waits up to it: hold.max_timeout); 0 turns holding off, requests fail at once.", "between 0s and 1h", durIn(0, time.Hour, false)},
 	{"hold.max_requests", "Requests the hold queue keeps; more get an error response.", "between 0 and 1000000", intIn(0, 1e6)},
 	{"hold.max_bytes", "Bytes the hold queue keeps; more get an error response.", "between 0 and 1073741824", intIn(0, gib)},
 	{"hold.not_executed_retries", "Times a request goes back to the hold queue when the provider answers that it never ran it (service not exported yet or any more, thread pool full; docs/design.md lists the answers), within not_executed_window; each retry waits upstream.backoff_base, doubling; 0 passes those answers to the consumer as they are.", "between 0 and 10", intIn(0, 10)},
 	{"hold.not_executed_window", "How long after a provider connection opens, or after the provider says READONLY, WRITEABLE or closing, not-executed answers are re-held; 0 turns re-holding off.", "0 (off) or between 100ms and 10m", durIn(100*time.Millisecond, 10*time.Minute, true)},
+	{"hold.max_timeout", "Longest a request that carries its consumer's own timeout (the Dubbo timeout attachment, which Java and dubbo-go consumers send with every call) waits for the provider: until that timeout less hold.deadline_margin, at most this long; it is never sent later. 0 ignores consumers' timeouts: every request waits up to hold.timeout, and may reach the provider after its consumer gave up.", "0 (off) or between 100ms and 1h", durIn(100*time.Millisecond, time.Hour, true)},
+	{"hold.deadline_margin", "How long before its consumer's deadline a request must have left Stormgate: the provider's queueing time and the answer's way back. A request that would leave later is answered by Stormgate (status 31, local reply reason deadline) and never sent.", "between 0s and 10s", durIn(0, 10*time.Second, false)},
 	{"keepalive.downstream_idle_timeout", "A consumer that sent nothing for this long is closed; 0 turns it off.", "0 (off) or between 1s and 24h", durIn(time.Second, 24*time.Hour, true)},
 	{"keepalive.upstream_interval", "Heartbeat an idle upstream connection this often.", "between 1s and 1h", durIn(time.Second, time.Hour, false)},
 	{"keepalive.upstream_jitter", "Fraction of upstream_interval to jitter by (0.2 = +-20%).", "between 0 and 0.5", floatIn(0, 0.5)},
 	{"keepalive.upstream_max_missed", "Heartbeat intervals without an answer before an upstream connection is dead.", "between 1 and 100", intIn(1, 100)},
+	{"keepalive.upstream_hung_timeout", "A provider connection that owes an answer (to a request or a heartbeat) and has said nothing for this long, although a heartbeat went out at least half of it ago, or whose kernel took no byte for this long, is hung: it takes no new requests until the provider is heard again, and a provider with no other usable connection is not ready (/readyz 503, READONLY to its consumers, stormgate_upstream_hung). 0 turns detection off.", "0 (off) or between 1s and 1h", durIn(time.Second, time.Hour, true)},
 	{"limits.max_frame_bytes", "Largest Dubbo frame accepted (header + body).", "between 1024 and 1073741824", intIn(kib, gib)},
 	{"limits.max_inflight_per_connection", "In-flight two-way requests per consumer.", "between 1 and 1000000", intIn(1, 1e6)},
 	{"limits.max_request_age", "A pending request older than this gets an error response.", "between 1s and 1h", durIn(time.Second, time.Hour, false)},
@@ -352,6 +355,14 @@ var crossRules = []func(*sg.Settings) Problems{
 		// A held request counts its age from its arrival: held this long, it would be
 		// answered as too old right after it is finally sent.
 		return Problems{{Field: "hold.timeout", Message: fmt.Sprintf("%s is not below limits.max_request_age (%s); must be below limits.max_request_age",
+			fmtDur(h.AsDuration()), fmtDur(a.AsDuration()))}}
+	},
+	func(s *sg.Settings) Problems {
+		h, a := s.GetHold().GetMaxTimeout(), s.GetLimits().GetMaxRequestAge()
+		if h == nil || a == nil || h.AsDuration() < a.AsDuration() {
+			return nil
+		}
+		return Problems{{Field: "hold.max_timeout", Message: fmt.Sprintf("%s is not below limits.max_request_age (%s); must be below limits.max_request_age",
 			fmtDur(h.AsDuration()), fmtDur(a.AsDuration()))}}
 	},
 	func(s *sg.Settings) Problems {

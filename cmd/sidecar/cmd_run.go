@@ -410,6 +410,10 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 				http.Error(w, "not ready: draining or stopped", http.StatusServiceUnavailable)
 				return
 			}
+			if hung := srv.Hung(); hung != "" {
+				http.Error(w, "not ready: "+hung, http.StatusServiceUnavailable)
+				return
+			}
 			if !xdsSynced.Load() {
 				http.Error(w, "not ready: no settings from the control plane "+f.xdsAddr+" yet (see the xds log lines)", http.StatusServiceUnavailable)
 				return

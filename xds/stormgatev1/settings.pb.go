@@ -505,8 +505,16 @@ type Hold struct {
 	// READONLY, WRITEABLE or closing, not-executed answers are re-held; 0 turns
 	// re-holding off.
 	NotExecutedWindow *durationpb.Duration `protobuf:"bytes,5,opt,name=not_executed_window,json=notExecutedWindow,proto3" json:"not_executed_window,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The longest a request that carries its consumer's own timeout (the Dubbo
+	// `timeout` attachment) waits: until that timeout less deadline_margin, at most
+	// this long. 0: consumers' timeouts are not read, every request waits up to
+	// timeout (and may reach the provider after its consumer gave up).
+	MaxTimeout *durationpb.Duration `protobuf:"bytes,6,opt,name=max_timeout,json=maxTimeout,proto3" json:"max_timeout,omitempty"`
+	// How long before its consumer's deadline a request must have left Stormgate;
+	// a request is never sent later than that.
+	DeadlineMargin *durationpb.Duration `protobuf:"bytes,7,opt,name=deadline_margin,json=deadlineMargin,proto3" json:"deadline_margin,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Hold) Reset() {
@@ -574,6 +582,20 @@ func (x *Hold) GetNotExecutedWindow() *durationpb.Duration {
 	return nil
 }
 
+func (x *Hold) GetMaxTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.MaxTimeout
+	}
+	return nil
+}
+
+func (x *Hold) GetDeadlineMargin() *durationpb.Duration {
+	if x != nil {
+		return x.DeadlineMargin
+	}
+	return nil
+}
+
 // Keepalive drives idle-close of consumers and upstream heartbeats.
 type Keepalive struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -585,8 +607,12 @@ type Keepalive struct {
 	UpstreamJitter *float64 `protobuf:"fixed64,3,opt,name=upstream_jitter,json=upstreamJitter,proto3,oneof" json:"upstream_jitter,omitempty"`
 	// Heartbeat intervals without an answer before a connection is dead.
 	UpstreamMaxMissed *int32 `protobuf:"varint,4,opt,name=upstream_max_missed,json=upstreamMaxMissed,proto3,oneof" json:"upstream_max_missed,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A provider connection that owes an answer and has said nothing for this long,
+	// although a heartbeat went out, is hung: it takes no new requests, and a
+	// provider with no other usable connection is not ready; 0 turns it off.
+	UpstreamHungTimeout *durationpb.Duration `protobuf:"bytes,5,opt,name=upstream_hung_timeout,json=upstreamHungTimeout,proto3" json:"upstream_hung_timeout,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Keepalive) Reset() {
@@ -645,6 +671,13 @@ func (x *Keepalive) GetUpstreamMaxMissed() int32 {
 		return *x.UpstreamMaxMissed
 	}
 	return 0
+}
+
+func (x *Keepalive) GetUpstreamHungTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.UpstreamHungTimeout
+	}
+	return nil
 }
 
 // Limits protect the proxy from one consumer.
@@ -914,22 +947,26 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\n" +
 	"\b_addressB\x0e\n" +
 	"\f_connectionsB\x13\n" +
-	"\x11_max_queued_bytes\"\xbf\x02\n" +
+	"\x11_max_queued_bytes\"\xbf\x03\n" +
 	"\x04Hold\x123\n" +
 	"\atimeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12&\n" +
 	"\fmax_requests\x18\x02 \x01(\x05H\x00R\vmaxRequests\x88\x01\x01\x12 \n" +
 	"\tmax_bytes\x18\x03 \x01(\x05H\x01R\bmaxBytes\x88\x01\x01\x125\n" +
 	"\x14not_executed_retries\x18\x04 \x01(\x05H\x02R\x12notExecutedRetries\x88\x01\x01\x12I\n" +
-	"\x13not_executed_window\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11notExecutedWindowB\x0f\n" +
+	"\x13not_executed_window\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11notExecutedWindow\x12:\n" +
+	"\vmax_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"maxTimeout\x12B\n" +
+	"\x0fdeadline_margin\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0edeadlineMarginB\x0f\n" +
 	"\r_max_requestsB\f\n" +
 	"\n" +
 	"_max_bytesB\x17\n" +
-	"\x15_not_executed_retries\"\xb5\x02\n" +
+	"\x15_not_executed_retries\"\x84\x03\n" +
 	"\tKeepalive\x12Q\n" +
 	"\x17downstream_idle_timeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x15downstreamIdleTimeout\x12F\n" +
 	"\x11upstream_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x10upstreamInterval\x12,\n" +
 	"\x0fupstream_jitter\x18\x03 \x01(\x01H\x00R\x0eupstreamJitter\x88\x01\x01\x123\n" +
-	"\x13upstream_max_missed\x18\x04 \x01(\x05H\x01R\x11upstreamMaxMissed\x88\x01\x01B\x12\n" +
+	"\x13upstream_max_missed\x18\x04 \x01(\x05H\x01R\x11upstreamMaxMissed\x88\x01\x01\x12M\n" +
+	"\x15upstream_hung_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x13upstreamHungTimeoutB\x12\n" +
 	"\x10_upstream_jitterB\x16\n" +
 	"\x14_upstream_max_missed\"\xf2\x03\n" +
 	"\x06Limits\x12+\n" +
@@ -1003,18 +1040,21 @@ var file_xds_stormgatev1_settings_proto_depIdxs = []int32{
 	10, // 14: stormgate.v1.Upstream.write_timeout:type_name -> google.protobuf.Duration
 	10, // 15: stormgate.v1.Hold.timeout:type_name -> google.protobuf.Duration
 	10, // 16: stormgate.v1.Hold.not_executed_window:type_name -> google.protobuf.Duration
-	10, // 17: stormgate.v1.Keepalive.downstream_idle_timeout:type_name -> google.protobuf.Duration
-	10, // 18: stormgate.v1.Keepalive.upstream_interval:type_name -> google.protobuf.Duration
-	10, // 19: stormgate.v1.Limits.max_request_age:type_name -> google.protobuf.Duration
-	10, // 20: stormgate.v1.Limits.frame_read_timeout:type_name -> google.protobuf.Duration
-	0,  // 21: stormgate.v1.Drain.readonly_policy:type_name -> stormgate.v1.ReadonlyPolicy
-	10, // 22: stormgate.v1.Drain.timeout:type_name -> google.protobuf.Duration
-	10, // 23: stormgate.v1.Drain.min_duration:type_name -> google.protobuf.Duration
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	10, // 17: stormgate.v1.Hold.max_timeout:type_name -> google.protobuf.Duration
+	10, // 18: stormgate.v1.Hold.deadline_margin:type_name -> google.protobuf.Duration
+	10, // 19: stormgate.v1.Keepalive.downstream_idle_timeout:type_name -> google.protobuf.Duration
+	10, // 20: stormgate.v1.Keepalive.upstream_interval:type_name -> google.protobuf.Duration
+	10, // 21: stormgate.v1.Keepalive.upstream_hung_timeout:type_name -> google.protobuf.Duration
+	10, // 22: stormgate.v1.Limits.max_request_age:type_name -> google.protobuf.Duration
+	10, // 23: stormgate.v1.Limits.frame_read_timeout:type_name -> google.protobuf.Duration
+	0,  // 24: stormgate.v1.Drain.readonly_policy:type_name -> stormgate.v1.ReadonlyPolicy
+	10, // 25: stormgate.v1.Drain.timeout:type_name -> google.protobuf.Duration
+	10, // 26: stormgate.v1.Drain.min_duration:type_name -> google.protobuf.Duration
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_xds_stormgatev1_settings_proto_init() }
