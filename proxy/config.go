@@ -41,6 +41,10 @@ type Config struct {
 	// connection; over it, new requests go to another connection or are held. An empty
 	// connection always takes one frame, whatever its size.
 	MaxQueuedBytesPerUpstream int
+	// LargeRequestBytes: frames larger than this go to the pool's last connection, kept
+	// for them when there are at least two, and other frames avoid it (pool.pick); 0:
+	// every frame goes to the least loaded connection.
+	LargeRequestBytes int
 
 	// HoldTimeout is the longest a request that carries no timeout of its own waits
 	// for a usable connection; 0: no holding at all, requests fail at once.
@@ -117,7 +121,7 @@ func (c *Config) validate() error {
 			c.MaxInflightPerConn, c.MaxRequestAge, c.MaxBufferedBytes)
 	case c.HoldTimeout < 0 || c.HoldMaxTimeout < 0 || c.DeadlineMargin < 0 || c.UpstreamHungTimeout < 0 || c.HoldMaxRequests < 0 || c.HoldMaxBytes < 0 || c.DownstreamIdleTimeout < 0 ||
 		c.FrameReadTimeout < 0 || c.WriteTimeout < 0 || c.DrainTimeout < 0 || c.Warmup < 0 ||
-		c.MaxQueuedBytesPerUpstream < 0 || c.MaxQueuedBytesPerConn < 0 || c.NotExecutedRetries < 0 || c.NotExecutedWindow < 0:
+		c.MaxQueuedBytesPerUpstream < 0 || c.LargeRequestBytes < 0 || c.MaxQueuedBytesPerConn < 0 || c.NotExecutedRetries < 0 || c.NotExecutedWindow < 0:
 		return fmt.Errorf("a negative duration or size in the proxy settings: %+v", *c)
 	case c.Transparent && len(c.InboundPorts) == 0:
 		return fmt.Errorf("listener.inbound_ports is empty: transparent mode forwards only to listed ports")

@@ -31,3 +31,31 @@ func (s *Server) upstreamPending() int {
 	}
 	return n
 }
+
+// queuedRequests is the number of requests waiting in every connection's send queue.
+func (s *Server) queuedRequests() int {
+	n := 0
+	for _, p := range s.poolList() {
+		for _, sl := range p.slotList() {
+			if uc := sl.uc.Load(); uc != nil {
+				n += uc.queuedRequests()
+			}
+		}
+	}
+	return n
+}
+
+// queuedID reports whether the request with consumer id id waits in a send queue.
+func (s *Server) queuedID(id int64) bool {
+	found := false
+	for _, p := range s.poolList() {
+		for _, sl := range p.slotList() {
+			if uc := sl.uc.Load(); uc != nil {
+				uc.mu.Lock()
+				uc.sendq.each(func(e *queued) { found = found || e.id == id })
+				uc.mu.Unlock()
+			}
+		}
+	}
+	return found
+}

@@ -58,8 +58,12 @@ func TestOneWayToStalledProviderIsBounded(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	time.Sleep(100 * time.Millisecond) // what the consumers' sockets still held
-	sample()
+	// What the consumers' sockets still held: every request read and handled (queued,
+	// written or dropped). Waiting a fixed time for it failed on a loaded machine (issue 23).
+	waitFor(t, 20*time.Second, "every one-way request read", func() bool {
+		sample()
+		return f.srv.Stats().Requests == consumers*each
+	})
 	frame := int64(body + 256)
 	if q := peakQueued.Load(); q > queueBound+frame {
 		t.Errorf("bytes queued for the provider peaked at %d; upstream.max_queued_bytes is %d", q, queueBound)

@@ -365,6 +365,21 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 			out, sent, base := uc.w.export()
 			cs := UpConnSnapshot{FD: uc.w.fd, Slot: uc.slot, State: uc.state.Load(), NextID: uc.nextID,
 				In: append(in, uc.stash...), Skip: skip, Out: out, Sent: sent}
+			// The send queue never reached the writer: its two-way requests are re-held by whoever
+			// serves next, its one-way ones go at the end of the unsent stream. A copy: Thaw keeps it.
+			nextID := uc.nextID
+			uc.sendq.each(func(e *queued) {
+				if e.oneWay {
+					nextID++
+					f := append([]byte(nil), e.frame...)
+					s.codec.SetID(f, nextID)
+					cs.Out = append(cs.Out, f...)
+					return
+				}
+				ps.Held = append(ps.Held, HeldSnapshot{Session: sessionOf(e.sess), ID: e.id, Serial: e.serial,
+					Age: time.Duration(now - e.arrived), Frame: e.frame})
+			})
+			cs.NextID = nextID
 			for id, e := range uc.pending.m {
 				ent := PendingSnapshot{UpstreamID: id, Session: sessionOf(e.sess), ID: e.id, Serial: e.serial,
 					Age: time.Duration(now - e.arrived)}
@@ -379,10 +394,10 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 			}
 		}
 		p.hold.mu.Lock()
-		for _, e := range p.hold.q[p.hold.head:] {
+		p.hold.eachLocked(func(e *held) {
 			ps.Held = append(ps.Held, HeldSnapshot{Session: sessionOf(e.sess), ID: e.id, Serial: e.serial,
 				Age: time.Duration(now - e.arrived), Frame: e.frame})
-		}
+		})
 		p.hold.mu.Unlock()
 		sn.Pools = append(sn.Pools, ps)
 	}

@@ -116,6 +116,7 @@ func testConfig(upstream string) Config {
 		BackoffMax:                2 * time.Second,
 		WriteTimeout:              10 * time.Second,
 		MaxQueuedBytesPerUpstream: 8 << 20,
+		LargeRequestBytes:         64 << 10,
 		HoldTimeout:               3 * time.Second,
 		HoldMaxTimeout:            30 * time.Second,
 		DeadlineMargin:            100 * time.Millisecond,

@@ -19,6 +19,11 @@ import (
 // when it died but never left Stormgate come back here (rehold) in arrival order, with
 // the deadline their arrival gives them.
 //
+// Two lanes, as the pool's connections (pool.pick): requests over
+// upstream.large_request_bytes wait in one, the others in the other, each in arrival
+// order and dispatched on its own, so that large requests waiting for their connection
+// never hold up the small ones behind them.
+//
 // Concurrency: mu guards the queue; dispatch calls upConn.send with mu held (lock
 // order holdQueue.mu -> upConn.mu -> writer.mu). The expiry and warm-up retry
 // timers run on the wheel goroutine.
@@ -26,14 +31,25 @@ type holdQueue struct {
 	pool *pool
 
 	mu      sync.Mutex
-	q       []held // q[head:] are live, in arrival order
-	head    int
+	lanes   [2]holdLane
 	bytes   int
-	armedAt int64        // when the expiry timer fires; 0 when it is not armed
-	n       atomic.Int32 // len, readable without mu (the forward fast path)
+	armedAt int64           // when the expiry timer fires; 0 when it is not armed
+	n       [2]atomic.Int32 // each lane's length, readable without mu (the forward fast path)
 	timer   keepalive.Timer
 	retry   keepalive.Timer
 }
+
+// holdLane is one lane's requests: q[head:] are live, in arrival order.
+type holdLane struct {
+	q    []held
+	head int
+}
+
+// Hold lanes.
+const (
+	laneSmall = 0
+	laneLarge = 1
+)
 
 type held struct {
 	request
@@ -48,7 +64,18 @@ func (h *holdQueue) init(p *pool) {
 }
 
 // len is the number of held requests.
-func (h *holdQueue) len() int { return int(h.n.Load()) }
+func (h *holdQueue) len() int { return int(h.n[laneSmall].Load() + h.n[laneLarge].Load()) }
+
+// laneLen is the number of held requests in the lane of a frame of size bytes.
+func (h *holdQueue) laneLen(size int) int { return int(h.n[h.laneOf(size)].Load()) }
+
+// laneOf is the lane of a frame of size bytes.
+func (h *holdQueue) laneOf(size int) int {
+	if limit := h.pool.srv.cfg.Load().LargeRequestBytes; limit > 0 && size > limit {
+		return laneLarge
+	}
+	return laneSmall
+}
 
 // push holds an accepted request, or refuses it when holding is off or full, or when
 // its consumer's deadline is already too close.
@@ -73,7 +100,7 @@ func (h *holdQueue) push(r request, frame []byte) {
 		srv.refuse(r, FailNoUpstream, "stormgate: shutting down", replyDrain)
 		return
 	}
-	if len(h.q)-h.head >= cfg.HoldMaxRequests || h.bytes+len(frame) > cfg.HoldMaxBytes || !srv.budget.tryReserve(len(frame)) {
+	if h.len() >= cfg.HoldMaxRequests || h.bytes+len(frame) > cfg.HoldMaxBytes || !srv.budget.tryReserve(len(frame)) {
 		h.mu.Unlock()
 		srv.m.holdOutcome[holdRejectedFull].Inc()
 		why, msg := FailNoUpstream, "stormgate: no usable provider connection and the hold queue is full"
@@ -84,8 +111,9 @@ func (h *holdQueue) push(r request, frame []byte) {
 		return
 	}
 	e := held{request: r, frame: append([]byte(nil), frame...), deadline: holdUntil(&r, cfg)}
-	h.q = append(h.q, e)
-	h.addLocked(e)
+	i := h.laneOf(len(frame))
+	h.lanes[i].q = append(h.lanes[i].q, e)
+	h.addLocked(i, e)
 	h.armLocked(e.deadline)
 	h.mu.Unlock()
 	// A connection may have become usable between the caller's pick and this push.
@@ -131,38 +159,52 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 	}
 	// Not bounded by hold.max_requests/max_bytes: these were accepted already, and a
 	// bound hit now would fail requests that did nothing wrong.
-	queued := h.q[h.head:]
-	merged := make([]held, 0, len(queued)+len(es))
+	var add [2][]held
 	for _, e := range es {
-		for len(queued) > 0 && queued[0].arrived <= e.arrived {
-			merged = append(merged, queued[0])
-			queued = queued[1:]
-		}
+		i := h.laneOf(len(e.frame))
+		add[i] = append(add[i], e)
 		srv.budget.force(len(e.frame))
-		merged = append(merged, e)
-		h.addLocked(e)
+		h.addLocked(i, e)
 		h.armLocked(e.deadline)
 		srv.m.holdOutcome[why].Inc()
 	}
-	merged = append(merged, queued...)
-	clear(h.q)
-	h.q, h.head = merged, 0
+	for i := range h.lanes {
+		if len(add[i]) > 0 {
+			h.lanes[i].merge(add[i])
+		}
+	}
 	h.mu.Unlock()
 	if h.pool.usable() > 0 {
 		h.dispatch()
 	}
 }
 
-func (h *holdQueue) addLocked(e held) {
+// merge puts es (in arrival order) into the lane, keeping arrival order.
+func (l *holdLane) merge(es []held) {
+	queued := l.q[l.head:]
+	merged := make([]held, 0, len(queued)+len(es))
+	for _, e := range es {
+		for len(queued) > 0 && queued[0].arrived <= e.arrived {
+			merged = append(merged, queued[0])
+			queued = queued[1:]
+		}
+		merged = append(merged, e)
+	}
+	merged = append(merged, queued...)
+	clear(l.q)
+	l.q, l.head = merged, 0
+}
+
+func (h *holdQueue) addLocked(lane int, e held) {
 	h.bytes += len(e.frame)
-	h.n.Add(1)
+	h.n[lane].Add(1)
 	h.pool.srv.m.held.Inc()
 }
 
-// dropLocked does the accounting of an entry that leaves the queue.
-func (h *holdQueue) dropLocked(e held) {
+// dropLocked does the accounting of an entry that leaves lane.
+func (h *holdQueue) dropLocked(lane int, e held) {
 	h.bytes -= len(e.frame)
-	h.n.Add(-1)
+	h.n[lane].Add(-1)
 	srv := h.pool.srv
 	srv.m.held.Dec()
 	srv.budget.release(len(e.frame))
@@ -176,56 +218,73 @@ func (h *holdQueue) armLocked(deadline int64) {
 	}
 }
 
-func (h *holdQueue) popLocked() held {
-	e := h.q[h.head]
-	h.q[h.head] = held{}
-	h.head++
-	h.dropLocked(e)
-	if h.head == len(h.q) {
-		h.q, h.head = h.q[:0], 0
-	} else if h.head > 1024 && h.head*2 > len(h.q) {
-		n := copy(h.q, h.q[h.head:])
-		clear(h.q[n:])
-		h.q, h.head = h.q[:n], 0
+func (h *holdQueue) popLocked(lane int) held {
+	l := &h.lanes[lane]
+	e := l.q[l.head]
+	l.q[l.head] = held{}
+	l.head++
+	h.dropLocked(lane, e)
+	if l.head == len(l.q) {
+		l.q, l.head = l.q[:0], 0
+	} else if l.head > 1024 && l.head*2 > len(l.q) {
+		n := copy(l.q, l.q[l.head:])
+		clear(l.q[n:])
+		l.q, l.head = l.q[:n], 0
 	}
 	return e
 }
 
-// dispatch sends held requests in arrival order while a connection takes them.
+// dispatch sends held requests in arrival order, lane by lane, while a connection
+// takes them.
 func (h *holdQueue) dispatch() {
 	srv := h.pool.srv
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for h.head < len(h.q) {
-		e := h.q[h.head]
+	for i := range h.lanes {
+		if !h.dispatchLaneLocked(i) {
+			return // paused or warming: a timer dispatches again
+		}
+	}
+	if h.len() == 0 {
+		srv.wheel.Stop(&h.timer)
+		h.armedAt = 0
+	}
+}
+
+// dispatchLaneLocked sends a lane's requests in order while a connection takes them;
+// false when sending waits for a pause or the warm-up (retry is armed).
+func (h *holdQueue) dispatchLaneLocked(lane int) bool {
+	srv := h.pool.srv
+	l := &h.lanes[lane]
+	for l.head < len(l.q) {
+		e := l.q[l.head]
 		if e.sess.closing.Load() {
-			h.popLocked()
+			h.popLocked(lane)
 			srv.m.holdOutcome[holdConsumerGone].Inc()
 			srv.settle(e.request) // counted as late: the consumer is gone
 			continue
 		}
 		if pastDeadline(&e.request, srv.now()) {
-			h.popLocked()
+			h.popLocked(lane)
 			srv.m.holdOutcome[holdDeadline].Inc()
 			srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
 			continue
 		}
 		if until, ok := h.pool.paused(); ok {
 			srv.wheel.ScheduleAt(&h.retry, time.Unix(0, until))
-			return
+			return false
 		}
 		if h.pool.warming() && !h.pool.warmAllow() {
 			srv.wheel.Schedule(&h.retry, 5*time.Millisecond)
-			return
+			return false
 		}
 		if !h.pool.send(e.request, e.frame) {
-			return // nothing takes it now; a connection coming back dispatches again
+			return true // nothing takes it now; a connection coming back (or a queue freeing) dispatches again
 		}
-		h.popLocked()
+		h.popLocked(lane)
 		srv.m.holdOutcome[holdSent].Inc()
 	}
-	srv.wheel.Stop(&h.timer)
-	h.armedAt = 0
+	return true
 }
 
 // expire answers every held request whose wait has ended. Waits end in no particular
@@ -236,30 +295,44 @@ func (h *holdQueue) expire() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.armedAt = 0
-	kept := h.q[h.head:h.head]
-	for _, e := range h.q[h.head:] {
-		if e.deadline > now {
-			kept = append(kept, e)
-			h.armLocked(e.deadline)
-			continue
+	for i := range h.lanes {
+		l := &h.lanes[i]
+		kept := l.q[l.head:l.head]
+		for _, e := range l.q[l.head:] {
+			if e.deadline > now {
+				kept = append(kept, e)
+				h.armLocked(e.deadline)
+				continue
+			}
+			h.dropLocked(i, e)
+			switch {
+			case pastDeadline(&e.request, now):
+				srv.m.holdOutcome[holdDeadline].Inc() // counted before the consumer can see the reply
+				srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
+			case h.pool.sendToDraining(e.request, e.frame):
+				srv.m.holdOutcome[holdSentDraining].Inc()
+			default:
+				srv.m.holdOutcome[holdExpired].Inc()
+				srv.refuse(e.request, FailNoUpstream, "stormgate: no usable provider connection within the hold time "+
+					"(hold.timeout, or hold.max_timeout for a request that carries its own timeout)", replyHoldTimeout)
+			}
 		}
-		h.dropLocked(e)
-		switch {
-		case pastDeadline(&e.request, now):
-			srv.m.holdOutcome[holdDeadline].Inc() // counted before the consumer can see the reply
-			srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
-		case h.pool.sendToDraining(e.request, e.frame):
-			srv.m.holdOutcome[holdSentDraining].Inc()
-		default:
-			srv.m.holdOutcome[holdExpired].Inc()
-			srv.refuse(e.request, FailNoUpstream, "stormgate: no usable provider connection within the hold time "+
-				"(hold.timeout, or hold.max_timeout for a request that carries its own timeout)", replyHoldTimeout)
+		clear(l.q[l.head+len(kept):])
+		l.q = l.q[:l.head+len(kept)]
+		if l.head == len(l.q) {
+			l.q, l.head = l.q[:0], 0
 		}
 	}
-	clear(h.q[h.head+len(kept):])
-	h.q = h.q[:h.head+len(kept)]
-	if h.head == len(h.q) {
-		h.q, h.head = h.q[:0], 0
+}
+
+// each calls f for every held request, lane by lane in arrival order. Called with mu
+// held (a handover's snapshot).
+func (h *holdQueue) eachLocked(f func(*held)) {
+	for i := range h.lanes {
+		l := &h.lanes[i]
+		for j := l.head; j < len(l.q); j++ {
+			f(&l.q[j])
+		}
 	}
 }
 
@@ -271,7 +344,9 @@ func (h *holdQueue) failAll(msg string) {
 	srv.wheel.Stop(&h.timer)
 	srv.wheel.Stop(&h.retry)
 	h.armedAt = 0
-	for h.head < len(h.q) {
-		srv.refuse(h.popLocked().request, FailNoUpstream, msg, replyDrain)
+	for i := range h.lanes {
+		for h.lanes[i].head < len(h.lanes[i].q) {
+			srv.refuse(h.popLocked(i).request, FailNoUpstream, msg, replyDrain)
+		}
 	}
 }

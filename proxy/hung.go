@@ -92,8 +92,10 @@ func (uc *upConn) markHung(now int64, why string) {
 	}
 	p.srv.log.Warn("provider connection hung: it takes no new requests until the provider is heard again",
 		zap.String("provider", p.addr), zap.Int("slot", uc.slot), zap.String("why", why),
-		zap.Duration("silent_for", time.Duration(now-uc.lastRead.Load())), zap.Int32("owed", uc.npending.Load()))
+		zap.Duration("silent_for", time.Duration(now-uc.lastRead.Load())), zap.Int32("owed", uc.npending.Load()),
+		zap.Int("queued", uc.queuedRequests()))
 	p.connChanged()
+	uc.requeue() // never sent: held up to their deadlines rather than left behind a stopped writer
 }
 
 // unhang is the end of a hang: the provider was heard on this connection.

@@ -268,12 +268,44 @@ func (p *pool) sentTotal() uint64 {
 	return n
 }
 
-// pick returns the ready connection with the fewest requests in flight.
-func (p *pool) pick(slots []*poolSlot) *upConn {
+// pick returns the connection that takes new requests with the fewest requests in
+// flight or queued, for a frame of size bytes. Large frames (over
+// upstream.large_request_bytes) go to the pool's last connection when it has at
+// least two, and other frames avoid it while another connection takes them: a bulk
+// transfer then waits behind other bulk transfers, there and in that connection's
+// kernel buffers (which no queue of Stormgate's can reorder), never in front of the
+// small requests on the other connections (isolation, DESIGN §2).
+func (p *pool) pick(slots []*poolSlot, size int) *upConn {
 	n := len(slots)
 	if n == 0 {
 		return nil
 	}
+	if limit := p.srv.cfg.Load().LargeRequestBytes; n >= 2 && limit > 0 {
+		bulk := slots[n-1].uc.Load()
+		if size > limit {
+			if bulk != nil && bulk.takes() {
+				return bulk
+			}
+		} else if uc := p.leastLoaded(slots[:n-1]); uc != nil {
+			return uc
+		}
+	}
+	return p.leastLoaded(slots)
+}
+
+// bulkLane returns the connection kept for large frames when a frame of size bytes is
+// one and the pool has such a connection; nil otherwise.
+func (p *pool) bulkLane(slots []*poolSlot, size int) *upConn {
+	if limit := p.srv.cfg.Load().LargeRequestBytes; len(slots) >= 2 && limit > 0 && size > limit {
+		return slots[len(slots)-1].uc.Load()
+	}
+	return nil
+}
+
+// leastLoaded returns the connection of slots that takes new requests with the fewest
+// requests in flight or queued, trying them from a rotating start.
+func (p *pool) leastLoaded(slots []*poolSlot) *upConn {
+	n := len(slots)
 	start := int(p.rr.Add(1))
 	var best *upConn
 	var bestLoad int32
@@ -282,7 +314,7 @@ func (p *pool) pick(slots []*poolSlot) *upConn {
 		if uc == nil || !uc.takes() {
 			continue
 		}
-		if l := uc.npending.Load(); best == nil || l < bestLoad {
+		if l := uc.npending.Load() + uc.nqueued.Load(); best == nil || l < bestLoad {
 			best, bestLoad = uc, l
 		}
 	}
@@ -293,7 +325,7 @@ func (p *pool) pick(slots []*poolSlot) *upConn {
 // takes it (held ones go first, so that order is kept).
 func (p *pool) forward(r request, frame []byte) {
 	p.srv.accept(r)
-	if p.hold.len() == 0 && p.life.pauseUntil.Load() == 0 && (!p.warming() || p.warmAllow()) && p.send(r, frame) {
+	if p.hold.laneLen(len(frame)) == 0 && p.life.pauseUntil.Load() == 0 && (!p.warming() || p.warmAllow()) && p.send(r, frame) {
 		return
 	}
 	p.hold.push(r, frame)
@@ -302,12 +334,15 @@ func (p *pool) forward(r request, frame []byte) {
 // send puts r on the least loaded connection that takes it; false when none does.
 func (p *pool) send(r request, frame []byte) bool {
 	slots := p.slotList()
-	best := p.pick(slots)
+	best := p.pick(slots, len(frame))
 	if best == nil {
 		return false
 	}
 	if best.send(r, frame) {
 		return true
+	}
+	if p.bulkLane(slots, len(frame)) == best {
+		return false // a large request waits for its own connection (the hold queue), not in front of small ones
 	}
 	for _, sl := range slots { // its queue was full: any other that takes it
 		if uc := sl.uc.Load(); uc != nil && uc != best && uc.send(r, frame) {
@@ -322,14 +357,12 @@ func (p *pool) send(r request, frame []byte) bool {
 func (p *pool) forwardOneWay(s *session, frame []byte) {
 	m := p.srv.m
 	slots := p.slotList()
-	if best := p.pick(slots); best != nil {
-		if best.sendOneWay(frame) {
-			s.counts.oneway.Add(1)
+	if best := p.pick(slots, len(frame)); best != nil {
+		if best.sendOneWay(s, frame) {
 			return
 		}
 		for _, sl := range slots {
-			if uc := sl.uc.Load(); uc != nil && uc != best && uc.sendOneWay(frame) {
-				s.counts.oneway.Add(1)
+			if uc := sl.uc.Load(); uc != nil && uc != best && uc.sendOneWay(s, frame) {
 				return
 			}
 		}
@@ -454,7 +487,7 @@ func (p *pool) onSweep() {
 		case uc.state.Load() == stateReadonly && p.retiring(uc.slot) && uc.npending.Load() == 0:
 			srv.spawn(func() { uc.close("slot retired") })
 		}
-		left += int(uc.npending.Load())
+		left += int(uc.npending.Load()) + uc.queuedRequests()
 	}
 	for _, e := range expired {
 		srv.refuse(e.request, FailTimeout, "stormgate: the provider did not answer within limits.max_request_age", replyMaxAge)
@@ -478,7 +511,7 @@ func (p *pool) queuedBytes() int {
 	n := 0
 	for _, sl := range p.slotList() {
 		if uc := sl.uc.Load(); uc != nil {
-			n += uc.w.queued()
+			n += uc.queuedBytes()
 		}
 	}
 	return n

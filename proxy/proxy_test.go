@@ -91,8 +91,11 @@ func TestThousandConsumersSameIDs(t *testing.T) {
 		}
 	}
 	ps := f.provider.Stats()
-	if ps.HeartbeatsReceived != 0 {
-		t.Fatalf("provider received %d consumer heartbeats; want 0", ps.HeartbeatsReceived)
+	// Stormgate's own heartbeats reach the provider (a hang probe when a connection is
+	// silent for a while on a loaded machine); consumers' never do.
+	if own := f.srv.Stats().HeartbeatsSent; ps.HeartbeatsReceived != own {
+		t.Fatalf("provider received %d heartbeats, Stormgate sent %d of its own: consumer heartbeats were forwarded",
+			ps.HeartbeatsReceived, own)
 	}
 	if ps.ConnsOpen != 4 || ps.ConnsAccepted != 4 {
 		t.Fatalf("provider saw %d open / %d accepted connections; want 4", ps.ConnsOpen, ps.ConnsAccepted)

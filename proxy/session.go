@@ -188,6 +188,10 @@ func (s *session) writeStalled() {}
 // writeFailed implements writerOwner: the flusher could not write to the consumer.
 func (s *session) writeFailed(error) { s.closeWith(closePeer) }
 
+// writerIdle implements writerOwner: a session has no queue of its own (send never
+// refuses for a busy writer), so it is never told.
+func (s *session) writerIdle() {}
+
 // closeWith closes the consumer connection, recording why. The first reason wins.
 // It shuts the socket down (writer.close); netpoll's poller runs onClosed when it
 // sees the hangup. Safe from any goroutine, a handler of this connection included.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -67,6 +68,10 @@ type upConn struct {
 
 	mu      sync.Mutex
 	pending pendingTable
+	sendq   sendQueue    // requests the writer could not take at once (sendq.go)
+	nqueued atomic.Int32 // sendq.len(), readable without mu (pick, hang detection)
+	sqTimer keepalive.Timer
+	sqArmed int64    // when sqTimer fires (the earliest deadline in sendq); 0: not armed
 	nextID  int64    // the connection's own id space: unique on this connection, never reused
 	life    connLife // provider lifecycle: not-executed window, replay ring, peer end (lifecycle.go)
 }
@@ -84,6 +89,7 @@ func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 	uc.life.noteConnected(fd, now)
 	uc.beat.Init(uc.onBeat)
 	uc.stall.Init(uc.onStallTimer)
+	uc.sqTimer.Init(uc.expireQueued)
 	return uc
 }
 
@@ -110,66 +116,87 @@ func (uc *upConn) serve() error {
 
 // send puts a two-way request on this connection under a fresh upstream id. It
 // returns false, leaving the request with the caller, when the connection takes no
-// new requests or its queue is full.
+// new requests or its send queue is full.
 func (uc *upConn) send(r request, frame []byte) bool { return uc.sendIn(r, frame, false) }
 
 // sendIn is send; readonlyOK lets a READONLY connection take the request too.
 func (uc *upConn) sendIn(r request, frame []byte, readonlyOK bool) bool {
-	p := uc.pool
-	srv := p.srv
 	uc.mu.Lock()
 	if st := uc.state.Load(); st != stateReady && (!readonlyOK || st != stateReadonly) || uc.hung.Load() {
 		uc.mu.Unlock()
 		return false
 	}
-	uc.nextID++
-	id := uc.nextID
-	srv.codec.SetID(frame, id)
-	// take, not send: write(2) happens after mu is released (writeClaimed), so that
-	// senders on other pollers queue behind it (one write for many frames) instead of
-	// waiting for mu, and an answer's handler is not kept waiting either. The pending
-	// entry is in place before any byte can leave: whoever writes our bytes (this
-	// goroutine, or the one holding the writer role) does so after take returns, and
-	// an answer's handler needs mu.
-	off, claimed, ok, err := uc.w.take(frame, srv.cfg.Load().MaxQueuedBytesPerUpstream)
-	if !ok {
-		uc.mu.Unlock()
-		return false
-	}
-	uc.pending.add(id, pending{request: r, off: off, n: len(frame)})
-	uc.npending.Add(1)
-	uc.life.ring.put(off, frame)
-	uc.mu.Unlock()
-	uc.sent.Add(1)
-	if claimed {
-		err = uc.w.writeClaimed(frame)
-	}
-	if err != nil {
-		srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
-	}
-	p.armSweep()
-	return true
+	return uc.dispatchLocked(r, frame, false)
 }
 
-// sendOneWay puts a one-way request on this connection under a fresh id.
-func (uc *upConn) sendOneWay(frame []byte) bool {
-	p := uc.pool
+// sendOneWay puts a one-way request of consumer s on this connection under a fresh
+// id; false when the connection takes no new requests or its send queue is full.
+func (uc *upConn) sendOneWay(s *session, frame []byte) bool {
 	uc.mu.Lock()
-	if uc.state.Load() != stateReady {
+	if !uc.takes() {
 		uc.mu.Unlock()
 		return false
 	}
-	uc.nextID++
-	p.srv.codec.SetID(frame, uc.nextID)
-	_, claimed, ok, err := uc.w.take(frame, p.srv.cfg.Load().MaxQueuedBytesPerUpstream) // as in sendIn
-	uc.mu.Unlock()
-	if claimed {
-		err = uc.w.writeClaimed(frame)
+	return uc.dispatchLocked(request{sess: s}, frame, true)
+}
+
+// dispatchLocked hands a request to the writer when it takes it at once, or queues
+// it in the send queue (sendq.go); called with mu held, it releases it. frame is the
+// consumer's (netpoll's) memory: written straight from it, or copied when queued.
+func (uc *upConn) dispatchLocked(r request, frame []byte, oneWay bool) bool {
+	srv := uc.pool.srv
+	if uc.sendq.len() == 0 {
+		// tryTake, not send: write(2) happens after mu is released (writeClaimed), so that
+		// senders on other pollers queue behind it (one write for many frames) instead of
+		// waiting for mu, and an answer's handler is not kept waiting either. The pending
+		// entry is in place before any byte can leave: whoever writes our bytes (this
+		// goroutine, or the one holding the writer role) does so after tryTake returns, and
+		// an answer's handler needs mu.
+		id := uc.nextID + 1
+		srv.codec.SetID(frame, id)
+		off, claimed, ok, err := uc.w.tryTake(frame, writeBatch)
+		if errors.Is(err, errWriterClosed) {
+			uc.mu.Unlock()
+			return false
+		}
+		if ok {
+			uc.nextID = id
+			if !oneWay {
+				uc.pending.add(id, pending{request: r, off: off, n: len(frame)})
+				uc.npending.Add(1)
+				uc.life.ring.put(off, frame)
+			}
+			uc.mu.Unlock()
+			uc.written(r, oneWay, 1)
+			if claimed {
+				uc.writeBatch(frame)
+			}
+			return true
+		}
 	}
-	if ok && err != nil { // taken, then the socket failed; a refusal (queue full) is not a failure
-		p.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
+	return uc.enqueueLocked(r, frame, oneWay)
+}
+
+// written counts requests handed to the writer.
+func (uc *upConn) written(r request, oneWay bool, n int) {
+	if oneWay {
+		r.sess.counts.oneway.Add(1)
+		return
 	}
-	return ok
+	uc.sent.Add(uint64(n))
+	uc.pool.armSweep()
+}
+
+// writeBatch writes b after claiming the writer role, then serves the send queue if
+// a sender queued behind it meanwhile.
+func (uc *upConn) writeBatch(b []byte) {
+	err, idle := uc.w.writeClaimed(b)
+	switch {
+	case err != nil:
+		uc.pool.srv.spawn(func() { uc.fail("write failed: " + err.Error()) })
+	case idle:
+		uc.refill()
+	}
 }
 
 // sendControl writes a heartbeat reply or a callback refusal, or with beat Stormgate's
@@ -343,6 +370,7 @@ func (uc *upConn) onReadonly() {
 		p.srv.log.Info("provider sent READONLY; connection takes no new requests", zap.String("provider", p.addr),
 			zap.Int("slot", uc.slot))
 		p.connChanged()
+		uc.requeue() // what waits in the send queue never left: it goes elsewhere or is held
 	}
 	p.startDrain(drainReadonly)
 	if uc.npending.Load() == 0 {
@@ -476,11 +504,13 @@ func (uc *upConn) fail(why string) {
 	uc.mu.Lock()
 	uc.state.Store(stateClosed)
 	entries := uc.pending.takeAll()
+	queued := uc.takeQueuedLocked() // never handed to the writer
 	uc.mu.Unlock()
 	uc.notePeerEnd()      // before the shutdown below: what the provider's kernel said
 	final := uc.w.close() // shuts the socket down: the poller then runs the close callback (fail again: a no-op)
 	srv.wheel.Stop(&uc.beat)
 	srv.wheel.Stop(&uc.stall)
+	srv.wheel.Stop(&uc.sqTimer)
 	close(uc.done)
 	p.connChanged()
 	p.drainDone()
@@ -533,6 +563,7 @@ func (uc *upConn) fail(why string) {
 	if uc.expected.Load() {
 		level = zap.InfoLevel
 	}
+	unsent = append(unsent, queued...)
 	srv.log.Log(level, "provider connection closed", zap.String("provider", p.addr), zap.Int("slot", uc.slot),
 		zap.String("why", why), zap.Int("failed_in_flight", lost), zap.Int("reheld_unsent", len(unsent)),
 		zap.Int("reheld_unseen", len(unseen)), zap.Stringer("provider_end", end))
@@ -542,11 +573,14 @@ func (uc *upConn) fail(why string) {
 
 // sweep removes the requests that arrived before cutoff and are fully written,
 // appending them to expired. stalled reports an older request still queued in
-// Stormgate (left in place for fail to re-hold).
+// Stormgate, in the writer or the send queue (left in place for fail to re-hold).
 func (uc *upConn) sweep(cutoff int64, expired []pending) (_ []pending, stalled bool) {
 	uc.mu.Lock()
 	n := len(expired)
 	expired, stalled = uc.pending.takeExpired(cutoff, uc.w.written.Load(), expired)
+	if o, ok := uc.sendq.oldest(); ok && o < cutoff {
+		stalled = true // queued in Stormgate that long: fail re-holds it
+	}
 	uc.mu.Unlock()
 	uc.npending.Add(-int32(len(expired) - n))
 	// Stormgate's own heartbeats leave the table here too, and are not answered.
@@ -558,6 +592,3 @@ func (uc *upConn) sweep(cutoff int64, expired []pending) (_ []pending, stalled b
 	}
 	return kept, stalled
 }
-
-// queuedRequests is the number of requests waiting in the connection's send queue.
-func (uc *upConn) queuedRequests() int { return 0 }

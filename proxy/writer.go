@@ -27,6 +27,11 @@ import (
 //     queue; senders keep queueing. Stalled bytes are charged to the process-wide
 //     budget, and the owner learns when the stall began (writeStalled) and how long it has
 //     lasted without progress (stalledFor), to enforce a write deadline.
+//   - An owner that keeps its own queue (upConn's send queue, sendq.go) asks with
+//     tryTake, which refuses a frame the writer cannot take at once (stalled, held,
+//     or a batch of writeBatch bytes already waiting); the owner is then told when
+//     the writer role is free again (writerIdle, or idle from writeClaimed), so that
+//     it decides what goes next.
 //   - Every byte has a stream offset (send returns the frame's). After close, written
 //     is final: a frame ending at or before it was handed to the kernel (the peer may
 //     have it); a frame ending after it never left whole, and copyFrame returns its
@@ -56,6 +61,7 @@ type writer struct {
 	stalled    bool   // the flusher holds the role
 	closed     bool
 	held       bool // a handover: senders queue, nobody writes (hold, export, resume)
+	notify     bool // the owner waits to be told the role is free (tryTake refused, claimable)
 	fdClosed   bool // under fdMu
 	charged    int  // stalled bytes charged to budget
 	progressAt int64
@@ -82,6 +88,10 @@ type writerOwner interface {
 	// writeFailed: the flusher hit a socket error (never called by send, whose caller
 	// gets the error itself), unless the owner had closed the writer.
 	writeFailed(err error)
+	// writerIdle: the flusher (or a resume) released the writer role while the owner
+	// waited for it (tryTake refused, or claimable said no); runs on that goroutine,
+	// with no lock held. A sender that releases the role learns it from writeClaimed.
+	writerIdle()
 }
 
 // Errors send returns when it refuses a frame; the frame was not queued.
@@ -105,9 +115,52 @@ const spareKeep = 64 << 10
 func (w *writer) send(b []byte, maxQueued int) (off uint64, accepted bool, err error) {
 	off, claimed, accepted, err := w.take(b, maxQueued)
 	if claimed {
-		err = w.writeClaimed(b)
+		var idle bool
+		if err, idle = w.writeClaimed(b); idle {
+			w.owner.writerIdle() // an owner with a queue (tryTake) waited behind this write
+		}
 	}
 	return off, accepted, err
+}
+
+// tryTake is take for an owner with a queue of its own: it refuses b (accepted
+// false, err nil) unless the writer takes it at once, that is unless nobody writes
+// (b is claimed, as in take) or the goroutine that writes is not stalled and fewer
+// than batch bytes wait behind it (b is appended; an empty queue takes any b). A
+// refusal asks for writerIdle (or idle from writeClaimed) when the role is free.
+// While held (a handover) it refuses everything. err is errWriterClosed once closed.
+func (w *writer) tryTake(b []byte, batch int) (off uint64, claimed, accepted bool, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.closed:
+		return 0, false, false, errWriterClosed
+	case w.held || w.stalled || w.writing && len(w.q) > 0 && len(w.q)+len(b) > batch:
+		w.notify = true
+		return 0, false, false, nil
+	}
+	off = w.appended
+	w.appended += uint64(len(b))
+	if w.writing {
+		w.q = append(w.q, b...)
+		w.qFrames++
+		return off, false, true, nil
+	}
+	w.writing = true
+	w.batch, w.batchOff, w.sent = b, off, 0
+	return off, true, true, nil
+}
+
+// claimable reports whether nobody holds the writer role (nor a handover), so that
+// the next take claims it; when not, the owner will be told (writerIdle).
+func (w *writer) claimable() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.writing && !w.held && !w.closed {
+		return true
+	}
+	w.notify = !w.closed
+	return false
 }
 
 // take is send's first half, for an owner that must record b's offset under its own
@@ -153,8 +206,9 @@ func (w *writer) take(b []byte, maxQueued int) (off uint64, claimed, accepted bo
 // writeClaimed is send's second half for a caller that claimed the writer role in
 // take: one write(2) of b, then whatever was queued behind it meanwhile, until the
 // queue is empty or the socket stalls (the flusher then holds the role). Its error
-// is send's err.
-func (w *writer) writeClaimed(b []byte) error {
+// is send's err; idle reports that it released the role while the owner waited for
+// it (tryTake refused meanwhile): the caller then serves the owner's queue.
+func (w *writer) writeClaimed(b []byte) (err error, idle bool) {
 	if w.batches != nil {
 		w.batches.observe(1)
 	}
@@ -169,18 +223,23 @@ func (w *writer) writeClaimed(b []byte) error {
 	// the frame can be re-sent whole elsewhere if this connection dies before it leaves.
 	w.batch = append(w.takeSpare(len(b)), b...)
 	w.sent = n
-	return w.stallOrFail(werr)
+	return w.stallOrFail(werr), false
 }
 
 // run writes what was queued while this goroutine held the writer role, until the
-// queue is empty (role released) or the socket stalls (role passed to the flusher).
-func (w *writer) run() error {
+// queue is empty (role released; idle as in writeClaimed) or the socket stalls (role
+// passed to the flusher).
+func (w *writer) run() (err error, idle bool) {
 	for {
 		w.mu.Lock()
 		if w.closed || w.held || len(w.q) == 0 {
 			w.writing = false
+			idle = w.notify && !w.closed && !w.held
+			if idle {
+				w.notify = false
+			}
 			w.mu.Unlock()
-			return nil
+			return nil, idle
 		}
 		b, frames := w.q, w.qFrames
 		w.batch, w.batchOff, w.sent = b, w.appended-uint64(len(b)), 0
@@ -197,7 +256,7 @@ func (w *writer) run() error {
 			w.mu.Unlock()
 			continue
 		}
-		return w.stallOrFail(werr)
+		return w.stallOrFail(werr), false
 	}
 }
 
@@ -253,7 +312,12 @@ func (w *writer) flush() {
 				w.stalled, w.writing, w.file = false, false, nil
 				w.env.budget.release(w.charged)
 				w.charged = 0
+				idle := w.notify
+				w.notify = false
 				w.mu.Unlock()
+				if idle {
+					w.owner.writerIdle()
+				}
 				return
 			}
 			b, frames := w.q, w.qFrames
@@ -524,7 +588,12 @@ func (w *writer) resume(out []byte, sent int) {
 	if len(w.batch) == w.sent {
 		w.batch, w.sent = nil, 0
 		if len(w.q) == 0 {
+			idle := w.notify
+			w.notify = false
 			w.mu.Unlock()
+			if idle {
+				w.env.spawn(w.owner.writerIdle)
+			}
 			return
 		}
 	}

@@ -25,6 +25,7 @@ type writerPair struct {
 	now     atomic.Int64
 	errs    chan error
 	onStall func() // may be nil
+	idles   atomic.Int32
 }
 
 // writerPair is its writer's owner.
@@ -34,6 +35,8 @@ func (wp *writerPair) writeStalled() {
 	}
 }
 func (wp *writerPair) writeFailed(err error) { wp.errs <- err }
+
+func (wp *writerPair) writerIdle() { wp.idles.Add(1) }
 
 func newWriterPair(t *testing.T, sndbuf int) *writerPair {
 	t.Helper()
@@ -178,7 +181,7 @@ func shortWriteCase(t *testing.T, frames [][]byte, want []byte, batched bool, cu
 		clear(buf) // the caller may reuse its buffer at once
 	}
 	if batched {
-		if err := wp.w.run(); err != nil { // the role holder writes the batch
+		if err, _ := wp.w.run(); err != nil { // the role holder writes the batch
 			t.Fatal(err)
 		}
 	}
@@ -397,4 +400,82 @@ func TestWriterSocketError(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the owner was not told of the socket error")
 	}
+}
+
+// tryTake (an owner with its own queue, sendq.go) gets a frame in only while the
+// writer takes it at once: claimed when idle, appended behind a write in progress
+// up to the batch bound, refused while stalled or held; every refusal is answered by
+// one "the role is free" signal, from writeClaimed (idle) or from the flusher
+// (writerIdle), never both and never lost.
+func TestWriterTryTakeAndIdle(t *testing.T) {
+	t.Run("behind a write in progress", func(t *testing.T) {
+		wp := newWriterPair(t, 0)
+		inWrite, release := make(chan struct{}), make(chan struct{})
+		first := true
+		wp.w.env.sys = func(fd int, b []byte) (int, error) {
+			if first {
+				first = false
+				close(inWrite)
+				<-release
+			}
+			return unix.Write(fd, b)
+		}
+		a := bytes.Repeat([]byte{'a'}, 100)
+		_, claimed, ok, _ := wp.w.tryTake(a, 64)
+		if !claimed || !ok {
+			t.Fatal("an idle writer did not give the role")
+		}
+		done := make(chan bool)
+		go func() { _, idle := wp.w.writeClaimed(a); done <- idle }()
+		<-inWrite
+		b := bytes.Repeat([]byte{'b'}, 40)
+		if _, claimed, ok, _ := wp.w.tryTake(b, 64); claimed || !ok {
+			t.Fatal("a frame behind a write in progress was not appended")
+		}
+		if _, _, ok, _ := wp.w.tryTake(b, 64); ok {
+			t.Fatal("a frame past the batch bound was taken")
+		}
+		close(release)
+		if idle := <-done; !idle {
+			t.Fatal("the role holder did not report the refused sender")
+		}
+		if got := wp.readAll(t, 140); !bytes.Equal(got, append(a, b...)) {
+			t.Fatal("bytes out of order")
+		}
+		if n := wp.idles.Load(); n != 0 {
+			t.Fatalf("writerIdle called %d times as well", n)
+		}
+	})
+	t.Run("behind a stall", func(t *testing.T) {
+		wp := newWriterPair(t, 4096)
+		big := bytes.Repeat([]byte{'x'}, 1<<20)
+		_, claimed, ok, _ := wp.w.tryTake(big, writeBatch)
+		if !claimed || !ok {
+			t.Fatal("an idle writer did not give the role")
+		}
+		if err, idle := wp.w.writeClaimed(big); err != nil || idle {
+			t.Fatalf("writeClaimed: %v idle %v", err, idle)
+		}
+		small := []byte("small")
+		if _, _, ok, _ := wp.w.tryTake(small, writeBatch); ok {
+			t.Fatal("a stalled writer took a frame")
+		}
+		if wp.idles.Load() != 0 {
+			t.Fatal("told idle while stalled")
+		}
+		wp.readAll(t, len(big))
+		waitFor(t, 20*time.Second, "writerIdle after the stall", func() bool { return wp.idles.Load() == 1 })
+		if !wp.w.claimable() {
+			t.Fatal("not claimable after the flusher finished")
+		}
+	})
+	t.Run("held", func(t *testing.T) {
+		wp := newWriterPair(t, 0)
+		wp.w.hold()
+		if _, _, ok, _ := wp.w.tryTake([]byte("x"), writeBatch); ok {
+			t.Fatal("a held writer took a frame")
+		}
+		wp.w.resume(nil, 0)
+		waitFor(t, 10*time.Second, "writerIdle after the resume", func() bool { return wp.idles.Load() == 1 })
+	})
 }

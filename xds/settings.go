@@ -41,6 +41,9 @@ func Defaults() *sg.Settings {
 			Warmup:         dur(0),
 			WriteTimeout:   dur(10 * time.Second),
 			MaxQueuedBytes: proto.Int32(8 << 20),
+			// One connection of the M for bulk transfers (issue 23): a 256 KiB request then never
+			// waits in front of the small ones in the kernel's buffers.
+			LargeRequestBytes: proto.Int32(64 << 10),
 		},
 		Hold: &sg.Hold{
 			Timeout:     dur(3 * time.Second),

@@ -30,6 +30,7 @@ func ProxyConfig(s *sg.Settings) proxy.Config {
 		Warmup:                    u.GetWarmup().AsDuration(),
 		WriteTimeout:              u.GetWriteTimeout().AsDuration(),
 		MaxQueuedBytesPerUpstream: int(u.GetMaxQueuedBytes()),
+		LargeRequestBytes:         int(u.GetLargeRequestBytes()),
 		HoldTimeout:               h.GetTimeout().AsDuration(),
 		HoldMaxTimeout:            h.GetMaxTimeout().AsDuration(),
 		DeadlineMargin:            h.GetDeadlineMargin().AsDuration(),

@@ -182,6 +182,17 @@ func intIn(lo, hi int64) func(rule, protoreflect.Value) Problems {
 	}
 }
 
+// intOff accepts lo..hi, and exactly 0 (feature off).
+func intOff(lo, hi int64) func(rule, protoreflect.Value) Problems {
+	in := intIn(lo, hi)
+	return func(r rule, v protoreflect.Value) Problems {
+		if v.Int() == 0 {
+			return nil
+		}
+		return in(r, v)
+	}
+}
+
 func floatIn(lo, hi float64) func(rule, protoreflect.Value) Problems {
 	return func(r rule, v protoreflect.Value) Problems {
 		f := v.Float()
@@ -320,6 +331,7 @@ var fieldRules = []rule{
 	{"upstream.warmup", "After a reconnect, ramp traffic onto the new connection over this long; 0 = at once.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
 	{"upstream.write_timeout", "A provider connection whose queued requests the kernel takes no byte of for this long is dead (the provider stopped reading): its requests that never left Stormgate are sent on another connection, the others answered; 0 turns the check off.", "0 (off) or between 100ms and 10m", durIn(100*time.Millisecond, 10*time.Minute, true)},
 	{"upstream.max_queued_bytes", "Bytes that may wait in Stormgate for one provider connection; over it new requests go to another connection or the hold queue (an empty connection always takes one frame).", "between 65536 and 1073741824", intIn(64*kib, gib)},
+	{"upstream.large_request_bytes", "Requests larger than this (header included) go to one provider connection kept for them, the last of upstream.connections when there are at least 2, and smaller ones avoid it: a bulk transfer then never waits in front of small requests, in Stormgate or in the kernel's socket buffers, which no queue can reorder. 0: every request goes to the least loaded connection.", "0 (off) or between 1024 and 1073741824", intOff(kib, gib)},
 	{"hold.timeout", "Longest a request that carries no timeout of its own waits for the provider to come back (a request that carries one waits up to it: hold.max_timeout); 0 turns holding off, requests fail at once.", "between 0s and 1h", durIn(0, time.Hour, false)},
 	{"hold.max_requests", "Requests the hold queue keeps; more get an error response.", "between 0 and 1000000", intIn(0, 1e6)},
 	{"hold.max_bytes", "Bytes the hold queue keeps; more get an error response.", "between 0 and 1073741824", intIn(0, gib)},

@@ -400,8 +400,11 @@ type Upstream struct {
 	// Bytes that may wait in Stormgate for one provider connection; over it, new
 	// requests go to another connection or wait in the hold queue.
 	MaxQueuedBytes *int32 `protobuf:"varint,8,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3,oneof" json:"max_queued_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Requests larger than this go to one connection kept for them (the last, with
+	// at least 2 connections); the others carry the smaller ones. 0: no such lane.
+	LargeRequestBytes *int32 `protobuf:"varint,9,opt,name=large_request_bytes,json=largeRequestBytes,proto3,oneof" json:"large_request_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Upstream) Reset() {
@@ -486,6 +489,13 @@ func (x *Upstream) GetWriteTimeout() *durationpb.Duration {
 func (x *Upstream) GetMaxQueuedBytes() int32 {
 	if x != nil && x.MaxQueuedBytes != nil {
 		return *x.MaxQueuedBytes
+	}
+	return 0
+}
+
+func (x *Upstream) GetLargeRequestBytes() int32 {
+	if x != nil && x.LargeRequestBytes != nil {
+		return *x.LargeRequestBytes
 	}
 	return 0
 }
@@ -933,7 +943,7 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\f_max_pendingB\x16\n" +
 	"\x14_per_source_fairnessB\x0f\n" +
 	"\r_tcp_quickackB\x0f\n" +
-	"\r_tcp_fastopen\"\xe1\x03\n" +
+	"\r_tcp_fastopen\"\xae\x04\n" +
 	"\bUpstream\x12\x1d\n" +
 	"\aaddress\x18\x01 \x01(\tH\x00R\aaddress\x88\x01\x01\x12%\n" +
 	"\vconnections\x18\x02 \x01(\x05H\x01R\vconnections\x88\x01\x01\x12B\n" +
@@ -943,11 +953,13 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"backoffMax\x121\n" +
 	"\x06warmup\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06warmup\x12>\n" +
 	"\rwrite_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\fwriteTimeout\x12-\n" +
-	"\x10max_queued_bytes\x18\b \x01(\x05H\x02R\x0emaxQueuedBytes\x88\x01\x01B\n" +
+	"\x10max_queued_bytes\x18\b \x01(\x05H\x02R\x0emaxQueuedBytes\x88\x01\x01\x123\n" +
+	"\x13large_request_bytes\x18\t \x01(\x05H\x03R\x11largeRequestBytes\x88\x01\x01B\n" +
 	"\n" +
 	"\b_addressB\x0e\n" +
 	"\f_connectionsB\x13\n" +
-	"\x11_max_queued_bytes\"\xbf\x03\n" +
+	"\x11_max_queued_bytesB\x16\n" +
+	"\x14_large_request_bytes\"\xbf\x03\n" +
 	"\x04Hold\x123\n" +
 	"\atimeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12&\n" +
 	"\fmax_requests\x18\x02 \x01(\x05H\x00R\vmaxRequests\x88\x01\x01\x12 \n" +
