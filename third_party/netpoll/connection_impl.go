@@ -369,6 +369,9 @@ func (c *connection) init(conn Conn, opts *options) (err error) {
 	c.readTrigger = make(chan error, 1)
 	c.writeTrigger = make(chan error, 1)
 	c.bookSize, c.maxSize = defaultLinkBufferSize, defaultLinkBufferSize
+	if c.bookSize > maxReadSize {
+		c.bookSize = maxReadSize
+	}
 	c.inputBuffer, c.outputBuffer = NewLinkBuffer(defaultLinkBufferSize), NewLinkBuffer()
 	c.outputBarrier = barrierPool.Get().(*barrier)
 	c.state = connStateNone
@@ -413,6 +416,7 @@ func (c *connection) initFDOperator() {
 func (c *connection) initFinalizer() {
 	c.AddCloseCallback(func(connection Connection) (err error) {
 		c.stop(flushing)
+		c.stop(pausing)
 		c.operator.Free()
 		if err = c.netFD.Close(); err != nil {
 			logger.Printf("NETPOLL: netFD close failed: %v", err)

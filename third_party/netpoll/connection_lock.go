@@ -48,6 +48,9 @@ const (
 	connecting
 	processing
 	flushing
+	// pausing is held while PauseRead/ResumeRead change what the poller monitors; closing stops it
+	// before the fd is closed, so that they never touch a reused fd.
+	pausing
 	// total must be at the bottom.
 	total
 )

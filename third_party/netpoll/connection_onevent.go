@@ -212,7 +212,8 @@ func (c *connection) onProcess(onConnect OnConnect, onRequest OnRequest) (proces
 	START:
 		// The `onRequest` must be executed at least once if conn have any readable data,
 		// which is in order to cover the `send & close by peer` case.
-		if onRequest != nil && c.Reader().Len() > 0 {
+		// A paused connection waits for ResumeRead, which runs the task again.
+		if onRequest != nil && c.Reader().Len() > 0 && !c.operator.isReadPaused() {
 			_ = onRequest(c.ctx, c)
 		}
 		// The processing loop must ensure that the connection meets `IsActive`.
@@ -221,8 +222,8 @@ func (c *connection) onProcess(onConnect OnConnect, onRequest OnRequest) (proces
 		var closedBy who
 		for {
 			closedBy = c.status(closing)
-			// close by user or not processable
-			if closedBy == user || onRequest == nil || c.Reader().Len() == 0 {
+			// close by user or not processable; a handler that paused reading may leave input unread
+			if closedBy == user || onRequest == nil || c.Reader().Len() == 0 || c.operator.isReadPaused() {
 				break
 			}
 			_ = onRequest(c.ctx, c)
@@ -250,8 +251,8 @@ func (c *connection) onProcess(onConnect OnConnect, onRequest OnRequest) (proces
 			panicked = false
 			return
 		}
-		// double check is processable
-		if onRequest != nil && c.Reader().Len() > 0 && c.lock(processing) {
+		// double check is processable (ResumeRead clears the pause before it tries the lock)
+		if onRequest != nil && c.Reader().Len() > 0 && !c.operator.isReadPaused() && c.lock(processing) {
 			goto START
 		}
 		// task exits

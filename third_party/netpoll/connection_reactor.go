@@ -95,9 +95,12 @@ func (c *connection) inputAck(n int) (err error) {
 		return nil
 	}
 
-	// Auto size bookSize.
-	if n == c.bookSize && c.bookSize < mallocMax {
+	// Auto size bookSize, up to maxReadSize.
+	if n == c.bookSize && c.bookSize < maxReadSize {
 		c.bookSize <<= 1
+		if c.bookSize > maxReadSize {
+			c.bookSize = maxReadSize
+		}
 	}
 
 	length, _ := c.inputBuffer.bookAck(n)

@@ -16,6 +16,7 @@ package netpoll
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
 )
 
@@ -45,6 +46,13 @@ type FDOperator struct {
 
 	// protect only detach once
 	detached int32
+
+	// mu orders the changes of the events monitored once registered (PollR2RW, PollRW2R,
+	// PollPauseRead, PollResumeRead): epoll's EPOLL_CTL_MOD replaces the whole event mask,
+	// so each change computes the mask from these fields and applies it under mu.
+	mu         sync.Mutex
+	readPaused int32 // 1 between PollPauseRead and PollResumeRead; written under mu, read atomically
+	writing    bool  // between PollR2RW and PollRW2R; under mu
 
 	// private, used by operatorCache
 	next  *FDOperator
@@ -89,6 +97,11 @@ func (op *FDOperator) unused() {
 	}
 }
 
+// isReadPaused reports whether readability is not monitored (PollPauseRead).
+func (op *FDOperator) isReadPaused() bool {
+	return atomic.LoadInt32(&op.readPaused) == 1
+}
+
 func (op *FDOperator) isUnused() bool {
 	return atomic.LoadInt32(&op.state) == 0
 }
@@ -100,4 +113,8 @@ func (op *FDOperator) reset() {
 	op.Outputs, op.OutputAck = nil, nil
 	op.poll = nil
 	op.detached = 0
+	op.mu.Lock()
+	atomic.StoreInt32(&op.readPaused, 0)
+	op.writing = false
+	op.mu.Unlock()
 }

@@ -23,6 +23,7 @@ import (
 var (
 	defaultLinkBufferSize   = pagesize
 	featureAlwaysNoCopyRead = false
+	maxReadSize             = mallocMax
 )
 
 // Config expose some tuning parameters to control the internal behaviors of netpoll.
@@ -33,6 +34,7 @@ type Config struct {
 	Runner       func(ctx context.Context, f func()) // runner for event handler, most of the time use a goroutine pool.
 	LoggerOutput io.Writer                           // logger output
 	LoadBalance  LoadBalance                         // load balance for poller picker
+	MaxReadSize  int                                 // most bytes one read event takes into a connection's buffer (0: 8 MiB)
 	Feature                                          // define all features that not enable by default
 }
 

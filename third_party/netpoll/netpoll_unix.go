@@ -52,6 +52,9 @@ func Configure(config Config) (err error) {
 	if config.BufferSize > 0 {
 		defaultLinkBufferSize = config.BufferSize
 	}
+	if config.MaxReadSize > 0 {
+		maxReadSize = config.MaxReadSize
+	}
 
 	if config.Runner != nil {
 		runner.RunTask = config.Runner

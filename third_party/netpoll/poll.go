@@ -63,4 +63,11 @@ const (
 
 	// PollRW2R is used to remove the writable monitor of FDOperator, generally used with PollR2RW.
 	PollRW2R PollEvent = 0x6
+
+	// PollPauseRead stops monitoring readability of FDOperator until PollResumeRead; writability
+	// (PollR2RW) is monitored as before. On epoll, hangups and errors are still reported.
+	PollPauseRead PollEvent = 0x7
+
+	// PollResumeRead monitors readability of FDOperator again after PollPauseRead.
+	PollResumeRead PollEvent = 0x8
 )

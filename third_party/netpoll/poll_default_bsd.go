@@ -197,6 +197,12 @@ func (p *defaultPoll) Control(operator *FDOperator, event PollEvent) error {
 		evs[0].Filter, evs[0].Flags = syscall.EVFILT_WRITE, syscall.EV_ADD|syscall.EV_ENABLE
 	case PollRW2R:
 		evs[0].Filter, evs[0].Flags = syscall.EVFILT_WRITE, syscall.EV_DELETE
+	case PollPauseRead: // kqueue reports a hangup through the read filter: not while paused
+		atomic.StoreInt32(&operator.readPaused, 1)
+		evs[0].Filter, evs[0].Flags = syscall.EVFILT_READ, syscall.EV_DISABLE
+	case PollResumeRead:
+		atomic.StoreInt32(&operator.readPaused, 0)
+		evs[0].Filter, evs[0].Flags = syscall.EVFILT_READ, syscall.EV_ENABLE
 	}
 	_, err := syscall.Kevent(p.fd, evs, nil, nil)
 	return err

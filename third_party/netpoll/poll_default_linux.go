@@ -126,7 +126,8 @@ func (p *defaultPoll) handler(events []epollevent) (closed bool) {
 
 		var totalRead int
 		evt := events[i].events
-		triggerRead = evt&syscall.EPOLLIN != 0
+		// A read paused from another goroutine after epoll_wait returned stays paused.
+		triggerRead = evt&syscall.EPOLLIN != 0 && !operator.isReadPaused()
 		triggerWrite = evt&syscall.EPOLLOUT != 0
 		triggerHup = evt&(syscall.EPOLLHUP|syscall.EPOLLRDHUP) != 0
 		triggerError = evt&syscall.EPOLLERR != 0
@@ -250,16 +251,35 @@ func (p *defaultPoll) Control(operator *FDOperator, event PollEvent) error {
 	case PollReadable: // server accept a new connection and wait read
 		operator.inuse()
 		op, evt.events = syscall.EPOLL_CTL_ADD, syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLERR
+		if operator.isReadPaused() { // paused before it was registered
+			evt.events &^= syscall.EPOLLIN
+		}
 	case PollWritable: // client create a new connection and wait connect finished
 		operator.inuse()
 		op, evt.events = syscall.EPOLL_CTL_ADD, EPOLLET|syscall.EPOLLOUT|syscall.EPOLLRDHUP|syscall.EPOLLERR
 	case PollDetach: // deregister
 		p.delOperator(operator)
 		op, evt.events = syscall.EPOLL_CTL_DEL, syscall.EPOLLIN|syscall.EPOLLOUT|syscall.EPOLLRDHUP|syscall.EPOLLERR
-	case PollR2RW: // connection wait read/write
-		op, evt.events = syscall.EPOLL_CTL_MOD, syscall.EPOLLIN|syscall.EPOLLOUT|syscall.EPOLLRDHUP|syscall.EPOLLERR
-	case PollRW2R: // connection wait read
-		op, evt.events = syscall.EPOLL_CTL_MOD, syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLERR
+	case PollR2RW, PollRW2R, PollPauseRead, PollResumeRead: // change what a connection waits for
+		// EPOLL_CTL_MOD replaces the whole mask: compute it from the operator's state under its lock,
+		// so a flush (PollR2RW) racing a pause cannot re-arm reading, nor a pause drop writing.
+		operator.mu.Lock()
+		defer operator.mu.Unlock()
+		switch event {
+		case PollR2RW, PollRW2R:
+			operator.writing = event == PollR2RW
+		case PollPauseRead:
+			atomic.StoreInt32(&operator.readPaused, 1)
+		case PollResumeRead:
+			atomic.StoreInt32(&operator.readPaused, 0)
+		}
+		op, evt.events = syscall.EPOLL_CTL_MOD, syscall.EPOLLRDHUP|syscall.EPOLLERR
+		if !operator.isReadPaused() {
+			evt.events |= syscall.EPOLLIN
+		}
+		if operator.writing {
+			evt.events |= syscall.EPOLLOUT
+		}
 	}
 	return EpollCtl(p.fd, op, fd, &evt)
 }
