@@ -57,9 +57,11 @@ alerts:
 
 # Unit, integration (real sockets, 1,000+ connections), root-only namespace tests and the pod test
 # (e2e/pod: real containers with podman; skipped with a message where podman is not installed),
-# race detector on.
+# race detector on; then the tests of Stormgate's patches to netpoll (third_party/netpoll, a module
+# of its own that ./... does not reach).
 race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	cd third_party/netpoll && $(GO) test -race -count=1 -run 'TestReadPause|TestMaxReadSize' .
 	$(GO) test -race -count=1 -tags dataplane ./cmd/sidecar
 
 # The accept-storm acceptance test measures timing, so it runs without the race

@@ -4,7 +4,9 @@
 // statically linked executable (no ELF interpreter, no dynamic section) stamped with the version, and
 // that the Dockerfile's image stage says what build/image (the daemon-less `make image`) builds: the
 // binary on scratch, user 1337, the same entrypoint, ports and labels. The deploy/ manifests are
-// decoded strictly with the Kubernetes types.
+// decoded strictly with the Kubernetes types. The data plane's netpoll is the patched copy in
+// third_party/netpoll: netpoll_test.go checks that it is v0.7.2 plus exactly the patches its PATCHES.md
+// lists, level by level.
 //
 // Subpackages: oci writes OCI image archives; image defines Stormgate's image; mkimage is the command
 // `make image` runs.

@@ -105,6 +105,7 @@ func TestDockerfile(t *testing.T) {
 			hasArg = hasArg || strings.HasPrefix(in.args, "VERSION")
 		}
 	}
+	checkReplacesCopied(t, build)
 	gobuild := makeBuildCommand(t)
 	for _, want := range []string{gobuild + " -o /out/sidecar ./cmd/sidecar", gobuild + " -tags dataplane -o /out/sidecar-dataplane ./cmd/sidecar"} {
 		if !slices.Contains(runs, want) {
@@ -128,6 +129,38 @@ func TestDockerfile(t *testing.T) {
 	ignore, err := os.ReadFile(filepath.Join("..", ".dockerignore"))
 	if err != nil || !bytes.Contains(ignore, []byte(".git\n")) {
 		t.Errorf(".dockerignore missing or not excluding .git (%v)", err)
+	}
+}
+
+// checkReplacesCopied: every directory go.mod replaces a module with (third_party/netpoll) has its
+// go.mod copied into the build stage before `go mod download`, which needs the whole module graph, and
+// is not left out of the build context by .dockerignore.
+func checkReplacesCopied(t *testing.T, build []instruction) {
+	t.Helper()
+	mod, err := os.ReadFile(filepath.Join("..", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ignore, err := os.ReadFile(filepath.Join("..", ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^replace \S+ => (\./\S+)$`).FindAllSubmatch(mod, -1) {
+		dir := strings.TrimPrefix(string(m[1]), "./")
+		copied := false
+		for _, in := range build {
+			if in.op == "COPY" && slices.Contains(strings.Fields(in.args), dir+"/go.mod") {
+				copied = true
+			}
+			if in.op == "RUN" && strings.Contains(in.args, "go mod download") && !copied {
+				t.Errorf("build stage runs go mod download before copying %s/go.mod (go.mod replaces a module with %s)", dir, dir)
+			}
+		}
+		for line := range strings.Lines(string(ignore)) {
+			if p := strings.TrimSuffix(strings.TrimSpace(line), "/"); p != "" && strings.HasPrefix(dir+"/", p+"/") {
+				t.Errorf(".dockerignore's %q leaves %s out of the build context", p, dir)
+			}
+		}
 	}
 }
 

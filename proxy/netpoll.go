@@ -18,10 +18,17 @@ import (
 // typical request a few hundred.
 const DefaultNetpollBuffer = 256
 
+// DefaultNetpollMaxRead bounds what one readable event pulls into a consumer's
+// input buffer (third_party/netpoll's Config.MaxReadSize): what a fast sender can
+// add before its handler runs, or before a PauseRead (netpoll.ReadPauser) takes
+// effect. netpoll's own bound is 8 MiB.
+const DefaultNetpollMaxRead = 64 << 10
+
 // ConfigureNetpoll sets netpoll's process-wide options once, before any
 // connection exists: the number of pollers (see ResolvePollers), a smaller
 // initial input buffer per connection (it grows on demand; idle connections are
-// the common case here), and netpoll's own log lines routed into zap.
+// the common case here), the most one read event takes in (DefaultNetpollMaxRead),
+// and netpoll's own log lines routed into zap.
 func ConfigureNetpoll(log *zap.Logger, bufferSize, pollers int) error {
 	w := zap.NewStdLog(log.Named("netpoll")).Writer()
 	n := ResolvePollers(pollers, runtime.GOMAXPROCS(0))
@@ -33,6 +40,7 @@ func ConfigureNetpoll(log *zap.Logger, bufferSize, pollers int) error {
 	return netpoll.Configure(netpoll.Config{
 		PollerNum:    n,
 		BufferSize:   bufferSize,
+		MaxReadSize:  DefaultNetpollMaxRead,
 		LoggerOutput: w,
 		LoadBalance:  netpoll.RoundRobin,
 		// Handlers run on the poller goroutine that saw the event: no hand-off to a pooled
