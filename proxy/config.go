@@ -60,6 +60,9 @@ type Config struct {
 	DeadlineMargin  time.Duration
 	HoldMaxRequests int // requests the hold queue keeps; 0: none
 	HoldMaxBytes    int // bytes the hold queue keeps; 0: none
+	// HoldMaxBytesPerConsumer bounds the bytes of one consumer's requests held while
+	// the provider is away; past it they are answered (overloaded). 0: no bound.
+	HoldMaxBytesPerConsumer int
 	// NotExecutedRetries is how many times a request goes back to the hold queue
 	// when the provider answers that it never ran it; 0: such answers are passed on.
 	NotExecutedRetries int
@@ -79,10 +82,14 @@ type Config struct {
 	// connection is not ready (/readyz 503, READONLY to its consumers). 0: never.
 	UpstreamHungTimeout time.Duration
 
-	MaxFrameBytes         int           // largest frame, header included
-	MaxInflightPerConn    int           // two-way requests in flight per consumer; >= 1
-	MaxQueuedBytesPerConn int           // unread response bytes per consumer before it is closed
-	MaxRequestAge         time.Duration // a request pending this long is answered with an error; > 0
+	MaxFrameBytes         int // largest frame, header included
+	MaxInflightPerConn    int // two-way requests in flight per consumer; >= 1
+	MaxQueuedBytesPerConn int // unread response bytes per consumer before it is closed
+	// MaxQueuedBytesPerConsumer: a consumer with more bytes of requests waiting in
+	// Stormgate for a provider that serves is not read until half have drained
+	// (backpressure.go); 0: never paused.
+	MaxQueuedBytesPerConsumer int
+	MaxRequestAge             time.Duration // a request pending this long is answered with an error; > 0
 	// FrameReadTimeout closes a consumer that has sent part of a frame and not the rest
 	// for this long; 0: never (the idle timeout still applies).
 	FrameReadTimeout time.Duration
@@ -121,7 +128,8 @@ func (c *Config) validate() error {
 			c.MaxInflightPerConn, c.MaxRequestAge, c.MaxBufferedBytes)
 	case c.HoldTimeout < 0 || c.HoldMaxTimeout < 0 || c.DeadlineMargin < 0 || c.UpstreamHungTimeout < 0 || c.HoldMaxRequests < 0 || c.HoldMaxBytes < 0 || c.DownstreamIdleTimeout < 0 ||
 		c.FrameReadTimeout < 0 || c.WriteTimeout < 0 || c.DrainTimeout < 0 || c.Warmup < 0 ||
-		c.MaxQueuedBytesPerUpstream < 0 || c.LargeRequestBytes < 0 || c.MaxQueuedBytesPerConn < 0 || c.NotExecutedRetries < 0 || c.NotExecutedWindow < 0:
+		c.MaxQueuedBytesPerUpstream < 0 || c.LargeRequestBytes < 0 || c.MaxQueuedBytesPerConn < 0 ||
+		c.MaxQueuedBytesPerConsumer < 0 || c.HoldMaxBytesPerConsumer < 0 || c.NotExecutedRetries < 0 || c.NotExecutedWindow < 0:
 		return fmt.Errorf("a negative duration or size in the proxy settings: %+v", *c)
 	case c.Transparent && len(c.InboundPorts) == 0:
 		return fmt.Errorf("listener.inbound_ports is empty: transparent mode forwards only to listed ports")

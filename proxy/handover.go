@@ -287,7 +287,7 @@ func (s *Server) Thaw() {
 		}
 	}
 	for ss, in := range g.takeStashes() {
-		ss.consume(&sliceSource{b: in})
+		ss.consume(&sliceSource{b: in}, false)
 	}
 	s.eachWriter(func(w *writer) { w.resume(nil, 0) })
 	g.stashing.Store(false)
@@ -507,7 +507,7 @@ func (s *Server) restore(sn *Snapshot) error {
 		if st.Partial > 0 {
 			defer ss.rd.since.Store(now - int64(st.Partial))
 		}
-		ss.consume(&sliceSource{b: st.In})
+		ss.consume(&sliceSource{b: st.In}, false)
 	}
 	// Serving: handlers on, writers on, timers armed.
 	for _, uc := range ups {

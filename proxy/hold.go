@@ -100,6 +100,15 @@ func (h *holdQueue) push(r request, frame []byte) {
 		srv.refuse(r, FailNoUpstream, "stormgate: shutting down", replyDrain)
 		return
 	}
+	if lim := cfg.HoldMaxBytesPerConsumer; lim > 0 && r.sess.wait.waiting.Load()+int64(len(frame)) > int64(lim) && h.pool.usable() == 0 {
+		// One consumer may not fill the hold queue for everyone while the provider is away
+		// (backpressure.go: reading is not paused then, so this one is answered instead).
+		h.mu.Unlock()
+		srv.m.holdOutcome[holdRejectedFull].Inc()
+		srv.refuse(r, FailOverloaded, "stormgate: this consumer already has hold.max_bytes_per_consumer of requests "+
+			"waiting for the provider, which is away", replyHoldFull)
+		return
+	}
 	if h.len() >= cfg.HoldMaxRequests || h.bytes+len(frame) > cfg.HoldMaxBytes || !srv.budget.tryReserve(len(frame)) {
 		h.mu.Unlock()
 		srv.m.holdOutcome[holdRejectedFull].Inc()
@@ -199,6 +208,7 @@ func (h *holdQueue) addLocked(lane int, e held) {
 	h.bytes += len(e.frame)
 	h.n[lane].Add(1)
 	h.pool.srv.m.held.Inc()
+	e.sess.addWaiting(len(e.frame))
 }
 
 // dropLocked does the accounting of an entry that leaves lane.
@@ -208,6 +218,7 @@ func (h *holdQueue) dropLocked(lane int, e held) {
 	srv := h.pool.srv
 	srv.m.held.Dec()
 	srv.budget.release(len(e.frame))
+	e.sess.doneWaiting(len(e.frame))
 }
 
 // armLocked makes sure the expiry timer fires by deadline.

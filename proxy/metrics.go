@@ -148,6 +148,7 @@ type metrics struct {
 	readonlyIn    [2]prometheus.Counter // READONLY, WRITEABLE received from the provider
 	readonlyOut   [2]prometheus.Counter // sent to consumers
 	hangs         prometheus.Counter    // providers that became hung (hung.go)
+	bp            bpMetrics             // backpressure (backpressure.go)
 	life          lifeMetrics           // set by New, which knows the codec's not-executed reasons
 	collectors    []prometheus.Collector
 }
@@ -213,8 +214,10 @@ func newMetrics() *metrics {
 	m.hangs = prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_provider_hangs_total",
 		Help: "Times a provider became hung (keepalive.upstream_hung_timeout): no usable connection, one owing an " +
 			"answer and silent although probed with a heartbeat."})
-	m.collectors = []prometheus.Collector{m.downConns, downClosed, m.upConns, m.upConnected, m.upState, m.upReconnects,
-		m.upDialErrors, m.hbSent, localReplies, m.held, holdOutcomes, m.unknownIDs, m.lateResponses, dropped, ro, m.hangs}
+	m.bp = newBPMetrics()
+	m.collectors = append([]prometheus.Collector{m.downConns, downClosed, m.upConns, m.upConnected, m.upState, m.upReconnects,
+		m.upDialErrors, m.hbSent, localReplies, m.held, holdOutcomes, m.unknownIDs, m.lateResponses, dropped, ro, m.hangs},
+		m.bp.collectors()...)
 	return m
 }
 
@@ -227,6 +230,7 @@ func (m *metrics) register(reg prometheus.Registerer, s *Server) {
 	reg.MustRegister(m.life.collectors...)
 	reg.MustRegister(newConnCollector(s)) // requests, responses, heartbeats, in flight, durations, batches
 	reg.MustRegister(newHangMetrics(s)...)
+	reg.MustRegister(newWaitingCollector(s))
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_buffered_bytes",
 			Help: "Bytes held because a peer is slow or absent (stalled sockets, hold queue, partial frames); " +

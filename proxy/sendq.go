@@ -44,6 +44,7 @@ type queued struct {
 	request
 	frame  []byte
 	oneWay bool
+	at     int64 // when it was queued (stormgate_send_queue_wait_seconds)
 }
 
 // flow is one consumer's requests in a send queue.
@@ -207,8 +208,9 @@ func (uc *upConn) enqueueLocked(r request, frame []byte, oneWay bool) bool {
 			return true
 		}
 	}
-	uc.sendq.push(queued{request: r, frame: append([]byte(nil), frame...), oneWay: oneWay})
+	uc.sendq.push(queued{request: r, frame: append([]byte(nil), frame...), oneWay: oneWay, at: srv.now()})
 	uc.nqueued.Add(1)
+	r.sess.addWaiting(len(frame))
 	if !oneWay && r.sendBy != noDeadline {
 		uc.armQueueLocked(r.sendBy)
 	}
@@ -251,6 +253,8 @@ func (uc *upConn) refill() {
 			}
 			uc.nqueued.Add(-1)
 			srv.budget.release(len(e.frame))
+			e.sess.doneWaiting(len(e.frame))
+			srv.m.bp.queueWait.Observe(float64(now-e.at) / 1e9)
 			if !e.oneWay && (e.sess.closing.Load() || pastDeadline(&e.request, now)) {
 				late = append(late, e)
 				continue
@@ -322,6 +326,7 @@ func (uc *upConn) takeQueuedLocked() []held {
 	var back []held
 	for _, e := range es {
 		srv.budget.release(len(e.frame))
+		e.sess.doneWaiting(len(e.frame))
 		if e.oneWay {
 			srv.m.dropped[dropOneWayNoUpstream].Inc()
 			continue
@@ -366,6 +371,7 @@ func (uc *upConn) expireQueued() {
 	srv := uc.pool.srv
 	for _, e := range late {
 		srv.budget.release(len(e.frame))
+		e.sess.doneWaiting(len(e.frame))
 		srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
 	}
 }

@@ -115,6 +115,7 @@ func TestQueuedRequestNeverSentPastItsDeadline(t *testing.T) {
 		c.Upstream = prov.addr()
 		c.UpstreamConns = 1
 		c.MaxQueuedBytesPerUpstream = 64 << 20 // everything waits in the send queue, nothing in the hold queue
+		c.MaxQueuedBytesPerConsumer = 0        // and the consumer is read whatever it has waiting
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

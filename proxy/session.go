@@ -49,6 +49,7 @@ type session struct {
 	inflight atomic.Int32 // accepted two-way requests not yet answered
 	counts   sessionCounters
 
+	wait     consumerWait // its requests waiting for the provider; backpressure (backpressure.go)
 	closing  atomic.Bool
 	closed   atomic.Bool
 	reason   atomic.Uint32 // closeReason+1; 0 until closeWith
@@ -70,13 +71,15 @@ func (s *session) onRequest(_ context.Context, conn netpoll.Connection) error {
 		s.srv.handover.park()
 		return nil
 	}
-	s.consume(r)
+	s.consume(r, true)
 	_ = r.Release()
 	return nil
 }
 
-// consume handles every whole frame available in r and keeps a partial one.
-func (s *session) consume(r byteSource) {
+// consume handles every whole frame available in r and keeps a partial one; with
+// canPause (r is netpoll's, which keeps what is left) it stops after a frame that put
+// the consumer over its backpressure bound, once reading is paused.
+func (s *session) consume(r byteSource, canPause bool) {
 	srv := s.srv
 	cfg := srv.cfg.Load()
 	now := srv.now()
@@ -90,6 +93,9 @@ func (s *session) consume(r byteSource) {
 		switch res {
 		case readFrame:
 			s.handle(f, frame, cfg, now)
+			if canPause && s.shouldPause(cfg) && s.pauseRead() {
+				return // the rest stays in netpoll's buffer until ResumeRead
+			}
 		case readSkipped: // no budget to reassemble it: its bytes are discarded as they come
 			srv.log.Warn("refusing a request: out of buffer memory (limits.max_buffered_bytes)",
 				zap.Stringer("peer", s.remote), zap.Int("frame_bytes", f.Len))
@@ -220,6 +226,7 @@ func (s *session) onClosed(netpoll.Connection) error {
 		srv.log.Warn("consumer closed in the middle of a frame", zap.Stringer("peer", s.remote))
 	}
 	s.rd.reset(&srv.budget)
+	s.forgetPause()
 	srv.wheel.Stop(&s.timer)
 	srv.sessions.remove(s)
 	srv.m.downConns.Dec()

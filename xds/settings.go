@@ -57,6 +57,8 @@ func Defaults() *sg.Settings {
 			// such a request waits that long less the margin, up to 30 s (docs/configuration.md).
 			MaxTimeout:     dur(30 * time.Second),
 			DeadlineMargin: dur(100 * time.Millisecond),
+			// A quarter of max_bytes: at least four consumers can fill the queue (issue 23).
+			MaxBytesPerConsumer: proto.Int32(16 << 20),
 		},
 		Keepalive: &sg.Keepalive{
 			DownstreamIdleTimeout: dur(180 * time.Second),
@@ -72,6 +74,8 @@ func Defaults() *sg.Settings {
 			MaxQueuedBytesPerConnection: proto.Int32(4 << 20),
 			FrameReadTimeout:            dur(30 * time.Second),
 			MaxBufferedBytes:            proto.Int32(256 << 20),
+			// Backpressure on a consumer that feeds a provider faster than it reads (issue 23).
+			MaxQueuedBytesPerConsumer: proto.Int32(4 << 20),
 		},
 		Drain: &sg.Drain{
 			ReadonlyPolicy: sg.ReadonlyPolicy_HOLD.Enum(),

@@ -36,6 +36,7 @@ func ProxyConfig(s *sg.Settings) proxy.Config {
 		DeadlineMargin:            h.GetDeadlineMargin().AsDuration(),
 		HoldMaxRequests:           int(h.GetMaxRequests()),
 		HoldMaxBytes:              int(h.GetMaxBytes()),
+		HoldMaxBytesPerConsumer:   int(h.GetMaxBytesPerConsumer()),
 		NotExecutedRetries:        int(h.GetNotExecutedRetries()),
 		NotExecutedWindow:         h.GetNotExecutedWindow().AsDuration(),
 		DownstreamIdleTimeout:     k.GetDownstreamIdleTimeout().AsDuration(),
@@ -46,6 +47,7 @@ func ProxyConfig(s *sg.Settings) proxy.Config {
 		MaxFrameBytes:             int(l.GetMaxFrameBytes()) + frameHeader, // the schema counts the body
 		MaxInflightPerConn:        int(l.GetMaxInflightPerConnection()),
 		MaxQueuedBytesPerConn:     int(l.GetMaxQueuedBytesPerConnection()),
+		MaxQueuedBytesPerConsumer: int(l.GetMaxQueuedBytesPerConsumer()),
 		MaxRequestAge:             l.GetMaxRequestAge().AsDuration(),
 		FrameReadTimeout:          l.GetFrameReadTimeout().AsDuration(),
 		MaxBufferedBytes:          int64(l.GetMaxBufferedBytes()),

@@ -523,8 +523,12 @@ type Hold struct {
 	// How long before its consumer's deadline a request must have left Stormgate;
 	// a request is never sent later than that.
 	DeadlineMargin *durationpb.Duration `protobuf:"bytes,7,opt,name=deadline_margin,json=deadlineMargin,proto3" json:"deadline_margin,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Bytes of one consumer's requests held while the provider is away; past it its
+	// new requests are answered (overloaded) so that it cannot fill the hold queue
+	// for everyone. 0: no per-consumer bound.
+	MaxBytesPerConsumer *int32 `protobuf:"varint,8,opt,name=max_bytes_per_consumer,json=maxBytesPerConsumer,proto3,oneof" json:"max_bytes_per_consumer,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Hold) Reset() {
@@ -604,6 +608,13 @@ func (x *Hold) GetDeadlineMargin() *durationpb.Duration {
 		return x.DeadlineMargin
 	}
 	return nil
+}
+
+func (x *Hold) GetMaxBytesPerConsumer() int32 {
+	if x != nil && x.MaxBytesPerConsumer != nil {
+		return *x.MaxBytesPerConsumer
+	}
+	return 0
 }
 
 // Keepalive drives idle-close of consumers and upstream heartbeats.
@@ -705,8 +716,12 @@ type Limits struct {
 	// Bytes the whole process keeps because a peer is slow or absent (stalled
 	// sockets, the hold queue, frames arriving in pieces).
 	MaxBufferedBytes *int32 `protobuf:"varint,6,opt,name=max_buffered_bytes,json=maxBufferedBytes,proto3,oneof" json:"max_buffered_bytes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// A consumer with more bytes of requests waiting in Stormgate for a provider
+	// that serves (but not as fast) is not read until half of them have drained:
+	// TCP slows that consumer alone. 0: never paused.
+	MaxQueuedBytesPerConsumer *int32 `protobuf:"varint,7,opt,name=max_queued_bytes_per_consumer,json=maxQueuedBytesPerConsumer,proto3,oneof" json:"max_queued_bytes_per_consumer,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -777,6 +792,13 @@ func (x *Limits) GetFrameReadTimeout() *durationpb.Duration {
 func (x *Limits) GetMaxBufferedBytes() int32 {
 	if x != nil && x.MaxBufferedBytes != nil {
 		return *x.MaxBufferedBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxQueuedBytesPerConsumer() int32 {
+	if x != nil && x.MaxQueuedBytesPerConsumer != nil {
+		return *x.MaxQueuedBytesPerConsumer
 	}
 	return 0
 }
@@ -959,7 +981,7 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\b_addressB\x0e\n" +
 	"\f_connectionsB\x13\n" +
 	"\x11_max_queued_bytesB\x16\n" +
-	"\x14_large_request_bytes\"\xbf\x03\n" +
+	"\x14_large_request_bytes\"\x94\x04\n" +
 	"\x04Hold\x123\n" +
 	"\atimeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12&\n" +
 	"\fmax_requests\x18\x02 \x01(\x05H\x00R\vmaxRequests\x88\x01\x01\x12 \n" +
@@ -968,11 +990,13 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\x13not_executed_window\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x11notExecutedWindow\x12:\n" +
 	"\vmax_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"maxTimeout\x12B\n" +
-	"\x0fdeadline_margin\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0edeadlineMarginB\x0f\n" +
+	"\x0fdeadline_margin\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0edeadlineMargin\x128\n" +
+	"\x16max_bytes_per_consumer\x18\b \x01(\x05H\x03R\x13maxBytesPerConsumer\x88\x01\x01B\x0f\n" +
 	"\r_max_requestsB\f\n" +
 	"\n" +
 	"_max_bytesB\x17\n" +
-	"\x15_not_executed_retries\"\x84\x03\n" +
+	"\x15_not_executed_retriesB\x19\n" +
+	"\x17_max_bytes_per_consumer\"\x84\x03\n" +
 	"\tKeepalive\x12Q\n" +
 	"\x17downstream_idle_timeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x15downstreamIdleTimeout\x12F\n" +
 	"\x11upstream_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x10upstreamInterval\x12,\n" +
@@ -980,18 +1004,20 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\x13upstream_max_missed\x18\x04 \x01(\x05H\x01R\x11upstreamMaxMissed\x88\x01\x01\x12M\n" +
 	"\x15upstream_hung_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x13upstreamHungTimeoutB\x12\n" +
 	"\x10_upstream_jitterB\x16\n" +
-	"\x14_upstream_max_missed\"\xf2\x03\n" +
+	"\x14_upstream_max_missed\"\xdb\x04\n" +
 	"\x06Limits\x12+\n" +
 	"\x0fmax_frame_bytes\x18\x01 \x01(\x05H\x00R\rmaxFrameBytes\x88\x01\x01\x12B\n" +
 	"\x1bmax_inflight_per_connection\x18\x02 \x01(\x05H\x01R\x18maxInflightPerConnection\x88\x01\x01\x12A\n" +
 	"\x0fmax_request_age\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\rmaxRequestAge\x12I\n" +
 	"\x1fmax_queued_bytes_per_connection\x18\x04 \x01(\x05H\x02R\x1bmaxQueuedBytesPerConnection\x88\x01\x01\x12G\n" +
 	"\x12frame_read_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x10frameReadTimeout\x121\n" +
-	"\x12max_buffered_bytes\x18\x06 \x01(\x05H\x03R\x10maxBufferedBytes\x88\x01\x01B\x12\n" +
+	"\x12max_buffered_bytes\x18\x06 \x01(\x05H\x03R\x10maxBufferedBytes\x88\x01\x01\x12E\n" +
+	"\x1dmax_queued_bytes_per_consumer\x18\a \x01(\x05H\x04R\x19maxQueuedBytesPerConsumer\x88\x01\x01B\x12\n" +
 	"\x10_max_frame_bytesB\x1e\n" +
 	"\x1c_max_inflight_per_connectionB\"\n" +
 	" _max_queued_bytes_per_connectionB\x15\n" +
-	"\x13_max_buffered_bytes\"\xda\x01\n" +
+	"\x13_max_buffered_bytesB \n" +
+	"\x1e_max_queued_bytes_per_consumer\"\xda\x01\n" +
 	"\x05Drain\x12J\n" +
 	"\x0freadonly_policy\x18\x01 \x01(\x0e2\x1c.stormgate.v1.ReadonlyPolicyH\x00R\x0ereadonlyPolicy\x88\x01\x01\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12<\n" +
