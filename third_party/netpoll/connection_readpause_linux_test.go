@@ -392,7 +392,9 @@ func TestMaxReadSize(t *testing.T) {
 		{"65536", func(b int) bool { return b == 64<<10 }},
 		{"0", func(b int) bool { return b > 64<<10 }}, // the test can fail: today's growth
 	} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMaxReadSize$", "-test.v")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // no child outlives a hang
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMaxReadSize$", "-test.v", "-test.timeout=50s")
 		cmd.Env = append(os.Environ(), "NETPOLL_TEST_MAXREAD="+tc.maxRead)
 		out, err := cmd.CombinedOutput()
 		MustNil(t, err)
