@@ -57,10 +57,10 @@ const MaxPollers = 256
 // ResolvePollers is the number of netpoll pollers for `sidecar run --pollers n`:
 // n itself, or with n = 0 one per P (GOMAXPROCS, which Go sizes to the cores or the
 // container's CPU limit). The pollers are the data plane's threads, so with handlers
-// inline their number caps throughput; fewer cost less while consumers are mostly
-// idle, because Go's sysmon retakes the P of a poller blocked in epoll_wait(2) once
-// every P is so blocked, and each retake sets sysmon polling every 20 µs for a while
-// (docs/design.md §1 has the measurements).
+// inline their number caps throughput. An idle poller is a goroutine parked on Go's
+// runtime poller (third_party/netpoll patch 0002), not a thread blocked in
+// epoll_wait(2) holding a P, so idle pollers no longer keep sysmon busy (docs/design.md
+// §1 and §10 have the measurements).
 func ResolvePollers(n, gomaxprocs int) int {
 	if n > 0 {
 		return n

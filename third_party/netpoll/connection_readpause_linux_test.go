@@ -273,6 +273,36 @@ func TestReadPauseInOnRequest(t *testing.T) {
 	Equal(t, mismatch, int64(-1))
 }
 
+// TestReadPauseResumeWakesPoller: a pause and resume from another goroutine while the poller is
+// idle, with bytes arriving in between, and nothing else happening on the poller: the resume must
+// get them read (epoll's EPOLL_CTL_MOD wakes no one for a fd still on its ready list, as a
+// level-triggered fd is after it was last reported).
+func TestReadPauseResumeWakesPoller(t *testing.T) {
+	sink := newStreamSink()
+	s := newPauseServer(t, func(ctx context.Context, c Connection) error {
+		sink.consume(c.Reader(), c.Reader().Len())
+		return nil
+	})
+	client, conn := s.dial(t)
+	buf := make([]byte, 20)
+	fillStream(buf, 0)
+	for round := 0; round < 50; round++ {
+		_, err := client.Write(buf[:10])
+		MustNil(t, err)
+		waitFor(t, "the first half", func() bool { got, _ := sink.state(); return got == 10 })
+		MustNil(t, conn.(ReadPauser).PauseRead())
+		_, err = client.Write(buf[10:])
+		MustNil(t, err)
+		MustNil(t, conn.(ReadPauser).ResumeRead())
+		waitFor(t, "the second half after ResumeRead", func() bool { got, _ := sink.state(); return got == 20 })
+		_, mismatch := sink.state()
+		Equal(t, mismatch, int64(-1))
+		sink.mu.Lock()
+		sink.got = 0
+		sink.mu.Unlock()
+	}
+}
+
 // TestReadPauseRacesClose: PauseRead and ResumeRead racing the peer's close and Close() neither
 // panic nor leak, and calls on connections already closed never reach the connections that reuse
 // their fds and operators: each new connection still delivers its whole message.
@@ -362,7 +392,9 @@ func TestMaxReadSize(t *testing.T) {
 		{"65536", func(b int) bool { return b == 64<<10 }},
 		{"0", func(b int) bool { return b > 64<<10 }}, // the test can fail: today's growth
 	} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMaxReadSize$", "-test.v")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // no child outlives a hang
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMaxReadSize$", "-test.v", "-test.timeout=50s")
 		cmd.Env = append(os.Environ(), "NETPOLL_TEST_MAXREAD="+tc.maxRead)
 		out, err := cmd.CombinedOutput()
 		MustNil(t, err)

@@ -16,6 +16,7 @@ package netpoll
 
 import (
 	"errors"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,12 @@ type defaultPoll struct {
 	trigger uint32         // trigger flag
 	m       sync.Map       //nolint:unused // only used in go:race
 	opcache *operatorCache // operator cache
+	more    bool           // the last batch may have left level-triggered readiness behind
+	// An EPOLL_CTL_MOD that makes a fd ready while it is still on epoll's ready list (as a
+	// level-triggered fd stays after it was reported) wakes no one: the parked poller must look
+	// again. modded records a MOD since the poller last looked; idle that it is parking.
+	modded uint32
+	idle   uint32
 	// fns for handle events
 	Reset   func(size, caps int)
 	Handler func(events []epollevent) (closed bool)
@@ -88,7 +95,79 @@ func (a *pollArgs) reset(size, caps int) {
 }
 
 // Wait implements Poll.
+//
+// The poller parks on Go's runtime poller: the epoll fd, non-blocking, is itself watched by the
+// runtime (it is readable while events are ready), and the loop runs inside one RawConn.Read. A
+// poller with nothing to do is then a parked goroutine, not a thread blocked in epoll_wait(-1)
+// holding a P, which sysmon has to retake and which keeps sysmon polling. After a batch that left
+// nothing level-triggered behind (every read came back short, no accept, the batch not full) it
+// parks at once, without a second epoll_wait: anything new on the fds wakes the runtime poller.
 func (p *defaultPoll) Wait() (err error) {
+	// The runtime watches a duplicate, so that the poller keeps its own fd whatever the runtime does.
+	if fd, derr := syscall.Dup(p.fd); derr == nil {
+		_ = syscall.SetNonblock(fd, true) // for os.NewFile to make it pollable
+		f := os.NewFile(uintptr(fd), "netpoll-epoll")
+		rc, rerr := f.SyscallConn()
+		if rerr == nil {
+			var closed bool
+			closed, err = p.waitParked(rc)
+			_ = f.Close()
+			if closed {
+				return err
+			}
+		} else {
+			_ = f.Close()
+		}
+	}
+	// The runtime cannot watch it: block in epoll_wait as netpoll always did.
+	return p.waitBlocking()
+}
+
+// waitParked runs the loop inside one rc.Read, so that the runtime keeps the readiness of the
+// epoll fd between batches (a new RawConn.Read would reset it and need an epoll_wait to recheck).
+// closed reports that the poller was closed; otherwise the runtime could not poll the fd.
+func (p *defaultPoll) waitParked(rc syscall.RawConn) (closed bool, err error) {
+	p.Reset(128, barriercap)
+	n := 0
+	rerr := rc.Read(func(uintptr) bool {
+		for {
+			if n == p.size && p.size < 128*1024 {
+				p.Reset(p.size<<1, barriercap)
+			}
+			atomic.StoreUint32(&p.idle, 0)
+			atomic.StoreUint32(&p.modded, 0)
+			n, err = EpollWait(p.fd, p.events, 0)
+			if err != nil && err != syscall.EINTR {
+				closed = true
+				return true
+			}
+			if n > 0 {
+				p.more = n == p.size
+				if p.Handler(p.events[:n]) {
+					closed = true
+					return true
+				}
+				p.opcache.free()
+				if p.more {
+					continue
+				}
+			}
+			// Park until the epoll fd is readable, unless a MOD came in meanwhile (Control
+			// triggers the poller for a MOD that comes after idle is set).
+			atomic.StoreUint32(&p.idle, 1)
+			if atomic.LoadUint32(&p.modded) == 0 {
+				return false
+			}
+		}
+	})
+	if closed {
+		return true, err
+	}
+	return false, rerr
+}
+
+// waitBlocking is netpoll's original loop: epoll_wait(-1), then epoll_wait(0) until a batch is empty.
+func (p *defaultPoll) waitBlocking() (err error) {
 	// init
 	caps, msec, n := barriercap, -1, 0
 	p.Reset(128, caps)
@@ -152,16 +231,21 @@ func (p *defaultPoll) handler(events []epollevent) (closed bool) {
 			if operator.OnRead != nil {
 				// for non-connection
 				operator.OnRead(p)
+				p.more = true // e.g. a listener accepts one connection per event
 			} else if operator.Inputs != nil {
 				// for connection
 				bs := operator.Inputs(p.barriers[i].bs)
 				if len(bs) > 0 {
+					booked := iovecsLen(bs) // ioread clears bs
 					n, err := ioread(operator.FD, bs, p.barriers[i].ivs)
 					operator.InputAck(n)
 					totalRead += n
 					if err != nil {
 						p.appendHup(operator)
 						continue
+					}
+					if n == booked { // a full read: the socket may hold more
+						p.more = true
 					}
 				}
 			} else {
@@ -183,6 +267,7 @@ func (p *defaultPoll) handler(events []epollevent) (closed bool) {
 				p.appendHup(operator)
 				continue
 			}
+			p.more = true // the hangup is reported again, to close it once it reads nothing
 		}
 		if triggerError {
 			// Under block-zerocopy, the kernel may give an error callback, which is not a real error, just an EAGAIN.
@@ -198,6 +283,7 @@ func (p *defaultPoll) handler(events []epollevent) (closed bool) {
 			if operator.OnWrite != nil {
 				// for non-connection
 				operator.OnWrite(p)
+				p.more = true
 			} else if operator.Outputs != nil {
 				// for connection
 				bs, _ := operator.Outputs(p.barriers[i].bs)
@@ -218,6 +304,14 @@ func (p *defaultPoll) handler(events []epollevent) (closed bool) {
 	// hup conns together to avoid blocking the poll.
 	p.onhups()
 	return false
+}
+
+// iovecsLen is the bytes booked in bs.
+func iovecsLen(bs [][]byte) (n int) {
+	for i := range bs {
+		n += len(bs[i])
+	}
+	return n
 }
 
 // Close will write 10000000
@@ -280,6 +374,12 @@ func (p *defaultPoll) Control(operator *FDOperator, event PollEvent) error {
 		if operator.writing {
 			evt.events |= syscall.EPOLLOUT
 		}
+		err := EpollCtl(p.fd, op, fd, &evt)
+		atomic.StoreUint32(&p.modded, 1)
+		if atomic.LoadUint32(&p.idle) == 1 {
+			_ = p.Trigger()
+		}
+		return err
 	}
 	return EpollCtl(p.fd, op, fd, &evt)
 }
