@@ -44,6 +44,7 @@ type upCounters struct {
 	heartbeats atomic.Uint64 // the provider's heartbeats answered
 	duration   latencyHist
 	batches    countHist
+	calls      callShard // per-method counts of the answers it routed (methods.go)
 }
 
 // latencyBounds are stormgate_request_duration_seconds' buckets.
@@ -109,6 +110,7 @@ func (t *upTotals) addCounters(c *upCounters) {
 type upClosed struct {
 	mu     sync.Mutex
 	totals upTotals
+	calls  []callTotal // per-method counts, by call index
 }
 
 // retire moves uc's counts to the closed totals once (under mu, which the scrape
@@ -118,6 +120,7 @@ func (u *upClosed) retire(uc *upConn) {
 	if !uc.retired {
 		uc.retired = true
 		u.totals.addCounters(&uc.counts)
+		u.calls = addShard(u.calls, &uc.counts.calls)
 	}
 	u.mu.Unlock()
 }

@@ -73,6 +73,7 @@ func (h *holdQueue) push(r request, frame []byte) {
 		srv.refuse(r, why, msg, replyHoldFull)
 		return
 	}
+	r.call = srv.noteHeld(r.call, false)
 	e := held{request: r, frame: append([]byte(nil), frame...), deadline: r.arrived + int64(cfg.HoldTimeout)}
 	h.q = append(h.q, e)
 	h.addLocked(e)
@@ -114,6 +115,7 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 			live = live[1:]
 		}
 		e.deadline = e.arrived + int64(cfg.HoldTimeout)
+		e.call = srv.noteHeld(e.call, true)
 		srv.budget.force(len(e.frame))
 		merged = append(merged, e)
 		h.addLocked(e)

@@ -214,7 +214,8 @@ func (m *metrics) register(reg prometheus.Registerer, s *Server) {
 	}
 	reg.MustRegister(m.collectors...)
 	reg.MustRegister(m.life.collectors...)
-	reg.MustRegister(newConnCollector(s)) // requests, responses, heartbeats, in flight, durations, batches
+	reg.MustRegister(newConnCollector(s))                                               // requests, responses, heartbeats, in flight, durations, batches
+	reg.MustRegister(newCallCollector(s), s.calls.access.lines, s.calls.access.dropped) // per method, access log
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_buffered_bytes",
 			Help: "Bytes held because a peer is slow or absent (stalled sockets, hold queue, partial frames); " +

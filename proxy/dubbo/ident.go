@@ -136,3 +136,12 @@ func nameAt(body []byte, pos int, nullOK bool) (name []byte, next int, ok bool) 
 	}
 	return b[start:i], pos + i, true
 }
+
+// ResponseException reports whether a whole response frame is an OK hessian2 answer
+// carrying an exception thrown by the called method (DubboCodec's body types
+// RESPONSE_WITH_EXCEPTION and RESPONSE_WITH_EXCEPTION_WITH_ATTACHMENTS): Dubbo's
+// business exceptions, which travel with status OK. It reads one body byte.
+func ResponseException(frame []byte) bool {
+	return len(frame) > HeaderLen && frame[2]&SerialMask == SerialHessian2 && frame[3] == StatusOK &&
+		(frame[HeaderLen] == respWithException || frame[HeaderLen] == respWithExceptionAttachments)
+}
