@@ -2,6 +2,7 @@ package dubbo
 
 import (
 	"bytes"
+	"encoding/binary"
 	"unicode/utf8"
 )
 
@@ -71,17 +72,20 @@ func IdentifyRequest(frame []byte, c *Call) bool {
 	if c.Method, pos, ok = nameAt(body, pos, false); !ok || len(c.Method) == 0 {
 		return false
 	}
+	// The parameter descriptor: the arguments, then the attachments, follow it.
+	args := pos
+	if _, next, ok := nameAt(body, pos, false); ok {
+		args = next
+	}
 	if bytes.Equal(c.Method, genericInvoke) || bytes.Equal(c.Method, genericInvokeAsync) {
 		// The descriptor (Ljava/lang/String;[Ljava/lang/String;[Ljava/lang/Object;), then
 		// the method name. A generic call written some other way keeps its own name.
-		if n, err := skipHessianString(body[pos:]); err == nil {
-			if m, _, ok := nameAt(body, pos+n, false); ok && len(m) > 0 {
-				c.Method = m
-			}
+		if m, _, ok := nameAt(body, args, false); ok && args > pos && len(m) > 0 {
+			c.Method = m
 		}
 	}
 	c.Group = nil
-	if g, ok := requestAttachment(body, groupKey); ok {
+	if g, ok := requestAttachment(body, args, groupKey); ok {
 		c.Group = g
 	}
 	return true
@@ -111,6 +115,9 @@ func nameAt(body []byte, pos int, nullOK bool) (name []byte, next int, ok bool) 
 	}
 	if units > MaxNameLen {
 		return nil, 0, false
+	}
+	if end := start + units; end <= len(b) && printableASCII(b, start, end) { // the common case
+		return b[start:end], pos + end, true
 	}
 	i := start
 	for ; units > 0; units-- {
@@ -144,4 +151,38 @@ func nameAt(body []byte, pos int, nullOK bool) (name []byte, next int, ok bool) 
 func ResponseException(frame []byte) bool {
 	return len(frame) > HeaderLen && frame[2]&SerialMask == SerialHessian2 && frame[3] == StatusOK &&
 		(frame[HeaderLen] == respWithException || frame[HeaderLen] == respWithExceptionAttachments)
+}
+
+// printableASCII reports whether b[start:end] is printable ASCII, eight bytes at a
+// time; a name shorter than eight bytes is read as one word when b has room after it.
+func printableASCII(b []byte, start, end int) bool {
+	const spaces = 0x2020202020202020
+	n := end - start
+	switch {
+	case n >= 8:
+		for i := start; i+8 <= end; i += 8 {
+			if !printableASCII8(binary.LittleEndian.Uint64(b[i:])) {
+				return false
+			}
+		}
+		return printableASCII8(binary.LittleEndian.Uint64(b[end-8:]))
+	case start+8 <= len(b):
+		mask := uint64(1)<<(8*n) - 1 // the name's bytes; the rest count as spaces
+		return printableASCII8(binary.LittleEndian.Uint64(b[start:])&mask | spaces&^mask)
+	}
+	for _, c := range b[start:end] {
+		if c < 0x20 || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// printableASCII8 reports whether the eight bytes of w are all printable ASCII
+// (0x20-0x7e), eight at a time: names are ASCII, and this is most of IdentifyRequest's
+// work. With no byte at or above 0x80, w-0x20.. borrows into a byte's top bit exactly
+// when some byte is below 0x20, and w+0x01.. sets a top bit exactly for a 0x7f.
+func printableASCII8(w uint64) bool {
+	const ones, tops = 0x0101010101010101, 0x8080808080808080
+	return w&tops == 0 && (w-0x20*ones)&^w&tops == 0 && (w+ones)&tops == 0
 }

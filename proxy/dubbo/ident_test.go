@@ -252,3 +252,35 @@ func within(b, s []byte) bool {
 	}
 	return false
 }
+
+// TestPrintableASCII checks the word-at-a-time check against the byte-at-a-time rule, for every
+// length up to 20 at every offset, each byte value at each position.
+func TestPrintableASCII(t *testing.T) {
+	naive := func(b []byte) bool {
+		for _, c := range b {
+			if c < 0x20 || c >= 0x7f {
+				return false
+			}
+		}
+		return true
+	}
+	buf := make([]byte, 40)
+	for n := 0; n <= 20; n++ {
+		for start := 0; start+n <= len(buf); start += 3 {
+			for pos := start; pos < start+n; pos++ {
+				for v := 0; v < 256; v++ {
+					for i := range buf {
+						buf[i] = 'a'
+					}
+					buf[pos] = byte(v)
+					if n+start < len(buf) {
+						buf[start+n] = 0 // a byte after the name never counts
+					}
+					if got, want := printableASCII(buf, start, start+n), naive(buf[start:start+n]); got != want {
+						t.Fatalf("n=%d start=%d byte %#x at %d: %v, want %v", n, start, v, pos, got, want)
+					}
+				}
+			}
+		}
+	}
+}

@@ -4,7 +4,7 @@ import "bytes"
 
 // requestAttachment returns the text of the string attachment key (given hessian2
 // encoded, e.g. "\x05group") of a hessian2 request body, searching only its last
-// attachTail bytes. The attachments map is the last value of a request body, and every
+// attachTail bytes, and none before from (where the arguments start, when known). The attachments map is the last value of a request body, and every
 // encoder ends it with 'Z' as the body's last byte (Java's Hessian2Output, dubbo-go,
 // hessian.js). A candidate occurrence of key counts only when, read as a key of that
 // map, it starts a run of whole key/value pairs that ends with the map's 'Z' exactly at
@@ -17,11 +17,11 @@ import "bytes"
 //
 // The lead's `timeout` walker reads the same map; the two are to be merged into one
 // walk (issue 22/25). Keep this function's contract: key in, the string value out.
-func requestAttachment(body, key []byte) ([]byte, bool) {
+func requestAttachment(body []byte, from int, key []byte) ([]byte, bool) {
 	if len(body) < 2 || body[len(body)-1] != hessianEnd {
 		return nil, false
 	}
-	win := body[max(0, len(body)-attachTail):]
+	win := body[min(max(from, len(body)-attachTail), len(body)):]
 	base := len(body) - len(win)
 	for off := 0; off < len(win); {
 		i := bytes.Index(win[off:], key)
