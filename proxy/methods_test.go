@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -312,4 +313,38 @@ func TestAccessLog(t *testing.T) {
 	if n+int(dropped) != 20 || n > 6 {
 		t.Errorf("burst of 20 failures: %d lines, %v dropped (max_per_second 5)", n, dropped)
 	}
+}
+
+// TestMethodMemory1000 (issue 25): the memory 1,000 service/method pairs cost: the table, and each pair
+// counted once on each of 4 provider connections' shards, the local shard and the events.
+func TestMethodMemory1000(t *testing.T) {
+	const pairs, conns = 1000, 4
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var tbl callTable
+	tbl.init(pairs)
+	shards := make([]callShard, conns+1)
+	var events paged[callEvent]
+	for i := range pairs {
+		c := CallName{Service: []byte(fmt.Sprintf("com.example.service%02d.OrderService", i/50)), Method: []byte(fmt.Sprintf("method%04d", i))}
+		idx := tbl.index(&c)
+		if idx < firstCall {
+			t.Fatalf("pair %d not interned: %d", i, idx)
+		}
+		for s := range shards {
+			shards[s].at(idx).observe(0, false, time.Millisecond)
+		}
+		events.at(idx).held.Add(1)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	used := after.HeapAlloc - before.HeapAlloc
+	t.Logf("1,000 pairs, %d shards: %.0f KiB live heap (%.0f bytes per pair)", len(shards), float64(used)/1024, float64(used)/pairs)
+	if used > 4<<20 {
+		t.Errorf("1,000 pairs cost %d bytes, want under 4 MiB", used)
+	}
+	runtime.KeepAlive(shards)
+	runtime.KeepAlive(&events)
+	runtime.KeepAlive(&tbl)
 }
