@@ -57,13 +57,18 @@ type latencyHist struct {
 }
 
 func (h *latencyHist) observe(d time.Duration) {
+	h.counts[bucketOf(latencyBounds, d)].Add(1)
+	h.sumNs.Add(uint64(max(d, 0)))
+}
+
+// bucketOf is the index of d's bucket: the first bound d does not exceed, or len(bounds).
+func bucketOf(bounds []float64, d time.Duration) int {
 	s := d.Seconds()
 	i := 0
-	for i < len(latencyBounds) && s > latencyBounds[i] {
+	for i < len(bounds) && s > bounds[i] {
 		i++
 	}
-	h.counts[i].Add(1)
-	h.sumNs.Add(uint64(max(d, 0)))
+	return i
 }
 
 // batchBounds are stormgate_upstream_write_batch_frames' buckets.

@@ -108,12 +108,7 @@ func (c *callCount) observe(status int, exception bool, d time.Duration) {
 	if exception {
 		c.exceptions.Add(1)
 	}
-	s := d.Seconds()
-	i := 0
-	for i < len(methodBounds) && s > methodBounds[i] {
-		i++
-	}
-	c.buckets[i].Add(1)
+	c.buckets[bucketOf(methodBounds[:], d)].Add(1)
 	c.sumNs.Add(uint64(max(d, 0)))
 }
 
@@ -242,8 +237,11 @@ func (t *callTable) setLimit(limit int) {
 	t.mu.Unlock()
 }
 
-// keyLen is the longest key: four names and their separators.
-const keyLen = 4*maxNameLen + 3
+// keyBuf is the stack buffer keys are built in; a longer key (names over about 250
+// bytes in all) is built in a pooled buffer, so no lookup allocates.
+const keyBuf = 256
+
+var longKeys = sync.Pool{New: func() any { return new([4*maxNameLen + 3]byte) }}
 
 // index returns c's index: the pair's, callOther when the table is full, or
 // callUnknown when a name is too long. It does not allocate unless the pair is new.
@@ -251,9 +249,24 @@ func (t *callTable) index(c *CallName) uint32 {
 	if len(c.Service) > maxNameLen || len(c.Version) > maxNameLen || len(c.Group) > maxNameLen || len(c.Method) > maxNameLen {
 		return callUnknown
 	}
-	var buf [keyLen]byte
-	key := append(append(append(append(append(append(append(buf[:0],
-		c.Service...), 0), c.Version...), 0), c.Group...), 0), c.Method...)
+	if len(c.Service)+len(c.Version)+len(c.Group)+len(c.Method)+3 > keyBuf {
+		buf := longKeys.Get().(*[4*maxNameLen + 3]byte)
+		defer longKeys.Put(buf)
+		return t.lookup(appendKey(buf[:0], c), c)
+	}
+	var buf [keyBuf]byte
+	return t.lookup(appendKey(buf[:0], c), c)
+}
+
+// appendKey appends the four names, separated by zero bytes (which no name holds).
+func appendKey(dst []byte, c *CallName) []byte {
+	dst = append(append(dst, c.Service...), 0)
+	dst = append(append(dst, c.Version...), 0)
+	dst = append(append(dst, c.Group...), 0)
+	return append(dst, c.Method...)
+}
+
+func (t *callTable) lookup(key []byte, c *CallName) uint32 {
 	if i, ok := (*t.byKey.Load())[string(key)]; ok {
 		return i
 	}

@@ -1,10 +1,7 @@
 package dubbo
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/hex"
-	"os"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -14,33 +11,7 @@ import (
 // dubbo-go's own encoders (the file says how each was made).
 func requestFixtures(tb testing.TB) map[string][]byte {
 	tb.Helper()
-	f, err := os.Open("testdata/requests.txt")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	out := map[string][]byte{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, h, ok := strings.Cut(line, "\t")
-		if !ok {
-			tb.Fatalf("bad fixture line %q", line)
-		}
-		b, err := hex.DecodeString(h)
-		if err != nil {
-			tb.Fatalf("%s: %v", name, err)
-		}
-		out[name] = b
-	}
-	if err := sc.Err(); err != nil {
-		tb.Fatal(err)
-	}
-	return out
+	return hexFixtures(tb, "testdata/requests.txt")
 }
 
 type wantCall struct{ service, version, group, method string }
