@@ -198,7 +198,7 @@ func (p *reporter) labelCostRow(l FwdLoad) sumRow {
 		known: !math.IsNaN(sv+nv) && nv > 0, ok: sv <= targetLabelCost*nv,
 	}
 	if row.known {
-		row.note = fmt.Sprintf("Both are the same binary and settings but metrics.max_methods; each round measured both. The labels' own code (identifying the call, interning it, counting the answer) is about 1,500 instructions per request in user space (docs/design.md, per-method metrics); the rounds' spread was %s to %s with labels and %s to %s without.",
+		row.note = fmt.Sprintf("Both are the same binary and settings but metrics.max_methods; each round measured both. The labels' own code (identifying the call, interning it, counting the answer) is about 1,800 instructions per request in user space (docs/design.md, per-method metrics); the rounds' spread was %s to %s with labels and %s to %s without.",
 			usStr(slices.Min(s.UsPerReq)), usStr(slices.Max(s.UsPerReq)), usStr(slices.Min(n.UsPerReq)), usStr(slices.Max(n.UsPerReq)))
 	}
 	return row
