@@ -367,7 +367,7 @@ func TestDashboardQueriesParse(t *testing.T) {
 		t.Skip("promtool not found (Debian package prometheus): dashboard queries not parsed")
 	}
 	dash, _ := readDashboard(t)
-	r := strings.NewReplacer("$namespace", ".*", "$pod", ".*", "$__rate_interval", "1m")
+	r := strings.NewReplacer("$namespace", ".*", "$pod", ".*", "$service", ".*", "$__rate_interval", "1m")
 	var rules strings.Builder
 	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
 	n := 0

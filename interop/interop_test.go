@@ -29,6 +29,7 @@ const onceCalls = 204
 func TestInterop(t *testing.T) {
 	t.Run("direct", func(t *testing.T) { t.Parallel(); testDirect(t) })
 	t.Run("stormgate", func(t *testing.T) { t.Parallel(); testThroughStormgate(t) })
+	t.Run("group_version_labels", func(t *testing.T) { t.Parallel(); testGroupVersionLabels(t) })
 	t.Run("restart", func(t *testing.T) {
 		t.Parallel()
 		t.Run("between_calls", testRestartBetweenCalls)
@@ -154,7 +155,46 @@ func testThroughStormgate(t *testing.T) {
 	t.Logf("metrics: requests +%v, responses +%v, heartbeats answered %s, upstream heartbeats sent %v, downstream closed %s",
 		reqs, resps, after.filter("stormgate_heartbeats_answered_total"),
 		after.sum("stormgate_upstream_heartbeats_sent_total"), after.filter("stormgate_downstream_closed_total"))
+	checkMethodLabels(t, after, "org.stormgate.Greeter")
 	closeOnce(t, c)
+}
+
+// checkMethodLabels (issue 25, acceptance 1): the per-method series of a `dgconsumer once` run, as the real
+// dubbo-go consumer writes its requests: Echo 201 times, Big and Sleep once, all OK; Fail once, OK with a
+// business exception; nothing unknown. service is Dubbo's service key (group/interface:version).
+func checkMethodLabels(t *testing.T, m metrics, service string) {
+	t.Helper()
+	req := func(method, status string) float64 {
+		return m[`stormgate_method_requests_total{method="`+method+`",service="`+service+`",status="`+status+`"}`]
+	}
+	for method, want := range map[string]float64{"Echo": 1 + 200, "Big": 1, "Sleep": 1, "Fail": 1} {
+		if got := req(method, "OK"); got != want {
+			t.Errorf("stormgate_method_requests_total{service=%q,method=%q,status=OK} = %v, want %v", service, method, got, want)
+		}
+	}
+	if got := m[`stormgate_method_exceptions_total{method="Fail",service="`+service+`"}`]; got != 1 {
+		t.Errorf("business exceptions of Fail = %v, want 1", got)
+	}
+	for series, v := range m {
+		if strings.HasPrefix(series, `stormgate_method_requests_total{method="unknown",`) && v != 0 {
+			t.Errorf("%s = %v, want 0", series, v)
+		}
+	}
+	t.Logf("per method: %s", m.filter("stormgate_method_requests_total"))
+}
+
+// Issue 25: a consumer and provider in a Dubbo group, with a service version: the group comes from the
+// request's attachments, the version from its body, and both name the service in the labels.
+func testGroupVersionLabels(t *testing.T) {
+	prov := startProvider(t, 0, "--group", "canary", "--version", "2.1.0")
+	sc := startSidecar(t, prov.port)
+	c := startProc(t, "dgconsumer", bins.consumer, "--addr", sc.listen, "--group", "canary", "--version", "2.1.0", "once")
+	var s onceSummary
+	line := readSummary(t, c, 90*time.Second, &s)
+	if !s.OK {
+		t.Fatalf("dgconsumer once with a group and version failed: %s", line)
+	}
+	checkMethodLabels(t, sc.scrape(t), "canary/org.stormgate.Greeter:2.1.0")
 }
 
 // connWatch records every connection accepted on a port during a scenario (polling every 50 ms until

@@ -93,6 +93,7 @@ type Codec interface {
 	// waits for the answer; false when it says none (or nothing believable). It may
 	// walk the whole frame: the proxy asks only for requests that have to wait.
 	RequestTimeout(frame []byte) (time.Duration, bool)
+	CallReader // per-method metrics and the access log (methods.go)
 }
 
 // Dubbo is the Dubbo 2 codec.
@@ -175,28 +176,31 @@ func (Dubbo) AppendHeartbeatRequest(dst []byte, id int64) []byte {
 //   - not routable (a provider's callback request): 70 SERVICE_ERROR, what a Java
 //     consumer answers for a callback service it does not export.
 func (Dubbo) AppendErrorReply(dst []byte, req Frame, why Failure, msg string) []byte {
-	var status byte
-	switch why {
-	case FailUpstreamLost, FailNoUpstream:
-		status = dubbo.StatusChannelInactive
-	case FailOverloaded:
-		status = dubbo.StatusThreadpoolExhausted
-	case FailBadRequest:
-		status = dubbo.StatusBadRequest
-	case FailTimeout, FailDeadline:
-		status = dubbo.StatusServerTimeout
-	case FailBadResponse:
-		status = dubbo.StatusBadResponse
-	case FailNotRoutable:
-		status = dubbo.StatusServiceError
-	default:
-		status = dubbo.StatusServerError
-	}
+	status := dubboFailureStatus(why)
 	serial := req.Serial
 	if serial == 0 {
 		serial = dubbo.SerialHessian2
 	}
 	return dubbo.AppendErrorResponse(dst, req.ID, serial, status, msg)
+}
+
+// dubboFailureStatus is the status of Stormgate's own reply for why (AppendErrorReply).
+func dubboFailureStatus(why Failure) byte {
+	switch why {
+	case FailUpstreamLost, FailNoUpstream:
+		return dubbo.StatusChannelInactive
+	case FailOverloaded:
+		return dubbo.StatusThreadpoolExhausted
+	case FailBadRequest:
+		return dubbo.StatusBadRequest
+	case FailTimeout, FailDeadline:
+		return dubbo.StatusServerTimeout
+	case FailBadResponse:
+		return dubbo.StatusBadResponse
+	case FailNotRoutable:
+		return dubbo.StatusServiceError
+	}
+	return dubbo.StatusServerError
 }
 
 // AppendEvent implements Codec.

@@ -103,6 +103,20 @@ type Config struct {
 	// Transparent: pools are per original destination port, limited to InboundPorts.
 	Transparent  bool
 	InboundPorts []uint16
+
+	// MaxMethods bounds the distinct service/method pairs of the per-method metrics
+	// (methods.go); 0: no per-method metrics, requests are not decoded. <= 10,000.
+	MaxMethods int
+	AccessLog  AccessLogConfig // accesslog.go
+}
+
+// AccessLogConfig selects the calls the access log writes (accesslog.go).
+type AccessLogConfig struct {
+	Enabled       bool          // nothing is logged unless set
+	Failed        bool          // every call whose answer is not OK, a business exception, or Stormgate's own
+	SlowThreshold time.Duration // every call at least this slow; 0: none
+	SampleRate    float64       // this fraction of the other calls, 0..1
+	MaxPerSecond  int           // lines per second at most (burst the same); >= 1 when Enabled
 }
 
 // validate rejects what the proxy cannot run with. xds.Validate gives users the
@@ -131,6 +145,11 @@ func (c *Config) validate() error {
 		c.MaxQueuedBytesPerUpstream < 0 || c.LargeRequestBytes < 0 || c.MaxQueuedBytesPerConn < 0 ||
 		c.MaxQueuedBytesPerConsumer < 0 || c.HoldMaxBytesPerConsumer < 0 || c.NotExecutedRetries < 0 || c.NotExecutedWindow < 0:
 		return fmt.Errorf("a negative duration or size in the proxy settings: %+v", *c)
+	case c.MaxMethods < 0 || c.MaxMethods > maxMethodsLimit:
+		return fmt.Errorf("metrics.max_methods: %d is out of range; must be between 0 and %d", c.MaxMethods, maxMethodsLimit)
+	case c.AccessLog.Enabled && (c.AccessLog.MaxPerSecond < 1 || c.AccessLog.SampleRate < 0 || c.AccessLog.SampleRate > 1 || c.AccessLog.SlowThreshold < 0):
+		return fmt.Errorf("access_log: max_per_second %d must be at least 1, sample_rate %v between 0 and 1, slow_threshold %v not negative",
+			c.AccessLog.MaxPerSecond, c.AccessLog.SampleRate, c.AccessLog.SlowThreshold)
 	case c.Transparent && len(c.InboundPorts) == 0:
 		return fmt.Errorf("listener.inbound_ports is empty: transparent mode forwards only to listed ports")
 	}

@@ -44,6 +44,7 @@ type upCounters struct {
 	heartbeats atomic.Uint64 // the provider's heartbeats answered
 	duration   latencyHist
 	batches    countHist
+	calls      callShard // per-method counts of the answers it routed (methods.go)
 }
 
 // latencyBounds are stormgate_request_duration_seconds' buckets.
@@ -56,13 +57,18 @@ type latencyHist struct {
 }
 
 func (h *latencyHist) observe(d time.Duration) {
+	h.counts[bucketOf(latencyBounds, d)].Add(1)
+	h.sumNs.Add(uint64(max(d, 0)))
+}
+
+// bucketOf is the index of d's bucket: the first bound d does not exceed, or len(bounds).
+func bucketOf(bounds []float64, d time.Duration) int {
 	s := d.Seconds()
 	i := 0
-	for i < len(latencyBounds) && s > latencyBounds[i] {
+	for i < len(bounds) && s > bounds[i] {
 		i++
 	}
-	h.counts[i].Add(1)
-	h.sumNs.Add(uint64(max(d, 0)))
+	return i
 }
 
 // batchBounds are stormgate_upstream_write_batch_frames' buckets.
@@ -109,6 +115,7 @@ func (t *upTotals) addCounters(c *upCounters) {
 type upClosed struct {
 	mu     sync.Mutex
 	totals upTotals
+	calls  []callTotal // per-method counts, by call index
 }
 
 // retire moves uc's counts to the closed totals once (under mu, which the scrape
@@ -118,6 +125,7 @@ func (u *upClosed) retire(uc *upConn) {
 	if !uc.retired {
 		uc.retired = true
 		u.totals.addCounters(&uc.counts)
+		u.calls = addShard(u.calls, &uc.counts.calls)
 	}
 	u.mu.Unlock()
 }

@@ -138,6 +138,8 @@ func testConfig(upstream string) Config {
 		FrameReadTimeout:          30 * time.Second,
 		MaxBufferedBytes:          256 << 20,
 		DrainTimeout:              10 * time.Second,
+		MaxMethods:                500,
+		AccessLog:                 AccessLogConfig{Failed: true, SlowThreshold: time.Second, MaxPerSecond: 100},
 	}
 }
 

@@ -119,6 +119,7 @@ func (h *holdQueue) push(r request, frame []byte) {
 		srv.refuse(r, why, msg, replyHoldFull)
 		return
 	}
+	r.call = srv.noteHeld(r.call, false)
 	e := held{request: r, frame: append([]byte(nil), frame...), deadline: holdUntil(&r, cfg)}
 	i := h.laneOf(len(frame))
 	h.lanes[i].q = append(h.lanes[i].q, e)
@@ -170,6 +171,7 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 	// bound hit now would fail requests that did nothing wrong.
 	var add [2][]held
 	for _, e := range es {
+		e.call = srv.noteHeld(e.call, true)
 		i := h.laneOf(len(e.frame))
 		add[i] = append(add[i], e)
 		srv.budget.force(len(e.frame))

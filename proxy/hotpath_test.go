@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"encoding/hex"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +78,51 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	}
 	if r, hb := h.uc.counts.responses.Load(), h.sess.counts.heartbeats.Load(); r < 1000 || hb < 1000 {
 		t.Fatalf("paths did not run: %d responses, %d heartbeats", r, hb)
+	}
+	// The labelled path ran (issue 25): the answers are counted under their method.
+	if cfg.MaxMethods == 0 || h.srv.calls.table.label(firstCall) != (callLabels{svc, "echo"}) {
+		t.Fatalf("per-method metrics off or echo not interned: %+v", h.srv.calls.table.snapshot())
+	}
+	if n := h.uc.counts.calls.peek(firstCall).status[0].Load(); n < 1000 {
+		t.Fatalf("per-method path did not run: %d echo answers counted", n)
+	}
+}
+
+// BenchmarkForwardAndRoute is one request forwarded and its answer routed, with
+// per-method metrics (labels: the default) and without (metrics.max_methods 0), for
+// requests as dubbo-go and Java (a group in the attachments) write them: what issue 25's
+// labels cost per request on Stormgate's own path (docs/benchmarks.md has the whole
+// process's figure).
+func BenchmarkForwardAndRoute(b *testing.B) {
+	fx, err := os.ReadFile("dubbo/testdata/requests.txt")
+	if err != nil {
+		b.Fatal(err)
+	}
+	frames := map[string][]byte{}
+	for line := range strings.Lines(string(fx)) {
+		if name, h, ok := strings.Cut(strings.TrimSpace(line), "\t"); ok && line[0] != '#' {
+			frames[name], _ = hex.DecodeString(h)
+		}
+	}
+	for _, req := range []string{"dubbogo_echo", "java3_group_version"} {
+		for _, mode := range []struct {
+			name       string
+			maxMethods int
+		}{{"labels", 500}, {"nolabels", 0}} {
+			b.Run(req+"/"+mode.name, func(b *testing.B) {
+				h := newHotPath(b)
+				cfg := *h.srv.cfg.Load()
+				cfg.MaxMethods = mode.maxMethods
+				h.srv.cfg.Store(&cfg)
+				frame := append([]byte(nil), frames[req]...)
+				rqf, _ := h.srv.codec.ParseHeader(frame, cfg.MaxFrameBytes)
+				resp := dubbo.AppendValueResponse(nil, 0, dubbo.SerialHessian2, "hello")
+				b.ReportAllocs()
+				for b.Loop() {
+					h.forwardAndRoute(frame, rqf, resp, &cfg)
+				}
+			})
+		}
 	}
 }
 

@@ -228,7 +228,8 @@ func (m *metrics) register(reg prometheus.Registerer, s *Server) {
 	}
 	reg.MustRegister(m.collectors...)
 	reg.MustRegister(m.life.collectors...)
-	reg.MustRegister(newConnCollector(s)) // requests, responses, heartbeats, in flight, durations, batches
+	reg.MustRegister(newConnCollector(s))                                               // requests, responses, heartbeats, in flight, durations, batches
+	reg.MustRegister(newCallCollector(s), s.calls.access.lines, s.calls.access.dropped) // per method, access log
 	reg.MustRegister(newHangMetrics(s)...)
 	reg.MustRegister(newWaitingCollector(s))
 	reg.MustRegister(

@@ -23,10 +23,11 @@ import "time"
 // request is a two-way request Stormgate owes one answer.
 type request struct {
 	sess    *session
-	id      int64 // the consumer's id, restored on the answer
-	serial  byte  // the consumer's serialization id, echoed in Stormgate's own replies
-	tries   uint8 // times a not-executed answer sent it back to the hold queue (lifecycle.go)
-	arrived int64 // when it reached Stormgate, unix nanos on the server's clock
+	id      int64   // the consumer's id, restored on the answer
+	serial  byte    // the consumer's serialization id, echoed in Stormgate's own replies
+	tries   uint8   // times a not-executed answer sent it back to the hold queue (lifecycle.go)
+	call    callRef // what it calls, its size, whether it was held (methods.go)
+	arrived int64   // when it reached Stormgate, unix nanos on the server's clock
 	// sendBy is the latest time it may be handed to the provider (deadline.go): 0
 	// until a wait needs it, noDeadline when its consumer's timeout is unknown.
 	sendBy int64
@@ -100,6 +101,7 @@ func (s *Server) answer(r request, resp []byte, now int64, c *upCounters) {
 	s.codec.SetID(resp, r.id)
 	c.responses.Add(1) // counted before the consumer can see the response
 	c.duration.observe(time.Duration(now - r.arrived))
+	s.callAnswered(&r, resp, now, &c.calls)
 	r.sess.write(resp)
 }
 
@@ -108,7 +110,7 @@ func (s *Server) refuse(r request, why Failure, msg string, reason replyReason) 
 	if !s.settle(r) {
 		return
 	}
-	r.sess.replyError(Frame{ID: r.id, Serial: r.serial}, why, msg, reason)
+	r.sess.replyError(Frame{ID: r.id, Serial: r.serial}, r.call, r.arrived, why, msg, reason)
 }
 
 // settle does the books of one answer and reports whether the consumer is still

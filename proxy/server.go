@@ -30,6 +30,9 @@ type Options struct {
 	// Clock drives every timeout, deadline and timestamp of the proxy (through its
 	// timing wheel); nil is the system clock. Tests pass a keepalive.ManualClock.
 	Clock keepalive.Clock
+	// AccessLogger writes the access log (accesslog.go) at info level whatever the
+	// main log level; nil: Logger.Named("access").
+	AccessLogger *zap.Logger
 }
 
 // ErrServerClosed is returned by Start after Close.
@@ -58,6 +61,7 @@ type Server struct {
 	pools map[uint16]*pool // key 0: the single upstream in non-transparent mode
 
 	sessions  sessionSet
+	calls     callMetrics // per-method metrics, access log (methods.go)
 	eventIDs  atomic.Int64
 	upClosed  upClosed      // counts of provider connections that ended
 	drainIdle chan struct{} // signalled when a session's in-flight count reaches 0 while draining
@@ -104,6 +108,11 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.budget.limit.Store(cfg.MaxBufferedBytes)
 	s.wenv = writerEnv{now: s.now, spawn: s.spawn, budget: &s.budget}
 	s.sessions.init()
+	if opts.AccessLogger == nil {
+		opts.AccessLogger = opts.Logger.Named("access")
+	}
+	s.calls.table.init(cfg.MaxMethods)
+	s.calls.access.init(opts.AccessLogger)
 	s.cfg.Store(&cfg)
 	s.m.register(opts.Registerer, s)
 	return s, nil
@@ -202,6 +211,7 @@ func (s *Server) Update(cfg Config) error {
 	old := s.cfg.Load()
 	s.cfg.Store(&cfg)
 	s.budget.limit.Store(cfg.MaxBufferedBytes)
+	s.calls.table.setLimit(cfg.MaxMethods)
 	pools := s.poolList()
 	if cfg.UpstreamConns != old.UpstreamConns {
 		for _, p := range pools {

@@ -100,7 +100,7 @@ func (s *session) consume(r byteSource, canPause bool) {
 			srv.log.Warn("refusing a request: out of buffer memory (limits.max_buffered_bytes)",
 				zap.Stringer("peer", s.remote), zap.Int("frame_bytes", f.Len))
 			if f.Kind == FrameRequest {
-				s.replyError(f, FailOverloaded, "stormgate: out of buffer memory (limits.max_buffered_bytes)", replyOverloaded)
+				s.replyError(f, callRef{}, now, FailOverloaded, "stormgate: out of buffer memory (limits.max_buffered_bytes)", replyOverloaded)
 			}
 		case readBad:
 			s.badInput(f, err)
@@ -125,11 +125,12 @@ func (s *session) handle(f Frame, frame []byte, cfg *Config, now int64) {
 		replyBufs.Put(buf) // the writer copied what it did not write
 	case FrameRequest:
 		s.counts.requests.Add(1)
+		call := s.srv.identify(frame, cfg) // per-method metrics, access log (methods.go)
 		if int(s.inflight.Load()) >= cfg.MaxInflightPerConn {
-			s.replyError(f, FailOverloaded, "stormgate: too many in-flight requests on this connection (limits.max_inflight_per_connection)", replyInflight)
+			s.replyError(f, call, now, FailOverloaded, "stormgate: too many in-flight requests on this connection (limits.max_inflight_per_connection)", replyInflight)
 			return
 		}
-		s.pool.forward(request{sess: s, id: f.ID, serial: f.Serial, arrived: now}, frame)
+		s.pool.forward(request{sess: s, id: f.ID, serial: f.Serial, call: call, arrived: now}, frame)
 	case FrameOneWay:
 		s.counts.requests.Add(1)
 		s.pool.forwardOneWay(s, frame)
@@ -152,18 +153,21 @@ func (s *session) badInput(f Frame, err error) {
 		reason = closeOversize
 	}
 	if reason != closeBadMagic {
-		s.replyError(f, FailBadRequest, "stormgate: malformed frame: "+reason.String(), replyBadRequest)
+		s.replyError(f, callRef{}, s.srv.now(), FailBadRequest, "stormgate: malformed frame: "+reason.String(), replyBadRequest)
 	}
 	s.srv.log.Warn("closing consumer after malformed input",
 		zap.Stringer("peer", s.remote), zap.Stringer("reason", reason), zap.Error(err))
 	s.closeWith(reason)
 }
 
-// replyError sends Stormgate's own error response for request f.
-func (s *session) replyError(f Frame, why Failure, msg string, reason replyReason) {
+// replyError sends Stormgate's own error response for request f (call, which arrived
+// then, for per-method metrics and the access log).
+func (s *session) replyError(f Frame, call callRef, arrived int64, why Failure, msg string, reason replyReason) {
 	var buf [256]byte
 	s.srv.m.localReplies[reason].Inc() // counted before the consumer can see the reply
-	s.write(s.srv.codec.AppendErrorReply(buf[:0], f, why, msg))
+	b := s.srv.codec.AppendErrorReply(buf[:0], f, why, msg)
+	s.srv.callReplied(s, call, arrived, why, reason, b)
+	s.write(b)
 }
 
 // write sends b to the consumer without ever blocking the caller. A consumer whose

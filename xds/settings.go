@@ -86,6 +86,17 @@ func Defaults() *sg.Settings {
 			Level:  proto.String("info"),
 			Format: proto.String("json"),
 		},
+		Metrics: &sg.Metrics{
+			// About 20 series per pair (docs/operations.md, per-method metrics).
+			MaxMethods: proto.Int32(500),
+		},
+		AccessLog: &sg.AccessLog{
+			Enabled:       proto.Bool(false),
+			Failed:        proto.Bool(true),
+			SlowThreshold: dur(time.Second),
+			SampleRate:    proto.Float64(0),
+			MaxPerSecond:  proto.Int32(100),
+		},
 	}
 }
 

@@ -55,6 +55,14 @@ func ProxyConfig(s *sg.Settings) proxy.Config {
 		DrainTimeout:              s.GetDrain().GetTimeout().AsDuration(),
 		Transparent:               s.GetListener().GetTransparent(),
 		InboundPorts:              inboundPorts(s),
+		MaxMethods:                int(s.GetMetrics().GetMaxMethods()),
+		AccessLog: proxy.AccessLogConfig{
+			Enabled:       s.GetAccessLog().GetEnabled(),
+			Failed:        s.GetAccessLog().GetFailed(),
+			SlowThreshold: s.GetAccessLog().GetSlowThreshold().AsDuration(),
+			SampleRate:    s.GetAccessLog().GetSampleRate(),
+			MaxPerSecond:  int(s.GetAccessLog().GetMaxPerSecond()),
+		},
 	}
 }
 

@@ -73,6 +73,12 @@ func TestEveryFieldReachesItsStage(t *testing.T) {
 		"drain.min_duration":                     {toDrain, func(s *sg.Settings) { s.Drain.MinDuration = dur(0) }},
 		"log.level":                              {toLog, func(s *sg.Settings) { s.Log.Level = proto.String("debug") }},
 		"log.format":                             {toLog, func(s *sg.Settings) { s.Log.Format = proto.String("console") }},
+		"metrics.max_methods":                    {toProxy, func(s *sg.Settings) { s.Metrics.MaxMethods = proto.Int32(0) }},
+		"access_log.enabled":                     {toProxy, func(s *sg.Settings) { s.AccessLog.Enabled = proto.Bool(true) }},
+		"access_log.failed":                      {toProxy, func(s *sg.Settings) { s.AccessLog.Failed = proto.Bool(false) }},
+		"access_log.slow_threshold":              {toProxy, func(s *sg.Settings) { s.AccessLog.SlowThreshold = dur(0) }},
+		"access_log.sample_rate":                 {toProxy, func(s *sg.Settings) { s.AccessLog.SampleRate = proto.Float64(0.5) }},
+		"access_log.max_per_second":              {toProxy, func(s *sg.Settings) { s.AccessLog.MaxPerSecond = proto.Int32(7) }},
 	}
 	base := Defaults()
 	for _, f := range Fields() {

@@ -76,8 +76,8 @@ func TestStoreUpdateNotifyAndDump(t *testing.T) {
 		dump.Settings["hold"]["max_bytes"] != float64(64<<20) || dump.Settings["drain"]["readonly_policy"] != "HOLD" {
 		t.Fatalf("config_dump: %s", rec.Body)
 	}
-	if n := len(dump.Settings); n != 8 {
-		t.Fatalf("config_dump has %d sections, want 8", n)
+	if n := len(dump.Settings); n != 10 {
+		t.Fatalf("config_dump has %d sections, want 10", n)
 	}
 
 	rec = httptest.NewRecorder()

@@ -357,6 +357,12 @@ var fieldRules = []rule{
 	{"drain.min_duration", "On SIGTERM or POST /drain: how long /readyz answers 503 and READONLY is out while the listener still accepts and requests are still served, before accepting stops and in-flight requests get drain.timeout to finish (Istio's terminationDrainDuration). A second SIGTERM skips the rest of it.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
 	{"log.level", "Log level.", "debug, info, warn or error", oneOf("debug", "info", "warn", "error")},
 	{"log.format", "Log encoding.", "json or console", oneOf("json", "console")},
+	{"metrics.max_methods", "Most distinct service/method pairs the per-method metrics keep (about 20 series each); calls of further pairs are counted under service and method \"other\" (stormgate_method_labels_overflow_total); 0 turns per-method metrics off and requests are not decoded.", "between 0 and 10000", intIn(0, 10000)},
+	{"access_log.enabled", "Write the access log: one structured line per selected call, logger \"access\", whatever log.level says.", "true or false", anyBool},
+	{"access_log.failed", "Log every failed call: a status other than OK, a business exception, or an answer from Stormgate itself.", "true or false", anyBool},
+	{"access_log.slow_threshold", "Log every call that took at least this long; 0 turns it off.", "0 (off) or between 1ms and 1h", durIn(time.Millisecond, time.Hour, true)},
+	{"access_log.sample_rate", "Fraction of the other calls logged, at random.", "between 0 and 1", floatIn(0, 1)},
+	{"access_log.max_per_second", "Most access log lines per second (token bucket, burst the same); lines over it are counted in stormgate_access_log_dropped_total, not written.", "between 1 and 1000000", intIn(1, 1e6)},
 }
 
 // crossRules check relations between fields.

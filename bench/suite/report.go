@@ -284,7 +284,8 @@ func fTP(x *TPSeries) float64 {
 	return x.Max
 }
 
-var targetTitle = map[string]string{direct: "direct", haproxy: "HAProxy", stormgate: "Stormgate", baseline: "baseline listener"}
+var targetTitle = map[string]string{direct: "direct", haproxy: "HAProxy", stormgate: "Stormgate", baseline: "baseline listener",
+	stormgateNoLabels: "Stormgate without per-method metrics"}
 
 // commonConns picks the throughput connection counts to report: those of the run.
 func (p *reporter) tpConns() []int {

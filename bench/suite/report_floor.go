@@ -16,6 +16,7 @@ const (
 	targetHBRatio   = 1.15  // Stormgate CPU per heartbeat ÷ the bare epoll responder's
 	targetQuiet     = 0.002 // cores with no consumer connected
 	targetFwdRatio  = 0.8   // proxy CPU per forwarded request, Stormgate ÷ HAProxy
+	targetLabelCost = 1.05  // Stormgate's CPU per forwarded request with per-method metrics ÷ without
 	targetTPRatio   = 1.2   // max throughput at the largest connection count, Stormgate ÷ HAProxy
 	targetKiBIdle   = 4.0   // RSS per idle consumer connection
 	targetAddedP99  = 0.5   // ms, p99 added over direct
@@ -175,8 +176,32 @@ func (p *reporter) forwardSummaryRows() []sumRow {
 			}
 		}
 		rows = append(rows, row)
+		if lr := p.labelCostRow(l); lr.known {
+			rows = append(rows, lr)
+		}
 	}
 	return rows
+}
+
+// labelCostRow is issue 25's figure: Stormgate's CPU per forwarded request with per-method metrics
+// (the default) over the same with metrics.max_methods 0, in the same alternating rounds.
+func (p *reporter) labelCostRow(l FwdLoad) sumRow {
+	s, n := p.fwdRow(stormgate, l), p.fwdRow(stormgateNoLabels, l)
+	if s == nil || n == nil {
+		return sumRow{}
+	}
+	sv, nv := s.median(), n.median()
+	row := sumRow{
+		figure: fmt.Sprintf("Stormgate CPU per forwarded request with per-method metrics ÷ without (metrics.max_methods 0), %s conns, %s req/s (median of %d alternating rounds)",
+			count(uint64(l.Conns)), num(l.Rate, 0), p.fwdWindows()),
+		d: "–", h: "–", s: usStr(sv) + " ÷ " + usStr(nv) + " (" + ratio(sv, nv) + ")", target: fmt.Sprintf("≤ %s×", num(targetLabelCost, 2)),
+		known: !math.IsNaN(sv+nv) && nv > 0, ok: sv <= targetLabelCost*nv,
+	}
+	if row.known {
+		row.note = fmt.Sprintf("Both are the same binary and settings but metrics.max_methods; each round measured both. The labels' own code (identifying the call, interning it, counting the answer) is about 1,800 instructions per request in user space (docs/design.md, per-method metrics); the rounds' spread was %s to %s with labels and %s to %s without.",
+			usStr(slices.Min(s.UsPerReq)), usStr(slices.Max(s.UsPerReq)), usStr(slices.Min(n.UsPerReq)), usStr(slices.Max(n.UsPerReq)))
+	}
+	return row
 }
 
 func (p *reporter) throughputSummaryRow(c int) sumRow {

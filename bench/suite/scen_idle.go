@@ -155,6 +155,8 @@ func targetVar(tg string) string {
 		return "HAPROXY"
 	case stormgate:
 		return "STORMGATE"
+	case stormgateNoLabels:
+		return "STORMGATE_NOLABELS"
 	case hbFloor, fwdFloor:
 		return "FLOOR"
 	case npFloor, npFwd:

@@ -17,7 +17,9 @@ const (
 	direct    = "direct"
 	haproxy   = "haproxy"
 	stormgate = "stormgate"
-	baseline  = "baseline" // accept storm only: the incident-like listener
+	// stormgateNoLabels is Stormgate with per-method metrics off (metrics.max_methods: 0).
+	stormgateNoLabels = "stormgate-nolabels"
+	baseline          = "baseline" // accept storm only: the incident-like listener
 )
 
 // targets is the order of every side-by-side table.
@@ -192,13 +194,20 @@ func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o pro
 			px.stop()
 			return nil, err
 		}
-	case stormgate:
+	case stormgate, stormgateNoLabels:
 		lvl := o.logLevel
 		if lvl == "" {
 			lvl = "warn"
 		}
 		argv := []string{s.bins.sidecar, "run", "--listen", px.addr, "--upstream", up.addr,
 			"--upstream-conns", strconv.Itoa(stormgateUpstreamConns), "--log-level", lvl}
+		if kind == stormgateNoLabels {
+			cfg := filepath.Join(s.out, fmt.Sprintf("stormgate-nolabels-%d.yaml", port))
+			if err := os.WriteFile(cfg, []byte("metrics: {max_methods: 0}\n"), 0o644); err != nil {
+				return nil, err
+			}
+			argv = append(argv, "--config", cfg)
+		}
 		if o.ns == "" {
 			mp, err1 := freePort()
 			ap, err2 := freePort()

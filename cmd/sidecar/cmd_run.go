@@ -259,6 +259,12 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		}
 		return err
 	}
+	// The access log is on or off by its own settings (access_log), not by log.level.
+	accessLog, _, err := newLogger("info", active.GetLog().GetFormat())
+	if err != nil {
+		return fail(err)
+	}
+	defer accessLog.Sync() //nolint:errcheck
 	if err := proxy.ConfigureNetpoll(log, f.netpollBuffer, f.pollers); err != nil {
 		return fail(err)
 	}
@@ -351,7 +357,8 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		return listenerError(layered, err)
 	}
 	p.admNow.Store(p.adm)
-	opts := proxy.Options{Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: func() { p.admNow.Load().ConnClosed() }}
+	opts := proxy.Options{Logger: log.Named("proxy"), AccessLogger: accessLog.Named("access"), Registerer: reg,
+		OnConnClosed: func() { p.admNow.Load().ConnClosed() }}
 	var psn proxy.Snapshot
 	if rs != nil {
 		if faultInjection == "restore" && in.Rollback == "" {

@@ -12,7 +12,13 @@ import (
 // v3.3.0's own code (see the file's header for how each was obtained).
 func dubbogoAnswers(t testing.TB) map[string][]byte {
 	t.Helper()
-	f, err := os.Open("testdata/dubbogo_answers.txt")
+	return hexFixtures(t, "testdata/dubbogo_answers.txt")
+}
+
+// hexFixtures reads a fixture file of "<name> <TAB> <hex>" lines; # starts a comment.
+func hexFixtures(t testing.TB, path string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ const dubboGoRequest500 = "dabbc2000000000000000002000000a005322e302e32156f72672
 	"156f72672e73746f726d676174652e4772656574657209696e74657266616365156f72672e73746f726d676174652e47726565746572" +
 	"0776657273696f6e000774696d656f7574033530305a"
 
-// reqBody builds a two-way hessian2 request frame from encoded body values.
-func reqFrame(flags byte, values ...[]byte) []byte {
+// rawRequest builds a hessian2 request frame (flags given) from encoded body values.
+func rawRequest(flags byte, values ...[]byte) []byte {
 	f := AppendHeader(nil, Header{Flags: flags, ID: 9})
 	for _, v := range values {
 		f = append(f, v...)
@@ -67,43 +67,43 @@ func TestRequestTimeout(t *testing.T) {
 		ok    bool
 	}{
 		{"dubbo-go v3.3.0 on the wire", dubboGo, 500 * time.Millisecond, true},
-		{"Java 3.x: a string", reqFrame(req, with(hs("arg"), hmap(hs("path"), hs("org.example.Transfer"),
+		{"Java 3.x: a string", rawRequest(req, with(hs("arg"), hmap(hs("path"), hs("org.example.Transfer"),
 			hs("interface"), hs("org.example.Transfer"), hs("version"), hs("1.0.0"), hs("timeout"), hs("1000")))...),
 			time.Second, true},
-		{"dubbo-js: an int in a typed HashMap", reqFrame(req, with(hs("arg"), hmapTyped(hs("java.util.HashMap"),
+		{"dubbo-js: an int in a typed HashMap", rawRequest(req, with(hs("arg"), hmapTyped(hs("java.util.HashMap"),
 			hs("path"), hs("org.example.Transfer"), hs("timeout"), hint(3000)))...), 3 * time.Second, true},
-		{"compact int", reqFrame(req, with(hs("a"), hmap(hs("timeout"), hint(40)))...), 40 * time.Millisecond, true},
-		{"'I' int", reqFrame(req, with(hs("a"), hmap(hs("timeout"), hint(600000)))...), 10 * time.Minute, true},
-		{"long", reqFrame(req, with(hs("a"), hmap(hs("timeout"), []byte{'L', 0, 0, 0, 0, 0, 0, 0x13, 0x88}))...), 5 * time.Second, true},
-		{"compact long", reqFrame(req, with(hs("a"), hmap(hs("timeout"), []byte{0xf8 + 1, 0xf4}))...), 500 * time.Millisecond, true},
-		{"dubbox: an int before the descriptor", reqFrame(req, hs("2.0.2"), hs("s"), hs(""), hs("m"), hint(-1),
+		{"compact int", rawRequest(req, with(hs("a"), hmap(hs("timeout"), hint(40)))...), 40 * time.Millisecond, true},
+		{"'I' int", rawRequest(req, with(hs("a"), hmap(hs("timeout"), hint(600000)))...), 10 * time.Minute, true},
+		{"long", rawRequest(req, with(hs("a"), hmap(hs("timeout"), []byte{'L', 0, 0, 0, 0, 0, 0, 0x13, 0x88}))...), 5 * time.Second, true},
+		{"compact long", rawRequest(req, with(hs("a"), hmap(hs("timeout"), []byte{0xf8 + 1, 0xf4}))...), 500 * time.Millisecond, true},
+		{"dubbox: an int before the descriptor", rawRequest(req, hs("2.0.2"), hs("s"), hs(""), hs("m"), hint(-1),
 			hs("I"), hint(7), hmap(hs("timeout"), hs("250"))), 250 * time.Millisecond, true},
-		{"no arguments", reqFrame(req, hs("2.0.2"), hs("s"), hs(""), hs("m"), hs(""), hmap(hs("timeout"), hs("9"))),
+		{"no arguments", rawRequest(req, hs("2.0.2"), hs("s"), hs(""), hs("m"), hs(""), hmap(hs("timeout"), hs("9"))),
 			9 * time.Millisecond, true},
-		{"an argument that holds the key's bytes", reqFrame(req, with(decoy, hmap(hs("path"), hs("p"), hs("timeout"), hs("700")))...),
+		{"an argument that holds the key's bytes", rawRequest(req, with(decoy, hmap(hs("path"), hs("p"), hs("timeout"), hs("700")))...),
 			700 * time.Millisecond, true},
-		{"only an argument holds the key's bytes", reqFrame(req, with(decoy, hmap(hs("path"), hs("p")))...), 0, false},
-		{"a map argument with a timeout, attachments without", reqFrame(req, hs("2.0.2"), hs("s"), hs(""), hs("m"),
+		{"only an argument holds the key's bytes", rawRequest(req, with(decoy, hmap(hs("path"), hs("p")))...), 0, false},
+		{"a map argument with a timeout, attachments without", rawRequest(req, hs("2.0.2"), hs("s"), hs(""), hs("m"),
 			hs("Ljava/util/Map;"), hmap(hs("timeout"), hs("5")), hmap(hs("path"), hs("p"))), 0, false},
-		{"object arguments with class definitions", reqFrame(req, hs("2.0.2"), hs("s"), hs(""), hs("m"),
+		{"object arguments with class definitions", rawRequest(req, hs("2.0.2"), hs("s"), hs(""), hs("m"),
 			hs("Lx/P;Lx/P;"), cat([]byte{'C'}, hs("x.P"), hint(2), hs("a"), hs("b"), []byte{0x60}, hs("1"), hint(2)),
 			cat([]byte{0x60}, hs("3"), hint(4)), hmap(hs("timeout"), hs("1500"))), 1500 * time.Millisecond, true},
-		{"no timeout attachment", reqFrame(req, with(hs("a"), hmap(hs("path"), hs("p")))...), 0, false},
-		{"zero", reqFrame(req, with(hs("a"), hmap(hs("timeout"), hs("0")))...), 0, false},
-		{"negative int", reqFrame(req, with(hs("a"), hmap(hs("timeout"), hint(-5)))...), 0, false},
-		{"not a number", reqFrame(req, with(hs("a"), hmap(hs("timeout"), hs("1s")))...), 0, false},
-		{"empty string", reqFrame(req, with(hs("a"), hmap(hs("timeout"), hs("")))...), 0, false},
-		{"null", reqFrame(req, with(hs("a"), hmap(hs("timeout"), []byte{'N'}))...), 0, false},
-		{"more than a day", reqFrame(req, with(hs("a"), hmap(hs("timeout"), hs("86400001")))...), 0, false},
-		{"eleven digits", reqFrame(req, with(hs("a"), hmap(hs("timeout"), hs("00000001000")))...), 0, false},
-		{"trailing bytes after the attachments", append(reqFrame(req, with(hs("a"), hmap(hs("timeout"), hs("5")))...), 'x'), 0, false},
-		{"the body ends inside the attachments", reqFrame(req, with(hs("a"), []byte{'H'}, hs("timeout"), hs("5"))...), 0, false},
-		{"attachments not a map", reqFrame(req, with(hs("a"), hs("timeout"))...), 0, false},
-		{"one-way request", reqFrame(FlagRequest|SerialHessian2, with(hs("a"), hmap(hs("timeout"), hs("5")))...), 5 * time.Millisecond, true},
+		{"no timeout attachment", rawRequest(req, with(hs("a"), hmap(hs("path"), hs("p")))...), 0, false},
+		{"zero", rawRequest(req, with(hs("a"), hmap(hs("timeout"), hs("0")))...), 0, false},
+		{"negative int", rawRequest(req, with(hs("a"), hmap(hs("timeout"), hint(-5)))...), 0, false},
+		{"not a number", rawRequest(req, with(hs("a"), hmap(hs("timeout"), hs("1s")))...), 0, false},
+		{"empty string", rawRequest(req, with(hs("a"), hmap(hs("timeout"), hs("")))...), 0, false},
+		{"null", rawRequest(req, with(hs("a"), hmap(hs("timeout"), []byte{'N'}))...), 0, false},
+		{"more than a day", rawRequest(req, with(hs("a"), hmap(hs("timeout"), hs("86400001")))...), 0, false},
+		{"eleven digits", rawRequest(req, with(hs("a"), hmap(hs("timeout"), hs("00000001000")))...), 0, false},
+		{"trailing bytes after the attachments", append(rawRequest(req, with(hs("a"), hmap(hs("timeout"), hs("5")))...), 'x'), 0, false},
+		{"the body ends inside the attachments", rawRequest(req, with(hs("a"), []byte{'H'}, hs("timeout"), hs("5"))...), 0, false},
+		{"attachments not a map", rawRequest(req, with(hs("a"), hs("timeout"))...), 0, false},
+		{"one-way request", rawRequest(FlagRequest|SerialHessian2, with(hs("a"), hmap(hs("timeout"), hs("5")))...), 5 * time.Millisecond, true},
 		{"heartbeat", AppendHeartbeatRequest(nil, 1), 0, false},
 		{"a response", AppendValueResponse(nil, 1, SerialHessian2, "x"), 0, false},
-		{"another serialization", reqFrame(req&^SerialMask|6, with(hs("a"), hmap(hs("timeout"), hs("5")))...), 0, false},
-		{"bad magic", append([]byte{0, 0}, reqFrame(req, with(hs("a"), hmap(hs("timeout"), hs("5")))...)[2:]...), 0, false},
+		{"another serialization", rawRequest(req&^SerialMask|6, with(hs("a"), hmap(hs("timeout"), hs("5")))...), 0, false},
+		{"bad magic", append([]byte{0, 0}, rawRequest(req, with(hs("a"), hmap(hs("timeout"), hs("5")))...)[2:]...), 0, false},
 		{"header only", AppendHeader(nil, Header{Flags: req}), 0, false},
 	} {
 		got, ok := RequestTimeout(c.frame)

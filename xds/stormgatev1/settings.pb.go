@@ -97,6 +97,8 @@ type Settings struct {
 	Limits        *Limits                `protobuf:"bytes,6,opt,name=limits,proto3" json:"limits,omitempty"`
 	Drain         *Drain                 `protobuf:"bytes,7,opt,name=drain,proto3" json:"drain,omitempty"`
 	Log           *Log                   `protobuf:"bytes,8,opt,name=log,proto3" json:"log,omitempty"`
+	Metrics       *Metrics               `protobuf:"bytes,10,opt,name=metrics,proto3" json:"metrics,omitempty"`
+	AccessLog     *AccessLog             `protobuf:"bytes,11,opt,name=access_log,json=accessLog,proto3" json:"access_log,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -183,6 +185,20 @@ func (x *Settings) GetDrain() *Drain {
 func (x *Settings) GetLog() *Log {
 	if x != nil {
 		return x.Log
+	}
+	return nil
+}
+
+func (x *Settings) GetMetrics() *Metrics {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
+func (x *Settings) GetAccessLog() *AccessLog {
+	if x != nil {
+		return x.AccessLog
 	}
 	return nil
 }
@@ -923,11 +939,145 @@ func (x *Log) GetFormat() string {
 	return ""
 }
 
+// Metrics configures what /metrics reports beyond the fixed series.
+type Metrics struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Most distinct service/method pairs the per-method series (requests by
+	// status, exceptions, durations, holds, local replies) keep; calls of
+	// further pairs are counted under service="other", method="other". 0 turns
+	// per-method metrics off (requests are then not decoded at all).
+	MaxMethods    *int32 `protobuf:"varint,1,opt,name=max_methods,json=maxMethods,proto3,oneof" json:"max_methods,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Metrics) Reset() {
+	*x = Metrics{}
+	mi := &file_xds_stormgatev1_settings_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Metrics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Metrics) ProtoMessage() {}
+
+func (x *Metrics) ProtoReflect() protoreflect.Message {
+	mi := &file_xds_stormgatev1_settings_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Metrics.ProtoReflect.Descriptor instead.
+func (*Metrics) Descriptor() ([]byte, []int) {
+	return file_xds_stormgatev1_settings_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Metrics) GetMaxMethods() int32 {
+	if x != nil && x.MaxMethods != nil {
+		return *x.MaxMethods
+	}
+	return 0
+}
+
+// AccessLog configures the structured access log: one line per selected call
+// (logger "access"), whatever log.level says.
+type AccessLog struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Log calls at all; off by default.
+	Enabled *bool `protobuf:"varint,1,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	// Log every failed call: a status other than OK, a business exception, or
+	// an answer from Stormgate itself.
+	Failed *bool `protobuf:"varint,2,opt,name=failed,proto3,oneof" json:"failed,omitempty"`
+	// Log every call that took at least this long; 0 turns it off.
+	SlowThreshold *durationpb.Duration `protobuf:"bytes,3,opt,name=slow_threshold,json=slowThreshold,proto3" json:"slow_threshold,omitempty"`
+	// Fraction of the other calls logged, at random (0 to 1).
+	SampleRate *float64 `protobuf:"fixed64,4,opt,name=sample_rate,json=sampleRate,proto3,oneof" json:"sample_rate,omitempty"`
+	// Most lines per second (a token bucket of this rate and burst); lines over
+	// it are counted in stormgate_access_log_dropped_total and not written.
+	MaxPerSecond  *int32 `protobuf:"varint,5,opt,name=max_per_second,json=maxPerSecond,proto3,oneof" json:"max_per_second,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccessLog) Reset() {
+	*x = AccessLog{}
+	mi := &file_xds_stormgatev1_settings_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccessLog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccessLog) ProtoMessage() {}
+
+func (x *AccessLog) ProtoReflect() protoreflect.Message {
+	mi := &file_xds_stormgatev1_settings_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccessLog.ProtoReflect.Descriptor instead.
+func (*AccessLog) Descriptor() ([]byte, []int) {
+	return file_xds_stormgatev1_settings_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AccessLog) GetEnabled() bool {
+	if x != nil && x.Enabled != nil {
+		return *x.Enabled
+	}
+	return false
+}
+
+func (x *AccessLog) GetFailed() bool {
+	if x != nil && x.Failed != nil {
+		return *x.Failed
+	}
+	return false
+}
+
+func (x *AccessLog) GetSlowThreshold() *durationpb.Duration {
+	if x != nil {
+		return x.SlowThreshold
+	}
+	return nil
+}
+
+func (x *AccessLog) GetSampleRate() float64 {
+	if x != nil && x.SampleRate != nil {
+		return *x.SampleRate
+	}
+	return 0
+}
+
+func (x *AccessLog) GetMaxPerSecond() int32 {
+	if x != nil && x.MaxPerSecond != nil {
+		return *x.MaxPerSecond
+	}
+	return 0
+}
+
 var File_xds_stormgatev1_settings_proto protoreflect.FileDescriptor
 
 const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\n" +
-	"\x1exds/stormgatev1/settings.proto\x12\fstormgate.v1\x1a\x1egoogle/protobuf/duration.proto\"\x86\x03\n" +
+	"\x1exds/stormgatev1/settings.proto\x12\fstormgate.v1\x1a\x1egoogle/protobuf/duration.proto\"\xef\x03\n" +
 	"\bSettings\x122\n" +
 	"\blistener\x18\x01 \x01(\v2\x16.stormgate.v1.ListenerR\blistener\x125\n" +
 	"\tadmission\x18\x02 \x01(\v2\x17.stormgate.v1.AdmissionR\tadmission\x122\n" +
@@ -936,7 +1086,11 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\tkeepalive\x18\x05 \x01(\v2\x17.stormgate.v1.KeepaliveR\tkeepalive\x12,\n" +
 	"\x06limits\x18\x06 \x01(\v2\x14.stormgate.v1.LimitsR\x06limits\x12)\n" +
 	"\x05drain\x18\a \x01(\v2\x13.stormgate.v1.DrainR\x05drain\x12#\n" +
-	"\x03log\x18\b \x01(\v2\x11.stormgate.v1.LogR\x03log\"\xbc\x01\n" +
+	"\x03log\x18\b \x01(\v2\x11.stormgate.v1.LogR\x03log\x12/\n" +
+	"\ametrics\x18\n" +
+	" \x01(\v2\x15.stormgate.v1.MetricsR\ametrics\x126\n" +
+	"\n" +
+	"access_log\x18\v \x01(\v2\x17.stormgate.v1.AccessLogR\taccessLog\"\xbc\x01\n" +
 	"\bListener\x12\x1d\n" +
 	"\aaddress\x18\x01 \x01(\tH\x00R\aaddress\x88\x01\x01\x12\x1d\n" +
 	"\abacklog\x18\x02 \x01(\x05H\x01R\abacklog\x88\x01\x01\x12%\n" +
@@ -1027,7 +1181,23 @@ const file_xds_stormgatev1_settings_proto_rawDesc = "" +
 	"\x05level\x18\x01 \x01(\tH\x00R\x05level\x88\x01\x01\x12\x1b\n" +
 	"\x06format\x18\x02 \x01(\tH\x01R\x06format\x88\x01\x01B\b\n" +
 	"\x06_levelB\t\n" +
-	"\a_format*J\n" +
+	"\a_format\"?\n" +
+	"\aMetrics\x12$\n" +
+	"\vmax_methods\x18\x01 \x01(\x05H\x00R\n" +
+	"maxMethods\x88\x01\x01B\x0e\n" +
+	"\f_max_methods\"\x94\x02\n" +
+	"\tAccessLog\x12\x1d\n" +
+	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01\x12\x1b\n" +
+	"\x06failed\x18\x02 \x01(\bH\x01R\x06failed\x88\x01\x01\x12@\n" +
+	"\x0eslow_threshold\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\rslowThreshold\x12$\n" +
+	"\vsample_rate\x18\x04 \x01(\x01H\x02R\n" +
+	"sampleRate\x88\x01\x01\x12)\n" +
+	"\x0emax_per_second\x18\x05 \x01(\x05H\x03R\fmaxPerSecond\x88\x01\x01B\n" +
+	"\n" +
+	"\b_enabledB\t\n" +
+	"\a_failedB\x0e\n" +
+	"\f_sample_rateB\x11\n" +
+	"\x0f_max_per_second*J\n" +
 	"\x0eReadonlyPolicy\x12\x1f\n" +
 	"\x1bREADONLY_POLICY_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04HOLD\x10\x01\x12\r\n" +
@@ -1046,7 +1216,7 @@ func file_xds_stormgatev1_settings_proto_rawDescGZIP() []byte {
 }
 
 var file_xds_stormgatev1_settings_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_xds_stormgatev1_settings_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_xds_stormgatev1_settings_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_xds_stormgatev1_settings_proto_goTypes = []any{
 	(ReadonlyPolicy)(0),         // 0: stormgate.v1.ReadonlyPolicy
 	(*Settings)(nil),            // 1: stormgate.v1.Settings
@@ -1058,7 +1228,9 @@ var file_xds_stormgatev1_settings_proto_goTypes = []any{
 	(*Limits)(nil),              // 7: stormgate.v1.Limits
 	(*Drain)(nil),               // 8: stormgate.v1.Drain
 	(*Log)(nil),                 // 9: stormgate.v1.Log
-	(*durationpb.Duration)(nil), // 10: google.protobuf.Duration
+	(*Metrics)(nil),             // 10: stormgate.v1.Metrics
+	(*AccessLog)(nil),           // 11: stormgate.v1.AccessLog
+	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
 }
 var file_xds_stormgatev1_settings_proto_depIdxs = []int32{
 	2,  // 0: stormgate.v1.Settings.listener:type_name -> stormgate.v1.Listener
@@ -1069,30 +1241,33 @@ var file_xds_stormgatev1_settings_proto_depIdxs = []int32{
 	7,  // 5: stormgate.v1.Settings.limits:type_name -> stormgate.v1.Limits
 	8,  // 6: stormgate.v1.Settings.drain:type_name -> stormgate.v1.Drain
 	9,  // 7: stormgate.v1.Settings.log:type_name -> stormgate.v1.Log
-	10, // 8: stormgate.v1.Admission.max_wait:type_name -> google.protobuf.Duration
-	10, // 9: stormgate.v1.Admission.tcp_keepalive_idle:type_name -> google.protobuf.Duration
-	10, // 10: stormgate.v1.Upstream.connect_timeout:type_name -> google.protobuf.Duration
-	10, // 11: stormgate.v1.Upstream.backoff_base:type_name -> google.protobuf.Duration
-	10, // 12: stormgate.v1.Upstream.backoff_max:type_name -> google.protobuf.Duration
-	10, // 13: stormgate.v1.Upstream.warmup:type_name -> google.protobuf.Duration
-	10, // 14: stormgate.v1.Upstream.write_timeout:type_name -> google.protobuf.Duration
-	10, // 15: stormgate.v1.Hold.timeout:type_name -> google.protobuf.Duration
-	10, // 16: stormgate.v1.Hold.not_executed_window:type_name -> google.protobuf.Duration
-	10, // 17: stormgate.v1.Hold.max_timeout:type_name -> google.protobuf.Duration
-	10, // 18: stormgate.v1.Hold.deadline_margin:type_name -> google.protobuf.Duration
-	10, // 19: stormgate.v1.Keepalive.downstream_idle_timeout:type_name -> google.protobuf.Duration
-	10, // 20: stormgate.v1.Keepalive.upstream_interval:type_name -> google.protobuf.Duration
-	10, // 21: stormgate.v1.Keepalive.upstream_hung_timeout:type_name -> google.protobuf.Duration
-	10, // 22: stormgate.v1.Limits.max_request_age:type_name -> google.protobuf.Duration
-	10, // 23: stormgate.v1.Limits.frame_read_timeout:type_name -> google.protobuf.Duration
-	0,  // 24: stormgate.v1.Drain.readonly_policy:type_name -> stormgate.v1.ReadonlyPolicy
-	10, // 25: stormgate.v1.Drain.timeout:type_name -> google.protobuf.Duration
-	10, // 26: stormgate.v1.Drain.min_duration:type_name -> google.protobuf.Duration
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	10, // 8: stormgate.v1.Settings.metrics:type_name -> stormgate.v1.Metrics
+	11, // 9: stormgate.v1.Settings.access_log:type_name -> stormgate.v1.AccessLog
+	12, // 10: stormgate.v1.Admission.max_wait:type_name -> google.protobuf.Duration
+	12, // 11: stormgate.v1.Admission.tcp_keepalive_idle:type_name -> google.protobuf.Duration
+	12, // 12: stormgate.v1.Upstream.connect_timeout:type_name -> google.protobuf.Duration
+	12, // 13: stormgate.v1.Upstream.backoff_base:type_name -> google.protobuf.Duration
+	12, // 14: stormgate.v1.Upstream.backoff_max:type_name -> google.protobuf.Duration
+	12, // 15: stormgate.v1.Upstream.warmup:type_name -> google.protobuf.Duration
+	12, // 16: stormgate.v1.Upstream.write_timeout:type_name -> google.protobuf.Duration
+	12, // 17: stormgate.v1.Hold.timeout:type_name -> google.protobuf.Duration
+	12, // 18: stormgate.v1.Hold.not_executed_window:type_name -> google.protobuf.Duration
+	12, // 19: stormgate.v1.Hold.max_timeout:type_name -> google.protobuf.Duration
+	12, // 20: stormgate.v1.Hold.deadline_margin:type_name -> google.protobuf.Duration
+	12, // 21: stormgate.v1.Keepalive.downstream_idle_timeout:type_name -> google.protobuf.Duration
+	12, // 22: stormgate.v1.Keepalive.upstream_interval:type_name -> google.protobuf.Duration
+	12, // 23: stormgate.v1.Keepalive.upstream_hung_timeout:type_name -> google.protobuf.Duration
+	12, // 24: stormgate.v1.Limits.max_request_age:type_name -> google.protobuf.Duration
+	12, // 25: stormgate.v1.Limits.frame_read_timeout:type_name -> google.protobuf.Duration
+	0,  // 26: stormgate.v1.Drain.readonly_policy:type_name -> stormgate.v1.ReadonlyPolicy
+	12, // 27: stormgate.v1.Drain.timeout:type_name -> google.protobuf.Duration
+	12, // 28: stormgate.v1.Drain.min_duration:type_name -> google.protobuf.Duration
+	12, // 29: stormgate.v1.AccessLog.slow_threshold:type_name -> google.protobuf.Duration
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_xds_stormgatev1_settings_proto_init() }
@@ -1108,13 +1283,15 @@ func file_xds_stormgatev1_settings_proto_init() {
 	file_xds_stormgatev1_settings_proto_msgTypes[6].OneofWrappers = []any{}
 	file_xds_stormgatev1_settings_proto_msgTypes[7].OneofWrappers = []any{}
 	file_xds_stormgatev1_settings_proto_msgTypes[8].OneofWrappers = []any{}
+	file_xds_stormgatev1_settings_proto_msgTypes[9].OneofWrappers = []any{}
+	file_xds_stormgatev1_settings_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_xds_stormgatev1_settings_proto_rawDesc), len(file_xds_stormgatev1_settings_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -15,6 +15,8 @@
 //	    if any call failed. --ticks prints "TICK <n> <start unix ns> <latency ns> ok|err" on stdout after each
 //	    call, so a test can act between calls. --hold as for once.
 //
+// --group and --version call Greeter in a Dubbo group and as a service version.
+//
 // Exit status 2 means bad usage or a setup failure.
 package main
 
@@ -100,6 +102,8 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:20881", "HOST:PORT to call (a provider or Stormgate)")
 	timeout := flag.Duration("timeout", 3*time.Second, "per-request timeout")
 	logLevel := flag.String("log-level", "warn", "dubbo-go log level (debug, info, warn, error)")
+	group := flag.String("group", "", "call Greeter in this Dubbo group")
+	version := flag.String("version", "", "call this service version of Greeter")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: dgconsumer [--addr HOST:PORT] [--timeout D] once|loop [loop flags]\n")
 		flag.PrintDefaults()
@@ -114,7 +118,7 @@ func main() {
 		os.Exit(2)
 	}
 
-	conn, err := dial(*addr, *timeout)
+	conn, err := dial(*addr, *timeout, client.WithGroup(*group), client.WithVersion(*version))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dgconsumer: %v\n", err)
 		os.Exit(2)
@@ -179,7 +183,7 @@ func main() {
 
 // dial builds a direct (registry-less) dubbo-go client for Interface at addr. dubbo-go's Dial panics when nothing
 // listens at addr; that panic becomes an error here.
-func dial(addr string, timeout time.Duration) (conn *client.Connection, err error) {
+func dial(addr string, timeout time.Duration, opts ...client.ReferenceOption) (conn *client.Connection, err error) {
 	cli, err := client.NewClient(
 		client.WithClientProtocolDubbo(),
 		client.WithClientSerialization("hessian2"),
@@ -194,7 +198,7 @@ func dial(addr string, timeout time.Duration) (conn *client.Connection, err erro
 			err = fmt.Errorf("dial %s: panic: %v", addr, r)
 		}
 	}()
-	conn, err = cli.Dial(Interface, client.WithURL("dubbo://"+addr))
+	conn, err = cli.Dial(Interface, append([]client.ReferenceOption{client.WithURL("dubbo://" + addr)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

@@ -16,6 +16,8 @@
 //   - SayHello(name) returns "Hello, " + name: the request `make bench` forwards to measure proxy CPU per
 //     request (bench/suite's forward scenario calls it as sayHello, the Java spelling; dubbo-go finds both).
 //
+// --group and --version serve Greeter in a Dubbo group and as a service version (a consumer must name the same).
+//
 // --log-requests FILE appends one line "<method> <arg>" to FILE for every Echo, Error and Hold call, with
 // one write(2) before the method does anything else, so the file survives SIGKILL and tells a test which
 // calls this process ran.
@@ -147,6 +149,8 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file until SIGINT/SIGTERM")
 	logRequests := flag.String("log-requests", "",
 		"append \"<method> <arg>\" to this file for every Echo, Error and Hold call, before running it")
+	group := flag.String("group", "", "serve Greeter in this Dubbo group")
+	version := flag.String("version", "", "serve Greeter as this service version")
 	flag.Parse()
 	if *port <= 0 || *port > 65535 {
 		fmt.Fprintln(os.Stderr, "dgprovider: --port must be 1..65535")
@@ -211,7 +215,7 @@ func main() {
 	}
 	// A nil ServiceInfo panics in v3.3.0; dubbo-go still discovers the methods by reflection.
 	if err := srv.Register(&Greeter{}, &common.ServiceInfo{InterfaceName: Interface},
-		server.WithInterface(Interface)); err != nil {
+		server.WithInterface(Interface), server.WithGroup(*group), server.WithVersion(*version)); err != nil {
 		fatal("register: %v", err)
 	}
 
@@ -227,7 +231,7 @@ func main() {
 		for {
 			if ok, err := sockets.OwnListening(uint16(*port)); err != nil {
 				fatal("%v", err)
-			} else if ok && exported(Interface) {
+			} else if ok && exported(common.ServiceKey(Interface, *group, *version)) {
 				return
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -260,12 +264,12 @@ func main() {
 }
 
 // exported reports whether the dubbo protocol has an exporter for iface (no group, no version).
-func exported(iface string) bool {
+func exported(serviceKey string) bool {
 	p, ok := dubbo.GetProtocol().(interface{ ExporterMap() *sync.Map })
 	if !ok {
 		return false
 	}
-	_, found := p.ExporterMap().Load(iface)
+	_, found := p.ExporterMap().Load(serviceKey)
 	return found
 }
 

@@ -1,0 +1,419 @@
+package proxy
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Per-method RED metrics: every two-way request is identified once, on arrival, as an
+// index into one table of the service/method pairs seen (callTable), and that index
+// travels with the request (callRef). Its answer is counted under that index by status,
+// with its duration, in memory the answering goroutine owns (a callShard):
+//
+//	| who answers                          | shard                         | writers
+//	|--------------------------------------|-------------------------------|---------------------------
+//	| the provider (upConn.route, answer)  | the provider connection's own | its netpoll handler
+//	| Stormgate (refuse, replyError)       | the server's local shard      | any goroutine (error paths)
+//
+// so a forwarded request's counts touch no cache line that another core writes, as
+// counters.go explains for the unlabelled counts. There are only M provider connections
+// (not 10,000 consumer connections) and pages are allocated as pairs are seen, so the
+// memory is M+2 shards of about 300 bytes per pair seen. Held and re-held requests and
+// local replies by reason are rarer events and count in the server's shared callEvents.
+// A scrape sums the shards; a provider connection's shard joins the closed totals when it
+// ends (upClosed.retire), under the lock the scrape takes.
+//
+// The table is copy-on-write: the hot path looks the request's names up in an immutable
+// map behind an atomic pointer (no lock, no allocation: the key is built on the stack);
+// only a pair not seen before takes the mutex and copies the map. It is bounded by
+// metrics.max_methods: once full, new pairs count under "other", decided without a lock.
+// Pairs are never forgotten while the process runs (a series does not vanish and come
+// back); a lower bound applies to pairs seen afterwards.
+
+// maxMethodsLimit is the largest metrics.max_methods.
+const maxMethodsLimit = 10000
+
+// maxNameLen bounds each name of a CallName; a codec reports longer ones as not identified.
+const maxNameLen = 255
+
+// Reserved call indexes.
+const (
+	callUnknown = 0 // not identified: another serialization, a malformed body, per-method metrics off
+	callOther   = 1 // the table was full
+	firstCall   = 2
+)
+
+const (
+	callPageSize = 64
+	maxCallPages = (maxMethodsLimit + firstCall + callPageSize - 1) / callPageSize
+	maxStatuses  = 16 // a codec's StatusNames, at most
+)
+
+// CallName is what a request calls, as a codec reads it from the request: byte slices
+// of the request (valid while it is), each at most 255 bytes of printable UTF-8. A Dubbo
+// request carries them in its body (IdentifyRequest); a Triple request will carry the
+// service and method in its :path ("/<service>/<method>") and the group and version in
+// its tri-service-group and tri-service-version headers (docs/design.md).
+type CallName struct {
+	Service, Version, Group, Method []byte
+}
+
+// CallReader is the part of a Codec that per-method metrics and the access log use.
+type CallReader interface {
+	// Call identifies the call a whole request frame makes; false when it cannot (the
+	// request is then counted as unknown). It must not allocate (a result by value: a
+	// pointer through this interface would escape).
+	Call(frame []byte) (CallName, bool)
+	// Outcome classifies a whole response frame: its status, an index into
+	// StatusNames, and whether it carries an exception thrown by the called method.
+	Outcome(resp []byte) (status int, exception bool)
+	// FailureStatus is the status (an index into StatusNames) of Stormgate's own reply
+	// for a Failure.
+	FailureStatus(why Failure) int
+	// StatusNames are the protocol's status names, the status label's values. The first
+	// is success; there are at most 16.
+	StatusNames() []string
+}
+
+// callRef is what a request carries for per-method metrics and the access log.
+type callRef struct {
+	method uint32 // index into the call table; callUnknown when not identified
+	size   uint32 // the request frame's bytes
+	hold   uint8  // callHeld, callReheld
+}
+
+const (
+	callHeld   uint8 = 1 << iota // it waited in the hold queue
+	callReheld                   // it went back to the hold queue after being sent
+)
+
+// methodBounds are stormgate_method_request_duration_seconds' buckets: RPC latencies from
+// half a millisecond to the longest a consumer waits (Java's timeouts are 1-60 s).
+var methodBounds = [...]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+const nMethodBuckets = len(methodBounds) + 1
+
+// callCount is one pair's counts in one shard.
+type callCount struct {
+	status     [maxStatuses]atomic.Uint64
+	exceptions atomic.Uint64
+	buckets    [nMethodBuckets]atomic.Uint64 // per bucket, not cumulative; the last is +Inf
+	sumNs      atomic.Uint64
+}
+
+func (c *callCount) observe(status int, exception bool, d time.Duration) {
+	c.status[status&(maxStatuses-1)].Add(1)
+	if exception {
+		c.exceptions.Add(1)
+	}
+	c.buckets[bucketOf(methodBounds[:], d)].Add(1)
+	c.sumNs.Add(uint64(max(d, 0)))
+}
+
+// callEvent is one pair's rarer events, counted in the server's shared callEvents.
+type callEvent struct {
+	local  [nReplyReasons]atomic.Uint64 // Stormgate's own replies, by reason
+	held   atomic.Uint64
+	reheld atomic.Uint64
+}
+
+// paged holds one T per call index, allocated a page of 64 at a time as indexes are
+// first used. at and peek are safe for concurrent use.
+type paged[T any] struct {
+	pages [maxCallPages]atomic.Pointer[[callPageSize]T]
+}
+
+// at returns index i's T, allocating its page the first time.
+func (p *paged[T]) at(i uint32) *T {
+	pi := i / callPageSize
+	if pi >= maxCallPages {
+		pi, i = 0, callOther
+	}
+	pg := p.pages[pi].Load()
+	if pg == nil {
+		p.pages[pi].CompareAndSwap(nil, new([callPageSize]T))
+		pg = p.pages[pi].Load()
+	}
+	return &pg[i%callPageSize]
+}
+
+// peek returns index i's T, or nil while its page does not exist.
+func (p *paged[T]) peek(i uint32) *T {
+	if pg := p.pages[i/callPageSize].Load(); pg != nil {
+		return &pg[i%callPageSize]
+	}
+	return nil
+}
+
+// callShard is the counts of one writer: a provider connection, or the server's local
+// replies.
+type callShard struct{ paged[callCount] }
+
+// callTotal is a plain sum of callCounts (a scrape, or the shards of connections that
+// ended).
+type callTotal struct {
+	status     [maxStatuses]uint64
+	exceptions uint64
+	buckets    [nMethodBuckets]uint64
+	sumNs      uint64
+}
+
+func (t *callTotal) add(c *callCount) {
+	for i := range t.status {
+		t.status[i] += c.status[i].Load()
+	}
+	t.exceptions += c.exceptions.Load()
+	for i := range t.buckets {
+		t.buckets[i] += c.buckets[i].Load()
+	}
+	t.sumNs += c.sumNs.Load()
+}
+
+func (t *callTotal) addTotal(o *callTotal) {
+	for i := range t.status {
+		t.status[i] += o.status[i]
+	}
+	t.exceptions += o.exceptions
+	for i := range t.buckets {
+		t.buckets[i] += o.buckets[i]
+	}
+	t.sumNs += o.sumNs
+}
+
+func (t *callTotal) requests() (n uint64) {
+	for _, v := range t.status {
+		n += v
+	}
+	return n
+}
+
+// addShard adds every count of sh to totals, indexed by call, growing it as needed.
+func addShard(totals []callTotal, sh *callShard) []callTotal {
+	for pi := range sh.pages {
+		pg := sh.pages[pi].Load()
+		if pg == nil {
+			continue
+		}
+		for j := range pg {
+			i := pi*callPageSize + j
+			for len(totals) <= i {
+				totals = append(totals, callTotal{})
+			}
+			totals[i].add(&pg[j])
+		}
+	}
+	return totals
+}
+
+// callLabels are a pair's label values.
+type callLabels struct{ service, method string }
+
+// callTable interns the pairs seen. See the top of this file.
+type callTable struct {
+	byKey atomic.Pointer[map[string]uint32] // names as read -> index; replaced, never changed
+	full  atomic.Bool                       // no new pair fits under the bound
+	limit atomic.Int32
+
+	mu      sync.Mutex
+	labels  []callLabels // by index; append only
+	byLabel map[callLabels]uint32
+}
+
+func (t *callTable) init(limit int) {
+	m := map[string]uint32{}
+	t.byKey.Store(&m)
+	t.labels = []callLabels{callUnknown: {"unknown", "unknown"}, callOther: {"other", "other"}}
+	t.byLabel = map[callLabels]uint32{}
+	t.setLimit(limit)
+}
+
+// setLimit applies metrics.max_methods.
+func (t *callTable) setLimit(limit int) {
+	t.mu.Lock()
+	t.limit.Store(int32(limit))
+	t.full.Store(len(t.labels)-firstCall >= limit)
+	t.mu.Unlock()
+}
+
+// keyBuf is the stack buffer keys are built in; a longer key (names over about 250
+// bytes in all) is built in a pooled buffer, so no lookup allocates.
+const keyBuf = 256
+
+var longKeys = sync.Pool{New: func() any { return new([4*maxNameLen + 3]byte) }}
+
+// index returns c's index: the pair's, callOther when the table is full, or
+// callUnknown when a name is too long. It does not allocate unless the pair is new.
+func (t *callTable) index(c *CallName) uint32 {
+	if len(c.Service) > maxNameLen || len(c.Version) > maxNameLen || len(c.Group) > maxNameLen || len(c.Method) > maxNameLen {
+		return callUnknown
+	}
+	if len(c.Service)+len(c.Version)+len(c.Group)+len(c.Method)+3 > keyBuf {
+		buf := longKeys.Get().(*[4*maxNameLen + 3]byte)
+		defer longKeys.Put(buf)
+		return t.lookup(appendKey(buf[:0], c), c)
+	}
+	var buf [keyBuf]byte
+	return t.lookup(appendKey(buf[:0], c), c)
+}
+
+// appendKey appends the four names, separated by zero bytes (which no name holds).
+func appendKey(dst []byte, c *CallName) []byte {
+	dst = append(append(dst, c.Service...), 0)
+	dst = append(append(dst, c.Version...), 0)
+	dst = append(append(dst, c.Group...), 0)
+	return append(dst, c.Method...)
+}
+
+func (t *callTable) lookup(key []byte, c *CallName) uint32 {
+	if i, ok := (*t.byKey.Load())[string(key)]; ok {
+		return i
+	}
+	if t.full.Load() {
+		return callOther
+	}
+	return t.add(key, c)
+}
+
+// add enters a pair not seen before (the slow path).
+func (t *callTable) add(key []byte, c *CallName) uint32 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := *t.byKey.Load()
+	if i, ok := m[string(key)]; ok {
+		return i
+	}
+	lbl := callLabels{service: serviceKey(c), method: string(c.Method)}
+	i, ok := t.byLabel[lbl]
+	if !ok {
+		if len(t.labels)-firstCall >= int(t.limit.Load()) {
+			t.full.Store(true)
+			return callOther
+		}
+		i = uint32(len(t.labels))
+		t.labels = append(t.labels, lbl)
+		t.byLabel[lbl] = i
+		t.full.Store(len(t.labels)-firstCall >= int(t.limit.Load()))
+	}
+	if len(m) < 2*maxMethodsLimit { // other spellings of known pairs: bounded too
+		next := make(map[string]uint32, len(m)+1)
+		for k, v := range m {
+			next[k] = v
+		}
+		next[string(key)] = i
+		t.byKey.Store(&next)
+	}
+	return i
+}
+
+// snapshot returns the label values of every index so far.
+func (t *callTable) snapshot() []callLabels {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.labels[:len(t.labels):len(t.labels)]
+}
+
+// label returns the label values of index i.
+func (t *callTable) label(i uint32) callLabels {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if int(i) < len(t.labels) {
+		return t.labels[i]
+	}
+	return t.labels[callUnknown]
+}
+
+// serviceKey is Dubbo's own name of a service: group/interface:version, each part
+// only when present (URL.getServiceKey, dubbo-go's common.ServiceKey).
+func serviceKey(c *CallName) string {
+	var b strings.Builder
+	b.Grow(len(c.Group) + len(c.Service) + len(c.Version) + 2)
+	if len(c.Group) > 0 {
+		b.Write(c.Group)
+		b.WriteByte('/')
+	}
+	b.Write(c.Service)
+	if len(c.Version) > 0 {
+		b.WriteByte(':')
+		b.Write(c.Version)
+	}
+	return b.String()
+}
+
+// callMetrics is the server's per-method state.
+type callMetrics struct {
+	table  callTable
+	local  callShard        // Stormgate's own replies
+	events paged[callEvent] // holds and local replies by reason
+	access accessLog
+}
+
+// identify reads what a request frame calls (per-method metrics on), for the request
+// to carry.
+func (s *Server) identify(frame []byte, cfg *Config) callRef {
+	ref := callRef{size: uint32(len(frame))}
+	if cfg.MaxMethods == 0 {
+		return ref
+	}
+	if c, ok := s.codec.Call(frame); ok {
+		ref.method = s.calls.table.index(&c)
+	}
+	return ref
+}
+
+// noteHeld counts a request entering the hold queue (again, when reheld) and marks it.
+func (s *Server) noteHeld(ref callRef, reheld bool) callRef {
+	if s.cfg.Load().MaxMethods > 0 {
+		ev := s.calls.events.at(ref.method)
+		if reheld {
+			ev.reheld.Add(1)
+		} else {
+			ev.held.Add(1)
+		}
+	}
+	if reheld {
+		ref.hold |= callReheld
+	} else {
+		ref.hold |= callHeld
+	}
+	return ref
+}
+
+// callAnswered counts the provider's answer resp to r (on r's provider connection's
+// shard) and offers it to the access log; before the consumer can see it.
+func (s *Server) callAnswered(r *request, resp []byte, now int64, sh *callShard) {
+	cfg := s.cfg.Load()
+	if cfg.MaxMethods == 0 && !cfg.AccessLog.Enabled {
+		return
+	}
+	status, exc := s.codec.Outcome(resp)
+	d := time.Duration(now - r.arrived)
+	if cfg.MaxMethods > 0 {
+		sh.at(r.call.method).observe(status, exc, d)
+	}
+	if cfg.AccessLog.Enabled {
+		s.calls.access.offer(s, cfg, r.sess, r.call, status, exc, noLocalReply, d, len(resp))
+	}
+}
+
+// noLocalReply marks an answer that came from the provider.
+const noLocalReply replyReason = nReplyReasons
+
+// callReplied counts Stormgate's own reply to a request (on the server's local shard)
+// and offers it to the access log; before the consumer can see it.
+func (s *Server) callReplied(sess *session, call callRef, arrived int64, why Failure, reason replyReason, reply []byte) {
+	cfg := s.cfg.Load()
+	if cfg.MaxMethods == 0 && !cfg.AccessLog.Enabled {
+		return
+	}
+	status := s.codec.FailureStatus(why)
+	d := time.Duration(s.now() - arrived)
+	if cfg.MaxMethods > 0 {
+		s.calls.local.at(call.method).observe(status, false, d)
+		s.calls.events.at(call.method).local[reason].Add(1)
+	}
+	if cfg.AccessLog.Enabled {
+		s.calls.access.offer(s, cfg, sess, call, status, false, reason, d, len(reply))
+	}
+}
