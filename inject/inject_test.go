@@ -500,14 +500,18 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // TestDeployExampleUpToDate keeps deploy/examples/provider.injected.yaml equal to what `sidecar inject`
-// (default flags) makes of deploy/examples/provider.yaml.
+// of the release in VERSION (default flags) makes of deploy/examples/provider.yaml.
 func TestDeployExampleUpToDate(t *testing.T) {
 	dir := filepath.Join("..", "deploy", "examples")
 	in, err := os.ReadFile(filepath.Join(dir, "provider.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, results, err := Manifest(in, Config{Version: "1.0.0"})
+	release, err := os.ReadFile(filepath.Join("..", "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, results, err := Manifest(in, Config{Version: strings.TrimSpace(string(release))})
 	if err != nil {
 		t.Fatal(err)
 	}
