@@ -125,6 +125,9 @@ func Fields() []FieldInfo {
 	out := make([]FieldInfo, 0, len(fieldRules))
 	for _, r := range fieldRules {
 		fi := FieldInfo{Path: r.path, Help: r.help, Allowed: r.allowed, Live: !fixedFields[r.path]}
+		if IsByteSize(fieldDesc(r.path)) {
+			fi.Allowed += " bytes; units: 512KiB, 64MiB, 1GiB"
+		}
 		if v, ok := lookup(d, r.path); ok {
 			fi.Default = formatValue(fieldDesc(r.path), v)
 		}
@@ -338,8 +341,15 @@ var fieldRules = []rule{
 	{"drain.readonly_policy", "On a provider READONLY event: HOLD requests for the provider's return, or PROPAGATE READONLY to consumers.", "HOLD or PROPAGATE", enumIn("HOLD", "PROPAGATE")},
 	{"drain.timeout", "Longest a drain waits for in-flight requests.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
 	{"drain.min_duration", "On SIGTERM or POST /drain: how long /readyz answers 503 and READONLY is out while the listener still accepts and requests are still served, before accepting stops and in-flight requests get drain.timeout to finish (Istio's terminationDrainDuration). A second SIGTERM skips the rest of it.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
-	{"log.level", "Log level.", "debug, info, warn or error", oneOf("debug", "info", "warn", "error")},
-	{"log.format", "Log encoding.", "json or console", oneOf("json", "console")},
+	{"log.level", "Log level.", "debug, info, warn or error", oneOf(stringChoices["log.level"]...)},
+	{"log.format", "Log encoding.", "json or console", oneOf(stringChoices["log.format"]...)},
+}
+
+// stringChoices are the string fields with a fixed set of values: files, flags and annotations
+// take them in any case and store them as written here (as enums take "hold" for HOLD).
+var stringChoices = map[string][]string{
+	"log.level":  {"debug", "info", "warn", "error"},
+	"log.format": {"json", "console"},
 }
 
 // crossRules check relations between fields.

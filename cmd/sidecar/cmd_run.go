@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -48,6 +49,7 @@ type runFlags struct {
 	node          xdsNodeFlags
 	transparent   bool
 	inboundPorts  string
+	set           []string
 	logLevel      string
 	logFormat     string
 	netpollBuffer int
@@ -56,8 +58,10 @@ type runFlags struct {
 	preflight     bool
 }
 
-func newRunCmd() *cobra.Command {
-	var f runFlags
+func newRunCmd() *cobra.Command { return runCmd(new(runFlags)) }
+
+// runCmd is `sidecar run` parsing its flags into f.
+func runCmd(f *runFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the sidecar in front of one Dubbo provider",
@@ -69,7 +73,8 @@ provider restarts, and paces connection storms.
 
 Settings come from, lowest to highest precedence: built-in defaults, --config FILE
 (YAML, the same schema as the xDS resource: see 'sidecar validate' and
-docs/configuration.md), these flags, and then live pushes from --xds.
+docs/configuration.md), these flags (--set PATH=VALUE reaches any setting), and then
+live pushes from --xds.
 
 Endpoints:
   --metrics  /metrics (Prometheus), /healthz (process alive), /readyz (taking traffic; with
@@ -96,9 +101,12 @@ started from) without closing a connection, as 'sidecar upgrade' does.`,
   sidecar run --config /etc/stormgate/stormgate.yaml --xds 127.0.0.1:18000 --node-id pod-a.default
 
   # Kubernetes sidecar: iptables (sidecar iptables) redirects inbound 20880 to 15006
-  sidecar run --transparent --listen 0.0.0.0:15006`,
+  sidecar run --transparent --listen 0.0.0.0:15006
+
+  # any setting by its path, as in the file (enums in any case, sizes with units)
+  sidecar run --upstream 127.0.0.1:20880 --set hold.timeout=10s --set limits.max_frame_bytes=16MiB`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runSidecar(cmd, f) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runSidecar(cmd, *f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "settings file (YAML, schema of docs/configuration.md)")
@@ -117,6 +125,7 @@ started from) without closing a connection, as 'sidecar upgrade' does.`,
 	fl.StringVar(&f.inboundPorts, "inbound-ports", "", "transparent mode: provider ports Stormgate may forward to, e.g. 20880,20881 (listener.inbound_ports)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (log.level)")
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console (log.format)")
+	fl.StringArrayVar(&f.set, "set", nil, "any setting by its path, written as in the settings file: --set hold.timeout=10s --set limits.max_frame_bytes=16MiB (repeatable; same layer as the flags above)")
 	fl.IntVar(&f.netpollBuffer, "netpoll-buffer", proxy.DefaultNetpollBuffer, "initial input buffer per connection in bytes (grows on demand)")
 	_ = fl.MarkHidden("netpoll-buffer")
 	fl.IntVar(&f.pollers, "pollers", 0, "event loops running the data plane (netpoll pollers); 0: one per core (GOMAXPROCS). Fewer cost less CPU with many idle consumers and carry fewer requests/s (docs/operations.md, Sizing)")
@@ -169,6 +178,13 @@ func buildSettings(cmd *cobra.Command, f runFlags) (xds.Layered, error) {
 	if ch("log-format") {
 		over.Log.Format = proto.String(f.logFormat)
 	}
+	if len(f.set) > 0 {
+		set, err := setFlags(f.set, over)
+		if err != nil {
+			return xds.Layered{}, problemsError{"--set", err}
+		}
+		over = xds.Merge(over, set)
+	}
 	l := xds.MergeLayers(f.config, xds.Layer{Source: xds.SourceDefaults, Settings: xds.Defaults()},
 		xds.Layer{Source: xds.SourceFile, Settings: fromFile}, xds.Layer{Source: xds.SourceFlag, Settings: over})
 	if err := xds.Validate(l.Settings); err != nil {
@@ -178,6 +194,34 @@ func buildSettings(cmd *cobra.Command, f runFlags) (xds.Layered, error) {
 		return l, problemsError{"invalid settings", err}
 	}
 	return l, nil
+}
+
+// setFlags decodes the --set PATH=VALUE flags (with the settings file's decoder); a field that
+// another flag sets too (--upstream-conns and --set upstream.connections=) is refused, naming both.
+func setFlags(set []string, flags *sg.Settings) (*sg.Settings, error) {
+	as := make([]xds.Assignment, 0, len(set))
+	for _, s := range set {
+		a, ok := xds.ParseAssignment(s)
+		if !ok {
+			return nil, fmt.Errorf("%q: want PATH=VALUE, e.g. hold.timeout=10s", s)
+		}
+		as = append(as, a)
+	}
+	out, err := xds.ParseAssignments(as)
+	if err != nil {
+		return nil, err
+	}
+	named := xds.SetPaths(flags)
+	var ps xds.Problems
+	for _, p := range xds.SetPaths(out) {
+		if slices.Contains(named, p) {
+			ps = append(ps, xds.Problem{Field: p, Message: "set by --set and by its own flag; give it once"})
+		}
+	}
+	if len(ps) > 0 {
+		return nil, ps
+	}
+	return out, nil
 }
 
 // checkPollers refuses a --pollers value ConfigureNetpoll cannot use.
