@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/stormgate/stormgate/inject"
 	"github.com/stormgate/stormgate/xds"
 	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
@@ -167,6 +168,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("```console\n$ sidecar validate stormgate.yaml\n%s```\n\n", xdsValidateExample(t))
 
 	w("## Settings\n\n")
+	w("*Pod annotation* sets the field for one injected pod ([kubernetes.md](kubernetes.md#annotations)).\n")
 	w("*Live* means a change (a push, see below) takes effect within a second on a running sidecar, without\n")
 	w("dropping a connection or failing a request. A push that changes a *restart* field is refused with a\n")
 	w("NACK naming the field; change it in the file or flags and restart the sidecar. Socket options\n")
@@ -180,7 +182,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 			if d := xdsSections[sec]; d != "" {
 				w("%s\n\n", d)
 			}
-			w("| Setting | Default | Allowed | Live | Meaning |\n|---|---|---|---|---|\n")
+			w("| Setting | Default | Allowed | Live | Pod annotation | Meaning |\n|---|---|---|---|---|---|\n")
 		}
 		live := "live"
 		if !f.Live || xdsRestartOnly[f.Path] {
@@ -190,7 +192,11 @@ func xdsConfigurationDoc(t *testing.T) string {
 		if f.Default == "" {
 			def = "(empty)"
 		}
-		w("| `%s` | %s | %s | %s | %s |\n", f.Path, cell(def), cell(f.Allowed), live, cell(f.Help))
+		ann := "(not per pod)"
+		if a, ok := inject.SettingAnnotation(f.Path); ok {
+			ann = "`" + a + "`"
+		}
+		w("| `%s` | %s | %s | %s | %s | %s |\n", f.Path, cell(def), cell(f.Allowed), live, ann, cell(f.Help))
 	}
 	w("\n")
 

@@ -38,21 +38,11 @@ func ParseAssignments(as []Assignment) (*sg.Settings, error) {
 			ps = append(ps, Problem{Field: a.Path, Message: "not a setting path; write section.field, e.g. hold.timeout"})
 			continue
 		}
-		var doc yaml.Node
-		if err := yaml.Unmarshal([]byte(a.Value), &doc); err != nil {
-			msg := strings.TrimPrefix(err.Error(), "yaml: ")
-			if _, after, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(msg, "line ") {
-				msg = after // the value's own line 1
-			}
+		value, msg := assignedValue(a)
+		if msg != "" {
 			ps = append(ps, Problem{Field: a.Path, Message: msg})
 			continue
 		}
-		if len(doc.Content) == 0 || isNull(doc.Content[0]) {
-			ps = append(ps, Problem{Field: a.Path, Message: "no value; unset fields keep the value of the layer below"})
-			continue
-		}
-		value := doc.Content[0]
-		noLines(value)
 		m := root
 		for i, name := range parts {
 			var next *yaml.Node
@@ -84,6 +74,33 @@ func ParseAssignments(as []Assignment) (*sg.Settings, error) {
 	}
 	s, _, err := decodeSettings(root, "")
 	return s, err
+}
+
+// assignedValue is the YAML node for an assignment's value, or why there is none. A field whose
+// value is text (strings, enums, durations, byte sizes) takes the value verbatim, so that
+// "[::]:15006" is an address and "off" a string, not YAML's list or boolean; any other is read as
+// YAML ("4", "true", "[20880, 20881]", "{timeout: 3s}").
+func assignedValue(a Assignment) (*yaml.Node, string) {
+	if strings.TrimSpace(a.Value) == "" {
+		return nil, "no value; unset fields keep the value of the layer below"
+	}
+	if fd := fieldDesc(a.Path); fd != nil && !fd.IsList() && (fd.Kind() == protoreflect.StringKind ||
+		fd.Kind() == protoreflect.EnumKind || IsByteSize(fd) || (fd.Message() != nil && isAtomic(fd.Message()))) {
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: strings.TrimSpace(a.Value)}, ""
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(a.Value), &doc); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if _, after, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(msg, "line ") {
+			msg = after // the value's own line 1
+		}
+		return nil, msg
+	}
+	if len(doc.Content) == 0 || isNull(doc.Content[0]) {
+		return nil, "no value; unset fields keep the value of the layer below"
+	}
+	noLines(doc.Content[0])
+	return doc.Content[0], ""
 }
 
 // noLines clears the line numbers yaml gave a value parsed on its own: a problem with it has no

@@ -24,6 +24,11 @@ func TestParseAssignments(t *testing.T) {
 		s.GetAdmission().GetPerSourceFairness() || s.GetUpstream().GetAddress() != "127.0.0.1:20880" {
 		t.Fatalf("decoded %v", s)
 	}
+	// Text fields take the value as it is: an IPv6 address is not a YAML list, "0" is a duration.
+	s2, err := ParseAssignments([]Assignment{{"listener.address", "[::]:15006"}, {"hold.timeout", "0"}, {"log.format", " JSON "}})
+	if err != nil || s2.GetListener().GetAddress() != "[::]:15006" || s2.GetHold().GetTimeout().AsDuration() != 0 || s2.GetLog().GetFormat() != "json" {
+		t.Errorf("text values: %v %v", s2, err)
+	}
 	if got := SetPaths(s); len(got) != 8 || got[0] != "listener.inbound_ports" {
 		t.Errorf("SetPaths %q", got)
 	}
@@ -41,8 +46,11 @@ func TestParseAssignments(t *testing.T) {
 		{[]Assignment{{"hold.timeout", "1s"}, {"hold.timeout", "2s"}}, "hold.timeout: set twice"},
 		{[]Assignment{{"hold", "{timeout: 1s}"}, {"hold.timeout", "2s"}}, "hold.timeout: set twice"},
 		{[]Assignment{{"hold.timeout", "1s"}, {"hold", "{max_requests: 1}"}}, "hold: set twice"},
-		{[]Assignment{{"log.level", "[a"}}, "log.level: did not find expected"},
+		{[]Assignment{{"listener.inbound_ports", "[20880"}}, "listener.inbound_ports: did not find expected"},
 		{[]Assignment{{"drain.readonly_policy", "hlod"}}, `drain.readonly_policy: "hlod" is not one of HOLD, PROPAGATE (any case)`},
+		{[]Assignment{{"log.level.x", "1"}}, `log.level: a mapping is not a string`},
+		{[]Assignment{{"upstream.connections", "four"}}, `upstream.connections: "four" is not a 32-bit integer`},
+		{[]Assignment{{"listener.transparent", "off"}}, `listener.transparent: "off" is not true or false`},
 	} {
 		_, err := ParseAssignments(c.as)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

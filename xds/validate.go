@@ -169,6 +169,9 @@ func fieldDesc(path string) protoreflect.FieldDescriptor {
 	md := (&sg.Settings{}).ProtoReflect().Descriptor()
 	var fd protoreflect.FieldDescriptor
 	for _, name := range strings.Split(path, ".") {
+		if md == nil {
+			return nil // a path through a leaf
+		}
 		fd = md.Fields().ByName(protoreflect.Name(name))
 		if fd == nil {
 			return nil

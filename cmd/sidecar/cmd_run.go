@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -22,7 +21,6 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/stormgate/stormgate/admission"
 	"github.com/stormgate/stormgate/handover"
@@ -149,41 +147,9 @@ func buildSettings(cmd *cobra.Command, f runFlags) (xds.Layered, error) {
 		}
 		file, fromFile = sf, sf.Settings
 	}
-	ch := cmd.Flags().Changed
-	over := &sg.Settings{Listener: &sg.Listener{}, Upstream: &sg.Upstream{}, Log: &sg.Log{}}
-	if ch("listen") {
-		over.Listener.Address = proto.String(f.listen)
-	}
-	if ch("transparent") {
-		over.Listener.Transparent = proto.Bool(f.transparent)
-	}
-	if ch("inbound-ports") {
-		ports, err := transparent.ParsePorts(f.inboundPorts)
-		if err != nil {
-			return xds.Layered{}, fmt.Errorf("--inbound-ports: %w", err)
-		}
-		for _, p := range ports {
-			over.Listener.InboundPorts = append(over.Listener.InboundPorts, int32(p))
-		}
-	}
-	if ch("upstream") {
-		over.Upstream.Address = proto.String(f.upstream)
-	}
-	if ch("upstream-conns") {
-		over.Upstream.Connections = proto.Int32(int32(f.upstreamConns))
-	}
-	if ch("log-level") {
-		over.Log.Level = proto.String(f.logLevel)
-	}
-	if ch("log-format") {
-		over.Log.Format = proto.String(f.logFormat)
-	}
-	if len(f.set) > 0 {
-		set, err := setFlags(f.set, over)
-		if err != nil {
-			return xds.Layered{}, problemsError{"--set", err}
-		}
-		over = xds.Merge(over, set)
+	over, err := flagSettings(cmd, f)
+	if err != nil {
+		return xds.Layered{}, err
 	}
 	l := xds.MergeLayers(f.config, xds.Layer{Source: xds.SourceDefaults, Settings: xds.Defaults()},
 		xds.Layer{Source: xds.SourceFile, Settings: fromFile}, xds.Layer{Source: xds.SourceFlag, Settings: over})
@@ -196,32 +162,50 @@ func buildSettings(cmd *cobra.Command, f runFlags) (xds.Layered, error) {
 	return l, nil
 }
 
-// setFlags decodes the --set PATH=VALUE flags (with the settings file's decoder); a field that
-// another flag sets too (--upstream-conns and --set upstream.connections=) is refused, naming both.
-func setFlags(set []string, flags *sg.Settings) (*sg.Settings, error) {
-	as := make([]xds.Assignment, 0, len(set))
-	for _, s := range set {
+// settingFlags are the flags of `run` that set one setting each.
+var settingFlags = []struct{ flag, path string }{
+	{"listen", "listener.address"},
+	{"transparent", "listener.transparent"},
+	{"inbound-ports", "listener.inbound_ports"},
+	{"upstream", "upstream.address"},
+	{"upstream-conns", "upstream.connections"},
+	{"log-level", "log.level"},
+	{"log-format", "log.format"},
+}
+
+// flagSettings returns the settings the given flags set: each flag and each --set PATH=VALUE is
+// decoded by the settings file's own decoder (xds.ParseAssignments), so flags take what the file
+// takes ("--log-level DEBUG", "--set limits.max_frame_bytes=16MiB"). A field given twice (by its
+// flag and by --set) is refused.
+func flagSettings(cmd *cobra.Command, f runFlags) (*sg.Settings, error) {
+	var as []xds.Assignment
+	for _, sf := range settingFlags {
+		fl := cmd.Flags().Lookup(sf.flag)
+		if !fl.Changed {
+			continue
+		}
+		v := fl.Value.String()
+		if sf.flag == "inbound-ports" {
+			ports, err := transparent.ParsePorts(v)
+			if err != nil {
+				return nil, fmt.Errorf("--inbound-ports: %w", err)
+			}
+			v = "[" + transparent.FormatPorts(ports) + "]"
+		}
+		as = append(as, xds.Assignment{Path: sf.path, Value: v})
+	}
+	for _, s := range f.set {
 		a, ok := xds.ParseAssignment(s)
 		if !ok {
-			return nil, fmt.Errorf("%q: want PATH=VALUE, e.g. hold.timeout=10s", s)
+			return nil, fmt.Errorf("--set %q: want PATH=VALUE, e.g. hold.timeout=10s", s)
 		}
 		as = append(as, a)
 	}
-	out, err := xds.ParseAssignments(as)
+	over, err := xds.ParseAssignments(as)
 	if err != nil {
-		return nil, err
+		return nil, problemsError{"flags (a setting given by its own flag and by --set is \"set twice\")", err}
 	}
-	named := xds.SetPaths(flags)
-	var ps xds.Problems
-	for _, p := range xds.SetPaths(out) {
-		if slices.Contains(named, p) {
-			ps = append(ps, xds.Problem{Field: p, Message: "set by --set and by its own flag; give it once"})
-		}
-	}
-	if len(ps) > 0 {
-		return nil, ps
-	}
-	return out, nil
+	return over, nil
 }
 
 // checkPollers refuses a --pollers value ConfigureNetpoll cannot use.
