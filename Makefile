@@ -29,8 +29,9 @@ build:
 
 ## image: the container images without a Docker daemon, registry or base image: a static binary,
 ## user 1337, nothing else, as OCI archives ($(IMAGE_OCI), $(CONTROL_IMAGE_OCI)), loaded into podman
-## when it is installed (podman run --rm $(IMAGE):$(VERSION) version). Stamped with the last commit's
-## time: same commit, same digest. The Dockerfile builds the same images for Docker users.
+## when it is installed and started once there (it prints the `podman run` command that worked).
+## Stamped with the last commit's time: same commit, same digest. The Dockerfile builds the same
+## images for Docker users.
 image: build
 	$(GO) run ./build/mkimage --binary bin/sidecar-dataplane --version $(VERSION) --name $(IMAGE):$(VERSION) \
 	  --out $(IMAGE_OCI) --created $$(git log -1 --format=%ct 2>/dev/null || echo 0) --load
