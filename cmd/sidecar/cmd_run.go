@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -407,6 +408,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	log.Info("stormgate started", zap.String("version", version), zap.Stringer("listen", p.adm.Addr()),
 		zap.String("upstream", upstreamDesc(active)), zap.Bool("transparent", active.GetListener().GetTransparent()),
 		zap.String("settings_source", store.Load().Source), zap.String("config_file", layered.File),
+		zap.Strings("set_by_flags", fieldsFrom(store.Load().Sources, xds.SourceFlag)),
 		zap.Bool("upgraded", rs != nil), zap.Int("pollers", proxy.Pollers()))
 	live := &liveSettings{log: log, store: store, srv: srv, adm: p.adm, level: level}
 	p.live = live
@@ -616,6 +618,18 @@ func loggerConfig(level, format string) (zap.Config, error) {
 	cfg.Sampling = nil
 	cfg.DisableStacktrace = true // operators want one line per event; errors carry their cause
 	return cfg, nil
+}
+
+// fieldsFrom lists, sorted, the fields whose value came from source.
+func fieldsFrom(sources xds.FieldSources, source string) []string {
+	var out []string
+	for f, src := range sources {
+		if src == source {
+			out = append(out, f)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // upstreamDesc says where requests go, for the start-up log line.
