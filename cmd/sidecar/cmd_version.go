@@ -47,7 +47,7 @@ func newVersionCmd() *cobra.Command {
 With --admin, ask the running sidecar on that admin listener instead (GET /version):
 after 'sidecar upgrade' the binary on disk and the one serving may differ.`,
 		Example: `  sidecar version
-  kubectl exec -n shop orders-7d9f -c stormgate -- sidecar version --admin 127.0.0.1:15000`,
+  kubectl exec -n shop orders-7d9f -c stormgate -- /sidecar version --admin 127.0.0.1:15000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if admin != "" {

@@ -59,3 +59,10 @@ spec:
 		t.Errorf("run %q made %v", side.Args, s)
 	}
 }
+
+// `sidecar upgrade --binary -` writes where injection mounts the writable volume.
+func TestUploadDirIsTheInjectedVolume(t *testing.T) {
+	if uploadDir != inject.UpgradeDir {
+		t.Errorf("upgrade --into default %s, inject mounts %s", uploadDir, inject.UpgradeDir)
+	}
+}
