@@ -45,6 +45,7 @@ type runFlags struct {
 	xdsCA         string
 	xdsCert       string
 	xdsKey        string
+	xdsWait       time.Duration
 	node          xdsNodeFlags
 	transparent   bool
 	inboundPorts  string
@@ -120,6 +121,7 @@ started from) without closing a connection, as 'sidecar upgrade' does.`,
 	fl.StringVar(&f.xdsCA, "xds-ca", "", "CA bundle to verify the control plane (enables TLS)")
 	fl.StringVar(&f.xdsCert, "xds-cert", "", "client certificate for mTLS to the control plane")
 	fl.StringVar(&f.xdsKey, "xds-key", "", "client key for mTLS to the control plane")
+	fl.DurationVar(&f.xdsWait, "xds-wait", time.Second, "with --xds: how long start-up waits for the control plane's first settings before dialling the provider with the startup ones (consumers wait in the accept queue meanwhile); 0: do not wait")
 	fl.BoolVar(&f.transparent, "transparent", false, "accept iptables-REDIRECTed connections; upstream is 127.0.0.1:<original port>")
 	fl.StringVar(&f.inboundPorts, "inbound-ports", "", "transparent mode: provider ports Stormgate may forward to, e.g. 20880,20881 (listener.inbound_ports)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (log.level)")
@@ -315,6 +317,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	// (also across an upgrade: the settings in force are handed over).
 	var xdsSynced atomic.Bool
 	xdsSynced.Store(f.xdsAddr == "" || rs != nil)
+	firstSync := make(chan struct{})
 	var xdsClient *xds.Client
 	if f.xdsAddr != "" {
 		// Base is the startup settings (fix found by e2e/xds_live_test.go): a push is
@@ -322,6 +325,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		if xdsClient, err = newXDSClient(f, settings, store, log.Named("xds"), reg, func(version string) {
 			if !xdsSynced.Swap(true) {
 				log.Info("first settings from the control plane in force; ready", zap.String("version", version))
+				close(firstSync)
 			}
 		}); err != nil {
 			return fail(err)
@@ -399,9 +403,29 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		return err
 	}
 	srv := p.srv
+	live := &liveSettings{log: log, store: store, srv: srv, adm: p.adm, level: level}
+	p.live = live
+	if xdsClient != nil {
+		go func() {
+			err := xdsClient.Run(ctx, func(s *sg.Settings, version string) error {
+				return live.apply(xds.WithDefaults(s), version, xds.SourceXDS)
+			})
+			if err != nil && ctx.Err() == nil {
+				log.Error("xds client stopped", zap.Error(err))
+			}
+		}()
+		if rs == nil {
+			// Dial the provider with the control plane's settings, not with the startup ones and
+			// then again (issue 24: 4 connections opened, 2 retired at the first push). A push
+			// before Start is applied like any other (Server.Update before Start only records
+			// it); consumers wait in the kernel's accept queue meanwhile.
+			waitFirstPush(log, firstSync, f.xdsWait)
+		}
+	}
 	if err := srv.Start(ctx); err != nil {
 		return fail(err)
 	}
+	active = store.Settings()
 	for _, w := range xds.Warnings(active) {
 		log.Warn("settings warning", zap.String("field", w.Field), zap.String("warning", w.Message))
 	}
@@ -410,8 +434,6 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		zap.String("settings_source", store.Load().Source), zap.String("config_file", layered.File),
 		zap.Strings("set_by_flags", fieldsFrom(store.Load().Sources, xds.SourceFlag)),
 		zap.Bool("upgraded", rs != nil), zap.Int("pollers", proxy.Pollers()))
-	live := &liveSettings{log: log, store: store, srv: srv, adm: p.adm, level: level}
-	p.live = live
 	p.handler = admission.HandlerFunc(func(c admission.Conn) { srv.ServeFD(c.FD, c.Remote, c.OrigDst) })
 	self, _ := os.Executable() // the path this process was started from, even if it has been replaced since
 	if f.upgradeBinary != "" {
@@ -473,17 +495,6 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		mux.Handle("/upgrade", u.handler(ctx))
 		mux.HandleFunc("/version", versionHandler)
 		servers = append(servers, serveHTTP("admin", lns["admin"], mux, log))
-	}
-
-	if xdsClient != nil {
-		go func() {
-			err := xdsClient.Run(ctx, func(s *sg.Settings, version string) error {
-				return live.apply(xds.WithDefaults(s), version, xds.SourceXDS)
-			})
-			if err != nil && ctx.Err() == nil {
-				log.Error("xds client stopped", zap.Error(err))
-			}
-		}()
 	}
 
 	p.serve()
@@ -571,6 +582,24 @@ wait:
 	stop()
 	log.Info("stormgate stopped")
 	return exitErr
+}
+
+// waitFirstPush waits up to limit for the control plane's first settings to be in force (synced
+// closed), and says how long it waited or that it stopped waiting.
+func waitFirstPush(log *zap.Logger, synced <-chan struct{}, limit time.Duration) {
+	if limit <= 0 {
+		return
+	}
+	start := time.Now()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-synced:
+		log.Info("dialling the provider with the control plane's settings", zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
+	case <-t.C:
+		log.Warn("no settings from the control plane within --xds-wait; dialling the provider with the startup settings",
+			zap.Duration("xds_wait", limit), zap.String("readiness", "not ready until the first push is in force"))
+	}
 }
 
 func serveHTTP(name string, ln net.Listener, h http.Handler, log *zap.Logger) *http.Server {
