@@ -17,16 +17,7 @@ import (
 // bytes, and --version is required.
 func TestMakeImageCommand(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "main.go")
-	if err := os.WriteFile(src, []byte("package main\nfunc main() {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "static")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, src)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildSmall(t, dir, "package main\nfunc main() {}\n")
 	write := func(out string) []byte {
 		t.Helper()
 		if err := run([]string{"--binary", bin, "--version", "t1", "--name", "stormgate/sidecar:t1", "--out", out, "--created", "0"}, io.Discard); err != nil {
@@ -77,16 +68,7 @@ func TestMakeImageLoadRuns(t *testing.T) {
 		t.Skip("skipped: needs root and podman")
 	}
 	dir := t.TempDir()
-	src := filepath.Join(dir, "main.go")
-	if err := os.WriteFile(src, []byte("package main\nimport \"fmt\"\nfunc main() { fmt.Println(\"stormgate t2\") }\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "static")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, src)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildSmall(t, dir, "package main\nimport \"fmt\"\nfunc main() { fmt.Println(\"stormgate t2\") }\n")
 	name := "stormgate-mkimage-test/sidecar:t2"
 	t.Cleanup(func() { _ = exec.Command("podman", "rmi", "--force", "localhost/"+name).Run() })
 	var out strings.Builder
@@ -108,4 +90,20 @@ func TestMakeImageLoadRuns(t *testing.T) {
 		t.Fatalf("%s: %v %s", line, err, got)
 	}
 	t.Logf("%s", out.String())
+}
+
+// buildSmall builds a one-file program statically into dir and returns the binary's path.
+func buildSmall(t *testing.T, dir, source string) string {
+	t.Helper()
+	src := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "static")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, src)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
