@@ -2,8 +2,9 @@
 # daemon, no registry, no base image: build/mkimage writes OCI archives and loads them into podman);
 # build/dockerfile_test.go keeps the two in step.
 #
-#   docker build -t stormgate/sidecar:1.0.0 --build-arg VERSION=1.0.0 .                   (the default target)
-#   docker build -t stormgate/control:1.0.0 --build-arg VERSION=1.0.0 --target control .
+#   V=$(make -s version)    # the version make stamps: VERSION at a release, X.Y.Z-N-gHASH after it
+#   docker build -t stormgate/sidecar:$V --build-arg VERSION=$V .                   (the default target)
+#   docker build -t stormgate/control:$V --build-arg VERSION=$V --target control .
 #
 # stormgate/sidecar is both containers `sidecar inject` adds: the init container runs `sidecar iptables`,
 # which programs nftables over netlink (no iptables program needed), and the sidecar runs `sidecar run`.

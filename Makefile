@@ -1,7 +1,9 @@
 # Stormgate. `make test` is what CI runs (via .ci/run); `make bench` regenerates docs/benchmarks.md.
 GO        ?= go
 PKGS      ?= ./...
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The version stamped into the binaries and the image tags: VERSION at a release, git describe's
+# X.Y.Z-N-gHASH between releases (build/version.sh; no git tag needed). `make version` prints it.
+VERSION   ?= $(shell build/version.sh)
 # The one build command: the Dockerfile's build stage runs the same line.
 GOBUILD    = CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 
@@ -13,9 +15,12 @@ IMAGE_OCI         ?= bin/stormgate-sidecar-$(VERSION).oci.tar
 CONTROL_IMAGE     ?= stormgate/control
 CONTROL_IMAGE_OCI ?= bin/stormgate-control-$(VERSION).oci.tar
 
-.PHONY: all build image test unit race storm fuzz interop demo-smoke vet fmt-check alerts bench fleet soak upgrade-bench proto clean
+.PHONY: all version release licenses build image test unit race storm fuzz interop demo-smoke vet fmt-check alerts bench fleet soak upgrade-bench proto clean
 
 all: build
+
+version:
+	@echo $(VERSION)
 
 build:
 	$(GOBUILD) -o bin/sidecar ./cmd/sidecar
@@ -24,13 +29,42 @@ build:
 
 ## image: the container images without a Docker daemon, registry or base image: a static binary,
 ## user 1337, nothing else, as OCI archives ($(IMAGE_OCI), $(CONTROL_IMAGE_OCI)), loaded into podman
-## when it is installed (podman run --rm $(IMAGE):$(VERSION) version). Stamped with the last commit's
-## time: same commit, same digest. The Dockerfile builds the same images for Docker users.
+## when it is installed and started once there (it prints the `podman run` command that worked).
+## Stamped with the last commit's time: same commit, same digest. The Dockerfile builds the same
+## images for Docker users.
 image: build
 	$(GO) run ./build/mkimage --binary bin/sidecar-dataplane --version $(VERSION) --name $(IMAGE):$(VERSION) \
 	  --out $(IMAGE_OCI) --created $$(git log -1 --format=%ct 2>/dev/null || echo 0) --load
 	$(GO) run ./build/mkimage --binary bin/sidecar --version $(VERSION) --name $(CONTROL_IMAGE):$(VERSION) \
 	  --out $(CONTROL_IMAGE_OCI) --created $$(git log -1 --format=%ct 2>/dev/null || echo 0) --load
+
+## release: everything a release publishes, in dist/ (emptied first): for linux amd64 and arm64 the
+## binaries (sidecar: the full build; sidecar-dataplane: the sidecar image's), the two images as OCI
+## archives (build/mkimage, as make image), then the license texts, LICENSE, NOTICE, the release's
+## section of CHANGELOG.md, and SHA256SUMS of every file. Run it on the release commit (the one that
+## set VERSION, tagged vX.Y.Z; docs/operations.md, "Releases"); elsewhere it builds a snapshot with
+## the X.Y.Z-N-gHASH version and says so.
+RELEASE_ARCHES ?= amd64 arm64
+release:
+	build/release.sh check $(VERSION)
+	rm -rf dist && mkdir -p dist
+	set -e; created=$$(git log -1 --format=%ct 2>/dev/null || echo 0); for arch in $(RELEASE_ARCHES); do \
+	  GOOS=linux GOARCH=$$arch $(GOBUILD) -o dist/sidecar-$(VERSION)-linux-$$arch ./cmd/sidecar; \
+	  GOOS=linux GOARCH=$$arch $(GOBUILD) -tags dataplane -o dist/sidecar-dataplane-$(VERSION)-linux-$$arch ./cmd/sidecar; \
+	  $(GO) run ./build/mkimage --binary dist/sidecar-dataplane-$(VERSION)-linux-$$arch --version $(VERSION) \
+	    --name $(IMAGE):$(VERSION) --out dist/stormgate-sidecar-$(VERSION)-linux-$$arch.oci.tar --created $$created; \
+	  $(GO) run ./build/mkimage --binary dist/sidecar-$(VERSION)-linux-$$arch --version $(VERSION) \
+	    --name $(CONTROL_IMAGE):$(VERSION) --out dist/stormgate-control-$(VERSION)-linux-$$arch.oci.tar --created $$created; \
+	done
+	$(GO) run ./build/mklicenses --out dist/THIRD_PARTY_LICENSES.txt
+	cp LICENSE NOTICE dist/
+	build/release.sh notes $(VERSION) > dist/RELEASE_NOTES.md
+	cd dist && sha256sum -- * > SHA256SUMS
+	@echo "release $(VERSION): dist/"; cat dist/SHA256SUMS
+
+# The dependency license check alone (make test runs it with the rest of ./build).
+licenses:
+	$(GO) test -count=1 -run 'TestLicenses' ./build/
 
 ## test: everything CI checks, on a clean clone (about 10-15 minutes on 2 cores).
 test: fmt-check vet alerts race storm fuzz demo-smoke interop
@@ -116,4 +150,4 @@ proto:
 	bash xds/gen.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

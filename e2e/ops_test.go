@@ -58,9 +58,14 @@ func TestOpsSIGHUPReloadsConfig(t *testing.T) {
 	prov := startProvider(t, "")
 	sc := startSidecar(t, prov.addr, "admission:\n  accept_burst: 500\n", 4)
 	p := sc.provenance(t)
-	if p.Source != xds.SourceFlag || p.File != sc.configPath || p.FieldSources["admission.accept_burst"] != xds.SourceFile ||
+	if p.Source != xds.SourceFile || p.File != sc.configPath || p.FieldSources["admission.accept_burst"] != xds.SourceFile ||
 		p.FieldSources["upstream.address"] != xds.SourceFlag || p.FieldSources["hold.timeout"] != xds.SourceDefaults {
 		t.Fatalf("provenance at start: %+v", p)
+	}
+	// The start-up line and /config_dump say the same (issue 24: "flag" in one, "file" in the other).
+	if started := sc.jsonLines("stormgate started"); len(started) != 1 || started[0]["settings_source"] != p.Source ||
+		!slices.Contains(strs(started[0]["set_by_flags"]), "upstream.address") {
+		t.Errorf("start-up line %v, /config_dump source %q", started, p.Source)
 	}
 
 	writeFileAtomic(t, sc.configPath, "admission:\n  accept_burst: 700\nhold:\n  timeout: 4s\n")

@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/stormgate/stormgate/inject"
 	"github.com/stormgate/stormgate/xds"
 	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
@@ -140,7 +141,9 @@ func xdsConfigurationDoc(t *testing.T) string {
 	for _, f := range xdsFlags {
 		w("   | `%s` | `%s` |\n", f.flag, f.field)
 	}
-	w("\n   A flag counts only when given: its default does not override the file.\n")
+	w("\n   `--set PATH=VALUE` (repeatable) sets any other setting by its path, the value written as in the\n")
+	w("   file: `--set hold.timeout=10s --set limits.max_frame_bytes=16MiB`. A flag counts only when given:\n")
+	w("   its default does not override the file.\n")
 	w("4. live pushes from a control plane: `sidecar run --xds HOST:PORT[,HOST:PORT] --node-id ID`. A push is merged\n")
 	w("   over the sidecar's startup settings (defaults, file, flags), so a field the control plane stops\n")
 	w("   setting goes back to its startup value.\n\n")
@@ -149,7 +152,11 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("YAML (JSON is YAML too) in the schema's shape. Any subset of the fields is a valid file. Rules:\n\n")
 	w("- names are the snake_case names below (the proto's JSON camelCase names are accepted too);\n")
 	w("- durations: a string Go's `time.ParseDuration` reads (`3s`, `0.05s`, `500ms`, `1m30s`) or a bare `0`;\n")
-	w("- enums by name (`HOLD`), booleans `true`/`false`, lists in YAML list syntax (`[20880, 20881]`);\n")
+	w("- enums by name in any case (`HOLD`, `hold`), as are the fixed values of `log.level` and `log.format`;\n")
+	w("  booleans `true`/`false`, lists in YAML list syntax (`[20880, 20881]`);\n")
+	w("- byte sizes (the fields whose name has the word `bytes`): a number, or with a unit: `512KiB`, `64MiB`,\n")
+	w("  `1GiB` (`Ki`, `Mi`, `Gi` and `K`, `M`, `G` too; `KB`, `MB`, `GB` are powers of 1000). `/config_dump`\n")
+	w("  and xDS carry plain numbers;\n")
 	w("- an unknown field, a wrong type, a value out of range or a field set twice is an error that names\n")
 	w("  the field, the allowed range and the line; `sidecar run` refuses to start with it, naming the file.\n")
 	w("  `sidecar validate` reports every problem of a file in one run (up to 50), so one typo does not hide\n")
@@ -161,6 +168,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("```console\n$ sidecar validate stormgate.yaml\n%s```\n\n", xdsValidateExample(t))
 
 	w("## Settings\n\n")
+	w("*Pod annotation* sets the field for one injected pod ([kubernetes.md](kubernetes.md#annotations)).\n")
 	w("*Live* means a change (a push, see below) takes effect within a second on a running sidecar, without\n")
 	w("dropping a connection or failing a request. A push that changes a *restart* field is refused with a\n")
 	w("NACK naming the field; change it in the file or flags and restart the sidecar. Socket options\n")
@@ -174,7 +182,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 			if d := xdsSections[sec]; d != "" {
 				w("%s\n\n", d)
 			}
-			w("| Setting | Default | Allowed | Live | Meaning |\n|---|---|---|---|---|\n")
+			w("| Setting | Default | Allowed | Live | Pod annotation | Meaning |\n|---|---|---|---|---|---|\n")
 		}
 		live := "live"
 		if !f.Live || xdsRestartOnly[f.Path] {
@@ -184,7 +192,11 @@ func xdsConfigurationDoc(t *testing.T) string {
 		if f.Default == "" {
 			def = "(empty)"
 		}
-		w("| `%s` | %s | %s | %s | %s |\n", f.Path, cell(def), cell(f.Allowed), live, cell(f.Help))
+		ann := "(not per pod)"
+		if a, ok := inject.SettingAnnotation(f.Path); ok {
+			ann = "`" + a + "`"
+		}
+		w("| `%s` | %s | %s | %s | %s | %s |\n", f.Path, cell(def), cell(f.Allowed), live, ann, cell(f.Help))
 	}
 	w("\n")
 

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -61,6 +60,11 @@ const (
 	// restartPolicy: Always; Kubernetes 1.29 or later), so it is up before the provider starts and stops
 	// after it.
 	AnnotationNativeSidecar = "stormgate.io/native-sidecar"
+	// AnnotationBacklogSysctls "true" sets the pod's net.core.somaxconn and
+	// net.ipv4.tcp_max_syn_backlog to listener.backlog, so the listen backlog is not capped at a
+	// new network namespace's 4096 (both are unsafe sysctls: the kubelet must allow them, or the pod
+	// is refused with SysctlForbidden); "false" accepts the cap. Unset, injection warns with the fix.
+	AnnotationBacklogSysctls = "stormgate.io/backlog-sysctls"
 )
 
 // Names of what injection adds.
@@ -121,6 +125,12 @@ type Config struct {
 	// present but empty map means none at all.
 	Requests, Limits corev1.ResourceList
 	NativeSidecar    bool
+	// Settings are further settings of every injected sidecar (`sidecar run --set`), from `sidecar
+	// inject --set`; a pod's settings annotations (SettingAnnotation) replace them path by path.
+	Settings []xds.Assignment
+	// BacklogSysctls says whether to set the pod's backlog sysctls (AnnotationBacklogSysctls); nil
+	// leaves them and warns.
+	BacklogSysctls *bool
 }
 
 // DefaultResources returns the Stormgate container's default requests and limits. The memory limit is
@@ -221,29 +231,44 @@ func (c Config) Validate() error {
 			"the control plane's certificate (a cert-manager Certificate's Secret has ca.crt: it may be the same Secret)",
 			describeField("xds-cert-secret"), describeField("xds-ca-secret")))
 	}
-	if err := xds.Validate(c.settings()); err != nil {
-		var ps xds.Problems
-		if errors.As(err, &ps) {
-			for _, p := range ps {
-				errs = append(errs, fmt.Errorf("%s: %s: %s", describeField(settingFields[p.Field]), p.Field, p.Message))
-			}
-		} else {
-			errs = append(errs, err)
+	for _, a := range c.Settings {
+		if ann, ok := dedicatedSettings[a.Path]; ok {
+			errs = append(errs, fmt.Errorf("--set %s: use %s", a.Path, describeField(strings.TrimPrefix(ann, annotationPrefix))))
+		} else if why, ok := fixedInPod[a.Path]; ok {
+			errs = append(errs, fmt.Errorf("--set %s: cannot be set per pod: %s", a.Path, why))
 		}
+	}
+	s, err := c.settings()
+	if err == nil {
+		err = xds.Validate(s)
+	}
+	var ps xds.Problems
+	switch {
+	case errors.As(err, &ps):
+		for _, p := range ps {
+			errs = append(errs, fmt.Errorf("%s: %s: %s", describeSetting(p.Field), p.Field, p.Message))
+		}
+	case err != nil:
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
+// describeSetting names what sets a setting in a pod: its annotation and flag.
+func describeSetting(path string) string {
+	path, _, _ = strings.Cut(path, "[") // listener.inbound_ports[0]
+	ann, ok := SettingAnnotation(path)
+	switch {
+	case !ok:
+		return "settings"
+	case dedicatedSettings[path] != "":
+		return describeField(strings.TrimPrefix(ann, annotationPrefix))
+	}
+	return "annotation " + ann + " (flag --set " + path + "=...)"
+}
+
 // minMemoryLimit is the smallest memory limit injection accepts for the sidecar.
 const minMemoryLimit = 64 << 20
-
-// settingFields maps the settings the sidecar's flags set to the annotation (and flag) that sets them.
-var settingFields = map[string]string{
-	"listener.address":       "proxy-port",
-	"listener.inbound_ports": "inbound-ports",
-	"upstream.connections":   "upstream-conns",
-	"log.level":              "log-level",
-}
 
 // describeField names an annotation (without its stormgate.io/ prefix) and its flag:
 // "annotation stormgate.io/upstream-conns (flag --upstream-conns)".
@@ -259,22 +284,32 @@ func describeField(name string) string {
 }
 
 // settings returns what the sidecar's flags will make of c, over the defaults: the value the sidecar
-// validates at start-up, so injection can refuse what would crash-loop.
-func (c Config) settings() *sg.Settings {
-	over := &sg.Settings{
-		Listener: &sg.Listener{Address: proto.String(listenAddr(c.ProxyPort)), Transparent: proto.Bool(true)},
-		Upstream: &sg.Upstream{}, Log: &sg.Log{},
-	}
-	for _, p := range c.InboundPorts {
-		over.Listener.InboundPorts = append(over.Listener.InboundPorts, int32(p))
+// validates at start-up, so injection can refuse what would crash-loop. The error is the settings
+// decoder's, for a value of c.Settings it cannot read.
+func (c Config) settings() (*sg.Settings, error) {
+	// What the sidecar's flags and --set will say, read by its own decoder (xds.ParseAssignments
+	// is what `sidecar run` reads its flags with).
+	as := []xds.Assignment{
+		{Path: "listener.address", Value: listenAddr(c.ProxyPort)},
+		{Path: "listener.transparent", Value: "true"},
+		{Path: "listener.inbound_ports", Value: "[" + transparent.FormatPorts(c.InboundPorts) + "]"},
 	}
 	if c.UpstreamConns != 0 {
-		over.Upstream.Connections = proto.Int32(int32(min(c.UpstreamConns, 1<<30)))
+		as = append(as, xds.Assignment{Path: "upstream.connections", Value: strconv.Itoa(min(c.UpstreamConns, 1<<30))})
 	}
 	if c.LogLevel != "" {
-		over.Log.Level = proto.String(c.LogLevel)
+		as = append(as, xds.Assignment{Path: "log.level", Value: c.LogLevel})
 	}
-	return xds.WithDefaults(over)
+	for _, a := range c.Settings {
+		if dedicatedSettings[a.Path] == "" && fixedInPod[a.Path] == "" {
+			as = append(as, a) // the others are refused by Validate
+		}
+	}
+	over, err := xds.ParseAssignments(as)
+	if err != nil {
+		return nil, err
+	}
+	return xds.WithDefaults(over), nil
 }
 
 // listenAddr is the sidecar's listen address for port: every address, IPv4 and IPv6 (the sidecar falls
@@ -298,9 +333,10 @@ func checkHostPort(s string) error {
 	return nil
 }
 
-// withAnnotations returns c overridden by the stormgate.io/* annotations in ann.
+// withAnnotations returns c overridden by the stormgate.io/* annotations in ann; an unknown one
+// is an error.
 func (c Config) withAnnotations(ann map[string]string) (Config, error) {
-	var errs []error
+	errs := checkAnnotationNames(ann)
 	bad := func(key, v, want string) { errs = append(errs, fmt.Errorf("annotation %s: %q: want %s", key, v, want)) }
 	port := func(key string, dst *uint16) {
 		if v, ok := ann[key]; ok {
@@ -377,6 +413,15 @@ func (c Config) withAnnotations(ann map[string]string) (Config, error) {
 			c.NativeSidecar = b
 		}
 	}
+	if v, ok := ann[AnnotationBacklogSysctls]; ok {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			bad(AnnotationBacklogSysctls, v, `"true" or "false"`)
+		} else {
+			c.BacklogSysctls = &b
+		}
+	}
+	c.Settings = settingsFromAnnotations(c.Settings, ann)
 	if len(errs) > 0 {
 		return c, errors.Join(errs...)
 	}

@@ -9,6 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
+// quiet is the default Config with the backlog sysctls declined: no warning about them.
+var quiet = Config{BacklogSysctls: ptrTo(false)}
+
 func podWith(annotations string) []byte {
 	return []byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations: {" + annotations + "}\n" +
 		"spec:\n  containers:\n  - name: app\n    image: app:1\n    ports: [{containerPort: 20880}]\n")
@@ -52,7 +55,7 @@ func TestAnnotationsGetTheSettingsRanges(t *testing.T) {
 // TestTLSToControlPlane: the Secrets are mounted read-only into the Stormgate container only, the
 // flags point at the mounted files, and plaintext to a control plane off the pod draws a warning.
 func TestTLSToControlPlane(t *testing.T) {
-	out, res, err := Manifest(podWith(`stormgate.io/xds-address: "cp.example:18000", stormgate.io/xds-ca-secret: cp-ca, stormgate.io/xds-cert-secret: sidecar-tls`), Config{})
+	out, res, err := Manifest(podWith(`stormgate.io/xds-address: "cp.example:18000", stormgate.io/xds-ca-secret: cp-ca, stormgate.io/xds-cert-secret: sidecar-tls`), quiet)
 	if err != nil || len(res[0].Warnings) != 0 {
 		t.Fatalf("%v %v", res, err)
 	}
@@ -93,7 +96,7 @@ func TestTLSToControlPlane(t *testing.T) {
 		addr string
 		warn bool
 	}{{"cp.example:18000", true}, {"198.18.0.1:18000", true}, {"127.0.0.1:18000", false}, {"[::1]:18000", false}, {"localhost:18000", false}} {
-		_, res, err := Manifest(podWith(`stormgate.io/xds-address: "`+tc.addr+`"`), Config{})
+		_, res, err := Manifest(podWith(`stormgate.io/xds-address: "`+tc.addr+`"`), quiet)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -205,9 +205,12 @@ func TestOutputParsesBack(t *testing.T) {
 
 func checkInjected(t *testing.T, meta *metav1.ObjectMeta, spec *corev1.PodSpec, inbound, proxy string, native bool) {
 	t.Helper()
-	for k, v := range map[string]string{
-		AnnotationInjected: "1.2.3", "prometheus.io/scrape": "true", "prometheus.io/port": "15090", "prometheus.io/path": "/metrics",
-	} {
+	want := map[string]string{AnnotationInjected: "1.2.3", "prometheus.io/scrape": "true", "prometheus.io/port": "15090", "prometheus.io/path": "/metrics"}
+	if app := meta.Annotations["prometheus.io/port"]; app != "15090" && app != "" {
+		// The application's own scrape annotations stay as they were.
+		want = map[string]string{AnnotationInjected: "1.2.3", "prometheus.io/port": app, "prometheus.io/path": meta.Annotations["prometheus.io/path"]}
+	}
+	for k, v := range want {
 		if meta.Annotations[k] != v {
 			t.Errorf("annotation %s = %q, want %q", k, meta.Annotations[k], v)
 		}
@@ -374,7 +377,8 @@ func TestInjectDecisions(t *testing.T) {
 		{"opted out", pod("  annotations: {stormgate.io/inject: \"false\"}\n"), ActionSkipped, "", ""},
 		{"bad opt-out value", pod("  annotations: {stormgate.io/inject: \"nope\"}\n"), "", "", "stormgate.io/inject"},
 		{"undeclared inbound port", pod("  annotations: {stormgate.io/inbound-ports: \"20990\"}\n"), ActionInjected, "20990 is not a containerPort", ""},
-		{"bad inbound port", pod("  annotations: {stormgate.io/inbound-ports: \"20880,x\"}\n"), "", "", `port "x"`},
+		{"bad inbound port", pod("  annotations: {stormgate.io/inbound-ports: \"20880,x\"}\n"), "", "", `no container declares a TCP port named "x"`},
+		{"negative inbound port", pod("  annotations: {stormgate.io/inbound-ports: \"20880,-1\"}\n"), "", "", `no container declares a TCP port named "-1"`},
 		{"empty inbound ports", pod("  annotations: {stormgate.io/inbound-ports: \",\"}\n"), "", "", "at least one port"},
 		{"inbound is proxy port", pod("  annotations: {stormgate.io/inbound-ports: \"15006\"}\n"), "", "", "Stormgate's own ports"},
 		{"proxy port 0", pod("  annotations: {stormgate.io/proxy-port: \"0\"}\n"), "", "", "stormgate.io/proxy-port"},
@@ -385,7 +389,8 @@ func TestInjectDecisions(t *testing.T) {
 		{"bad native flag", pod("  annotations: {stormgate.io/native-sidecar: \"maybe\"}\n"), "", "", "stormgate.io/native-sidecar"},
 		{"empty image", pod("  annotations: {stormgate.io/image: \"\"}\n"), "", "", "stormgate.io/image"},
 		{"only the annotation", pod("  annotations: {stormgate.io/injected: \"true\"}\n"), ActionAlreadyInjected, "partly injected", ""},
-		{"replaces scrape port", pod("  annotations: {prometheus.io/port: \"8080\"}\n"), ActionInjected, `replaced prometheus.io/port "8080"`, ""},
+		{"keeps the application's scrape port", pod("  annotations: {prometheus.io/port: \"8080\"}\n"), ActionInjected,
+			"kept the application's scrape annotations (prometheus.io/port: 8080); Stormgate's metrics are on its port sg-metrics (15090)", ""},
 		{"host network", []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: h}\nspec:\n  hostNetwork: true\n  containers: [{name: a, image: a}]\n"),
 			ActionSkipped, "hostNetwork", ""},
 		{"port clash", []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: c}\nspec:\n  containers: [{name: a, image: a, ports: [{containerPort: 15090}]}]\n"),
@@ -399,7 +404,7 @@ func TestInjectDecisions(t *testing.T) {
 		{"content on separator", []byte("apiVersion: v1\nkind: Service\n--- {a: 1}\n"), "", "", "line 3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, results, err := Manifest(tc.in, Config{})
+			out, results, err := Manifest(tc.in, quiet)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want one containing %q", err, tc.err)
@@ -500,14 +505,18 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // TestDeployExampleUpToDate keeps deploy/examples/provider.injected.yaml equal to what `sidecar inject`
-// (default flags) makes of deploy/examples/provider.yaml.
+// of the release in VERSION (default flags) makes of deploy/examples/provider.yaml.
 func TestDeployExampleUpToDate(t *testing.T) {
 	dir := filepath.Join("..", "deploy", "examples")
 	in, err := os.ReadFile(filepath.Join(dir, "provider.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, results, err := Manifest(in, Config{Version: "1.0.0"})
+	release, err := os.ReadFile(filepath.Join("..", "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, results, err := Manifest(in, Config{Version: strings.TrimSpace(string(release))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/stormgate/stormgate/transparent"
 )
 
 // Action says what injection did to one pod template.
@@ -41,6 +43,9 @@ const (
 const (
 	envAppProbes  = "STORMGATE_APP_PROBES" // appprobe.EnvVar
 	envGoMemLimit = "GOMEMLIMIT"
+	// envAddedSysctls records the pod sysctls injection added (AnnotationBacklogSysctls), so that
+	// re-injection takes out exactly those. The sidecar does not read it.
+	envAddedSysctls = "STORMGATE_ADDED_SYSCTLS"
 )
 
 // Pod injects Stormgate into one pod template. meta is the template's metadata (its annotations are read
@@ -145,6 +150,13 @@ func injectPod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]
 	if spec.HostNetwork {
 		return ActionSkipped, []string{"hostNetwork pod not injected: its redirect rules would be installed on the node itself"}, nil
 	}
+	if v, ok := ann[AnnotationInboundPorts]; ok {
+		ports, err := resolvePortNames(v, spec)
+		if err != nil {
+			return "", nil, fmt.Errorf("annotation %s: %w", AnnotationInboundPorts, err)
+		}
+		ann[AnnotationInboundPorts] = ports
+	}
 	c, err := cfg.withDefaults().withAnnotations(ann)
 	if err != nil {
 		return "", nil, err
@@ -184,15 +196,26 @@ func injectPod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]
 	}
 	warnings = append(warnings, probeWarnings...)
 
+	settings, err := c.settings()
+	if err != nil {
+		return "", nil, err // Validate read them already
+	}
+	added, sysctlWarnings := backlogSysctls(spec, settings.GetListener().GetBacklog(), c.BacklogSysctls)
+	warnings = append(warnings, sysctlWarnings...)
+
 	if meta.Annotations == nil {
 		meta.Annotations = map[string]string{}
 	}
-	scrape := map[string]string{annScrape: "true", annPort: strconv.Itoa(int(c.MetricsPort)), annPath: "/metrics"}
-	for _, k := range []string{annScrape, annPort, annPath} {
-		if old, ok := meta.Annotations[k]; ok && old != scrape[k] {
-			warnings = append(warnings, fmt.Sprintf("replaced %s %q with %q: scrape annotations name one port per pod, so the application's own metrics need a PodMonitor or ServiceMonitor", k, old, scrape[k]))
-		}
-		meta.Annotations[k] = scrape[k]
+	// Scrape annotations name one port per pod. The application's, when it has them, stay: its
+	// metrics keep being scraped, and Stormgate's are found by the named port sg-metrics
+	// (docs/kubernetes.md, "Metrics"). Otherwise they point at Stormgate.
+	if app := appScrapeAnnotations(meta.Annotations); app != "" {
+		warnings = append(warnings, fmt.Sprintf("kept the application's scrape annotations (%s); Stormgate's metrics are on its port %s (%d): "+
+			"scrape them by that port name (deploy/prometheus/scrape-stormgate.yaml, or a PodMonitor)", app, MetricsPortName, c.MetricsPort))
+	} else {
+		meta.Annotations[annScrape] = "true"
+		meta.Annotations[annPort] = strconv.Itoa(int(c.MetricsPort))
+		meta.Annotations[annPath] = "/metrics"
 	}
 	meta.Annotations[AnnotationInjected] = c.Version
 
@@ -210,7 +233,78 @@ func injectPod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]
 	}
 	spec.Volumes = append(spec.Volumes, tlsVolumes(c)...)
 	spec.Volumes = append(spec.Volumes, upgradeVolume())
+	if len(added) > 0 {
+		if spec.SecurityContext == nil {
+			spec.SecurityContext = &corev1.PodSecurityContext{}
+		}
+		spec.SecurityContext.Sysctls = append(spec.SecurityContext.Sysctls, added...)
+		sc := &spec.Containers[len(spec.Containers)-1]
+		if c.NativeSidecar {
+			sc = &spec.InitContainers[1]
+		}
+		names := make([]string, len(added))
+		for i, sy := range added {
+			names[i] = sy.Name
+		}
+		sc.Env = append(sc.Env, corev1.EnvVar{Name: envAddedSysctls, Value: strings.Join(names, ",")})
+	}
 	return ActionInjected, warnings, nil
+}
+
+// appScrapeAnnotations describes the pod's own prometheus.io/* annotations ("" when none).
+func appScrapeAnnotations(ann map[string]string) string {
+	var have []string
+	for _, k := range []string{annScrape, annPort, annPath} {
+		if v, ok := ann[k]; ok {
+			have = append(have, k+": "+v)
+		}
+	}
+	return strings.Join(have, ", ")
+}
+
+// Sysctls that bound a listening socket's queues in the pod's network namespace: a new namespace
+// starts at net.core.somaxconn 4096 (Linux 5.4 and later), whatever the node says.
+var backlogSysctlNames = []string{"net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog"}
+
+// newNetnsSomaxconn is net.core.somaxconn in a new network namespace (Linux 5.4 and later).
+const newNetnsSomaxconn = 4096
+
+// backlogSysctls returns the pod sysctls to add so that the listen backlog is not capped below
+// backlog (when asked is true), and what a person should know: the pod's own lower values, or,
+// when not asked, the cap and its fix. A pod that sets them itself keeps its values.
+func backlogSysctls(spec *corev1.PodSpec, backlog int32, asked *bool) ([]corev1.Sysctl, []string) {
+	own := map[string]string{}
+	if spec.SecurityContext != nil {
+		for _, sy := range spec.SecurityContext.Sysctls {
+			own[sy.Name] = sy.Value
+		}
+	}
+	want := strconv.Itoa(int(backlog))
+	var add []corev1.Sysctl
+	var warnings, missing []string
+	for _, name := range backlogSysctlNames {
+		v, set := own[name]
+		if set {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n < int(backlog) {
+				warnings = append(warnings, fmt.Sprintf("the pod sets %s=%s, below listener.backlog %d: the listen queue is capped at it", name, v, backlog))
+			}
+			continue
+		}
+		if asked != nil && *asked {
+			add = append(add, corev1.Sysctl{Name: name, Value: want})
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	if asked == nil && slices.Contains(missing, backlogSysctlNames[0]) && backlog > newNetnsSomaxconn {
+		warnings = append(warnings, fmt.Sprintf("listen backlog capped at %d: a pod's own network namespace starts with net.core.somaxconn=%d, "+
+			"below listener.backlog %d (%d pending connections: about that many consumers reconnecting at once). "+
+			"Annotate %s: \"true\" to set %s to %d in the pod (unsafe sysctls: the kubelet must allow them, "+
+			"--allowed-unsafe-sysctls=%s, or it refuses the pod with SysctlForbidden), or \"false\" to keep the cap without this warning",
+			newNetnsSomaxconn, newNetnsSomaxconn, backlog, newNetnsSomaxconn, AnnotationBacklogSysctls, strings.Join(missing, " and "), backlog,
+			strings.Join(backlogSysctlNames, ",")))
+	}
+	return add, warnings
 }
 
 // loopbackHost reports whether host:port names this pod itself (127.0.0.0/8, ::1 or localhost).
@@ -229,14 +323,6 @@ func loopbackHost(hostport string) bool {
 func isOurs(c corev1.Container) bool    { return c.Name == ContainerName }
 func isOurInit(c corev1.Container) bool { return c.Name == InitContainerName }
 
-func joinPorts(ports []uint16) string {
-	s := make([]string, len(ports))
-	for i, p := range ports {
-		s[i] = strconv.Itoa(int(p))
-	}
-	return strings.Join(s, ",")
-}
-
 // initContainer runs `sidecar iptables`, which programs nftables over netlink: it needs root and
 // CAP_NET_ADMIN in the pod's network namespace and nothing else (no NET_RAW, no programs, no writable
 // file system); every other capability is dropped.
@@ -245,7 +331,7 @@ func initContainer(c Config) corev1.Container {
 		Name:  InitContainerName,
 		Image: c.InitImage,
 		Args: []string{"iptables",
-			"--inbound-ports", joinPorts(c.InboundPorts),
+			"--inbound-ports", transparent.FormatPorts(c.InboundPorts),
 			"--proxy-port", strconv.Itoa(int(c.ProxyPort))},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: mustQ("10m"), corev1.ResourceMemory: mustQ("16Mi")},
@@ -273,7 +359,7 @@ func initContainer(c Config) corev1.Container {
 func sidecarContainer(c Config, probes string) corev1.Container {
 	args := []string{"run", "--transparent",
 		"--listen", listenAddr(c.ProxyPort),
-		"--inbound-ports", joinPorts(c.InboundPorts),
+		"--inbound-ports", transparent.FormatPorts(c.InboundPorts),
 		// ":port" rather than "[::]:port": Go listens dual stack where the node has IPv6 and falls back
 		// to IPv4 where it has not; the kubelet probes the pod's primary address, of either family.
 		"--metrics", ":" + strconv.Itoa(int(c.MetricsPort)),
@@ -283,6 +369,9 @@ func sidecarContainer(c Config, probes string) corev1.Container {
 	}
 	if c.LogLevel != "" {
 		args = append(args, "--log-level", c.LogLevel)
+	}
+	for _, a := range c.Settings {
+		args = append(args, "--set", a.Path+"="+a.Value)
 	}
 	var env []corev1.EnvVar
 	mounts := []corev1.VolumeMount{{Name: UpgradeVolume, MountPath: UpgradeDir}}

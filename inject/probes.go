@@ -141,12 +141,25 @@ func uninject(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 		}
 	}
 	var set appprobe.Set
+	var sysctls []string
 	for _, e := range sidecar.Env {
-		if e.Name == envAppProbes {
+		switch e.Name {
+		case envAppProbes:
 			var err error
 			if set, err = appprobe.Parse(e.Value); err != nil {
 				return err
 			}
+		case envAddedSysctls:
+			sysctls = strings.Split(e.Value, ",")
+		}
+	}
+	if sc := spec.SecurityContext; sc != nil && len(sysctls) > 0 {
+		sc.Sysctls = slices.DeleteFunc(sc.Sysctls, func(sy corev1.Sysctl) bool { return slices.Contains(sysctls, sy.Name) })
+		if len(sc.Sysctls) == 0 {
+			sc.Sysctls = nil
+		}
+		if sameJSON(sc, &corev1.PodSecurityContext{}) {
+			spec.SecurityContext = nil
 		}
 	}
 	spec.Containers = slices.DeleteFunc(spec.Containers, isOurs)
@@ -188,9 +201,14 @@ func uninject(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 	}
 
 	delete(meta.Annotations, AnnotationInjected)
+	// Injection writes all three scrape annotations or none (the application's own stay).
 	ours := map[string]string{annScrape: "true", annPort: fmt.Sprint(metricsPort), annPath: "/metrics"}
+	mine := true
 	for k, v := range ours {
-		if meta.Annotations[k] == v {
+		mine = mine && meta.Annotations[k] == v
+	}
+	for k := range ours {
+		if mine {
 			delete(meta.Annotations, k)
 		}
 	}

@@ -13,7 +13,28 @@ var (
 	ErrBadMagic      = errors.New("bad magic")
 	ErrFrameTooLarge = errors.New("frame too large")
 	ErrBadLength     = errors.New("bad length")
+	// ErrShortHeader: a header shorter than HeaderLen whose bytes may still start a frame.
+	ErrShortHeader = errors.New("short header")
 )
+
+// ForeignError is ParseHeader's error for bytes that are not the codec's protocol (errors.Is
+// matches ErrBadMagic): one line for the log saying what the bytes look like (an HTTP/2 preface, a
+// telnet command), and what to write to the peer before closing it when these were the first bytes
+// it sent (nil: nothing it could read).
+type ForeignError struct {
+	Msg   string
+	Reply []byte
+}
+
+func (e *ForeignError) Error() string        { return e.Msg }
+func (e *ForeignError) Is(target error) bool { return target == ErrBadMagic }
+
+// codecError puts a codec's own error under one of the sentinels above with the codec's message
+// alone, on one line (errors.Join printed "frame too large\ndubbo: frame exceeds limit").
+type codecError struct{ kind, err error }
+
+func (e codecError) Error() string   { return e.err.Error() }
+func (e codecError) Unwrap() []error { return []error{e.kind, e.err} }
 
 // FrameKind is what the proxy needs to know about a frame to route it.
 type FrameKind uint8
@@ -72,7 +93,9 @@ type Codec interface {
 	// ParseHeader decodes a header. On error it wraps ErrBadMagic, ErrFrameTooLarge or
 	// ErrBadLength; except for ErrBadMagic the returned Frame still carries Kind, ID and
 	// Serial so the proxy can answer the frame, and with ErrFrameTooLarge also Len, the
-	// declared length, so the proxy can skip the frame and keep the stream.
+	// declared length, so the proxy can skip the frame and keep the stream. Given fewer
+	// than HeaderLen bytes (a header still arriving) it returns ErrShortHeader, or an error
+	// wrapping ErrBadMagic as soon as those bytes cannot start a frame.
 	ParseHeader(hdr []byte, maxFrame int) (Frame, error)
 	SetID(frame []byte, id int64)
 	AppendHeartbeatReply(dst []byte, req Frame) []byte
@@ -106,15 +129,21 @@ func (Dubbo) HeaderLen() int { return dubbo.HeaderLen }
 
 // ParseHeader implements Codec.
 func (Dubbo) ParseHeader(hdr []byte, maxFrame int) (Frame, error) {
+	if len(hdr) < dubbo.HeaderLen {
+		if _, _, err := dubbo.Split(hdr, maxFrame); err != nil {
+			return Frame{}, foreign(hdr)
+		}
+		return Frame{}, ErrShortHeader
+	}
 	h, err := dubbo.ParseHeader(hdr, maxFrame)
 	if err != nil {
 		switch {
-		case errors.Is(err, dubbo.ErrBadMagic), errors.Is(err, dubbo.ErrShortHeader):
-			return Frame{}, errors.Join(ErrBadMagic, err)
+		case errors.Is(err, dubbo.ErrBadMagic):
+			return Frame{}, foreign(hdr)
 		case errors.Is(err, dubbo.ErrTooLarge):
-			err = errors.Join(ErrFrameTooLarge, err)
+			err = codecError{ErrFrameTooLarge, err}
 		default:
-			err = errors.Join(ErrBadLength, err)
+			err = codecError{ErrBadLength, err}
 		}
 		// ParseHeader decoded the whole header for these errors: keep what the proxy needs
 		// to answer the frame (id, serial) and, for an oversize one, to skip it (kind, length).
@@ -125,6 +154,12 @@ func (Dubbo) ParseHeader(hdr []byte, maxFrame int) (Frame, error) {
 		return f, err
 	}
 	return Frame{Kind: kindOf(h.Kind()), ID: h.ID, Len: h.FrameLen(), Serial: h.Serial(), Status: h.Status}, nil
+}
+
+// foreign describes bytes that cannot start a Dubbo frame (issue 24: an HTTP/2 client was closed
+// with "bad magic\ndubbo: bad magic", a telnet "ls" waited 30 s for a header).
+func foreign(b []byte) error {
+	return &ForeignError{Msg: dubbo.DescribeForeign(b), Reply: dubbo.ForeignReply(b)}
 }
 
 func kindOf(k dubbo.Kind) FrameKind {

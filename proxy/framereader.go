@@ -99,6 +99,12 @@ func (fr *frameReader) next(r byteSource, c Codec, maxFrame int, skipOversize bo
 			p, _ := r.Next(n)
 			fr.hlen += copy(fr.hdr[fr.hlen:hl], p)
 			if fr.hlen < hl {
+				// Not a frame at all (a telnet "ls\r\n"): refuse it now, not at frame_read_timeout.
+				if f, err := c.ParseHeader(fr.hdr[:fr.hlen], maxFrame); errors.Is(err, ErrBadMagic) {
+					fr.hlen = 0
+					fr.since.Store(0)
+					return fr.refuse(f, err, hl, skipOversize)
+				}
 				return Frame{}, nil, readMore, nil
 			}
 			fr.hlen = 0

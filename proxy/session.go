@@ -152,8 +152,12 @@ func (s *session) badInput(f Frame, err error) {
 	case errors.Is(err, ErrFrameTooLarge):
 		reason = closeOversize
 	}
-	if reason != closeBadMagic {
+	var fe *ForeignError
+	switch {
+	case reason != closeBadMagic:
 		s.replyError(f, callRef{}, s.srv.now(), FailBadRequest, "stormgate: malformed frame: "+reason.String(), replyBadRequest)
+	case errors.As(err, &fe) && fe.Reply != nil && s.counts.requests.Load() == 0 && s.counts.heartbeats.Load() == 0:
+		s.write(fe.Reply) // the first bytes it sent: a person at a terminal, an HTTP client
 	}
 	s.srv.log.Warn("closing consumer after malformed input",
 		zap.Stringer("peer", s.remote), zap.Stringer("reason", reason), zap.Error(err))

@@ -297,3 +297,12 @@ func ParsePorts(list string) ([]uint16, error) {
 	}
 	return ports, nil
 }
+
+// FormatPorts writes ports the way ParsePorts reads them: "20880,20881".
+func FormatPorts(ports []uint16) string {
+	s := make([]string, len(ports))
+	for i, p := range ports {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ",")
+}

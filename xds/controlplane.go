@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -241,6 +242,9 @@ func (cp *ControlPlane) reload(ctx context.Context) {
 		var ps Problems
 		if errors.As(err, &ps) {
 			for _, p := range ps {
+				if p.File == "" { // --config is a file: problems of a directory name their file
+					p.File = filepath.Base(cp.cfg.Config)
+				}
 				cp.log.Error("config invalid, not published; still serving the previous config",
 					zap.String("config", cp.cfg.Config), zap.String("file", p.File), zap.Int("line", p.Line),
 					zap.String("field", p.Field), zap.String("problem", p.Error()))

@@ -235,7 +235,7 @@ func parseControlPlane(root *yaml.Node) (*ControlPlaneFile, error) {
 			entries = append(entries, f.parseSelectors(v, &ps)...)
 		default:
 			msg := "unknown field; a control-plane file has default:, namespaces:, selectors: and nodes:"
-			if s := closestWord(k.Value, controlPlaneKeys); s != "" {
+			if s := Suggest(k.Value, controlPlaneKeys); s != "" {
 				msg += "; did you mean " + s + "?"
 			}
 			ps = append(ps, Problem{Field: k.Value, Message: msg, Line: k.Line})
@@ -314,7 +314,7 @@ func (f *ControlPlaneFile) parseSelectors(v *yaml.Node, ps *Problems) []entry {
 			switch {
 			case slot == nil:
 				msg := "unknown field; a selector has name, match and settings"
-				if s := closestWord(k.Value, []string{"name", "match", "settings"}); s != "" {
+				if s := Suggest(k.Value, []string{"name", "match", "settings"}); s != "" {
 					msg += "; did you mean " + s + "?"
 				}
 				*ps = append(*ps, Problem{Field: field + "." + k.Value, Message: msg, Line: k.Line})
@@ -416,7 +416,7 @@ func parseMatch(n *yaml.Node, key string, line int, ps *Problems) (Match, bool) 
 			}
 		default:
 			msg := "unknown field; match has namespace, cluster, port and labels"
-			if s := closestWord(k.Value, []string{"namespace", "cluster", "port", "labels"}); s != "" {
+			if s := Suggest(k.Value, []string{"namespace", "cluster", "port", "labels"}); s != "" {
 				msg += "; did you mean " + s + "?"
 			}
 			bad(k, msg)
@@ -485,15 +485,4 @@ func fixedFieldProblems(e entry) Problems {
 				", so every sidecar would NACK the push; set it in each sidecar's own settings file or flags"})
 	}
 	return ps
-}
-
-// closestWord suggests the word nearest to a misspelt one, or "".
-func closestWord(w string, words []string) string {
-	best, bestD := "", min(3, max(1, len(w)/3))+1
-	for _, c := range words {
-		if d := editDistance(w, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
 }

@@ -286,7 +286,9 @@ func TestControlPlaneConfigValidGauge(t *testing.T) {
 		t.Errorf("invalid load: loads %v, published timestamp moved", cp.metric("stormgate_control_plane_loads_total", "result", "invalid"))
 	}
 	e := cp.logs.FilterMessage("config invalid, not published; still serving the previous config").All()
-	if len(e) != 1 || e[0].ContextMap()["field"] != "nodes.a.listener.address" || e[0].ContextMap()["line"] != int64(4) {
+	// Issue 24: "file" named nothing ("") when --config is one file.
+	if len(e) != 1 || e[0].ContextMap()["field"] != "nodes.a.listener.address" || e[0].ContextMap()["line"] != int64(4) ||
+		e[0].ContextMap()["file"] != "cp.yaml" {
 		t.Errorf("invalid config log: %v", e)
 	}
 	time.Sleep(10 * time.Millisecond) // the published timestamp has µs resolution

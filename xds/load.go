@@ -280,7 +280,7 @@ func (d *decoder) message(n *yaml.Node, m protoreflect.Message, path string) {
 		}
 		if fd == nil {
 			msg := "unknown field"
-			if s := closest(name, fields); s != "" {
+			if s := Suggest(name, fieldNames(fields)); s != "" {
 				msg += "; did you mean " + s + "?"
 			}
 			d.problem(k, join(path, name), msg)
@@ -353,6 +353,16 @@ func (d *decoder) scalar(n *yaml.Node, fd protoreflect.FieldDescriptor, path str
 		}
 		return protoreflect.ValueOfBool(b), true
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		if IsByteSize(fd) {
+			i, ok := yamlBytes(n)
+			switch {
+			case !ok:
+				return bad(byteSizeWant)
+			case i > math.MaxInt32:
+				return bad("at most 2147483647 bytes (2GiB - 1)")
+			}
+			return protoreflect.ValueOfInt32(int32(i)), true
+		}
 		i, ok := yamlInt(n)
 		if !ok || i < math.MinInt32 || i > math.MaxInt32 {
 			return bad("a 32-bit integer")
@@ -360,6 +370,9 @@ func (d *decoder) scalar(n *yaml.Node, fd protoreflect.FieldDescriptor, path str
 		return protoreflect.ValueOfInt32(int32(i)), true
 	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
 		i, ok := yamlInt(n)
+		if IsByteSize(fd) {
+			i, ok = yamlBytes(n)
+		}
 		if !ok {
 			return bad("an integer")
 		}
@@ -389,15 +402,24 @@ func (d *decoder) scalar(n *yaml.Node, fd protoreflect.FieldDescriptor, path str
 		if n.Tag != "!!str" {
 			return bad("a string (quote it)")
 		}
-		return protoreflect.ValueOfString(n.Value), true
-	case protoreflect.EnumKind:
-		names := enumNames(fd.Enum())
-		if n.Tag == "!!str" {
-			if ev := fd.Enum().Values().ByName(protoreflect.Name(n.Value)); ev != nil && slices.Contains(names, n.Value) {
-				return protoreflect.ValueOfEnum(ev.Number()), true
+		// A field with a fixed set of values takes them in any case, as enums do.
+		for _, c := range stringChoices[path] {
+			if strings.EqualFold(c, n.Value) {
+				return protoreflect.ValueOfString(c), true
 			}
 		}
-		return bad("one of " + strings.Join(names, ", "))
+		return protoreflect.ValueOfString(n.Value), true
+	case protoreflect.EnumKind:
+		// Any case: "hold" is HOLD. The unspecified zero value is never a choice.
+		names := enumNames(fd.Enum())
+		if n.Tag == "!!str" {
+			for i := 0; i < fd.Enum().Values().Len(); i++ {
+				if ev := fd.Enum().Values().Get(i); ev.Number() != 0 && strings.EqualFold(string(ev.Name()), n.Value) {
+					return protoreflect.ValueOfEnum(ev.Number()), true
+				}
+			}
+		}
+		return bad("one of " + strings.Join(names, ", ") + " (any case)")
 	case protoreflect.MessageKind:
 		if fd.Message().FullName() == "google.protobuf.Duration" {
 			dd, ok := yamlDuration(n)
@@ -417,6 +439,61 @@ func yamlInt(n *yaml.Node) (int64, bool) {
 		return 0, false
 	}
 	return i, true
+}
+
+// byteSizeWant is what a byte-size field takes, for error messages and the docs.
+const byteSizeWant = "a byte size: a number of bytes, or with a unit: 512KiB, 64MiB, 1GiB (also Ki, Mi, Gi; KB, MB, GB are powers of 1000)"
+
+// IsByteSize reports whether a field counts bytes: by the schema's naming rule, an integer
+// field whose name has the word "bytes" (max_bytes, max_queued_bytes_per_connection). Such
+// fields take units ("64MiB") in files, --set and annotations; /config_dump and xDS carry plain
+// numbers.
+func IsByteSize(fd protoreflect.FieldDescriptor) bool {
+	switch fd.Kind() {
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
+		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return slices.Contains(strings.Split(string(fd.Name()), "_"), "bytes")
+	}
+	return false
+}
+
+// byteUnits are the multipliers ParseByteSize knows, by lower-case suffix.
+var byteUnits = map[string]int64{
+	"": 1, "b": 1,
+	"k": 1 << 10, "ki": 1 << 10, "kib": 1 << 10, "kb": 1000,
+	"m": 1 << 20, "mi": 1 << 20, "mib": 1 << 20, "mb": 1000 * 1000,
+	"g": 1 << 30, "gi": 1 << 30, "gib": 1 << 30, "gb": 1000 * 1000 * 1000,
+}
+
+// ParseByteSize reads a byte count: digits with an optional unit, "8388608", "64MiB", "64Mi",
+// "512 KiB", "1GB". Binary units (KiB, Ki, K) are powers of 1024, decimal ones (KB) of 1000, as
+// Kubernetes quantities. It refuses fractions, negative sizes and counts past 2^62.
+func ParseByteSize(s string) (int64, bool) {
+	s = strings.TrimSpace(s)
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 || i > 18 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	mult, ok := byteUnits[strings.ToLower(strings.TrimSpace(s[i:]))]
+	if err != nil || !ok || n > (1<<62)/mult {
+		return 0, false
+	}
+	return n * mult, true
+}
+
+// yamlBytes accepts an integer or a string ParseByteSize reads.
+func yamlBytes(n *yaml.Node) (int64, bool) {
+	if i, ok := yamlInt(n); ok {
+		return i, true
+	}
+	if n.Tag != "!!str" {
+		return 0, false
+	}
+	return ParseByteSize(n.Value)
 }
 
 // yamlDuration accepts Go durations ("3s", "0.05s", "500ms", "1m30s") and a
@@ -453,19 +530,6 @@ func kindName(fd protoreflect.FieldDescriptor) string {
 		return "a mapping"
 	}
 	return "a " + fd.Kind().String()
-}
-
-// closest suggests the field name nearest to a misspelt one, or "".
-func closest(name string, fields protoreflect.FieldDescriptors) string {
-	// Suggest only names within a few edits, fewer for short names.
-	best, bestD := "", min(3, max(1, len(name)/3))+1
-	for i := 0; i < fields.Len(); i++ {
-		c := string(fields.Get(i).Name())
-		if dd := editDistance(name, c); dd < bestD {
-			best, bestD = c, dd
-		}
-	}
-	return best
 }
 
 func editDistance(a, b string) int {

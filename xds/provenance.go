@@ -17,8 +17,10 @@ type Layer struct {
 // field. Treat it as immutable.
 type Layered struct {
 	Settings *sg.Settings
-	// Source is the most specific layer that set any field: what /config_dump
-	// shows as "source" at start.
+	// Source is what /config_dump shows as "source" at start (and after a
+	// SIGHUP reload, which reads the same layers): SourceFile when there is a
+	// settings file, whatever flags override in it (Sources says which field
+	// came from where), else the most specific layer that set any field.
 	Source string
 	// Sources maps every leaf field path ("hold.timeout") to the source of
 	// its value.
@@ -47,8 +49,11 @@ func MergeLayers(file string, layers ...Layer) Layered {
 				set = true
 			}
 		}
-		if set {
+		if set && (l.Source != SourceFile || file == "") {
 			l.Source = ly.Source
+		}
+		if ly.Source == SourceFile && file != "" {
+			l.Source = SourceFile // even an empty file: the settings are the file's
 		}
 	}
 	return l

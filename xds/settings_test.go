@@ -191,8 +191,14 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"listener: {inbound_ports: 20880}\n", `listener.inbound_ports: must be a list`},
 		{"listener: {inbound_ports: [a]}\n", `listener.inbound_ports[0]: "a" is not a 32-bit integer`},
 		{"listener: {address: 80}\n", `listener.address: "80" is not a string (quote it)`},
-		{"drain: {readonly_policy: hold}\n", `drain.readonly_policy: "hold" is not one of HOLD, PROPAGATE`},
+		{"drain: {readonly_policy: holdx}\n", `drain.readonly_policy: "holdx" is not one of HOLD, PROPAGATE (any case)`},
 		{"drain: {readonly_policy: READONLY_POLICY_UNSPECIFIED}\n", `is not one of HOLD, PROPAGATE`},
+		{"drain: {readonly_policy: readonly_policy_unspecified}\n", `is not one of HOLD, PROPAGATE`},
+		{"hold: {max_bytes: 64 MiBs}\n", `hold.max_bytes: "64 MiBs" is not a byte size: a number of bytes, or with a unit: 512KiB, 64MiB, 1GiB`},
+		{"hold: {max_bytes: 1.5MiB}\n", `hold.max_bytes: "1.5MiB" is not a byte size`},
+		{"hold: {max_bytes: -1MiB}\n", `hold.max_bytes: "-1MiB" is not a byte size`},
+		{"hold: {max_bytes: 2GiB}\n", `hold.max_bytes: "2GiB" is not at most 2147483647 bytes (2GiB - 1)`},
+		{"hold: {max_requests: 10k}\n", `hold.max_requests: "10k" is not a 32-bit integer`},
 		{"log: info\n", "log: must be a mapping of Log fields"},
 		{"log: {level: info, level: debug}\n", "log.level: set twice"},
 		{"listener: [1]\n", "listener: must be a mapping"},
@@ -203,6 +209,40 @@ func TestParseYAMLErrors(t *testing.T) {
 		_, err := ParseYAML([]byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: got %v, want %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+// Issue 24: enums and fixed string choices in any case, byte sizes with units ("64MiB"), in the
+// file as in --set and annotations (the same decoder).
+func TestParseYAMLCaseAndUnits(t *testing.T) {
+	s, err := ParseYAML([]byte(`
+drain: {readonly_policy: propagate}
+log: {level: WARN, format: Console}
+hold: {max_bytes: 64MiB}
+limits: {max_frame_bytes: 8 Mi, max_queued_bytes_per_connection: 512KiB, max_buffered_bytes: 1GB}
+upstream: {max_queued_bytes: 8388608}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.GetDrain().GetReadonlyPolicy() != sg.ReadonlyPolicy_PROPAGATE || s.GetLog().GetLevel() != "warn" || s.GetLog().GetFormat() != "console" ||
+		s.GetHold().GetMaxBytes() != 64<<20 || s.GetLimits().GetMaxFrameBytes() != 8<<20 ||
+		s.GetLimits().GetMaxQueuedBytesPerConnection() != 512<<10 || s.GetLimits().GetMaxBufferedBytes() != 1e9 ||
+		s.GetUpstream().GetMaxQueuedBytes() != 8<<20 {
+		t.Fatalf("decoded %v", s)
+	}
+	if err := Validate(WithDefaults(s)); err != nil {
+		t.Fatal(err)
+	}
+	for in, want := range map[string]int64{"0": 0, "1b": 1, "2K": 2048, "3kib": 3072, "4KB": 4000, "5 MB": 5e6, "1Gi": 1 << 30, "7GB": 7e9} {
+		if n, ok := ParseByteSize(in); !ok || n != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, n, ok, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "1.5K", "-1", "1 TiB", "0x10", "99999999999999999999", "1e3"} {
+		if n, ok := ParseByteSize(in); ok {
+			t.Errorf("ParseByteSize(%q) = %d, want refused", in, n)
 		}
 	}
 }

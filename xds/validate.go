@@ -125,6 +125,9 @@ func Fields() []FieldInfo {
 	out := make([]FieldInfo, 0, len(fieldRules))
 	for _, r := range fieldRules {
 		fi := FieldInfo{Path: r.path, Help: r.help, Allowed: r.allowed, Live: !fixedFields[r.path]}
+		if IsByteSize(fieldDesc(r.path)) {
+			fi.Allowed += " bytes; units: 512KiB, 64MiB, 1GiB"
+		}
 		if v, ok := lookup(d, r.path); ok {
 			fi.Default = formatValue(fieldDesc(r.path), v)
 		}
@@ -166,6 +169,9 @@ func fieldDesc(path string) protoreflect.FieldDescriptor {
 	md := (&sg.Settings{}).ProtoReflect().Descriptor()
 	var fd protoreflect.FieldDescriptor
 	for _, name := range strings.Split(path, ".") {
+		if md == nil {
+			return nil // a path through a leaf
+		}
 		fd = md.Fields().ByName(protoreflect.Name(name))
 		if fd == nil {
 			return nil
@@ -355,14 +361,21 @@ var fieldRules = []rule{
 	{"drain.readonly_policy", "On a provider READONLY event: HOLD requests for the provider's return, or PROPAGATE READONLY to consumers.", "HOLD or PROPAGATE", enumIn("HOLD", "PROPAGATE")},
 	{"drain.timeout", "Longest a drain waits for in-flight requests.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
 	{"drain.min_duration", "On SIGTERM or POST /drain: how long /readyz answers 503 and READONLY is out while the listener still accepts and requests are still served, before accepting stops and in-flight requests get drain.timeout to finish (Istio's terminationDrainDuration). A second SIGTERM skips the rest of it.", "between 0s and 10m", durIn(0, 10*time.Minute, false)},
-	{"log.level", "Log level.", "debug, info, warn or error", oneOf("debug", "info", "warn", "error")},
-	{"log.format", "Log encoding.", "json or console", oneOf("json", "console")},
+	{"log.level", "Log level.", "debug, info, warn or error", oneOf(stringChoices["log.level"]...)},
+	{"log.format", "Log encoding.", "json or console", oneOf(stringChoices["log.format"]...)},
 	{"metrics.max_methods", "Most distinct service/method pairs the per-method metrics keep (about 20 series each); calls of further pairs are counted under service and method \"other\" (stormgate_method_labels_overflow_total); 0 turns per-method metrics off and requests are not decoded.", "between 0 and 10000", intIn(0, 10000)},
 	{"access_log.enabled", "Write the access log: one structured line per selected call, logger \"access\", whatever log.level says.", "true or false", anyBool},
 	{"access_log.failed", "Log every failed call: a status other than OK, a business exception, or an answer from Stormgate itself.", "true or false", anyBool},
 	{"access_log.slow_threshold", "Log every call that took at least this long; 0 turns it off.", "0 (off) or between 1ms and 1h", durIn(time.Millisecond, time.Hour, true)},
 	{"access_log.sample_rate", "Fraction of the other calls logged, at random.", "between 0 and 1", floatIn(0, 1)},
 	{"access_log.max_per_second", "Most access log lines per second (token bucket, burst the same); lines over it are counted in stormgate_access_log_dropped_total, not written.", "between 1 and 1000000", intIn(1, 1e6)},
+}
+
+// stringChoices are the string fields with a fixed set of values: files, flags and annotations
+// take them in any case and store them as written here (as enums take "hold" for HOLD).
+var stringChoices = map[string][]string{
+	"log.level":  {"debug", "info", "warn", "error"},
+	"log.format": {"json", "console"},
 }
 
 // crossRules check relations between fields.

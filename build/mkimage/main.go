@@ -9,23 +9,25 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stormgate/stormgate/build/image"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("mkimage", flag.ContinueOnError)
 	binary := fs.String("binary", "bin/sidecar", "static sidecar binary (make build)")
 	version := fs.String("version", "", "version stamped in the image's labels and tag (required)")
@@ -85,13 +87,13 @@ func run(args []string) error {
 		return err
 	}
 	st, _ := os.Stat(*out)
-	fmt.Printf("wrote %s: %s (%s/%s, %.1f MiB), manifest %s, image id %s\n", *out, *name, "linux", arch,
+	fmt.Fprintf(stdout, "wrote %s: %s (%s/%s, %.1f MiB), manifest %s, image id %s\n", *out, *name, "linux", arch,
 		float64(st.Size())/(1<<20), res.Manifest.Digest, res.ConfigID)
 	if !*load {
 		return nil
 	}
 	if _, err := exec.LookPath("podman"); err != nil {
-		fmt.Println("podman not installed: not loaded (load it elsewhere with: podman load -i " + *out + ")")
+		fmt.Fprintln(stdout, "podman not installed: not loaded (load it elsewhere with: podman load -i "+*out+")")
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -100,6 +102,46 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("loaded into podman: %s (podman run --rm %s version)\n", loaded, loaded)
+	fmt.Fprintln(stdout, "loaded into podman: "+loaded)
+	cmdline, err := smoke(ctx, loaded, stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "it runs: "+cmdline)
 	return nil
+}
+
+// lowUlimits are limits within any host's hard limits: enough for `version`, `validate`, `iptables`.
+var lowUlimits = []string{"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"}
+
+// smoke runs `IMAGE version` in podman and returns the command line that worked. Where podman's
+// default ulimits (nofile 1048576, nproc 4194304) are above the host's hard limits and podman
+// cannot raise them (no CAP_SYS_RESOURCE: containers, some CI sandboxes), every container fails
+// with "error setting rlimit"; the command is then tried with low limits, and the fix printed.
+func smoke(ctx context.Context, ref string, stdout io.Writer) (string, error) {
+	try := func(extra ...string) (string, error) {
+		args := append(append([]string{"run", "--rm", "--network", "none"}, extra...), ref, "version")
+		out, err := exec.CommandContext(ctx, "podman", args...).CombinedOutput()
+		line := "podman " + strings.Join(args, " ")
+		if err != nil {
+			return line, fmt.Errorf("%s: %v: %s", line, err, strings.TrimSpace(string(out)))
+		}
+		return line, nil
+	}
+	line, err := try()
+	if err == nil {
+		return line, nil
+	}
+	if !strings.Contains(err.Error(), "rlimit") {
+		return "", err
+	}
+	line, err2 := try(lowUlimits...)
+	if err2 != nil {
+		return "", fmt.Errorf("%w; with low ulimits too: %v", err, err2)
+	}
+	fmt.Fprintln(stdout, "note: podman's default ulimits are above this host's hard limits, and it cannot raise them: "+
+		"every container needs --ulimit flags, or set them once in /etc/containers/containers.conf:\n"+
+		"  [containers]\n  default_ulimits = [\"nofile=20000:20000\", \"nproc=1024:1024\"]   # within `ulimit -Hn` and `ulimit -Hu`\n"+
+		"(docs/kubernetes.md, \"Images\")")
+	return line, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stormgate/stormgate/inject"
 	"github.com/stormgate/stormgate/transparent"
+	"github.com/stormgate/stormgate/xds"
 )
 
 func newInjectCmd() *cobra.Command {
@@ -34,8 +35,9 @@ are fine) and prints them with Stormgate added to each pod:
                   capabilities, liveness /healthz and readiness /readyz on the metrics port
   probes          the application's tcpSocket/httpGet probes on redirected ports now go through
                   Stormgate's /app-health/..., which runs them against the provider itself
-  annotations     prometheus.io/scrape, prometheus.io/port, prometheus.io/path,
-                  stormgate.io/injected: <version>
+  annotations     stormgate.io/injected: <version>; prometheus.io/scrape, prometheus.io/port,
+                  prometheus.io/path for Stormgate's metrics unless the pod has its own (kept:
+                  Stormgate's are on the port named sg-metrics)
 
 Both containers run one image: by default stormgate/sidecar:<this binary's version>.
 
@@ -43,10 +45,18 @@ Other documents are printed unchanged. Injecting an injected manifest changes no
 version and settings are the same; with a newer sidecar binary (or changed annotations or flags)
 Stormgate's part is rebuilt, so the kubectl pipe below also upgrades.
 Flags set the defaults; stormgate.io/* annotations on a pod template (or its workload) override
-them per workload: inbound-ports, proxy-port, metrics-port, upstream-conns, xds-address,
-xds-ca-secret, xds-cert-secret, log-level, image, init-image, cpu-request, memory-request,
-cpu-limit, memory-limit, native-sidecar, and inject: "false" to opt out. Values get the same
-range checks as the sidecar's settings. See docs/kubernetes.md.
+them per workload: inbound-ports (numbers or container port names), proxy-port, metrics-port,
+upstream-conns, xds-address, xds-ca-secret, xds-cert-secret, log-level, image, init-image,
+cpu-request, memory-request, cpu-limit, memory-limit, native-sidecar, backlog-sysctls, and
+inject: "false" to opt out; and any setting by its path, stormgate.io/<section>-<field>
+(stormgate.io/hold-timeout: 10s, stormgate.io/limits-max-frame-bytes: 16MiB; the sidecar gets
+--set). Values are read and range-checked by the sidecar's own settings decoder; an unknown
+stormgate.io/ annotation is an error ("did you mean"). See docs/kubernetes.md.
+
+The listen backlog: a pod's network namespace has net.core.somaxconn 4096. --backlog-sysctls
+(annotation backlog-sysctls: "true") sets it and net.ipv4.tcp_max_syn_backlog to
+listener.backlog (the kubelet must allow these unsafe sysctls); unless that or "false" is said,
+inject warns.
 
 Control plane traffic is plaintext unless --xds-ca-secret (TLS) and --xds-cert-secret (mTLS)
 name the Secrets to mount; inject warns when a control plane off the pod is reached in plaintext.
@@ -117,6 +127,9 @@ func readManifest(stdin io.Reader, file string) ([]byte, error) {
 type injectFlags struct {
 	cfg     inject.Config
 	inbound string
+	set     []string
+	backlog bool
+	flags   *pflag.FlagSet
 }
 
 func (fl *injectFlags) register(f *pflag.FlagSet) {
@@ -132,6 +145,9 @@ func (fl *injectFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&cfg.XDSCertSecret, "xds-cert-secret", "", "kubernetes.io/tls Secret with the sidecar's client certificate: mTLS (annotation "+inject.AnnotationXDSCertSecret+")")
 	f.StringVar(&cfg.LogLevel, "log-level", "", "sidecar log level; empty keeps the default (annotation "+inject.AnnotationLogLevel+")")
 	f.BoolVar(&cfg.NativeSidecar, "native-sidecar", false, "run Stormgate as a native sidecar (restartPolicy: Always init container, Kubernetes >= 1.29) (annotation "+inject.AnnotationNativeSidecar+")")
+	f.BoolVar(&fl.backlog, "backlog-sysctls", false, "set the pod's net.core.somaxconn and net.ipv4.tcp_max_syn_backlog to listener.backlog (unsafe sysctls: the kubelet must allow them); =false accepts a pod's 4096 without a warning (annotation "+inject.AnnotationBacklogSysctls+")")
+	f.StringArrayVar(&fl.set, "set", nil, "a setting of every injected sidecar, PATH=VALUE as sidecar run --set takes it: --set hold.timeout=10s (repeatable; annotation stormgate.io/<section>-<field>, e.g. stormgate.io/hold-timeout)")
+	fl.flags = f
 }
 
 // config returns the injection settings the flags describe, stamped with this binary's version.
@@ -143,6 +159,16 @@ func (fl *injectFlags) config() (inject.Config, error) {
 			return cfg, fmt.Errorf("--inbound-ports: %w", err)
 		}
 		cfg.InboundPorts = ports
+	}
+	for _, s := range fl.set {
+		a, ok := xds.ParseAssignment(s)
+		if !ok {
+			return cfg, fmt.Errorf("--set %q: want PATH=VALUE, e.g. hold.timeout=10s", s)
+		}
+		cfg.Settings = append(cfg.Settings, a)
+	}
+	if fl.flags != nil && fl.flags.Changed("backlog-sysctls") {
+		cfg.BacklogSysctls = &fl.backlog
 	}
 	cfg.Version = version
 	return cfg, nil

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -21,7 +22,6 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/stormgate/stormgate/admission"
 	"github.com/stormgate/stormgate/handover"
@@ -45,9 +45,11 @@ type runFlags struct {
 	xdsCA         string
 	xdsCert       string
 	xdsKey        string
+	xdsWait       time.Duration
 	node          xdsNodeFlags
 	transparent   bool
 	inboundPorts  string
+	set           []string
 	logLevel      string
 	logFormat     string
 	netpollBuffer int
@@ -56,8 +58,10 @@ type runFlags struct {
 	preflight     bool
 }
 
-func newRunCmd() *cobra.Command {
-	var f runFlags
+func newRunCmd() *cobra.Command { return runCmd(new(runFlags)) }
+
+// runCmd is `sidecar run` parsing its flags into f.
+func runCmd(f *runFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the sidecar in front of one Dubbo provider",
@@ -69,7 +73,8 @@ provider restarts, and paces connection storms.
 
 Settings come from, lowest to highest precedence: built-in defaults, --config FILE
 (YAML, the same schema as the xDS resource: see 'sidecar validate' and
-docs/configuration.md), these flags, and then live pushes from --xds.
+docs/configuration.md), these flags (--set PATH=VALUE reaches any setting), and then
+live pushes from --xds.
 
 Endpoints:
   --metrics  /metrics (Prometheus), /healthz (process alive), /readyz (taking traffic; with
@@ -96,9 +101,12 @@ started from) without closing a connection, as 'sidecar upgrade' does.`,
   sidecar run --config /etc/stormgate/stormgate.yaml --xds 127.0.0.1:18000 --node-id pod-a.default
 
   # Kubernetes sidecar: iptables (sidecar iptables) redirects inbound 20880 to 15006
-  sidecar run --transparent --listen 0.0.0.0:15006`,
+  sidecar run --transparent --listen 0.0.0.0:15006
+
+  # any setting by its path, as in the file (enums in any case, sizes with units)
+  sidecar run --upstream 127.0.0.1:20880 --set hold.timeout=10s --set limits.max_frame_bytes=16MiB`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runSidecar(cmd, f) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runSidecar(cmd, *f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "settings file (YAML, schema of docs/configuration.md)")
@@ -113,10 +121,12 @@ started from) without closing a connection, as 'sidecar upgrade' does.`,
 	fl.StringVar(&f.xdsCA, "xds-ca", "", "CA bundle to verify the control plane (enables TLS)")
 	fl.StringVar(&f.xdsCert, "xds-cert", "", "client certificate for mTLS to the control plane")
 	fl.StringVar(&f.xdsKey, "xds-key", "", "client key for mTLS to the control plane")
+	fl.DurationVar(&f.xdsWait, "xds-wait", time.Second, "with --xds: how long start-up waits for the control plane's first settings before dialling the provider with the startup ones (consumers wait in the accept queue meanwhile); 0: do not wait")
 	fl.BoolVar(&f.transparent, "transparent", false, "accept iptables-REDIRECTed connections; upstream is 127.0.0.1:<original port>")
 	fl.StringVar(&f.inboundPorts, "inbound-ports", "", "transparent mode: provider ports Stormgate may forward to, e.g. 20880,20881 (listener.inbound_ports)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (log.level)")
 	fl.StringVar(&f.logFormat, "log-format", "json", "json or console (log.format)")
+	fl.StringArrayVar(&f.set, "set", nil, "any setting by its path, written as in the settings file: --set hold.timeout=10s --set limits.max_frame_bytes=16MiB (repeatable; same layer as the flags above)")
 	fl.IntVar(&f.netpollBuffer, "netpoll-buffer", proxy.DefaultNetpollBuffer, "initial input buffer per connection in bytes (grows on demand)")
 	_ = fl.MarkHidden("netpoll-buffer")
 	fl.IntVar(&f.pollers, "pollers", 0, "event loops running the data plane (netpoll pollers); 0: one per core (GOMAXPROCS). Fewer cost less CPU with many idle consumers and carry fewer requests/s (docs/operations.md, Sizing)")
@@ -140,34 +150,9 @@ func buildSettings(cmd *cobra.Command, f runFlags) (xds.Layered, error) {
 		}
 		file, fromFile = sf, sf.Settings
 	}
-	ch := cmd.Flags().Changed
-	over := &sg.Settings{Listener: &sg.Listener{}, Upstream: &sg.Upstream{}, Log: &sg.Log{}}
-	if ch("listen") {
-		over.Listener.Address = proto.String(f.listen)
-	}
-	if ch("transparent") {
-		over.Listener.Transparent = proto.Bool(f.transparent)
-	}
-	if ch("inbound-ports") {
-		ports, err := transparent.ParsePorts(f.inboundPorts)
-		if err != nil {
-			return xds.Layered{}, fmt.Errorf("--inbound-ports: %w", err)
-		}
-		for _, p := range ports {
-			over.Listener.InboundPorts = append(over.Listener.InboundPorts, int32(p))
-		}
-	}
-	if ch("upstream") {
-		over.Upstream.Address = proto.String(f.upstream)
-	}
-	if ch("upstream-conns") {
-		over.Upstream.Connections = proto.Int32(int32(f.upstreamConns))
-	}
-	if ch("log-level") {
-		over.Log.Level = proto.String(f.logLevel)
-	}
-	if ch("log-format") {
-		over.Log.Format = proto.String(f.logFormat)
+	over, err := flagSettings(cmd, f)
+	if err != nil {
+		return xds.Layered{}, err
 	}
 	l := xds.MergeLayers(f.config, xds.Layer{Source: xds.SourceDefaults, Settings: xds.Defaults()},
 		xds.Layer{Source: xds.SourceFile, Settings: fromFile}, xds.Layer{Source: xds.SourceFlag, Settings: over})
@@ -178,6 +163,52 @@ func buildSettings(cmd *cobra.Command, f runFlags) (xds.Layered, error) {
 		return l, problemsError{"invalid settings", err}
 	}
 	return l, nil
+}
+
+// settingFlags are the flags of `run` that set one setting each.
+var settingFlags = []struct{ flag, path string }{
+	{"listen", "listener.address"},
+	{"transparent", "listener.transparent"},
+	{"inbound-ports", "listener.inbound_ports"},
+	{"upstream", "upstream.address"},
+	{"upstream-conns", "upstream.connections"},
+	{"log-level", "log.level"},
+	{"log-format", "log.format"},
+}
+
+// flagSettings returns the settings the given flags set: each flag and each --set PATH=VALUE is
+// decoded by the settings file's own decoder (xds.ParseAssignments), so flags take what the file
+// takes ("--log-level DEBUG", "--set limits.max_frame_bytes=16MiB"). A field given twice (by its
+// flag and by --set) is refused.
+func flagSettings(cmd *cobra.Command, f runFlags) (*sg.Settings, error) {
+	var as []xds.Assignment
+	for _, sf := range settingFlags {
+		fl := cmd.Flags().Lookup(sf.flag)
+		if !fl.Changed {
+			continue
+		}
+		v := fl.Value.String()
+		if sf.flag == "inbound-ports" {
+			ports, err := transparent.ParsePorts(v)
+			if err != nil {
+				return nil, fmt.Errorf("--inbound-ports: %w", err)
+			}
+			v = "[" + transparent.FormatPorts(ports) + "]"
+		}
+		as = append(as, xds.Assignment{Path: sf.path, Value: v})
+	}
+	for _, s := range f.set {
+		a, ok := xds.ParseAssignment(s)
+		if !ok {
+			return nil, fmt.Errorf("--set %q: want PATH=VALUE, e.g. hold.timeout=10s", s)
+		}
+		as = append(as, a)
+	}
+	over, err := xds.ParseAssignments(as)
+	if err != nil {
+		return nil, problemsError{"flags (a setting given by its own flag and by --set is \"set twice\")", err}
+	}
+	return over, nil
 }
 
 // checkPollers refuses a --pollers value ConfigureNetpoll cannot use.
@@ -292,6 +323,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	// (also across an upgrade: the settings in force are handed over).
 	var xdsSynced atomic.Bool
 	xdsSynced.Store(f.xdsAddr == "" || rs != nil)
+	firstSync := make(chan struct{})
 	var xdsClient *xds.Client
 	if f.xdsAddr != "" {
 		// Base is the startup settings (fix found by e2e/xds_live_test.go): a push is
@@ -299,6 +331,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		if xdsClient, err = newXDSClient(f, settings, store, log.Named("xds"), reg, func(version string) {
 			if !xdsSynced.Swap(true) {
 				log.Info("first settings from the control plane in force; ready", zap.String("version", version))
+				close(firstSync)
 			}
 		}); err != nil {
 			return fail(err)
@@ -377,18 +410,37 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		return err
 	}
 	srv := p.srv
+	live := &liveSettings{log: log, store: store, srv: srv, adm: p.adm, level: level}
+	p.live = live
+	if xdsClient != nil {
+		go func() {
+			err := xdsClient.Run(ctx, func(s *sg.Settings, version string) error {
+				return live.apply(xds.WithDefaults(s), version, xds.SourceXDS)
+			})
+			if err != nil && ctx.Err() == nil {
+				log.Error("xds client stopped", zap.Error(err))
+			}
+		}()
+		if rs == nil {
+			// Dial the provider with the control plane's settings, not with the startup ones and
+			// then again (issue 24: 4 connections opened, 2 retired at the first push). A push
+			// before Start is applied like any other (Server.Update before Start only records
+			// it); consumers wait in the kernel's accept queue meanwhile.
+			waitFirstPush(log, firstSync, f.xdsWait)
+		}
+	}
 	if err := srv.Start(ctx); err != nil {
 		return fail(err)
 	}
+	active = store.Settings()
 	for _, w := range xds.Warnings(active) {
 		log.Warn("settings warning", zap.String("field", w.Field), zap.String("warning", w.Message))
 	}
 	log.Info("stormgate started", zap.String("version", version), zap.Stringer("listen", p.adm.Addr()),
 		zap.String("upstream", upstreamDesc(active)), zap.Bool("transparent", active.GetListener().GetTransparent()),
 		zap.String("settings_source", store.Load().Source), zap.String("config_file", layered.File),
+		zap.Strings("set_by_flags", fieldsFrom(store.Load().Sources, xds.SourceFlag)),
 		zap.Bool("upgraded", rs != nil), zap.Int("pollers", proxy.Pollers()))
-	live := &liveSettings{log: log, store: store, srv: srv, adm: p.adm, level: level}
-	p.live = live
 	p.handler = admission.HandlerFunc(func(c admission.Conn) { srv.ServeFD(c.FD, c.Remote, c.OrigDst) })
 	self, _ := os.Executable() // the path this process was started from, even if it has been replaced since
 	if f.upgradeBinary != "" {
@@ -454,17 +506,6 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		mux.Handle("/upgrade", u.handler(ctx))
 		mux.HandleFunc("/version", versionHandler)
 		servers = append(servers, serveHTTP("admin", lns["admin"], mux, log))
-	}
-
-	if xdsClient != nil {
-		go func() {
-			err := xdsClient.Run(ctx, func(s *sg.Settings, version string) error {
-				return live.apply(xds.WithDefaults(s), version, xds.SourceXDS)
-			})
-			if err != nil && ctx.Err() == nil {
-				log.Error("xds client stopped", zap.Error(err))
-			}
-		}()
 	}
 
 	p.serve()
@@ -554,6 +595,24 @@ wait:
 	return exitErr
 }
 
+// waitFirstPush waits up to limit for the control plane's first settings to be in force (synced
+// closed), and says how long it waited or that it stopped waiting.
+func waitFirstPush(log *zap.Logger, synced <-chan struct{}, limit time.Duration) {
+	if limit <= 0 {
+		return
+	}
+	start := time.Now()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-synced:
+		log.Info("dialling the provider with the control plane's settings", zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
+	case <-t.C:
+		log.Warn("no settings from the control plane within --xds-wait; dialling the provider with the startup settings",
+			zap.Duration("xds_wait", limit), zap.String("readiness", "not ready until the first push is in force"))
+	}
+}
+
 func serveHTTP(name string, ln net.Listener, h http.Handler, log *zap.Logger) *http.Server {
 	// Log the bound address: with port 0 (tests, several sidecars per host) it is the
 	// only way to learn it.
@@ -599,6 +658,18 @@ func loggerConfig(level, format string) (zap.Config, error) {
 	cfg.Sampling = nil
 	cfg.DisableStacktrace = true // operators want one line per event; errors carry their cause
 	return cfg, nil
+}
+
+// fieldsFrom lists, sorted, the fields whose value came from source.
+func fieldsFrom(sources xds.FieldSources, source string) []string {
+	var out []string
+	for f, src := range sources {
+		if src == source {
+			out = append(out, f)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // upstreamDesc says where requests go, for the start-up log line.

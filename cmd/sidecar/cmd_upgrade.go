@@ -1,12 +1,15 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -16,6 +19,8 @@ import (
 
 type upgradeFlags struct {
 	binary           string
+	into             string
+	sha256           string
 	admin            string
 	timeout          time.Duration
 	preflightTimeout time.Duration
@@ -24,7 +29,7 @@ type upgradeFlags struct {
 func newUpgradeCmd() *cobra.Command {
 	var f upgradeFlags
 	cmd := &cobra.Command{
-		Use:   "upgrade [--binary PATH] [--admin 127.0.0.1:15000]",
+		Use:   "upgrade [--binary PATH|-] [--admin 127.0.0.1:15000]",
 		Short: "Hand every connection of the running sidecar to a new binary, without closing one",
 		Long: `Upgrade the sidecar that serves on --admin to the binary at --binary, in place: same PID
 (PID 1 in a container, systemd's MainPID), same command line, and every consumer
@@ -49,22 +54,108 @@ listeners may be cut during the exec; this command retries its own.
 
 Without --binary, the sidecar upgrades to its run --upgrade-binary, or to the path it was
 started from (replace the file first). SIGUSR2 to the sidecar does the same without
-waiting for the outcome (see its log and GET /upgrade on the admin listener).`,
+waiting for the outcome (see its log and GET /upgrade on the admin listener).
+
+--binary - reads the new binary from standard input into --into (default /stormgate-bin,
+the writable volume sidecar inject mounts in the Stormgate container), as the file
+'sidecar', and upgrades to it: on Kubernetes one 'kubectl exec -i' does everything,
+with no shell, tar or kubectl cp (the image has none). --sha256 checks what arrived
+against the release's SHA256SUMS first. In the image the binary is /sidecar.`,
 		Example: `  # systemd (ExecReload=): the package manager replaced /usr/bin/sidecar
   sidecar upgrade --binary /usr/bin/sidecar
 
-  # Kubernetes: the new binary copied into a volume both containers see
-  kubectl cp sidecar-v1.4.0 shop/orders-7d9f:/stormgate-bin/sidecar -c stormgate
-  kubectl exec -n shop orders-7d9f -c stormgate -- sidecar upgrade --binary /stormgate-bin/sidecar`,
+  # Kubernetes: stream the new binary (a release's sidecar-dataplane, same architecture)
+  # into the pod and hand over to it; -i, not -t
+  kubectl exec -i -n shop orders-7d9f -c stormgate -- /sidecar upgrade --binary - \
+      --sha256 "$(grep ' sidecar-dataplane-0.2.0-linux-amd64$' SHA256SUMS | cut -d' ' -f1)" \
+      < sidecar-dataplane-0.2.0-linux-amd64`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runUpgrade(cmd.OutOrStdout(), f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.binary == "-" {
+				path, n, sum, err := receiveBinary(cmd.InOrStdin(), f.into, f.sha256)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "received %d bytes (sha256 %s) into %s\n", n, sum, path)
+				f.binary = path
+			} else if f.sha256 != "" {
+				return errors.New("--sha256 checks a binary read from standard input: use it with --binary -")
+			}
+			return runUpgrade(cmd.OutOrStdout(), f)
+		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.binary, "binary", "", "the new sidecar binary, as the running sidecar sees the file system (default: its --upgrade-binary, or the path it was started from)")
+	fl.StringVar(&f.binary, "binary", "", "the new sidecar binary, as the running sidecar sees the file system (default: its --upgrade-binary, or the path it was started from); - reads it from standard input into --into")
+	fl.StringVar(&f.into, "into", uploadDir, "with --binary -: the directory the binary is written to (as DIR/sidecar), one the running sidecar can read")
+	fl.StringVar(&f.sha256, "sha256", "", "with --binary -: the SHA-256 the binary must have (hex, as in a release's SHA256SUMS)")
 	fl.StringVar(&f.admin, "admin", "127.0.0.1:15000", "admin listener of the running sidecar")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long to wait for the outcome")
 	fl.DurationVar(&f.preflightTimeout, "preflight-timeout", defaultPreflightTimeout, "how long the new binary's preflight may take")
 	return cmd
+}
+
+// uploadDir is where `upgrade --binary -` writes the binary by default: the writable emptyDir that
+// `sidecar inject` mounts in the Stormgate container (inject.UpgradeDir; a test keeps them equal).
+const uploadDir = "/stormgate-bin"
+
+// maxUpload bounds a binary read from standard input (the injected volume holds 128 MiB).
+const maxUpload = 128 << 20
+
+// receiveBinary writes the binary r carries into dir/sidecar, atomically (a temporary file, synced,
+// renamed over any earlier one: a running binary keeps its inode) and mode 0755, after checking that
+// something arrived, that it is an ELF executable, and, when wantSum is set, its SHA-256. It returns
+// the path, the size and the SHA-256.
+func receiveBinary(r io.Reader, dir, wantSum string) (string, int64, string, error) {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return "", 0, "", fmt.Errorf("--into %s: not a directory (%v): in a pod it is the stormgate-bin volume that sidecar inject mounts "+
+			"(pods injected by a release before it: inject them again); elsewhere, a directory the running sidecar can read", dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, ".sidecar-upload-*")
+	if err != nil {
+		return "", 0, "", fmt.Errorf("--into %s: %w", dir, err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, maxUpload+1))
+	if err == nil {
+		err = tmp.Chmod(0o755)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	switch {
+	case err != nil:
+		return "", n, sum, fmt.Errorf("reading the binary from standard input into %s: %w", dir, err)
+	case n == 0:
+		return "", 0, sum, errors.New("--binary -: nothing on standard input: pipe the binary in (kubectl exec -i, not -t: ... -- /sidecar upgrade --binary - < FILE)")
+	case n > maxUpload:
+		return "", n, sum, fmt.Errorf("--binary -: more than %d MiB on standard input: not a sidecar binary", maxUpload>>20)
+	case wantSum != "" && !strings.EqualFold(strings.TrimSpace(wantSum), sum):
+		return "", n, sum, fmt.Errorf("--sha256: the %d bytes received have sha256 %s, not %s: a truncated or wrong file; nothing was changed", n, sum, wantSum)
+	}
+	if magic, err := readMagic(tmp.Name()); err != nil || magic != "\x7fELF" {
+		return "", n, sum, fmt.Errorf("--binary -: what arrived (%d bytes, starting %q) is not a Linux executable", n, magic)
+	}
+	path := filepath.Join(dir, "sidecar")
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return "", n, sum, err
+	}
+	return path, n, sum, nil
+}
+
+func readMagic(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b := make([]byte, 4)
+	k, err := io.ReadFull(f, b)
+	return string(b[:k]), err
 }
 
 // runUpgrade asks the sidecar to upgrade (POST /upgrade) and follows GET /upgrade, across

@@ -5,15 +5,37 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..." (make stamps what
+// build/version.sh prints: docs/operations.md, "Versions and releases"). Without it, "dev".
 var version = "dev"
+
+// moduleVersion is the version to report: the stamped one, or for an unstamped build installed
+// as a module at a release (`go install github.com/stormgate/stormgate/cmd/sidecar@v1.2.3`) the
+// module's version without its "v"; else "dev". The pseudo-versions Go stamps on builds between
+// tags (v0.0.0-20261202091200-7cea8b2abcde+dirty) are not releases and stay "dev".
+func moduleVersion(stamped string, read func() (*debug.BuildInfo, bool)) string {
+	if stamped != "dev" {
+		return stamped
+	}
+	if bi, ok := read(); ok && releaseTag.MatchString(bi.Main.Version) && !pseudoVersion.MatchString(bi.Main.Version) {
+		return strings.TrimPrefix(bi.Main.Version, "v")
+	}
+	return stamped
+}
+
+var (
+	releaseTag    = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+	pseudoVersion = regexp.MustCompile(`[0-9]{14}-[0-9a-f]{12}$`)
+)
 
 func newVersionCmd() *cobra.Command {
 	var admin string
@@ -25,7 +47,7 @@ func newVersionCmd() *cobra.Command {
 With --admin, ask the running sidecar on that admin listener instead (GET /version):
 after 'sidecar upgrade' the binary on disk and the one serving may differ.`,
 		Example: `  sidecar version
-  kubectl exec -n shop orders-7d9f -c stormgate -- sidecar version --admin 127.0.0.1:15000`,
+  kubectl exec -n shop orders-7d9f -c stormgate -- /sidecar version --admin 127.0.0.1:15000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if admin != "" {

@@ -82,10 +82,23 @@ func (p *podman) run(args ...string) string {
 }
 
 // try runs podman args and returns its standard output, or an error with its standard error.
-func (p *podman) try(args ...string) (string, error) {
+func (p *podman) try(args ...string) (string, error) { return p.tryIn(nil, args...) }
+
+// runIn runs podman args with stdin as its standard input (podman exec -i); a failure fails the test.
+func (p *podman) runIn(stdin io.Reader, args ...string) string {
+	p.t.Helper()
+	out, err := p.tryIn(stdin, args...)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return out
+}
+
+func (p *podman) tryIn(stdin io.Reader, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "podman", args...)
+	cmd.Stdin = stdin
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Dir = p.dir
 	var stdout, stderr bytes.Buffer
