@@ -345,6 +345,11 @@ func (c *Conn) Read(now int64, buf []byte) (n int, ev Event, err error) {
 	if err := CheckFrame(h, payload); err != nil {
 		var se *StreamError
 		if errors.As(err, &se) {
+			if c.idle(se.Stream) {
+				// No RST_STREAM for an idle stream (§6.4): a frame that breaks the rules there ends the
+				// connection.
+				return n, Event{}, c.fail(errIdleStream, noGuard)
+			}
 			ev, err := c.resetStream(now, se.Stream, se.Code, noGuard, true)
 			return n, ev, err
 		}
@@ -390,6 +395,12 @@ func (c *Conn) frame(now int64, h FrameHeader, payload []byte) (Event, error) {
 	}
 	// PRIORITY (deprecated by RFC 9113, ignored) and unknown types (§5.5).
 	return Event{}, c.spendControl(now, GuardControlFlood, errControlFlood)
+}
+
+// afterGoAway reports whether id is a peer stream above the last one this side's GOAWAY promised to process:
+// its frames are ignored (§6.8), whatever they are.
+func (c *Conn) afterGoAway(id uint32) bool {
+	return c.goAwaySent && c.isPeerID(id) && id > c.goAwayLast
 }
 
 // idle reports whether id was never opened by its initiator.
@@ -515,8 +526,11 @@ func (c *Conn) data(now int64, h FrameHeader, payload []byte) (Event, error) {
 		if err := c.giveBack(int(h.Length)); err != nil {
 			return Event{}, err
 		}
+		if c.afterGoAway(h.StreamID) {
+			return Event{}, nil // a stream this side's GOAWAY said it will not process (§6.8)
+		}
 		if s == nil && c.idle(h.StreamID) {
-			return Event{}, c.fail(errIdleStream, GuardClosedStream)
+			return Event{}, c.fail(errIdleStream, noGuard)
 		}
 		if _, resetUs := c.recentlyClosed(h.StreamID); resetUs && s == nil {
 			// In flight when this side reset the stream (§5.4.2): ignore. Flow control bounds how many.
@@ -609,8 +623,8 @@ func (c *Conn) headers(now int64, h FrameHeader, payload []byte) (Event, error) 
 	if id <= c.lastPeer {
 		return c.closedHeaders(now, id)
 	}
-	if c.goAwaySent && id > c.goAwayLast {
-		return Event{}, nil // §6.8: streams above our GOAWAY's last id are ignored
+	if c.afterGoAway(id) {
+		return Event{}, nil // §6.8: streams above our GOAWAY's last id are ignored (already decoded)
 	}
 	c.lastPeer = id
 	switch {
@@ -680,8 +694,15 @@ func (c *Conn) rstStream(now int64, h FrameHeader, payload []byte) (Event, error
 	id, code := h.StreamID, RSTCode(payload)
 	s := c.streams[id]
 	if s == nil {
+		if c.afterGoAway(id) {
+			return Event{}, nil
+		}
 		if c.idle(id) {
 			return Event{}, c.fail(errIdleStream, noGuard)
+		}
+		// A stream that already ended: RST_STREAM may cross this side's END_STREAM (§5.1).
+		if c.spendCredit() {
+			return Event{}, nil
 		}
 		return Event{}, c.spendControl(now, GuardControlFlood, errControlFlood)
 	}
@@ -759,10 +780,16 @@ func (c *Conn) windowUpdate(now int64, h FrameHeader, payload []byte) (Event, er
 	} else {
 		s := c.streams[h.StreamID]
 		if s == nil {
+			if c.afterGoAway(h.StreamID) {
+				return Event{}, nil
+			}
 			if c.idle(h.StreamID) {
 				return Event{}, c.fail(errIdleStream, noGuard)
 			}
 			// Closed: WINDOW_UPDATEs may trail the stream's end (§5.1); ignore.
+			if c.spendCredit() {
+				return Event{}, nil
+			}
 			return Event{}, c.spendControl(now, GuardControlFlood, errControlFlood)
 		}
 		if !s.send.grow(incr) {

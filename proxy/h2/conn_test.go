@@ -246,10 +246,17 @@ func TestConnStreamStates(t *testing.T) {
 	if ev := d.events[len(d.events)-1]; ev.Kind != EventReset || !ev.ByPeer || ev.Code != ErrCodeCancel || d.c.OpenStreams() != 0 {
 		t.Fatalf("%+v", ev)
 	}
-	// RST_STREAM or WINDOW_UPDATE on an idle stream is a connection error.
+	// RST_STREAM or WINDOW_UPDATE (even an invalid one) on an idle stream is a connection error.
 	d.must(d.fr.WriteRSTStream(99, http2.ErrCodeCancel))
 	d.pump()
 	d.wantGoAway(ErrCodeProtocol, NumGuards)
+	d = serverDriver(t, Config{})
+	d.must(d.fr.WriteWindowUpdate(99, 0))
+	d.pump()
+	d.wantGoAway(ErrCodeProtocol, NumGuards)
+	if d.c.Counters().ResetsSent != 0 {
+		t.Fatal("RST_STREAM sent for an idle stream")
+	}
 }
 
 // TestConnClient: the provider-side role: stream ids odd and increasing, SETTINGS_MAX_CONCURRENT_STREAMS and
@@ -299,4 +306,31 @@ func TestConnClient(t *testing.T) {
 	d.headers(2, false, HeaderField{Name: ":status", Value: "200"})
 	d.pump()
 	d.wantGoAway(ErrCodeProtocol, GuardStreamID)
+}
+
+// TestConnGracefulGoAway: after this side's GOAWAY (a drain), streams up to its last stream id are served to the
+// end; frames of streams the peer opened after it are ignored, not errors.
+func TestConnGracefulGoAway(t *testing.T) {
+	d := serverDriver(t, Config{})
+	d.headers(1, false, request("/s/m")...)
+	d.pump()
+	d.c.GoAway(ErrCodeNo, "drain")
+	d.pump()
+	if ga := goAwayOf(d.outFrames()); ga == nil || ga.LastStream != 1 || ga.Code != ErrCodeNo {
+		t.Fatalf("GOAWAY %+v", ga)
+	}
+	n := len(d.events)
+	d.headers(3, false, request("/s/m")...)
+	d.must(d.fr.WriteData(3, false, []byte("ignored")))
+	d.must(d.fr.WriteWindowUpdate(3, 10))
+	d.must(d.fr.WriteRSTStream(3, http2.ErrCodeCancel))
+	d.must(d.fr.WriteData(1, true, []byte("served")))
+	d.pump()
+	if d.err != nil || len(d.events) != n+1 || string(d.events[n].Data) != "served" {
+		t.Fatalf("%v %+v", d.err, d.events[n:])
+	}
+	out, err := d.c.AppendHeaders(nil, 1, ErrorTrailers(false, 0, ""), true)
+	if err != nil || len(out) == 0 || d.c.OpenStreams() != 0 {
+		t.Fatalf("answer after GOAWAY: %v, %d open", err, d.c.OpenStreams())
+	}
 }
