@@ -156,19 +156,24 @@ type closedStream struct {
 // that the peer's dynamic table, and so this side's decoder state, is empty once the peer acknowledges.
 func NewConn(cfg Config) *Conn {
 	lim := cfg.Limits.withDefaults()
+	orDefault(&cfg.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
+	orDefault(&cfg.InitialWindowSize, DefaultInitialWindowSize)
+	orDefault(&cfg.MaxFrameSize, DefaultMaxFrameSize)
+	orDefault(&cfg.MaxHeaderListSize, DefaultMaxHeaderListSize)
+	orDefault(&cfg.ConnWindowSize, DefaultConnWindowSize)
 	local := DefaultSettings()
 	local.HeaderTableSize = 0
 	local.EnablePush = false
-	local.MaxConcurrentStreams = orDefault(cfg.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
-	local.InitialWindowSize = min(orDefault(cfg.InitialWindowSize, DefaultInitialWindowSize), MaxWindowSize)
-	local.MaxFrameSize = min(max(orDefault(cfg.MaxFrameSize, DefaultMaxFrameSize), DefaultMaxFrameSize), MaxFrameSizeLimit)
-	local.MaxHeaderListSize = orDefault(cfg.MaxHeaderListSize, DefaultMaxHeaderListSize)
+	local.MaxConcurrentStreams = cfg.MaxConcurrentStreams
+	local.InitialWindowSize = min(cfg.InitialWindowSize, MaxWindowSize)
+	local.MaxFrameSize = min(max(cfg.MaxFrameSize, DefaultMaxFrameSize), MaxFrameSizeLimit)
+	local.MaxHeaderListSize = cfg.MaxHeaderListSize
 	c := &Conn{
 		role:     cfg.Role,
 		lim:      lim,
 		local:    local,
 		peer:     DefaultSettings(),
-		connWin:  min(max(orDefault(cfg.ConnWindowSize, DefaultConnWindowSize), local.InitialWindowSize, DefaultInitialWindowSize), MaxWindowSize),
+		connWin:  min(max(cfg.ConnWindowSize, local.InitialWindowSize, DefaultInitialWindowSize), MaxWindowSize),
 		dec:      NewHeaderDecoder(local.MaxHeaderListSize),
 		asm:      NewAssembler(int(local.MaxHeaderListSize), lim.MaxContinuations),
 		streams:  make(map[uint32]*stream),
@@ -193,13 +198,6 @@ func NewConn(cfg Config) *Conn {
 		c.connRecv.avail += int64(d)
 	}
 	return c
-}
-
-func orDefault(v, d uint32) uint32 {
-	if v == 0 {
-		return d
-	}
-	return v
 }
 
 func dropSetting(ps []Setting, id SettingID) []Setting {

@@ -178,11 +178,8 @@ func TestConnRecvFlowControl(t *testing.T) {
 // overflow past 2^31-1 is an error of the right scope.
 func TestConnSendFlowControl(t *testing.T) {
 	d := serverDriver(t, Config{}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 100})
-	d.headers(1, true, request("/s/m")...)
-	d.pump()
-	out, err := d.c.AppendHeaders(nil, 1, []HeaderField{{Name: ":status", Value: "200"}}, false)
-	d.must(err)
-	out, n, err := d.c.AppendData(d.now, out, 1, make([]byte, 250), false)
+	d.requestWithHead(1, true)
+	out, n, err := d.c.AppendData(d.now, nil, 1, make([]byte, 250), false)
 	if err != nil || n != 100 || d.c.SendWindow(1) != 0 {
 		t.Fatalf("sent %d, window %d, %v", n, d.c.SendWindow(1), err)
 	}

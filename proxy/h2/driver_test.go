@@ -228,3 +228,14 @@ func (d *driver) decodeHeaders(f outFrame) []HeaderField {
 	}
 	return fs
 }
+
+// requestWithHead has the peer open stream id with a request (END_STREAM when end) and the Conn answer it with
+// a response head (:status 200), so the stream is open for this side's DATA.
+func (d *driver) requestWithHead(id uint32, end bool) {
+	d.t.Helper()
+	d.headers(id, end, request("/s/m")...)
+	d.pump()
+	if _, err := d.c.AppendHeaders(nil, id, []HeaderField{{Name: ":status", Value: "200"}}, false); err != nil {
+		d.t.Fatal(err)
+	}
+}

@@ -78,31 +78,22 @@ func DefaultLimits() Limits {
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
-	if l.ResetBurst <= 0 {
-		l.ResetBurst = d.ResetBurst
-	}
-	if l.ResetRate <= 0 {
-		l.ResetRate = d.ResetRate
-	}
-	if l.ControlBurst <= 0 {
-		l.ControlBurst = d.ControlBurst
-	}
-	if l.ControlRate <= 0 {
-		l.ControlRate = d.ControlRate
-	}
-	if l.MaxEmptyFrames <= 0 {
-		l.MaxEmptyFrames = d.MaxEmptyFrames
-	}
-	if l.MaxQueuedControl <= 0 {
-		l.MaxQueuedControl = d.MaxQueuedControl
-	}
-	if l.MaxContinuations <= 0 {
-		l.MaxContinuations = d.MaxContinuations
-	}
-	if l.StallTimeout <= 0 {
-		l.StallTimeout = d.StallTimeout
-	}
+	orDefault(&l.ResetBurst, d.ResetBurst)
+	orDefault(&l.ResetRate, d.ResetRate)
+	orDefault(&l.ControlBurst, d.ControlBurst)
+	orDefault(&l.ControlRate, d.ControlRate)
+	orDefault(&l.MaxEmptyFrames, d.MaxEmptyFrames)
+	orDefault(&l.MaxQueuedControl, d.MaxQueuedControl)
+	orDefault(&l.MaxContinuations, d.MaxContinuations)
+	orDefault(&l.StallTimeout, d.StallTimeout)
 	return l
+}
+
+// orDefault replaces a zero or negative *v with d.
+func orDefault[T int | uint32 | float64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // bucket is a token bucket in the owner's clock (nanoseconds); no timer, no allocation.

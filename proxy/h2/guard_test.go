@@ -96,10 +96,7 @@ func TestGuardPingFlood(t *testing.T) {
 		d.must(d.fr.WritePing(false, [8]byte{1}))
 		d.pump()
 	}
-	d.headers(1, true, request("/s/m")...)
-	d.pump()
-	out, _ := d.c.AppendHeaders(nil, 1, []HeaderField{{Name: ":status", Value: "200"}}, false)
-	_ = out
+	d.requestWithHead(1, true)
 	for i := 0; i < 5000; i++ {
 		if _, _, err := d.c.AppendData(d.now, nil, 1, []byte("x"), false); err != nil {
 			t.Fatalf("after %d rounds: %v (%v)", i, err, d.err)
@@ -212,9 +209,7 @@ func TestGuardZeroWindowStall(t *testing.T) {
 	// The consumer announces a zero window and never opens it: its streams' answers cannot go out. After
 	// the stall timeout the stream is reset (the owner then drops what it queued for it).
 	d := serverDriver(t, Config{}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
-	d.headers(1, true, request("/s/m")...)
-	d.pump()
-	_, _ = d.c.AppendHeaders(nil, 1, []HeaderField{{Name: ":status", Value: "200"}}, false)
+	d.requestWithHead(1, true)
 	if _, n, _ := d.c.AppendData(d.now, nil, 1, make([]byte, 100), false); n != 0 {
 		t.Fatalf("sent %d into a zero window", n)
 	}
@@ -228,9 +223,7 @@ func TestGuardZeroWindowStall(t *testing.T) {
 	d.pump()
 	d.wantRST(1, ErrCodeCancel, GuardZeroWindow)
 	// A window that opens in time clears the stall.
-	d.headers(3, true, request("/s/m")...)
-	d.pump()
-	_, _ = d.c.AppendHeaders(nil, 3, []HeaderField{{Name: ":status", Value: "200"}}, false)
+	d.requestWithHead(3, true)
 	_, _, _ = d.c.AppendData(d.now, nil, 3, make([]byte, 100), false)
 	d.must(d.fr.WriteWindowUpdate(3, 100))
 	d.pump()
