@@ -26,6 +26,6 @@
 // allocate.
 //
 // Concurrency: the functions are stateless and safe for concurrent use. A Conn, an Assembler, a
-// HeaderDecoder and an UpstreamIDs belong to one goroutine at a time (the connection's owner); none of
-// them locks.
+// HeaderDecoder and a StreamMap belong to one goroutine at a time (the connection's owner); none of them
+// locks.
 package h2
