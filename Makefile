@@ -106,10 +106,13 @@ storm:
 unit:
 	$(GO) test -count=1 -timeout 15m $(PKGS)
 
-# The frame decoder's fuzz targets, briefly (the corpus in testdata/fuzz seeds them).
+# The frame decoders' fuzz targets (Dubbo 2, HTTP/2), briefly (the corpus in testdata/fuzz seeds them).
 fuzz:
 	$(GO) test -run=NONE -fuzz=FuzzSplit -fuzztime=10s ./proxy/dubbo/
 	$(GO) test -run=NONE -fuzz=FuzzParseHeader -fuzztime=5s ./proxy/dubbo/
+	$(GO) test -run=NONE -fuzz=FuzzConnServer -fuzztime=10s ./proxy/h2/
+	$(GO) test -run=NONE -fuzz=FuzzSplitCheckFrame -fuzztime=5s ./proxy/h2/
+	$(GO) test -run=NONE -fuzz=FuzzHeaderForward -fuzztime=5s ./proxy/h2/
 
 # The newcomer's first command must keep working: a short demo that exits 0 on its own.
 demo-smoke:

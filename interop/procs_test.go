@@ -33,8 +33,8 @@ var (
 // bins are the executables TestMain builds; sidecarErr is set instead of bins.sidecar when the main module's
 // sidecar does not build, so only the tests that need it fail.
 var bins struct {
-	dir, provider, consumer, sidecar string
-	sidecarErr                       error
+	dir, provider, consumer, grpc, sidecar string
+	sidecarErr                             error
 }
 
 func TestMain(m *testing.M) {
@@ -56,9 +56,10 @@ func runMain(m *testing.M) int {
 	bins.dir = dir
 	bins.provider = filepath.Join(dir, "dgprovider")
 	bins.consumer = filepath.Join(dir, "dgconsumer")
+	bins.grpc = filepath.Join(dir, "grpcinterop")
 
 	start := time.Now()
-	if out, err := goBuild(".", dir, "./cmd/dgprovider", "./cmd/dgconsumer"); err != nil {
+	if out, err := goBuild(".", dir, "./cmd/dgprovider", "./cmd/dgconsumer", "./cmd/grpcinterop"); err != nil {
 		fmt.Fprintf(os.Stderr, "interop: building the dubbo-go peers: %v\n%s", err, out)
 		return 1
 	}

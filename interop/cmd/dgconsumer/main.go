@@ -1,6 +1,12 @@
 // Command dgconsumer is a real dubbo-go v3.3.0 consumer (dubbo protocol, hessian2, no retries) used as the
 // consumer-side peer in Stormgate's interop tests. It calls org.stormgate.Greeter at --addr.
 //
+// --protocol triple calls over Triple instead (h2c, hessian2, no IDL): registry-less through
+// client.DialWithInfo with the method names listed, as dubbo-go v3.3.0 needs for non-IDL Triple (its Triple
+// client makes one HTTP/2 client per listed method; plain client.Dial lists none, so every call fails with
+// "missing triple client for method"; --dial plain shows it). dubbo-go's Triple client shares one h2c
+// connection per provider address and PINGs it after 10 s without frames (ReadIdleTimeout).
+//
 //	dgconsumer [flags] once [--min-conns N] [--hold]
 //	    Echo, Fail (expects the business error), Big (50 KB round trip), Sleep("100ms") and 200 concurrent Echo
 //	    calls, each result checked. Prints one JSON summary line; exits 1 on any mismatch.
@@ -35,6 +41,7 @@ import (
 	"time"
 
 	"dubbo.apache.org/dubbo-go/v3/client"
+	_ "dubbo.apache.org/dubbo-go/v3/protocol/triple"
 	_ "github.com/stormgate/stormgate/interop/internal/dubboext"
 
 	"github.com/stormgate/stormgate/interop/internal/peerlog"
@@ -101,6 +108,8 @@ type LoopSummary struct {
 func main() {
 	addr := flag.String("addr", "127.0.0.1:20881", "HOST:PORT to call (a provider or Stormgate)")
 	timeout := flag.Duration("timeout", 3*time.Second, "per-request timeout")
+	proto := flag.String("protocol", "dubbo", "dubbo: the Dubbo 2 protocol; triple: Triple (h2c, gRPC-compatible), hessian2, no IDL")
+	dialMode := flag.String("dial", "info", "triple only: info (client.DialWithInfo with the method names) or plain (client.Dial)")
 	logLevel := flag.String("log-level", "warn", "dubbo-go log level (debug, info, warn, error)")
 	group := flag.String("group", "", "call Greeter in this Dubbo group")
 	version := flag.String("version", "", "call this service version of Greeter")
@@ -118,7 +127,11 @@ func main() {
 		os.Exit(2)
 	}
 
-	conn, err := dial(*addr, *timeout, client.WithGroup(*group), client.WithVersion(*version))
+	if *proto != "dubbo" && *proto != "triple" {
+		fmt.Fprintln(os.Stderr, "dgconsumer: --protocol must be dubbo or triple")
+		os.Exit(2)
+	}
+	conn, err := dial(*proto, *dialMode, *addr, *timeout, client.WithGroup(*group), client.WithVersion(*version))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "dgconsumer: %v\n", err)
 		os.Exit(2)
@@ -181,11 +194,18 @@ func main() {
 	}
 }
 
+// Methods are Greeter's methods, which a non-IDL Triple client must be told.
+var Methods = []string{"Echo", "Fail", "Big", "Sleep", "Error", "Hold", "SayHello"}
+
 // dial builds a direct (registry-less) dubbo-go client for Interface at addr. dubbo-go's Dial panics when nothing
 // listens at addr; that panic becomes an error here.
-func dial(addr string, timeout time.Duration, opts ...client.ReferenceOption) (conn *client.Connection, err error) {
+func dial(proto, dialMode, addr string, timeout time.Duration, opts ...client.ReferenceOption) (conn *client.Connection, err error) {
+	protoOpt, scheme := client.WithClientProtocolDubbo(), "dubbo://"
+	if proto == "triple" {
+		protoOpt, scheme = client.WithClientProtocolTriple(), "tri://"
+	}
 	cli, err := client.NewClient(
-		client.WithClientProtocolDubbo(),
+		protoOpt,
 		client.WithClientSerialization("hessian2"),
 		client.WithClientRequestTimeout(timeout),
 		client.WithClientRetries(0),
@@ -198,7 +218,12 @@ func dial(addr string, timeout time.Duration, opts ...client.ReferenceOption) (c
 			err = fmt.Errorf("dial %s: panic: %v", addr, r)
 		}
 	}()
-	conn, err = cli.Dial(Interface, append([]client.ReferenceOption{client.WithURL("dubbo://" + addr)}, opts...)...)
+	if proto == "triple" && dialMode == "info" {
+		conn, err = cli.DialWithInfo(Interface, &client.ClientInfo{InterfaceName: Interface, MethodNames: Methods},
+			append([]client.ReferenceOption{client.WithURL(scheme + addr)}, opts...)...)
+	} else {
+		conn, err = cli.Dial(Interface, append([]client.ReferenceOption{client.WithURL(scheme + addr)}, opts...)...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

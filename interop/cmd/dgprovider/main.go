@@ -1,4 +1,5 @@
-// Command dgprovider is a real dubbo-go v3.3.0 provider (dubbo protocol, hessian2) used as the provider-side peer
+// Command dgprovider is a real dubbo-go v3.3.0 provider (dubbo protocol, hessian2; or, with --protocol triple,
+// Triple, dubbo-go's gRPC-compatible HTTP/2 protocol, with hessian2 and no IDL) used as the provider-side peer
 // in Stormgate's interop tests. It serves the interface org.stormgate.Greeter on --port (all interfaces, as
 // dubbo-go binds them) and prints exactly one line "READY <port>" on stdout once it listens on the port. It exits
 // 1 at once if the port is taken.
@@ -20,7 +21,12 @@
 //
 // --log-requests FILE appends one line "<method> <arg>" to FILE for every Echo, Error and Hold call, with
 // one write(2) before the method does anything else, so the file survives SIGKILL and tells a test which
-// calls this process ran.
+// calls this process ran. With --protocol triple every call is logged ("Big <n> bytes" for Big).
+//
+// --protocol triple serves the same methods over Triple (h2c with prior knowledge, one HTTP/2 stream per call,
+// :path /org.stormgate.Greeter/<Method>, content-type application/grpc+hessian2). Each method is registered
+// by name (dubbo-go v3.3.0's non-IDL mode needs a ServiceInfo listing them; it adds the lower-case
+// spellings Java callers use).
 //
 // SIGTERM runs dubbo-go's own graceful shutdown, as in a user's provider (graceful_shutdown.Init, which
 // server.NewServer calls, installs the handler): the process keeps serving for the consumer-update wait
@@ -51,6 +57,7 @@ import (
 	"dubbo.apache.org/dubbo-go/v3/global"
 	"dubbo.apache.org/dubbo-go/v3/protocol"
 	"dubbo.apache.org/dubbo-go/v3/protocol/dubbo"
+	"dubbo.apache.org/dubbo-go/v3/protocol/triple"
 	"dubbo.apache.org/dubbo-go/v3/server"
 	_ "github.com/stormgate/stormgate/interop/internal/dubboext"
 
@@ -76,19 +83,25 @@ func (*Greeter) Echo(_ context.Context, s string) (string, error) {
 
 // Fail always returns a business error that carries its argument.
 func (*Greeter) Fail(_ context.Context, s string) (string, error) {
+	logAll("Fail", s)
 	return "", errors.New("business failure: " + s)
 }
 
 // Big returns its argument; it exists so large frames have a method of their own in traces.
-func (*Greeter) Big(_ context.Context, s string) (string, error) { return s, nil }
+func (*Greeter) Big(_ context.Context, s string) (string, error) {
+	logAll("Big", strconv.Itoa(len(s))+" bytes")
+	return s, nil
+}
 
 // SayHello greets name, the hello-world method of the Dubbo samples.
 func (*Greeter) SayHello(_ context.Context, name string) (string, error) {
+	logAll("SayHello", name)
 	return "Hello, " + name, nil
 }
 
 // Sleep sleeps for the duration d (Go syntax, e.g. "100ms"), then returns d.
 func (*Greeter) Sleep(ctx context.Context, d string) (string, error) {
+	logAll("Sleep", d)
 	dur, err := time.ParseDuration(d)
 	if err != nil {
 		return "", fmt.Errorf("bad duration %q: %w", d, err)
@@ -134,6 +147,16 @@ func logRequest(method, arg string) {
 	}
 }
 
+// logAllCalls is --protocol triple: every method logs its call, not only Echo, Error and Hold (whose log the
+// dubbo-protocol tests read as it always was).
+var logAllCalls bool
+
+func logAll(method, arg string) {
+	if logAllCalls {
+		logRequest(method, arg)
+	}
+}
+
 func main() {
 	port := flag.Int("port", 20880, "TCP port to serve the dubbo protocol on (all interfaces)")
 	sessions := flag.Int("session-number", 0,
@@ -148,10 +171,17 @@ func main() {
 			"same-port the port then answers \"don't have this exporter\" for Greeter that long after it opens")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file until SIGINT/SIGTERM")
 	logRequests := flag.String("log-requests", "",
-		"append \"<method> <arg>\" to this file for every Echo, Error and Hold call, before running it")
+		"append \"<method> <arg>\" to this file for every Echo, Error and Hold call (every call with --protocol "+
+			"triple), before running it")
+	proto := flag.String("protocol", "dubbo", "dubbo: the Dubbo 2 protocol; triple: Triple (h2c, gRPC-compatible), hessian2, no IDL")
 	group := flag.String("group", "", "serve Greeter in this Dubbo group")
 	version := flag.String("version", "", "serve Greeter as this service version")
 	flag.Parse()
+	if *proto != "dubbo" && *proto != "triple" {
+		fmt.Fprintln(os.Stderr, "dgprovider: --protocol must be dubbo or triple")
+		os.Exit(2)
+	}
+	logAllCalls = *proto == "triple"
 	if *port <= 0 || *port > 65535 {
 		fmt.Fprintln(os.Stderr, "dgprovider: --port must be 1..65535")
 		os.Exit(2)
@@ -202,6 +232,9 @@ func main() {
 	}
 
 	srvOpts := []server.ServerOption{server.WithServerProtocol(protocol.WithDubbo(), protocol.WithPort(*port))}
+	if *proto == "triple" {
+		srvOpts = []server.ServerOption{server.WithServerProtocol(protocol.WithTriple(), protocol.WithPort(*port))}
+	}
 	switch *metadataSvc {
 	case "same-port":
 	case "off":
@@ -213,9 +246,15 @@ func main() {
 	if err != nil {
 		fatal("new server: %v", err)
 	}
-	// A nil ServiceInfo panics in v3.3.0; dubbo-go still discovers the methods by reflection.
-	if err := srv.Register(&Greeter{}, &common.ServiceInfo{InterfaceName: Interface},
-		server.WithInterface(Interface), server.WithGroup(*group), server.WithVersion(*version)); err != nil {
+	// A nil ServiceInfo panics in v3.3.0; dubbo-go still discovers the methods by reflection (dubbo protocol).
+	// Triple registers one HTTP handler per method listed in the ServiceInfo, so there they are listed.
+	info := &common.ServiceInfo{InterfaceName: Interface}
+	svcOpts := []server.ServiceOption{server.WithInterface(Interface), server.WithGroup(*group), server.WithVersion(*version)}
+	if *proto == "triple" {
+		info = tripleInfo(&Greeter{})
+		svcOpts = append(svcOpts, server.WithSerialization(constant.Hessian2Serialization))
+	}
+	if err := srv.Register(&Greeter{}, info, svcOpts...); err != nil {
 		fatal("register: %v", err)
 	}
 
@@ -231,7 +270,7 @@ func main() {
 		for {
 			if ok, err := sockets.OwnListening(uint16(*port)); err != nil {
 				fatal("%v", err)
-			} else if ok && exported(common.ServiceKey(Interface, *group, *version)) {
+			} else if ok && exported(*proto, common.ServiceKey(Interface, *group, *version)) {
 				return
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -263,14 +302,46 @@ func main() {
 	}
 }
 
-// exported reports whether the dubbo protocol has an exporter for iface (no group, no version).
-func exported(serviceKey string) bool {
-	p, ok := dubbo.GetProtocol().(interface{ ExporterMap() *sync.Map })
+// exported reports whether the protocol (dubbo or triple) has an exporter for the service key.
+func exported(proto, serviceKey string) bool {
+	pr := dubbo.GetProtocol()
+	if proto == "triple" {
+		pr = triple.GetProtocol()
+	}
+	p, ok := pr.(interface{ ExporterMap() *sync.Map })
 	if !ok {
 		return false
 	}
 	_, found := p.ExporterMap().Load(serviceKey)
 	return found
+}
+
+// tripleInfo lists Greeter's methods for dubbo-go's non-IDL Triple mode: each unary, one string argument
+// (hessian2), answered by calling the method.
+func tripleInfo(g *Greeter) *common.ServiceInfo {
+	methods := map[string]func(context.Context, string) (string, error){
+		"Echo": g.Echo, "Fail": g.Fail, "Big": g.Big, "SayHello": g.SayHello, "Sleep": g.Sleep, "Error": g.Error,
+		"Hold": g.Hold,
+	}
+	info := &common.ServiceInfo{InterfaceName: Interface}
+	for name, fn := range methods {
+		info.Methods = append(info.Methods, common.MethodInfo{
+			Name:        name,
+			Type:        constant.CallUnary,
+			ReqInitFunc: func() interface{} { return []interface{}{new(string)} },
+			MethodFunc: func(ctx context.Context, args []interface{}, _ interface{}) (interface{}, error) {
+				if len(args) != 1 {
+					return nil, fmt.Errorf("%s takes one string argument, got %d", name, len(args))
+				}
+				s, ok := args[0].(string)
+				if !ok {
+					return nil, fmt.Errorf("%s takes a string, got %T", name, args[0])
+				}
+				return fn(ctx, s)
+			},
+		})
+	}
+	return info
 }
 
 // exportDelayer is a dubbo-go ConfigPostProcessor; dubbo-go calls PostProcessServiceConfig for each service just

@@ -1,0 +1,175 @@
+package interop
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stormgate/stormgate/interop/internal/h2count"
+)
+
+// The HTTP/2 peers (issue 26): dubbo-go v3.3.0's Triple provider and consumer, and grpc-go's interop server and
+// client, each pair run with an h2count relay in front of the server so the tests see what reaches it
+// (connections, PINGs). Today nothing else is in the path; once Stormgate speaks HTTP/2, h2Via starts it
+// between the consumer and the relay and the same checks run through it.
+
+// h2Via returns the address an HTTP/2 consumer dials to reach the server behind upstream (the relay in front of
+// it). Direct for now; through Stormgate it becomes startSidecar(t, <upstream port>, ...)'s listen address.
+func h2Via(t *testing.T, upstream string) string {
+	t.Helper()
+	return upstream
+}
+
+func TestH2Interop(t *testing.T) {
+	t.Run("triple", func(t *testing.T) { t.Parallel(); testTriple(t) })
+	t.Run("triple_keepalive", func(t *testing.T) { t.Parallel(); testTripleKeepalive(t) })
+	t.Run("triple_plain_dial", func(t *testing.T) { t.Parallel(); testTriplePlainDial(t) })
+	t.Run("grpc", func(t *testing.T) { t.Parallel(); testGRPCInterop(t) })
+}
+
+// relayTo starts an h2count relay toward addr, closed at the end of the test.
+func relayTo(t *testing.T, addr string) *h2count.Relay {
+	t.Helper()
+	r, err := h2count.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// startTripleProvider starts dgprovider --protocol triple with its request log, and a relay in front of it.
+func startTripleProvider(t *testing.T) (*provider, *h2count.Relay, string) {
+	t.Helper()
+	reqLog := filepath.Join(t.TempDir(), "requests.log")
+	prov := startProvider(t, 0, "--protocol", "triple", "--log-requests", reqLog)
+	return prov, relayTo(t, fmt.Sprintf("127.0.0.1:%d", prov.port)), reqLog
+}
+
+// testTriple: a registry-less hessian2 Triple consumer (client.DialWithInfo) runs the once checks (unary,
+// business error, 50 KB argument, 100 ms sleep, 200 concurrent calls); the provider logged every call it ran.
+func testTriple(t *testing.T) {
+	_, relay, reqLog := startTripleProvider(t)
+	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--addr", h2Via(t, relay.Addr()), "once")
+	var s onceSummary
+	line := readSummary(t, c, 60*time.Second, &s)
+	t.Logf("consumer: %s", line)
+	checkOnce(t, s, line)
+	c.wait(t, 10*time.Second)
+	if code := c.exitCode(); code != 0 {
+		t.Errorf("dgconsumer exited %d", code)
+	}
+	ran := readRequestLog(t, reqLog)
+	want := map[string]int{"Echo": 201, "Fail": 1, "Big": 1, "Sleep": 1}
+	for m, n := range want {
+		if ran[m] != n {
+			t.Errorf("the provider ran %s %d times, want %d (log: %v)", m, ran[m], n, ran)
+		}
+	}
+	cs := relay.Counts()
+	t.Logf("at the provider: %+v", cs)
+	if cs.Conns != 1 || cs.BadPreface != 0 {
+		t.Errorf("provider connections %d (bad preface %d), want 1: dubbo-go's Triple client shares one h2c connection per address",
+			cs.Conns, cs.BadPreface)
+	}
+}
+
+// testTripleKeepalive: an idle dubbo-go Triple consumer PINGs its provider every 10 s (x/net's ReadIdleTimeout,
+// dubbo-go's default keepalive interval): the relay sees those PINGs arrive, which is what Stormgate must
+// absorb (issue 26 acceptance 1: 0 consumer PINGs at the provider).
+func testTripleKeepalive(t *testing.T) {
+	_, relay, _ := startTripleProvider(t)
+	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--addr", h2Via(t, relay.Addr()), "once", "--hold")
+	var s onceSummary
+	line := readSummary(t, c, 60*time.Second, &s)
+	checkOnce(t, s, line)
+	deadline := time.Now().Add(25 * time.Second)
+	for relay.Counts().Pings == 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	cs := relay.Counts()
+	t.Logf("at the provider after the consumer idled: %+v", cs)
+	if cs.Pings == 0 {
+		t.Errorf("no consumer PING reached the provider within 25 s of idling; dubbo-go v3.3.0 PINGs after 10 s")
+	}
+	closeStdinAndWait(t, c)
+}
+
+// testTriplePlainDial pins what dubbo-go v3.3.0 does when a non-IDL Triple consumer uses client.Dial (no method
+// names): the calls reach the provider but carry no argument it can decode. If a dubbo-go upgrade fixes
+// that, this test says so and the Stormgate interop can add the plain-Dial consumer.
+func testTriplePlainDial(t *testing.T) {
+	_, relay, _ := startTripleProvider(t)
+	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--dial", "plain", "--addr", h2Via(t, relay.Addr()), "once")
+	var s onceSummary
+	line := readSummary(t, c, 60*time.Second, &s)
+	if s.OK || !strings.Contains(line, "request params len is 0") {
+		t.Errorf("client.Dial with non-IDL Triple: %s (expected dubbo-go v3.3.0's \"request params len is 0\")", line)
+	}
+	c.wait(t, 10*time.Second)
+}
+
+// testGRPCInterop: grpc-go's interop client runs every test case against grpc-go's interop server.
+func testGRPCInterop(t *testing.T) {
+	port := freePort(t)
+	srv := startProc(t, "grpcinterop-server", bins.grpc, "server", "--port", strconv.Itoa(port))
+	if _, err := srv.waitLine(20*time.Second, func(l string) bool { return l == "READY "+strconv.Itoa(port) }); err != nil {
+		t.Fatal(err)
+	}
+	relay := relayTo(t, fmt.Sprintf("127.0.0.1:%d", port))
+	cases := []string{"empty_unary", "large_unary", "client_streaming", "server_streaming", "ping_pong",
+		"empty_stream", "cancel_after_begin", "cancel_after_first_response", "timeout_on_sleeping_server",
+		"custom_metadata", "status_code_and_message", "special_status_message", "unimplemented_method"}
+	c := startProc(t, "grpcinterop-client", bins.grpc, "client", "--addr", h2Via(t, relay.Addr()),
+		"--test_cases", strings.Join(cases, ","))
+	for _, tc := range cases {
+		if _, err := c.waitLine(30*time.Second, func(l string) bool { return l == "PASS "+tc }); err != nil {
+			t.Fatalf("%s: %v", tc, err)
+		}
+	}
+	c.wait(t, 10*time.Second)
+	if code := c.exitCode(); code != 0 {
+		t.Errorf("grpc interop client exited %d", code)
+	}
+	cs := relay.Counts()
+	t.Logf("at the server: %+v", cs)
+	if cs.Conns < 1 || cs.BadPreface != 0 {
+		t.Errorf("server connections %d, bad preface %d", cs.Conns, cs.BadPreface)
+	}
+}
+
+// checkOnce fails the test unless every once check passed.
+func checkOnce(t *testing.T, s onceSummary, line string) {
+	t.Helper()
+	if !s.OK {
+		t.Errorf("dgconsumer once failed: %s", line)
+	}
+	if len(s.Checks) != 5 {
+		t.Errorf("%d checks in the summary, want 5", len(s.Checks))
+	}
+	for _, ch := range s.Checks {
+		if !ch.OK {
+			t.Errorf("check %s failed: %s", ch.Name, ch.Detail)
+		}
+	}
+}
+
+// readRequestLog counts the provider's --log-requests lines by method.
+func readRequestLog(t *testing.T, path string) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if m, _, ok := strings.Cut(l, " "); ok {
+			n[m]++
+		}
+	}
+	return n
+}

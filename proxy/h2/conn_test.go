@@ -1,0 +1,333 @@
+package h2
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+
+	"golang.org/x/net/http2"
+)
+
+func TestConnServerHandshake(t *testing.T) {
+	d := newDriver(t, Config{})
+	fs := d.outFrames()
+	if len(fs) != 2 {
+		t.Fatalf("initial output: %v", fs)
+	}
+	want := map[http2.SettingID]uint32{http2.SettingHeaderTableSize: 0, http2.SettingMaxConcurrentStreams: 100,
+		http2.SettingMaxHeaderListSize: DefaultMaxHeaderListSize}
+	if got := fs[0].Settings; !reflect.DeepEqual(got, want) {
+		t.Fatalf("SETTINGS %v, want %v", got, want)
+	}
+	if wu := fs[1]; wu.Type != http2.FrameWindowUpdate || wu.Stream != 0 || wu.Increment != DefaultConnWindowSize-65535 {
+		t.Fatalf("window update %+v", wu)
+	}
+	d.in.WriteString(ClientPreface)
+	d.must(d.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxFrameSize, Val: 1 << 20}))
+	d.pump()
+	if d.err != nil || len(d.events) != 1 || d.events[0].Kind != EventSettings {
+		t.Fatalf("%v %v", d.err, d.events)
+	}
+	if ack := d.outFrames(); len(ack) != 1 || ack[0].Type != http2.FrameSettings || !ack[0].Ack {
+		t.Fatalf("no SETTINGS ACK: %v", ack)
+	}
+	if d.c.PeerSettings().MaxFrameSize != 1<<20 {
+		t.Fatal("peer settings not applied")
+	}
+}
+
+func TestConnClientHandshake(t *testing.T) {
+	c := NewConn(Config{Role: RoleClient})
+	out := c.Output()
+	if !bytes.HasPrefix(out, []byte(ClientPreface)) {
+		t.Fatalf("no preface: %q", out[:24])
+	}
+	h, _ := ParseFrameHeader(out[len(ClientPreface):])
+	p := out[len(ClientPreface)+FrameHeaderLen : len(ClientPreface)+h.FrameLen()]
+	var push, table bool
+	for i := 0; i < NumSettings(p); i++ {
+		s := SettingAt(p, i)
+		push = push || s == (Setting{SettingEnablePush, 0})
+		table = table || s == (Setting{SettingHeaderTableSize, 0})
+	}
+	if h.Type != FrameSettings || !push || !table {
+		t.Fatalf("client SETTINGS %+v push=%v table=%v", h, push, table)
+	}
+	// A provider that sends anything but SETTINGS first is refused.
+	if _, _, err := c.Read(1, AppendPing(nil, false, [8]byte{})); verdict(err) != "conn:PROTOCOL_ERROR" {
+		t.Fatalf("first frame PING: %v", err)
+	}
+}
+
+// TestConnUnary: a whole gRPC unary call through the consumer-side state machine, checked by x/net.
+func TestConnUnary(t *testing.T) {
+	d := serverDriver(t, Config{})
+	req := request("/org.stormgate.Greeter/Echo")
+	d.headers(1, false, req...)
+	d.must(d.fr.WriteData(1, true, []byte("\x00\x00\x00\x00\x05hello")))
+	d.pump()
+	if d.err != nil || len(d.events) != 2 {
+		t.Fatalf("%v %+v", d.err, d.events)
+	}
+	if ev := d.events[0]; ev.Kind != EventHeaders || ev.Stream != 1 || ev.EndStream || !reflect.DeepEqual(ev.Fields, req) {
+		t.Fatalf("headers event %+v", ev)
+	}
+	if ev := d.events[1]; ev.Kind != EventData || !ev.EndStream || string(ev.Data) != "\x00\x00\x00\x00\x05hello" {
+		t.Fatalf("data event %+v", ev)
+	}
+	if d.c.StreamState(1) != StateHalfClosedRemote {
+		t.Fatalf("state %v", d.c.StreamState(1))
+	}
+	var out []byte
+	var err error
+	resp := []HeaderField{{Name: ":status", Value: "200"}, {Name: "content-type", Value: "application/grpc"}}
+	out, err = d.c.AppendHeaders(out, 1, resp, false)
+	d.must(err)
+	out, n, err := d.c.AppendData(d.now, out, 1, []byte("\x00\x00\x00\x00\x02ok"), false)
+	d.must(err)
+	if n != 7 {
+		t.Fatalf("sent %d", n)
+	}
+	trailers := []HeaderField{{Name: "grpc-status", Value: "0"}}
+	out, err = d.c.AppendHeaders(out, 1, trailers, true)
+	d.must(err)
+	d.out.Write(out)
+	fs := d.outFrames()
+	if len(fs) != 3 {
+		t.Fatalf("frames %v", fs)
+	}
+	if got := d.decodeHeaders(fs[0]); !reflect.DeepEqual(got, resp) {
+		t.Fatalf("response head %v", got)
+	}
+	if df := fs[1]; string(df.Data) != "\x00\x00\x00\x00\x02ok" {
+		t.Fatal("data")
+	}
+	if hf := fs[2]; !hf.EndStream || !reflect.DeepEqual(d.decodeHeaders(hf), trailers) {
+		t.Fatal("trailers")
+	}
+	if d.c.StreamState(1) != StateClosed || d.c.OpenStreams() != 0 {
+		t.Fatalf("stream not closed: %v %d", d.c.StreamState(1), d.c.OpenStreams())
+	}
+	if _, err := d.c.AppendHeaders(nil, 1, trailers, true); err != ErrStreamNotOpen {
+		t.Fatalf("send on closed stream: %v", err)
+	}
+}
+
+func TestConnPingAnswered(t *testing.T) {
+	d := serverDriver(t, Config{})
+	data := [8]byte{'s', 't', 'o', 'r', 'm', 0, 1, 2}
+	d.must(d.fr.WritePing(false, data))
+	d.pump()
+	fs := d.outFrames()
+	if len(fs) != 1 || fs[0].Type != http2.FramePing || !fs[0].Ack || fs[0].Ping != data {
+		t.Fatalf("answer %v", fs)
+	}
+	if d.c.Counters().PingsAnswered != 1 || len(d.events) != 0 {
+		t.Fatal("counted / reported")
+	}
+	// An answer to this side's own PING is reported, not answered.
+	d.c.Ping([8]byte{9})
+	d.c.ClearOutput()
+	d.must(d.fr.WritePing(true, [8]byte{9}))
+	d.pump()
+	if len(d.events) != 1 || d.events[0].Kind != EventPingAck || d.events[0].Ping != [8]byte{9} {
+		t.Fatalf("%+v", d.events)
+	}
+}
+
+// TestConnRecvFlowControl: the peer may not exceed the stream or connection window; consumed bytes go back
+// as WINDOW_UPDATEs once half a window is used.
+func TestConnRecvFlowControl(t *testing.T) {
+	d := serverDriver(t, Config{InitialWindowSize: 1000})
+	d.headers(1, false, request("/s/m")...)
+	d.must(d.fr.WriteData(1, false, make([]byte, 600)))
+	d.pump()
+	d.outFrames()
+	d.must(d.c.Consumed(1, 400))
+	if fs := d.outFrames(); len(fs) != 0 {
+		t.Fatalf("window update before half: %v", fs)
+	}
+	d.must(d.c.Consumed(1, 200))
+	d.out.Write(d.c.Output())
+	d.c.ClearOutput()
+	fs := d.outFrames()
+	if len(fs) != 1 || fs[0].Type != http2.FrameWindowUpdate || fs[0].Stream != 1 || fs[0].Increment != 600 {
+		t.Fatalf("stream window update: %v", fs)
+	}
+	// 1000 more is within the refreshed window; 1 byte beyond is a stream FLOW_CONTROL_ERROR.
+	d.must(d.fr.WriteData(1, false, make([]byte, 1000)))
+	d.pump()
+	d.must(d.fr.WriteData(1, false, []byte{1}))
+	d.pump()
+	d.wantRST(1, ErrCodeFlowControl, NumGuards)
+
+	// The connection window (never below the protocol's initial 65,535): two streams within their own
+	// windows cross it together.
+	d = serverDriver(t, Config{InitialWindowSize: 40000, ConnWindowSize: 1})
+	for _, id := range []uint32{1, 3} {
+		d.headers(id, false, request("/s/m")...)
+		for i := 0; i < 3; i++ {
+			d.must(d.fr.WriteData(id, false, make([]byte, 12000)))
+		}
+	}
+	d.pump()
+	d.wantGoAway(ErrCodeFlowControl, NumGuards)
+}
+
+// TestConnSendFlowControl: AppendData never exceeds the peer's windows; WINDOW_UPDATE and SETTINGS move them;
+// overflow past 2^31-1 is an error of the right scope.
+func TestConnSendFlowControl(t *testing.T) {
+	d := serverDriver(t, Config{}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 100})
+	d.requestWithHead(1, true)
+	out, n, err := d.c.AppendData(d.now, nil, 1, make([]byte, 250), false)
+	if err != nil || n != 100 || d.c.SendWindow(1) != 0 {
+		t.Fatalf("sent %d, window %d, %v", n, d.c.SendWindow(1), err)
+	}
+	d.must(d.fr.WriteWindowUpdate(1, 50))
+	d.pump()
+	if ev := d.events[len(d.events)-1]; ev.Kind != EventWindow || ev.Stream != 1 || d.c.SendWindow(1) != 50 {
+		t.Fatalf("%+v window %d", ev, d.c.SendWindow(1))
+	}
+	// A SETTINGS decrease takes the window below zero (§6.9.2).
+	d.must(d.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}))
+	d.pump()
+	if d.c.SendWindow(1) != 0 || d.c.streams[1].send != -50 {
+		t.Fatalf("window after decrease: %d", d.c.streams[1].send)
+	}
+	_, n, _ = d.c.AppendData(d.now, out, 1, make([]byte, 10), false)
+	if n != 0 {
+		t.Fatalf("sent %d with a negative window", n)
+	}
+	d.outFrames()
+	d.must(d.fr.WriteWindowUpdate(1, MaxWindowSize))
+	d.pump()
+	if d.err != nil || d.c.streams[1].send != MaxWindowSize-50 {
+		t.Fatalf("%v %d", d.err, d.c.streams[1].send)
+	}
+	d.must(d.fr.WriteWindowUpdate(1, 51))
+	d.pump()
+	d.wantRST(1, ErrCodeFlowControl, NumGuards)
+	d.must(d.fr.WriteWindowUpdate(0, MaxWindowSize))
+	d.pump()
+	d.wantGoAway(ErrCodeFlowControl, NumGuards)
+}
+
+// TestConnStreamStates covers §5.1's rules that are not attacks.
+func TestConnStreamStates(t *testing.T) {
+	d := serverDriver(t, Config{})
+	// Trailers must end the stream.
+	d.headers(1, false, request("/s/m")...)
+	d.headers(1, false, HeaderField{Name: "x-trailer", Value: "v"})
+	d.pump()
+	d.wantRST(1, ErrCodeProtocol, NumGuards)
+	// A malformed request is refused before the owner sees it.
+	d.headers(3, true, HeaderField{Name: ":method", Value: "POST"})
+	d.pump()
+	d.wantRST(3, ErrCodeProtocol, NumGuards)
+	// Request trailers are delivered as trailers.
+	n := len(d.events)
+	d.headers(5, false, request("/s/m")...)
+	d.headers(5, true, HeaderField{Name: "x-trailer", Value: "v"})
+	d.pump()
+	if ev := d.events[len(d.events)-1]; len(d.events) != n+2 || !ev.Trailers || !ev.EndStream {
+		t.Fatalf("%+v", d.events[n:])
+	}
+	// DATA after the peer's END_STREAM: STREAM_CLOSED.
+	d.must(d.fr.WriteData(5, false, []byte("late")))
+	d.pump()
+	d.wantRST(5, ErrCodeStreamClosed, GuardClosedStream)
+	// The peer's RST_STREAM ends a stream, reported as such.
+	d.headers(7, false, request("/s/m")...)
+	d.must(d.fr.WriteRSTStream(7, http2.ErrCodeCancel))
+	d.pump()
+	if ev := d.events[len(d.events)-1]; ev.Kind != EventReset || !ev.ByPeer || ev.Code != ErrCodeCancel || d.c.OpenStreams() != 0 {
+		t.Fatalf("%+v", ev)
+	}
+	// RST_STREAM or WINDOW_UPDATE (even an invalid one) on an idle stream is a connection error.
+	d.must(d.fr.WriteRSTStream(99, http2.ErrCodeCancel))
+	d.pump()
+	d.wantGoAway(ErrCodeProtocol, NumGuards)
+	d = serverDriver(t, Config{})
+	d.must(d.fr.WriteWindowUpdate(99, 0))
+	d.pump()
+	d.wantGoAway(ErrCodeProtocol, NumGuards)
+	if d.c.Counters().ResetsSent != 0 {
+		t.Fatal("RST_STREAM sent for an idle stream")
+	}
+}
+
+// TestConnClient: the provider-side role: stream ids odd and increasing, SETTINGS_MAX_CONCURRENT_STREAMS and
+// GOAWAY respected, a response head and trailers delivered.
+func TestConnClient(t *testing.T) {
+	d := newDriver(t, Config{Role: RoleClient})
+	d.outFrames()
+	d.must(d.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 2}))
+	d.ackSettings()
+	d.pump()
+	if d.err != nil {
+		t.Fatal(d.err)
+	}
+	a, err1 := d.c.OpenStream()
+	b, err2 := d.c.OpenStream()
+	if a != 1 || b != 3 || err1 != nil || err2 != nil {
+		t.Fatal(a, b, err1, err2)
+	}
+	if _, err := d.c.OpenStream(); err != ErrNoStream || d.c.CanOpenStream() {
+		t.Fatalf("third stream: %v", err)
+	}
+	out, err := d.c.AppendHeaders(nil, a, request("/s/m"), true)
+	d.must(err)
+	d.out.Write(out)
+	if hf := d.outFrames()[1]; hf.Stream != 1 || !hf.EndStream {
+		t.Fatalf("%+v", hf)
+	}
+	d.headers(1, false, HeaderField{Name: ":status", Value: "200"})
+	d.must(d.fr.WriteData(1, false, []byte("x")))
+	d.headers(1, true, HeaderField{Name: "grpc-status", Value: "0"})
+	d.pump()
+	if len(d.events) != 4 || d.events[1].Kind != EventHeaders || d.events[3].Kind != EventHeaders || !d.events[3].Trailers {
+		t.Fatalf("%+v", d.events)
+	}
+	if c, err := d.c.OpenStream(); c != 5 || err != nil {
+		t.Fatalf("after stream 1 ended: %d %v", c, err)
+	}
+	d.must(d.fr.WriteGoAway(3, http2.ErrCodeNo, nil))
+	d.pump()
+	if ev := d.events[len(d.events)-1]; ev.Kind != EventGoAway || ev.LastStream != 3 {
+		t.Fatalf("%+v", ev)
+	}
+	if _, err := d.c.OpenStream(); err != ErrNoStream {
+		t.Fatalf("after GOAWAY: %v", err)
+	}
+	// A provider may not open streams (push is off).
+	d.headers(2, false, HeaderField{Name: ":status", Value: "200"})
+	d.pump()
+	d.wantGoAway(ErrCodeProtocol, GuardStreamID)
+}
+
+// TestConnGracefulGoAway: after this side's GOAWAY (a drain), streams up to its last stream id are served to the
+// end; frames of streams the peer opened after it are ignored, not errors.
+func TestConnGracefulGoAway(t *testing.T) {
+	d := serverDriver(t, Config{})
+	d.headers(1, false, request("/s/m")...)
+	d.pump()
+	d.c.GoAway(ErrCodeNo, "drain")
+	d.pump()
+	if ga := goAwayOf(d.outFrames()); ga == nil || ga.LastStream != 1 || ga.Code != ErrCodeNo {
+		t.Fatalf("GOAWAY %+v", ga)
+	}
+	n := len(d.events)
+	d.headers(3, false, request("/s/m")...)
+	d.must(d.fr.WriteData(3, false, []byte("ignored")))
+	d.must(d.fr.WriteWindowUpdate(3, 10))
+	d.must(d.fr.WriteRSTStream(3, http2.ErrCodeCancel))
+	d.must(d.fr.WriteData(1, true, []byte("served")))
+	d.pump()
+	if d.err != nil || len(d.events) != n+1 || string(d.events[n].Data) != "served" {
+		t.Fatalf("%v %+v", d.err, d.events[n:])
+	}
+	out, err := d.c.AppendHeaders(nil, 1, ErrorTrailers(false, 0, ""), true)
+	if err != nil || len(out) == 0 || d.c.OpenStreams() != 0 {
+		t.Fatalf("answer after GOAWAY: %v, %d open", err, d.c.OpenStreams())
+	}
+}

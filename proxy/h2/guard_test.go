@@ -1,0 +1,322 @@
+package h2
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// Each known HTTP/2 attack, sent to a consumer-side Conn: what it gets (GOAWAY with the right code, or
+// RST_STREAM) and that it is counted. Honest look-alikes (the same frames at an honest rate) must pass.
+
+func TestGuardRapidReset(t *testing.T) {
+	// CVE-2023-44487: open a stream, reset it at once, repeat. Each reset frees the concurrency slot, so
+	// SETTINGS_MAX_CONCURRENT_STREAMS alone does not bound the work.
+	d := serverDriver(t, Config{})
+	id := uint32(1)
+	for ; d.err == nil && id < 20000; id += 2 {
+		d.headers(id, false, request("/s/m")...)
+		d.must(d.fr.WriteRSTStream(id, http2.ErrCodeCancel))
+		d.pump()
+	}
+	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardRapidReset)
+	if n := d.c.Counters().ResetsReceived; n != uint64(DefaultLimits().ResetBurst)+1 {
+		t.Fatalf("tripped after %d resets, want burst+1", n)
+	}
+
+	// An honest client cancelling a call every 100 ms for ten minutes is never stopped.
+	d = serverDriver(t, Config{})
+	for id := uint32(1); id < 12000; id += 2 {
+		d.now += int64(100 * time.Millisecond)
+		d.headers(id, false, request("/s/m")...)
+		d.must(d.fr.WriteRSTStream(id, http2.ErrCodeCancel))
+		d.pump()
+	}
+	if d.err != nil {
+		t.Fatalf("honest cancels: %v", d.err)
+	}
+}
+
+func TestGuardMadeYouReset(t *testing.T) {
+	// CVE-2025-8671: frames that make the server reset streams itself (here WINDOW_UPDATE of 0) spend the
+	// same budget as the peer's own resets.
+	d := serverDriver(t, Config{})
+	for id := uint32(1); d.err == nil && id < 20000; id += 2 {
+		d.headers(id, false, request("/s/m")...)
+		d.must(d.fr.WriteWindowUpdate(id, 0))
+		d.pump()
+	}
+	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardRapidReset)
+}
+
+func TestGuardContinuationFlood(t *testing.T) {
+	// CVE-2024-27316 family: a HEADERS without END_HEADERS, then CONTINUATION frames without end: the
+	// connection ends at the ninth CONTINUATION, before any decoding or unbounded buffering.
+	d := serverDriver(t, Config{})
+	d.must(d.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte{0x83}}))
+	for i := 0; i < 1000; i++ {
+		d.must(d.fr.WriteContinuation(1, false, []byte{0x40, 1, 'x', 1, 'y'}))
+	}
+	d.pump()
+	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardContinuation)
+	if f := d.c.Counters().Frames; f != 2+1+DefaultMaxContinuations+1 {
+		t.Fatalf("read %d frames", f)
+	}
+	// The byte bound: a few large CONTINUATIONs past the header list bound.
+	d = serverDriver(t, Config{MaxHeaderListSize: 4096})
+	d.must(d.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: make([]byte, 3000)}))
+	d.must(d.fr.WriteContinuation(1, false, make([]byte, 3000)))
+	d.pump()
+	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardContinuation)
+	// Any other frame inside a header block is a PROTOCOL_ERROR.
+	d = serverDriver(t, Config{})
+	d.must(d.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte{0x83}}))
+	d.must(d.fr.WritePing(false, [8]byte{}))
+	d.pump()
+	d.wantGoAway(ErrCodeProtocol, NumGuards)
+}
+
+func TestGuardPingFlood(t *testing.T) {
+	d := serverDriver(t, Config{})
+	for i := 0; d.err == nil && i < 10000; i++ {
+		d.must(d.fr.WritePing(false, [8]byte{byte(i)}))
+		d.pump()
+	}
+	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardPingFlood)
+	if n := d.c.Counters().PingsAnswered; n != uint64(DefaultLimits().ControlBurst) {
+		t.Fatalf("answered %d", n)
+	}
+	// dubbo-go's keepalive, a PING every 10 s for a day, and a BDP-estimating client that PINGs after every
+	// DATA it receives, are never stopped.
+	d = serverDriver(t, Config{})
+	for i := 0; i < 8640; i++ {
+		d.now += int64(10 * time.Second)
+		d.must(d.fr.WritePing(false, [8]byte{1}))
+		d.pump()
+	}
+	d.requestWithHead(1, true)
+	for i := 0; i < 5000; i++ {
+		if _, _, err := d.c.AppendData(d.now, nil, 1, []byte("x"), false); err != nil {
+			t.Fatalf("after %d rounds: %v (%v)", i, err, d.err)
+		}
+		d.must(d.fr.WritePing(false, [8]byte{2}))
+		d.must(d.fr.WriteWindowUpdate(1, 1))
+		d.must(d.fr.WriteWindowUpdate(0, 1))
+		d.pump()
+	}
+	if d.err != nil {
+		t.Fatalf("honest PINGs: %v", d.err)
+	}
+}
+
+func TestGuardSettingsFlood(t *testing.T) {
+	d := serverDriver(t, Config{})
+	for i := 0; d.err == nil && i < 10000; i++ {
+		d.must(d.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(i)}))
+		d.pump()
+	}
+	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardSettingsFlood)
+}
+
+func TestGuardControlFlood(t *testing.T) {
+	// PRIORITY frames (ignored since RFC 9113, but each costs a parse) and unknown frame types.
+	d := serverDriver(t, Config{})
+	for i := 0; d.err == nil && i < 10000; i++ {
+		d.must(d.fr.WritePriority(uint32(2*i+1), http2.PriorityParam{StreamDep: 0, Weight: 1}))
+		d.must(d.fr.WriteRawFrame(0xfa, 0, 0, []byte("junk")))
+		d.pump()
+	}
+	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardControlFlood)
+}
+
+func TestGuardEmptyFrames(t *testing.T) {
+	d := serverDriver(t, Config{})
+	d.headers(1, false, request("/s/m")...)
+	for i := 0; i < 100; i++ {
+		d.must(d.fr.WriteData(1, false, nil))
+	}
+	d.pump()
+	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardEmptyFrames)
+	// Padding-only DATA frames are empty too.
+	d = serverDriver(t, Config{})
+	d.headers(1, false, request("/s/m")...)
+	for i := 0; i < 100; i++ {
+		d.must(d.fr.WriteDataPadded(1, false, nil, make([]byte, 10)))
+	}
+	d.pump()
+	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardEmptyFrames)
+	// Empty frames between real ones are fine (an empty DATA with END_STREAM is how many clients end).
+	d = serverDriver(t, Config{})
+	d.headers(1, false, request("/s/m")...)
+	for i := 0; i < 100; i++ {
+		d.must(d.fr.WriteData(1, false, nil))
+		d.must(d.fr.WriteData(1, false, []byte("x")))
+	}
+	d.must(d.fr.WriteData(1, true, nil))
+	d.pump()
+	if d.err != nil {
+		t.Fatal(d.err)
+	}
+}
+
+func TestGuardHeaderListSize(t *testing.T) {
+	// A header list over the bound whose encoded block is within it (HPACK indexing makes the list larger
+	// than the block): that stream is reset, the connection and its HPACK state go on.
+	d := serverDriver(t, Config{MaxHeaderListSize: 2048})
+	d.encBuf.Reset()
+	for _, f := range request("/s/m") {
+		d.must(d.enc.WriteField(f))
+	}
+	// Index one 200-byte field before the ack made the table size 0? The driver already acked, so use
+	// many literal fields instead: 40 fields of 60 bytes each is 2,400+ bytes listed, 1,700 encoded.
+	for i := 0; i < 40; i++ {
+		d.must(d.enc.WriteField(HeaderField{Name: "x-h", Value: strings.Repeat("z", 27)}))
+	}
+	if d.encBuf.Len() > 2048 {
+		t.Fatalf("block %d bytes: the test wants it under the bound", d.encBuf.Len())
+	}
+	d.must(d.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: d.encBuf.Bytes(), EndHeaders: true, EndStream: true}))
+	d.pump()
+	d.wantRST(1, ErrCodeEnhanceYourCalm, GuardHeaderList)
+	d.headers(3, true, request("/s/m")...)
+	d.pump()
+	if ev := d.events[len(d.events)-1]; ev.Kind != EventHeaders || ev.Stream != 3 {
+		t.Fatalf("next request: %+v", ev)
+	}
+}
+
+func TestGuardTooManyStreams(t *testing.T) {
+	d := serverDriver(t, Config{MaxConcurrentStreams: 10})
+	for id := uint32(1); id <= 21; id += 2 {
+		d.headers(id, false, request("/s/m")...)
+	}
+	d.pump()
+	d.wantRST(21, ErrCodeRefusedStream, GuardTooManyStreams)
+	if d.c.OpenStreams() != 10 {
+		t.Fatalf("open %d", d.c.OpenStreams())
+	}
+	// A peer that keeps opening streams over the limit spends the reset budget.
+	for id := uint32(23); d.err == nil && id < 20000; id += 2 {
+		d.headers(id, false, request("/s/m")...)
+		d.pump()
+	}
+	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardRapidReset)
+}
+
+func TestGuardZeroWindowStall(t *testing.T) {
+	// The consumer announces a zero window and never opens it: its streams' answers cannot go out. After
+	// the stall timeout the stream is reset (the owner then drops what it queued for it).
+	d := serverDriver(t, Config{}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	d.requestWithHead(1, true)
+	if _, n, _ := d.c.AppendData(d.now, nil, 1, make([]byte, 100), false); n != 0 {
+		t.Fatalf("sent %d into a zero window", n)
+	}
+	if _, ok, _ := d.c.CheckStalls(d.now + int64(29*time.Second)); ok {
+		t.Fatal("reset before the timeout")
+	}
+	id, ok, err := d.c.CheckStalls(d.now + int64(30*time.Second))
+	if !ok || id != 1 || err != nil {
+		t.Fatal(id, ok, err)
+	}
+	d.pump()
+	d.wantRST(1, ErrCodeCancel, GuardZeroWindow)
+	// A window that opens in time clears the stall.
+	d.requestWithHead(3, true)
+	_, _, _ = d.c.AppendData(d.now, nil, 3, make([]byte, 100), false)
+	d.must(d.fr.WriteWindowUpdate(3, 100))
+	d.pump()
+	if _, n, _ := d.c.AppendData(d.now, nil, 3, make([]byte, 100), false); n != 100 {
+		t.Fatalf("sent %d", n)
+	}
+	if _, ok, _ := d.c.CheckStalls(d.now + int64(time.Hour)); ok {
+		t.Fatal("unblocked stream reset")
+	}
+}
+
+func TestGuardStreamIDBackwards(t *testing.T) {
+	d := serverDriver(t, Config{})
+	d.headers(5, true, request("/s/m")...)
+	d.headers(3, true, request("/s/m")...)
+	d.pump()
+	d.wantGoAway(ErrCodeProtocol, GuardStreamID)
+	if ga := goAwayOf(nil); ga != nil {
+		t.Fatal()
+	}
+	// Even ids are the server's.
+	d = serverDriver(t, Config{})
+	d.headers(2, true, request("/s/m")...)
+	d.pump()
+	d.wantGoAway(ErrCodeProtocol, GuardStreamID)
+}
+
+func TestGuardClosedStream(t *testing.T) {
+	d := serverDriver(t, Config{})
+	d.headers(1, true, request("/s/m")...)
+	d.pump()
+	_, _ = d.c.AppendHeaders(nil, 1, []HeaderField{{Name: ":status", Value: "200"}}, true)
+	if d.c.StreamState(1) != StateClosed {
+		t.Fatal(d.c.StreamState(1))
+	}
+	// DATA on the closed stream: RST_STREAM STREAM_CLOSED.
+	d.must(d.fr.WriteData(1, false, []byte("x")))
+	d.pump()
+	d.wantRST(1, ErrCodeStreamClosed, GuardClosedStream)
+	// HEADERS on a stream that closed normally: the connection ends with STREAM_CLOSED.
+	d = serverDriver(t, Config{})
+	d.headers(1, true, request("/s/m")...)
+	d.pump()
+	_, _ = d.c.AppendHeaders(nil, 1, []HeaderField{{Name: ":status", Value: "200"}}, true)
+	d.headers(1, true, request("/s/m")...)
+	d.pump()
+	d.wantGoAway(ErrCodeStreamClosed, GuardClosedStream)
+	// Frames the peer had in flight when this side reset the stream are ignored (§5.4.2), and still
+	// returned to the connection window.
+	d = serverDriver(t, Config{})
+	d.headers(1, false, request("/s/m")...)
+	d.pump()
+	d.must(d.c.Reset(1, ErrCodeCancel))
+	d.must(d.fr.WriteData(1, false, make([]byte, 100)))
+	d.headers(1, true, HeaderField{Name: "grpc-status", Value: "0"})
+	d.pump()
+	if d.err != nil || d.c.Counters().Guards[GuardClosedStream] != 0 {
+		t.Fatalf("%v %v", d.err, d.c.Counters().Guards)
+	}
+}
+
+func TestGuardPreface(t *testing.T) {
+	for name, in := range map[string]string{
+		"http1":     "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\n\r\n",
+		"garbage":   "PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n",
+		"dubbo":     "\xda\xbb\xe2\x00",
+		"not first": ClientPreface + string(AppendPing(nil, false, [8]byte{})),
+	} {
+		d := newDriver(t, Config{})
+		d.outFrames()
+		d.in.WriteString(in)
+		d.pump()
+		d.wantGoAway(ErrCodeProtocol, GuardPreface)
+		if ga := d.c.Counters(); !ga.GoAwaySent {
+			t.Fatalf("%s: %+v", name, ga)
+		}
+	}
+}
+
+func TestGuardOutboundQueue(t *testing.T) {
+	// A peer that sends PINGs but never reads the answers: the owner stops reading when it cannot write;
+	// an owner that keeps reading hits the queue bound instead of growing Output without end.
+	d := serverDriver(t, Config{Limits: Limits{ControlBurst: 1 << 20, MaxQueuedControl: 100}})
+	for i := 0; i < 200; i++ {
+		d.must(d.fr.WritePing(false, [8]byte{}))
+	}
+	buf := d.in.Bytes()
+	var err error
+	for n := 1; n > 0 && err == nil; {
+		n, _, err = d.c.Read(d.now, buf)
+		buf = buf[n:]
+	}
+	if verdict(err) != "conn:ENHANCE_YOUR_CALM" || d.c.Counters().Guards[GuardOutboundQueue] != 1 {
+		t.Fatalf("%v %v", err, d.c.Counters().Guards)
+	}
+}
