@@ -100,7 +100,11 @@ func partlyInjected(meta *metav1.ObjectMeta, spec *corev1.PodSpec) string {
 	if n := countFunc(spec.Containers, isOurs) + countFunc(spec.InitContainers, isOurs); n != 1 {
 		why = append(why, fmt.Sprintf("%d containers named %s", n, ContainerName))
 	}
-	if n := countFunc(spec.InitContainers, isOurInit); n != 1 {
+	want := 1
+	if slices.ContainsFunc(slices.Concat(spec.Containers, spec.InitContainers), isExplicit) {
+		want = 0 // explicit-port mode has no init container
+	}
+	if n := countFunc(spec.InitContainers, isOurInit); n != want {
 		why = append(why, fmt.Sprintf("%d init containers named %s", n, InitContainerName))
 	}
 	return strings.Join(why, ", ")
@@ -178,11 +182,14 @@ func injectPod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]
 			"set %s (and %s for mTLS) to the Secret(s) holding the CA and the sidecar's certificate", c.XDSAddress, AnnotationXDSCASecret, AnnotationXDSCertSecret))
 	}
 
-	probes, probeWarnings, err := rewriteProbes(spec, c)
-	if err != nil {
-		return "", nil, err
+	var probes string
+	if c.Redirect != RedirectNone { // without a redirect the kubelet's probes reach the provider as they are
+		var probeWarnings []string
+		if probes, probeWarnings, err = rewriteProbes(spec, c); err != nil {
+			return "", nil, err
+		}
+		warnings = append(warnings, probeWarnings...)
 	}
-	warnings = append(warnings, probeWarnings...)
 
 	if meta.Annotations == nil {
 		meta.Annotations = map[string]string{}
@@ -200,11 +207,15 @@ func injectPod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]
 	if c.XDSAddress != "" {
 		sidecar.Env = append(sidecar.Env, xdsLabelEnv(meta.Labels)...) // for the control plane's selectors
 	}
-	spec.InitContainers = slices.Insert(spec.InitContainers, 0, initContainer(c))
+	at := 0
+	if c.Redirect != RedirectNone {
+		spec.InitContainers = slices.Insert(spec.InitContainers, 0, initContainer(c))
+		at = 1
+	}
 	if c.NativeSidecar {
 		sidecar.RestartPolicy = ptrTo(corev1.ContainerRestartPolicyAlways)
 		sidecar.StartupProbe = httpProbe("/healthz", c.MetricsPort, 1, 30)
-		spec.InitContainers = slices.Insert(spec.InitContainers, 1, sidecar)
+		spec.InitContainers = slices.Insert(spec.InitContainers, at, sidecar)
 	} else {
 		spec.Containers = append(spec.Containers, sidecar)
 	}
@@ -228,6 +239,11 @@ func loopbackHost(hostport string) bool {
 
 func isOurs(c corev1.Container) bool    { return c.Name == ContainerName }
 func isOurInit(c corev1.Container) bool { return c.Name == InitContainerName }
+
+// isExplicit reports whether c is Stormgate's container in explicit-port mode (RedirectNone).
+func isExplicit(c corev1.Container) bool {
+	return isOurs(c) && !slices.Contains(c.Args, "--transparent")
+}
 
 func joinPorts(ports []uint16) string {
 	s := make([]string, len(ports))
@@ -268,16 +284,21 @@ func initContainer(c Config) corev1.Container {
 	}
 }
 
-// sidecarContainer runs `sidecar run --transparent`: non-root, no capabilities, read-only root fs.
+// sidecarContainer runs `sidecar run --transparent` (explicit-port mode: `sidecar run --upstream`): non-root, no capabilities, read-only root fs.
 // probes holds the application probes it runs for the kubelet (JSON; "" for none).
 func sidecarContainer(c Config, probes string) corev1.Container {
-	args := []string{"run", "--transparent",
-		"--listen", listenAddr(c.ProxyPort),
-		"--inbound-ports", joinPorts(c.InboundPorts),
+	args := []string{"run", "--transparent", "--listen", listenAddr(c.ProxyPort), "--inbound-ports", joinPorts(c.InboundPorts)}
+	ports := []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: int32(c.MetricsPort), Protocol: corev1.ProtocolTCP}}
+	if c.Redirect == RedirectNone {
+		args = []string{"run", "--listen", listenAddr(c.ProxyPort), "--upstream", explicitUpstream(c.InboundPorts[0])}
+		// Named, so that a Service can send consumers to it: targetPort: sg-dubbo.
+		ports = append(ports, corev1.ContainerPort{Name: ProxyPortName, ContainerPort: int32(c.ProxyPort), Protocol: corev1.ProtocolTCP})
+	}
+	args = append(args,
 		// ":port" rather than "[::]:port": Go listens dual stack where the node has IPv6 and falls back
 		// to IPv4 where it has not; the kubelet probes the pod's primary address, of either family.
-		"--metrics", ":" + strconv.Itoa(int(c.MetricsPort)),
-		"--log-format", "json"}
+		"--metrics", ":"+strconv.Itoa(int(c.MetricsPort)),
+		"--log-format", "json")
 	if c.UpstreamConns > 0 {
 		args = append(args, "--upstream-conns", strconv.Itoa(c.UpstreamConns))
 	}
@@ -317,7 +338,7 @@ func sidecarContainer(c Config, probes string) corev1.Container {
 		Args:         args,
 		Env:          env,
 		VolumeMounts: mounts,
-		Ports:        []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: int32(c.MetricsPort), Protocol: corev1.ProtocolTCP}},
+		Ports:        ports,
 		Resources: corev1.ResourceRequirements{
 			Requests: cloneResources(c.Requests),
 			Limits:   cloneResources(c.Limits),

@@ -131,6 +131,8 @@ func (fl *injectFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&cfg.XDSCASecret, "xds-ca-secret", "", "Secret whose ca.crt verifies the control plane: TLS (annotation "+inject.AnnotationXDSCASecret+")")
 	f.StringVar(&cfg.XDSCertSecret, "xds-cert-secret", "", "kubernetes.io/tls Secret with the sidecar's client certificate: mTLS (annotation "+inject.AnnotationXDSCertSecret+")")
 	f.StringVar(&cfg.LogLevel, "log-level", "", "sidecar log level; empty keeps the default (annotation "+inject.AnnotationLogLevel+")")
+	f.StringVar(&cfg.Redirect, "redirect", inject.RedirectInitContainer, fmt.Sprintf("how consumers reach Stormgate: %s (init container with NET_ADMIN redirects the inbound ports; needs Pod Security privileged) or %s (explicit port: consumers connect to --proxy-port; admitted at restricted) (annotation %s)",
+		inject.RedirectInitContainer, inject.RedirectNone, inject.AnnotationRedirect))
 	f.BoolVar(&cfg.NativeSidecar, "native-sidecar", false, "run Stormgate as a native sidecar (restartPolicy: Always init container, Kubernetes >= 1.29) (annotation "+inject.AnnotationNativeSidecar+")")
 }
 

@@ -86,6 +86,7 @@ server verifies them with the configuration's caBundle. --metrics serves /metric
 			}
 			mux := http.NewServeMux()
 			mux.Handle(webhook.Path, h)
+			mux.Handle(webhook.PodSecurityPath, h) // namespaces that enforce baseline or restricted
 			hs := &http.Server{Handler: mux, TLSConfig: tc, ReadHeaderTimeout: 5 * time.Second,
 				ErrorLog: zap.NewStdLog(log.Named("https"))}
 			var servers []*http.Server
