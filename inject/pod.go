@@ -71,7 +71,7 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]string
 	if action == ActionSkipped {
 		return ActionAlreadyInjected, append(warnings, "opted out or not injectable, but already injected; left unchanged: remove Stormgate's containers by hand or apply the original manifest"), nil
 	}
-	if sameJSON(origMeta, meta) && sameJSON(origSpec, spec) {
+	if withinJSON(origMeta, meta) && withinJSON(origSpec, spec) {
 		return ActionAlreadyInjected, nil, nil
 	}
 	old := meta.Annotations[AnnotationInjected]
@@ -120,11 +120,54 @@ func countFunc(cs []corev1.Container, f func(corev1.Container) bool) int {
 	return n
 }
 
-// sameJSON compares two API objects the way the API server would see them (nil and empty lists alike).
-func sameJSON(a, b any) bool {
-	ja, errA := json.Marshal(a)
-	jb, errB := json.Marshal(b)
-	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+// withinJSON reports whether every value injection would write (want) is in the pod as it is (have),
+// compared as the API server sees them (JSON: nil and empty alike): have may hold more, namely the
+// defaults the API server filled in when it stored the pod (terminationMessagePath, imagePullPolicy,
+// a probe's successThreshold), which a rebuilt pod lacks. Lists must have the same length, element by
+// element within; a different value anywhere is a change.
+func withinJSON(want, have any) bool {
+	ja, errA := json.Marshal(want)
+	jb, errB := json.Marshal(have)
+	if errA != nil || errB != nil {
+		return false
+	}
+	if bytes.Equal(ja, jb) {
+		return true
+	}
+	var a, b any
+	if json.Unmarshal(ja, &a) != nil || json.Unmarshal(jb, &b) != nil {
+		return false
+	}
+	return jsonWithin(a, b)
+}
+
+func jsonWithin(a, b any) bool {
+	switch a := a.(type) {
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, v := range a {
+			if !jsonWithin(v, b[k]) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !jsonWithin(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	default:
+		return a == b
+	}
 }
 
 // injectPod injects a pod that holds none of Stormgate's traces.

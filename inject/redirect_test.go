@@ -1,6 +1,8 @@
 package inject
 
 import (
+	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -79,4 +81,43 @@ func TestRedirectRefusals(t *testing.T) {
 	if _, res, err := Manifest(podWith(`stormgate.io/redirect: init-container`), Config{}); err != nil || res[0].Action != ActionInjected {
 		t.Errorf("init-container: %v %v", res, err)
 	}
+}
+
+// TestReinjectAfterAPIServerDefaults: the API server stores an injected pod with its defaults filled in
+// (terminationMessagePath, imagePullPolicy, a probe's successThreshold, ...). Submitting that pod again
+// (kubectl get -o yaml | kubectl create, or the webhook's reinvocation) is a no-op, not "re-injected
+// with changed settings". Found by the real API server in k8s/ (TestWebhookThroughTheAPIServer).
+func TestReinjectAfterAPIServerDefaults(t *testing.T) {
+	out, _, err := Manifest(podWith(""), Config{Version: "1.2.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod corev1.Pod
+	if err := yaml.UnmarshalStrict(out, &pod); err != nil {
+		t.Fatal(err)
+	}
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			cs[i].TerminationMessagePath = corev1.TerminationMessagePathDefault
+			cs[i].ImagePullPolicy = corev1.PullIfNotPresent
+			for j := range cs[i].Ports {
+				cs[i].Ports[j].Protocol = corev1.ProtocolTCP
+			}
+		}
+	}
+	pod.Spec.RestartPolicy, pod.Spec.DNSPolicy, pod.Spec.SchedulerName = corev1.RestartPolicyAlways, corev1.DNSClusterFirst, "default-scheduler"
+	action, warnings, err := Pod(&pod.ObjectMeta, &pod.Spec, nil, Config{Version: "1.2.3"})
+	if err != nil || action != ActionAlreadyInjected || len(warnings) != 0 {
+		t.Errorf("re-injecting the stored pod: %s %v %v, want %s and no warning", action, warnings, err, ActionAlreadyInjected)
+	}
+	if c := pod.Spec.Containers[len(pod.Spec.Containers)-1]; c.TerminationMessagePath == "" {
+		t.Errorf("the stored pod's defaults were dropped: %+v", c)
+	}
+}
+
+// sameJSON compares two API objects the way the API server would see them (nil and empty lists alike).
+func sameJSON(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
