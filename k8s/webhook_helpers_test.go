@@ -76,15 +76,7 @@ func startWebhook(t *testing.T, values map[string]any) *webhook {
 	for _, a := range ctrs[0].(map[string]any)["args"].([]any) {
 		args = append(args, a.(string))
 	}
-	dir := t.TempDir()
-	ca, err := cluster.NewCA(dir, "webhook-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key, err := ca.Serving("webhook", []net.IP{net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, cert, key := servingCert(t, "webhook")
 	local := map[string]string{"--listen": "127.0.0.1:0", "--cert": cert, "--key": key, "--metrics": "127.0.0.1:0"}
 	for i := 0; i+1 < len(args); i++ {
 		if v, ok := local[args[i]]; ok {
@@ -301,4 +293,18 @@ func writeFile(t *testing.T, path string, b []byte) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// servingCert makes a CA and a serving certificate for 127.0.0.1 signed by it: what a webhook's
+// caBundle and --cert/--key are.
+func servingCert(t *testing.T, name string) (ca *cluster.CA, certFile, keyFile string) {
+	t.Helper()
+	ca, err := cluster.NewCA(t.TempDir(), name+"-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if certFile, keyFile, err = ca.Serving(name, []net.IP{net.IPv4(127, 0, 0, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	return ca, certFile, keyFile
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,8 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/stormgate/stormgate/k8s/cluster"
 )
 
 // TestWebhookThroughTheAPIServer: the chart's MutatingWebhookConfiguration (url pointing at the
@@ -236,15 +233,7 @@ func names(cs []corev1.Container) []string {
 // opted-in namespaces, as another mesh or a log shipper would. Removed at cleanup.
 func startOtherWebhook(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	ca, err := cluster.NewCA(dir, "other-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := ca.Serving("other", []net.IP{net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, certFile, keyFile := servingCert(t, "other")
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		t.Fatal(err)
