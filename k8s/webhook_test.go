@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -182,6 +184,44 @@ func TestWebhookThroughTheAPIServer(t *testing.T) {
 		// Other namespaces are not selected and keep working.
 		if got := pods(plain).create(plainPod("unselected")); injected(got) {
 			t.Error("pod in an unselected namespace injected")
+		}
+	})
+
+	t.Run("webhook hangs", func(t *testing.T) {
+		// A webhook that accepts and never answers: the API server gives up after timeoutSeconds
+		// (2 here, 5 in the chart) and applies the failure policy.
+		ca, certFile, keyFile := servingCert(t, "hung")
+		release := make(chan struct{})
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+		srv.StartTLS()
+		defer srv.Close()
+		defer close(release)
+		hung := &webhook{url: srv.URL, caPEM: ca.PEM}
+		for _, policy := range []string{"Ignore", "Fail"} {
+			installWebhookConfiguration(t, hung, map[string]any{"webhook": map[string]any{"failurePolicy": policy, "timeoutSeconds": 2}})
+			// Until the API server has this configuration: a dry-run pod that takes the timeout.
+			poll(30e9, func() bool {
+				start := time.Now()
+				_, err := kube.Client.CoreV1().Pods(optIn).Create(ctx, plainPod("hung-probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				return time.Since(start) > time.Second && (policy == "Ignore") == (err == nil)
+			})
+			start := time.Now()
+			got, err := kube.Client.CoreV1().Pods(optIn).Create(ctx, plainPod("hung-"+strings.ToLower(policy)), metav1.CreateOptions{})
+			took := time.Since(start)
+			switch {
+			case policy == "Ignore" && (err != nil || injected(got)):
+				t.Errorf("failurePolicy Ignore, webhook hangs: %v (injected %v)", err, err == nil && injected(got))
+			case policy == "Fail" && (err == nil || !strings.Contains(err.Error(), `failed calling webhook "namespace.inject.stormgate.io"`)):
+				t.Errorf("failurePolicy Fail, webhook hangs: %v", err)
+			case took < 2*time.Second || took > 10*time.Second:
+				t.Errorf("failurePolicy %s, webhook hangs: the create took %v; want about timeoutSeconds (2 s)", policy, took)
+			}
+			t.Logf("failurePolicy %s, webhook hangs: pod create took %v: %v", policy, took.Round(100*time.Millisecond), err)
 		}
 	})
 }
