@@ -3,6 +3,10 @@ package k8s
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -65,6 +69,19 @@ func TestChartLintsAndRenders(t *testing.T) {
 			if o.GetKind() == "" || o.GetName() == "" {
 				t.Errorf("%s: object without kind or name: %v", name, o.Object)
 			}
+		}
+	}
+	// The self-signed bootstrap: the webhook's certificate chains to the caBundle the API server is
+	// given, for the Service name it calls.
+	objs := renderChart(t, chartCases(t)["self-signed, everything"])
+	sec := findObject(objs, "Secret", "stormgate-inject-webhook-tls")
+	mwc := findObject(objs, "MutatingWebhookConfiguration", "stormgate-inject")
+	webhooks, _, _ := unstructured.NestedSlice(mwc.Object, "webhooks")
+	for _, wh := range webhooks {
+		bundle, _, _ := unstructured.NestedString(wh.(map[string]any), "clientConfig", "caBundle")
+		crt, _, _ := unstructured.NestedString(sec.Object, "data", "tls.crt")
+		if err := verifyChain(bundle, crt, "stormgate-inject-webhook."+helmchart.Namespace+".svc"); err != nil {
+			t.Errorf("self-signed: webhook %v: %v", wh.(map[string]any)["name"], err)
 		}
 	}
 	// The image tag is the chart's appVersion unless image.tag says otherwise.
@@ -199,4 +216,30 @@ spec:
         x-kubernetes-preserve-unknown-fields: true
 ---
 `, group, kind, plural, strings.ToLower(kind), scope)
+}
+
+// verifyChain checks that the base64 PEM certificate crt is valid for dnsName under the base64 PEM CA.
+func verifyChain(caB64, crtB64, dnsName string) error {
+	caPEM, err := base64.StdEncoding.DecodeString(caB64)
+	if err != nil {
+		return fmt.Errorf("caBundle: %w", err)
+	}
+	crtPEM, err := base64.StdEncoding.DecodeString(crtB64)
+	if err != nil {
+		return fmt.Errorf("tls.crt: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return errors.New("caBundle holds no certificate")
+	}
+	block, _ := pem.Decode(crtPEM)
+	if block == nil {
+		return errors.New("tls.crt holds no PEM block")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return err
+	}
+	_, err = cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: dnsName})
+	return err
 }
