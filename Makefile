@@ -84,7 +84,8 @@ interop:
 	bash interop/run.sh
 
 # Stormgate against a real kube-apiserver and etcd (separate Go module k8s/, which builds them into
-# bin/k8s/ on the first run: about 7 minutes on 2 idle cores, then seconds): the injection webhook as the
+# bin/k8s/ on the first run: kube-apiserver takes about 6 minutes on 2 idle cores, much longer on a
+# busy machine; later runs reuse it and take 2-4 minutes): the injection webhook as the
 # API server calls it, Pod Security levels, the Helm chart (lint, template, applied). .ci/run runs it
 # after make test.
 k8s-test:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make k8s-test: Stormgate against a real Kubernetes API server (this module's tests, see doc.go).
 # Builds what it needs into ../bin, keyed by version so that later runs reuse it:
-#   bin/k8s/kube-apiserver-<version>   from k8s.io/kubernetes (go.mod pins it; ~7 min on 2 idle cores,
-#                                      more on a busy machine; the Go build cache makes a rebuild fast)
+#   bin/k8s/kube-apiserver-<version>   from k8s.io/kubernetes (go.mod pins it; ~6 min on 2 idle cores,
+#                                      16-28 min measured on a busy one; the Go build cache makes a rebuild fast)
 #   bin/k8s/etcd-<version>             from go.etcd.io/etcd/server/v3 (Debian's etcd-server is 3.4,
 #                                      older than kube-apiserver 1.34 supports)
 #   bin/sidecar                        from the main module (make build)
