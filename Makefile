@@ -15,7 +15,7 @@ IMAGE_OCI         ?= bin/stormgate-sidecar-$(VERSION).oci.tar
 CONTROL_IMAGE     ?= stormgate/control
 CONTROL_IMAGE_OCI ?= bin/stormgate-control-$(VERSION).oci.tar
 
-.PHONY: all version release licenses build image test unit race storm fuzz interop demo-smoke vet fmt-check alerts bench fleet soak upgrade-bench proto clean
+.PHONY: all version release licenses build image test unit race storm fuzz interop demo-smoke vet fmt-check alerts bench fleet soak upgrade-bench proto clean k8s-test deploy-manifests
 
 all: build
 
@@ -121,6 +121,19 @@ demo-smoke:
 # Real dubbo-go v3.3.0 provider and consumer through Stormgate (separate Go module).
 interop:
 	bash interop/run.sh
+
+# Stormgate against a real kube-apiserver and etcd (separate Go module k8s/, which builds them into
+# bin/k8s/ on the first run: kube-apiserver takes about 6 minutes on 2 idle cores, much longer on a
+# busy machine; later runs reuse it and take 2-4 minutes): the injection webhook as the
+# API server calls it, Pod Security levels, the Helm chart (lint, template, applied). .ci/run runs it
+# after make test.
+k8s-test:
+	bash k8s/run.sh
+
+# deploy/control-plane.yaml, inject-webhook.yaml and cert-manager.yaml are charts/stormgate rendered
+# with its ci/deploy-values.yaml: edit the chart, then run this (k8s-test checks they match).
+deploy-manifests:
+	cd k8s && GOWORK=off $(GO) run ./cmd/render-deploy -root ..
 
 # Hot-path benchmarks (0 allocs/op) and the load scenarios; writes docs/benchmarks.md.
 bench:

@@ -154,8 +154,10 @@ func (d *deployObjects) check(t *testing.T) {
 			t.Errorf("Certificate %s/%s: issuer %+v not declared", c.Metadata.Namespace, c.Metadata.Name, c.Spec.IssuerRef)
 		}
 	}
-	if len(d.webhooks) != 1 || len(d.webhooks[0].Webhooks) != 2 {
-		t.Fatalf("want one MutatingWebhookConfiguration with two webhooks (namespace and pod opt-in)")
+	// Namespace and pod opt-in, each for namespaces that allow the init container and for those that
+	// enforce Pod Security baseline or restricted (the handler's PodSecurityPath).
+	if len(d.webhooks) != 1 || len(d.webhooks[0].Webhooks) != 6 {
+		t.Fatalf("want one MutatingWebhookConfiguration with six webhooks (namespace and pod opt-in, by Pod Security level)")
 	}
 	cfg := d.webhooks[0]
 	if ref := cfg.Annotations["cert-manager.io/inject-ca-from"]; !slices.ContainsFunc(d.certificates, func(c *certManagerObject) bool {
@@ -165,7 +167,7 @@ func (d *deployObjects) check(t *testing.T) {
 	}
 	for _, w := range cfg.Webhooks {
 		svc := w.ClientConfig.Service
-		if svc == nil || svc.Path == nil || *svc.Path != webhook.Path {
+		if svc == nil || svc.Path == nil || (*svc.Path != webhook.Path && *svc.Path != webhook.PodSecurityPath+"baseline" && *svc.Path != webhook.PodSecurityPath+"restricted") {
 			t.Errorf("webhook %s: clientConfig %+v does not call the handler's path %s", w.Name, w.ClientConfig, webhook.Path)
 			continue
 		}

@@ -177,6 +177,17 @@ func TestImagesAreTheRelease(t *testing.T) {
 			}
 		}
 	}
+	// The Helm chart, which deploy/ is rendered from (k8s/cmd/render-deploy), ships this release.
+	chart, err := os.ReadFile("../charts/stormgate/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\nversion: " + v + "\n", "\nappVersion: \"" + v + "\"\n"} {
+		if !strings.Contains(string(chart), want) {
+			t.Errorf("charts/stormgate/Chart.yaml lacks %q: the chart ships the release in VERSION (%s); "+
+				"change both, then make deploy-manifests", strings.TrimSpace(want), v)
+		}
+	}
 	var files []string
 	for _, glob := range []string{"deploy/*.yaml", "deploy/*/*.yaml", "docs/*.md", "README.md", "Dockerfile"} {
 		m, _ := filepath.Glob(filepath.Join("..", glob))

@@ -21,7 +21,7 @@ var podAnnotations = []string{
 	AnnotationInject, AnnotationInjected, AnnotationInboundPorts, AnnotationProxyPort, AnnotationMetricsPort,
 	AnnotationUpstreamConns, AnnotationXDSAddress, AnnotationXDSCASecret, AnnotationXDSCertSecret, AnnotationLogLevel,
 	AnnotationImage, AnnotationInitImage, AnnotationCPURequest, AnnotationMemoryRequest, AnnotationCPULimit,
-	AnnotationMemoryLimit, AnnotationNativeSidecar, AnnotationBacklogSysctls,
+	AnnotationMemoryLimit, AnnotationNativeSidecar, AnnotationBacklogSysctls, AnnotationRedirect,
 }
 
 // dedicatedSettings are the settings with an annotation (and a `sidecar run` flag) of their own.

@@ -65,6 +65,22 @@ const (
 	// new network namespace's 4096 (both are unsafe sysctls: the kubelet must allow them, or the pod
 	// is refused with SysctlForbidden); "false" accepts the cap. Unset, injection warns with the fix.
 	AnnotationBacklogSysctls = "stormgate.io/backlog-sysctls"
+	// AnnotationRedirect says how consumers' connections reach Stormgate: RedirectInitContainer (the
+	// default) or RedirectNone. See Config.Redirect.
+	AnnotationRedirect = "stormgate.io/redirect"
+)
+
+// Values of AnnotationRedirect (and Config.Redirect).
+const (
+	// RedirectInitContainer: the init container (root, CAP_NET_ADMIN) redirects the inbound ports to
+	// the transparent listener. Consumers keep dialing the provider's port. Needs a namespace whose Pod
+	// Security level is privileged.
+	RedirectInitContainer = "init-container"
+	// RedirectNone: explicit-port mode. No init container and no capability: the sidecar listens on
+	// the proxy port and forwards to 127.0.0.1:<the one inbound port>; consumers (or the Service's
+	// targetPort, or the address the provider registers) must name the proxy port. Admitted at every
+	// Pod Security level, restricted included.
+	RedirectNone = "none"
 )
 
 // Names of what injection adds.
@@ -73,6 +89,8 @@ const (
 	InitContainerName = "stormgate-init"
 	// MetricsPortName names the metrics containerPort (at most 15 characters).
 	MetricsPortName = "sg-metrics"
+	// ProxyPortName names the proxy port in explicit-port mode (RedirectNone), for Services' targetPort.
+	ProxyPortName = "sg-dubbo"
 	// Volumes holding the control plane's CA and the sidecar's client certificate, and where the
 	// sidecar container mounts them.
 	XDSCAVolume   = "stormgate-xds-ca"
@@ -131,6 +149,7 @@ type Config struct {
 	// BacklogSysctls says whether to set the pod's backlog sysctls (AnnotationBacklogSysctls); nil
 	// leaves them and warns.
 	BacklogSysctls *bool
+	Redirect       string // RedirectInitContainer or RedirectNone; empty means RedirectInitContainer
 }
 
 // DefaultResources returns the Stormgate container's default requests and limits. The memory limit is
@@ -171,6 +190,9 @@ func (c Config) withDefaults() Config {
 	if c.MetricsPort == 0 {
 		c.MetricsPort = DefaultMetricsPort
 	}
+	if c.Redirect == "" {
+		c.Redirect = RedirectInitContainer
+	}
 	req, lim := DefaultResources()
 	if c.Requests == nil {
 		c.Requests = req
@@ -200,6 +222,17 @@ func (c Config) Validate() error {
 		} else if slices.Contains(own, p) {
 			errs = append(errs, fmt.Errorf("inbound port %d is one of Stormgate's own ports (proxy %d, metrics %d, admin %d)", p, c.ProxyPort, c.MetricsPort, AdminPort))
 		}
+	}
+	switch c.Redirect {
+	case RedirectInitContainer:
+	case RedirectNone:
+		if len(c.InboundPorts) != 1 {
+			errs = append(errs, fmt.Errorf("%s %q forwards exactly one port (the sidecar listens on proxy port %d and forwards to 127.0.0.1:<port>), not %d: "+
+				"name one port in %s, or give each provider port its own pod", describeField("redirect"), RedirectNone, c.ProxyPort, len(c.InboundPorts), AnnotationInboundPorts))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("%s %q: want %q (an init container with NET_ADMIN redirects the inbound ports) or %q (explicit port: no init container, consumers connect to the proxy port)",
+			describeField("redirect"), c.Redirect, RedirectInitContainer, RedirectNone))
 	}
 	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 		q, limited := c.Limits[name]
@@ -291,8 +324,12 @@ func (c Config) settings() (*sg.Settings, error) {
 	// is what `sidecar run` reads its flags with).
 	as := []xds.Assignment{
 		{Path: "listener.address", Value: listenAddr(c.ProxyPort)},
-		{Path: "listener.transparent", Value: "true"},
-		{Path: "listener.inbound_ports", Value: "[" + transparent.FormatPorts(c.InboundPorts) + "]"},
+		{Path: "listener.transparent", Value: strconv.FormatBool(c.Redirect != RedirectNone)},
+	}
+	if c.Redirect == RedirectNone && len(c.InboundPorts) == 1 {
+		as = append(as, xds.Assignment{Path: "upstream.address", Value: explicitUpstream(c.InboundPorts[0])})
+	} else {
+		as = append(as, xds.Assignment{Path: "listener.inbound_ports", Value: "[" + transparent.FormatPorts(c.InboundPorts) + "]"})
 	}
 	if c.UpstreamConns != 0 {
 		as = append(as, xds.Assignment{Path: "upstream.connections", Value: strconv.Itoa(min(c.UpstreamConns, 1<<30))})
@@ -310,6 +347,11 @@ func (c Config) settings() (*sg.Settings, error) {
 		return nil, err
 	}
 	return xds.WithDefaults(over), nil
+}
+
+// explicitUpstream is where the sidecar forwards in explicit-port mode: the provider in the same pod.
+func explicitUpstream(port uint16) string {
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), port).String()
 }
 
 // listenAddr is the sidecar's listen address for port: every address, IPv4 and IPv6 (the sidecar falls
@@ -396,6 +438,7 @@ func (c Config) withAnnotations(ann map[string]string) (Config, error) {
 	str(AnnotationXDSCASecret, &c.XDSCASecret)
 	str(AnnotationXDSCertSecret, &c.XDSCertSecret)
 	str(AnnotationLogLevel, &c.LogLevel)
+	str(AnnotationRedirect, &c.Redirect)
 	str(AnnotationImage, &c.Image)
 	str(AnnotationInitImage, &c.InitImage)
 	if c.InitImage == "" {

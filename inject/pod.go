@@ -76,7 +76,7 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]string
 	if action == ActionSkipped {
 		return ActionAlreadyInjected, append(warnings, "opted out or not injectable, but already injected; left unchanged: remove Stormgate's containers by hand or apply the original manifest"), nil
 	}
-	if sameJSON(origMeta, meta) && sameJSON(origSpec, spec) {
+	if withinJSON(origMeta, meta) && withinJSON(origSpec, spec) {
 		return ActionAlreadyInjected, nil, nil
 	}
 	old := meta.Annotations[AnnotationInjected]
@@ -105,10 +105,21 @@ func partlyInjected(meta *metav1.ObjectMeta, spec *corev1.PodSpec) string {
 	if n := countFunc(spec.Containers, isOurs) + countFunc(spec.InitContainers, isOurs); n != 1 {
 		why = append(why, fmt.Sprintf("%d containers named %s", n, ContainerName))
 	}
-	if n := countFunc(spec.InitContainers, isOurInit); n != 1 {
+	want := 1
+	if slices.ContainsFunc(slices.Concat(spec.Containers, spec.InitContainers), isExplicit) {
+		want = 0 // explicit-port mode has no init container
+	}
+	if n := countFunc(spec.InitContainers, isOurInit); n != want {
 		why = append(why, fmt.Sprintf("%d init containers named %s", n, InitContainerName))
 	}
 	return strings.Join(why, ", ")
+}
+
+// sameJSON compares two API objects the way the API server would see them (nil and empty lists alike).
+func sameJSON(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
 func countFunc(cs []corev1.Container, f func(corev1.Container) bool) int {
@@ -121,11 +132,54 @@ func countFunc(cs []corev1.Container, f func(corev1.Container) bool) int {
 	return n
 }
 
-// sameJSON compares two API objects the way the API server would see them (nil and empty lists alike).
-func sameJSON(a, b any) bool {
-	ja, errA := json.Marshal(a)
-	jb, errB := json.Marshal(b)
-	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+// withinJSON reports whether every value injection would write (want) is in the pod as it is (have),
+// compared as the API server sees them (JSON: nil and empty alike): have may hold more, namely the
+// defaults the API server filled in when it stored the pod (terminationMessagePath, imagePullPolicy,
+// a probe's successThreshold), which a rebuilt pod lacks. Lists must have the same length, element by
+// element within; a different value anywhere is a change.
+func withinJSON(want, have any) bool {
+	ja, errA := json.Marshal(want)
+	jb, errB := json.Marshal(have)
+	if errA != nil || errB != nil {
+		return false
+	}
+	if bytes.Equal(ja, jb) {
+		return true
+	}
+	var a, b any
+	if json.Unmarshal(ja, &a) != nil || json.Unmarshal(jb, &b) != nil {
+		return false
+	}
+	return jsonWithin(a, b)
+}
+
+func jsonWithin(a, b any) bool {
+	switch a := a.(type) {
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, v := range a {
+			if !jsonWithin(v, b[k]) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !jsonWithin(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	default:
+		return a == b
+	}
 }
 
 // injectPod injects a pod that holds none of Stormgate's traces.
@@ -190,11 +244,14 @@ func injectPod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]
 			"set %s (and %s for mTLS) to the Secret(s) holding the CA and the sidecar's certificate", c.XDSAddress, AnnotationXDSCASecret, AnnotationXDSCertSecret))
 	}
 
-	probes, probeWarnings, err := rewriteProbes(spec, c)
-	if err != nil {
-		return "", nil, err
+	var probes string
+	if c.Redirect != RedirectNone { // without a redirect the kubelet's probes reach the provider as they are
+		var probeWarnings []string
+		if probes, probeWarnings, err = rewriteProbes(spec, c); err != nil {
+			return "", nil, err
+		}
+		warnings = append(warnings, probeWarnings...)
 	}
-	warnings = append(warnings, probeWarnings...)
 
 	settings, err := c.settings()
 	if err != nil {
@@ -223,11 +280,15 @@ func injectPod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, parent map[string]
 	if c.XDSAddress != "" {
 		sidecar.Env = append(sidecar.Env, xdsLabelEnv(meta.Labels)...) // for the control plane's selectors
 	}
-	spec.InitContainers = slices.Insert(spec.InitContainers, 0, initContainer(c))
+	at := 0
+	if c.Redirect != RedirectNone {
+		spec.InitContainers = slices.Insert(spec.InitContainers, 0, initContainer(c))
+		at = 1
+	}
 	if c.NativeSidecar {
 		sidecar.RestartPolicy = ptrTo(corev1.ContainerRestartPolicyAlways)
 		sidecar.StartupProbe = httpProbe("/healthz", c.MetricsPort, 1, 30)
-		spec.InitContainers = slices.Insert(spec.InitContainers, 1, sidecar)
+		spec.InitContainers = slices.Insert(spec.InitContainers, at, sidecar)
 	} else {
 		spec.Containers = append(spec.Containers, sidecar)
 	}
@@ -323,6 +384,11 @@ func loopbackHost(hostport string) bool {
 func isOurs(c corev1.Container) bool    { return c.Name == ContainerName }
 func isOurInit(c corev1.Container) bool { return c.Name == InitContainerName }
 
+// isExplicit reports whether c is Stormgate's container in explicit-port mode (RedirectNone).
+func isExplicit(c corev1.Container) bool {
+	return isOurs(c) && !slices.Contains(c.Args, "--transparent")
+}
+
 // initContainer runs `sidecar iptables`, which programs nftables over netlink: it needs root and
 // CAP_NET_ADMIN in the pod's network namespace and nothing else (no NET_RAW, no programs, no writable
 // file system); every other capability is dropped.
@@ -354,16 +420,21 @@ func initContainer(c Config) corev1.Container {
 	}
 }
 
-// sidecarContainer runs `sidecar run --transparent`: non-root, no capabilities, read-only root fs.
+// sidecarContainer runs `sidecar run --transparent` (explicit-port mode: `sidecar run --upstream`): non-root, no capabilities, read-only root fs.
 // probes holds the application probes it runs for the kubelet (JSON; "" for none).
 func sidecarContainer(c Config, probes string) corev1.Container {
-	args := []string{"run", "--transparent",
-		"--listen", listenAddr(c.ProxyPort),
-		"--inbound-ports", transparent.FormatPorts(c.InboundPorts),
+	args := []string{"run", "--transparent", "--listen", listenAddr(c.ProxyPort), "--inbound-ports", transparent.FormatPorts(c.InboundPorts)}
+	ports := []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: int32(c.MetricsPort), Protocol: corev1.ProtocolTCP}}
+	if c.Redirect == RedirectNone {
+		args = []string{"run", "--listen", listenAddr(c.ProxyPort), "--upstream", explicitUpstream(c.InboundPorts[0])}
+		// Named, so that a Service can send consumers to it: targetPort: sg-dubbo.
+		ports = append(ports, corev1.ContainerPort{Name: ProxyPortName, ContainerPort: int32(c.ProxyPort), Protocol: corev1.ProtocolTCP})
+	}
+	args = append(args,
 		// ":port" rather than "[::]:port": Go listens dual stack where the node has IPv6 and falls back
 		// to IPv4 where it has not; the kubelet probes the pod's primary address, of either family.
-		"--metrics", ":" + strconv.Itoa(int(c.MetricsPort)),
-		"--log-format", "json"}
+		"--metrics", ":"+strconv.Itoa(int(c.MetricsPort)),
+		"--log-format", "json")
 	if c.UpstreamConns > 0 {
 		args = append(args, "--upstream-conns", strconv.Itoa(c.UpstreamConns))
 	}
@@ -406,7 +477,7 @@ func sidecarContainer(c Config, probes string) corev1.Container {
 		Args:         args,
 		Env:          env,
 		VolumeMounts: mounts,
-		Ports:        []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: int32(c.MetricsPort), Protocol: corev1.ProtocolTCP}},
+		Ports:        ports,
 		Resources: corev1.ResourceRequirements{
 			Requests: cloneResources(c.Requests),
 			Limits:   cloneResources(c.Limits),

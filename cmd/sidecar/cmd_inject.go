@@ -144,6 +144,8 @@ func (fl *injectFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&cfg.XDSCASecret, "xds-ca-secret", "", "Secret whose ca.crt verifies the control plane: TLS (annotation "+inject.AnnotationXDSCASecret+")")
 	f.StringVar(&cfg.XDSCertSecret, "xds-cert-secret", "", "kubernetes.io/tls Secret with the sidecar's client certificate: mTLS (annotation "+inject.AnnotationXDSCertSecret+")")
 	f.StringVar(&cfg.LogLevel, "log-level", "", "sidecar log level; empty keeps the default (annotation "+inject.AnnotationLogLevel+")")
+	f.StringVar(&cfg.Redirect, "redirect", inject.RedirectInitContainer, fmt.Sprintf("how consumers reach Stormgate: %s (init container with NET_ADMIN redirects the inbound ports; needs Pod Security privileged) or %s (explicit port: consumers connect to --proxy-port; admitted at restricted) (annotation %s)",
+		inject.RedirectInitContainer, inject.RedirectNone, inject.AnnotationRedirect))
 	f.BoolVar(&cfg.NativeSidecar, "native-sidecar", false, "run Stormgate as a native sidecar (restartPolicy: Always init container, Kubernetes >= 1.29) (annotation "+inject.AnnotationNativeSidecar+")")
 	f.BoolVar(&fl.backlog, "backlog-sysctls", false, "set the pod's net.core.somaxconn and net.ipv4.tcp_max_syn_backlog to listener.backlog (unsafe sysctls: the kubelet must allow them); =false accepts a pod's 4096 without a warning (annotation "+inject.AnnotationBacklogSysctls+")")
 	f.StringArrayVar(&fl.set, "set", nil, "a setting of every injected sidecar, PATH=VALUE as sidecar run --set takes it: --set hold.timeout=10s (repeatable; annotation stormgate.io/<section>-<field>, e.g. stormgate.io/hold-timeout)")

@@ -43,8 +43,15 @@ version or settings differ.
 
 A pod it cannot inject (an invalid annotation) is admitted unchanged, with a warning kubectl
 shows, a log line and stormgate_webhook_reviews_total{result="error"}; --deny-on-error rejects it
-instead, with the reason. Annotations on a Deployment's own metadata do not reach its pods: put
-them on the pod template.
+instead, with the reason (the Helm chart sets it).
+
+Pods of namespaces that enforce Pod Security baseline or restricted should be sent to
+` + webhook.PodSecurityPath + `<level> (the chart's configuration does, by the namespace's
+pod-security.kubernetes.io/enforce label): there a pod that would get the redirect init container
+(root, NET_ADMIN) is refused with the reason and the way out, explicit-port mode
+(stormgate.io/redirect: none, or --redirect none), which those levels admit.
+
+Annotations on a Deployment's own metadata do not reach its pods: put them on the pod template.
 
 --cert and --key are re-read when they change (cert-manager rotation needs no restart). The API
 server verifies them with the configuration's caBundle. --metrics serves /metrics, /healthz and
@@ -86,6 +93,7 @@ server verifies them with the configuration's caBundle. --metrics serves /metric
 			}
 			mux := http.NewServeMux()
 			mux.Handle(webhook.Path, h)
+			mux.Handle(webhook.PodSecurityPath, h) // namespaces that enforce baseline or restricted
 			hs := &http.Server{Handler: mux, TLSConfig: tc, ReadHeaderTimeout: 5 * time.Second,
 				ErrorLog: zap.NewStdLog(log.Named("https"))}
 			var servers []*http.Server

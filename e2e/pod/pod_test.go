@@ -182,16 +182,25 @@ spec:
 	if err := os.WriteFile(plainPath, []byte(plain), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(work, "sidecar"), "inject", "-f", plainPath, "--image", "localhost/"+sidecarImage)
+	// STORMGATE_POD_INJECT names a program run instead of `sidecar inject`, with the same arguments:
+	// k8s/ TestStoredPodRunsInPodman sets it to k8s/cmd/kube-inject, so that the pod played here is the
+	// one a real API server stored after the Helm chart's webhook injected it.
+	injector, injectArgs := filepath.Join(work, "sidecar"), []string{"inject", "-f", plainPath, "--image", "localhost/" + sidecarImage}
+	if p := os.Getenv("STORMGATE_POD_INJECT"); p != "" {
+		injector, injectArgs = p, injectArgs[1:]
+		t.Logf("injecting with %s (STORMGATE_POD_INJECT)", p)
+	}
+	cmd := exec.Command(injector, injectArgs...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	injected, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("sidecar inject: %v\n%s", err, stderr.String())
+		t.Fatalf("%s: %v\n%s", injector, err, stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "injected") || strings.Contains(stderr.String(), "warning") {
-		t.Errorf("sidecar inject reported:\n%s", stderr.String())
+		t.Errorf("%s reported:\n%s", injector, stderr.String())
 	}
+	t.Logf("%s: %s", filepath.Base(injector), strings.TrimSpace(stderr.String()))
 	played := adaptForPodman(t, injected, pki, metricsHostPort)
 	playedPath := filepath.Join(work, "provider.injected.yaml")
 	if err := os.WriteFile(playedPath, played, 0o644); err != nil {

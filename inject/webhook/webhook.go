@@ -21,6 +21,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,16 @@ import (
 
 // Path is where the handler expects AdmissionReviews (the configuration's clientConfig.service.path).
 const Path = "/inject"
+
+// PodSecurityPath + a Pod Security level ("baseline", "restricted") is where the configuration sends
+// pods of namespaces that enforce that level (selected by their pod-security.kubernetes.io/enforce
+// label: the AdmissionReview does not carry the namespace's labels). There, a pod that injection would
+// give the redirect init container (root, NET_ADMIN: refused by both levels) is rejected with the
+// reason and the way out (explicit-port mode), instead of the Pod Security plugin's terser refusal.
+const PodSecurityPath = Path + "/pod-security/"
+
+// Pod Security levels whose namespaces refuse the redirect init container.
+var initRefusingLevels = []string{"baseline", "restricted"}
 
 // maxBody bounds a review: the API server's own request limit is 3 MiB.
 const maxBody = 8 << 20
@@ -94,6 +105,14 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Handler, erro
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	level := ""
+	if rest, ok := strings.CutPrefix(r.URL.Path, PodSecurityPath); ok {
+		if !slices.Contains(initRefusingLevels, rest) {
+			h.bad(w, http.StatusNotFound, "Pod Security level "+rest+": want "+PodSecurityPath+"baseline or "+PodSecurityPath+"restricted")
+			return
+		}
+		level = rest
+	}
 	if r.Method != http.MethodPost {
 		h.bad(w, http.StatusMethodNotAllowed, "use POST with an AdmissionReview")
 		return
@@ -116,7 +135,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.bad(w, http.StatusBadRequest, "apiVersion "+review.APIVersion+" kind "+review.Kind+": want admission.k8s.io/v1 AdmissionReview")
 		return
 	}
-	resp := h.Review(review.Request)
+	resp := h.review(review.Request, level)
 	out, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp})
 	if err != nil {
 		h.bad(w, http.StatusInternalServerError, err.Error())
@@ -135,6 +154,11 @@ func (h *Handler) bad(w http.ResponseWriter, code int, msg string) {
 // Review answers one admission request: allowed always (unless DenyOnError and injection failed), with
 // a JSON patch when the pod was injected or updated.
 func (h *Handler) Review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	return h.review(req, "")
+}
+
+// review is Review for a namespace that enforces Pod Security level ("" when unknown or privileged).
+func (h *Handler) review(req *admissionv1.AdmissionRequest, level string) *admissionv1.AdmissionResponse {
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	log := h.log.With(zap.String("uid", string(req.UID)), zap.String("namespace", req.Namespace), zap.String("name", req.Name))
 	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
@@ -164,6 +188,13 @@ func (h *Handler) Review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 		inject.ActionInjected: resultInjected, inject.ActionUpdated: resultUpdated,
 		inject.ActionAlreadyInjected: resultUnchanged, inject.ActionSkipped: resultSkipped,
 	}[action]
+	if action.Changed() && level != "" && slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == inject.InitContainerName }) {
+		h.reviews.WithLabelValues(resultDenied).Inc()
+		log.Warn("pod denied: Pod Security forbids the redirect init container", zap.String("level", level))
+		resp.Allowed = false
+		resp.Result = &metav1.Status{Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: PodSecurityRefusal(req.Namespace, level)}
+		return resp
+	}
 	if action.Changed() {
 		after, err := json.Marshal(&pod)
 		if err != nil {
@@ -198,4 +229,15 @@ func (h *Handler) failed(resp *admissionv1.AdmissionResponse, log *zap.Logger, e
 	log.Warn("pod admitted without Stormgate: cannot inject", zap.Error(err))
 	resp.Warnings = append(resp.Warnings, msg)
 	return resp
+}
+
+// PodSecurityRefusal is the message of a pod refused in a namespace that enforces level: the reason and
+// the ways out, the first of which keeps Stormgate.
+func PodSecurityRefusal(namespace, level string) string {
+	return fmt.Sprintf("stormgate: not injected: namespace %q enforces Pod Security %q (label pod-security.kubernetes.io/enforce), which forbids "+
+		"Stormgate's init container %s: it runs as root with NET_ADMIN to redirect the provider's ports to the sidecar. "+
+		"Ways out: annotate the pod template %s: %q (explicit-port mode: no init container, no capability; consumers connect to the sidecar's port %d, "+
+		"e.g. through a Service with targetPort: %s), or label the pod %s: \"false\" to run it without Stormgate, or label the namespace "+
+		"pod-security.kubernetes.io/enforce=privileged; see docs/kubernetes.md, \"Pod Security\"",
+		namespace, level, inject.InitContainerName, inject.AnnotationRedirect, inject.RedirectNone, inject.DefaultProxyPort, inject.ProxyPortName, LabelInject)
 }
