@@ -38,6 +38,7 @@ func TestInterop(t *testing.T) {
 		t.Run("graceful_x3", testGracefulRestarts)
 		t.Run("sigkill_x3", testKillRestarts)
 		t.Run("sigkill_under_load", testKillRestartsUnderLoad)
+		t.Run("deadlines_across_a_kill", testDeadlinesAcrossKill)
 	})
 }
 

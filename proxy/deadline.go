@@ -12,7 +12,8 @@ import (
 // codec's RequestTimeout: Dubbo's `timeout` attachment), so the deadline is known:
 //
 //	sendBy    = arrived + the consumer's timeout - hold.deadline_margin
-//	holdUntil = min(sendBy, arrived + hold.max_timeout)        a request carrying a timeout
+//	holdUntil = min(sendBy, arrived + hold.max_timeout,        a request carrying a timeout
+//	                arrived + limits.max_request_age)
 //	          = arrived + hold.timeout                         one carrying none (sendBy: never)
 //
 // Requests that go straight to a provider connection never need either: sendBy is
@@ -43,12 +44,15 @@ func (s *Server) sendByOf(r *request, frame []byte, cfg *Config) int64 {
 	return r.sendBy
 }
 
-// holdUntil is how long r (its sendBy known) may wait in the hold queue.
+// holdUntil is how long r (its sendBy known) may wait in the hold queue. A request
+// with its own timeout waits at most hold.max_timeout, and less than
+// limits.max_request_age (which also counts from arrival: held that long, it would be
+// answered as too old right after it was sent).
 func holdUntil(r *request, cfg *Config) int64 {
 	if r.sendBy == noDeadline {
 		return r.arrived + int64(cfg.HoldTimeout)
 	}
-	return min(r.sendBy, r.arrived+int64(cfg.HoldMaxTimeout))
+	return min(r.sendBy, r.arrived+int64(cfg.HoldMaxTimeout), r.arrived+int64(cfg.MaxRequestAge)-1)
 }
 
 // pastDeadline reports whether r may no longer be sent at now.

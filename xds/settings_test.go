@@ -136,10 +136,7 @@ func TestValidateNamesFieldAndRange(t *testing.T) {
 			s.Limits.MaxRequestAge = dur(40 * time.Second)
 		},
 			"hold.timeout", "below limits.max_request_age"},
-		{"a consumer's timeout held past max age", func(s *sg.Settings) {
-			s.Hold.MaxTimeout = dur(2 * time.Minute)
-		},
-			"hold.max_timeout", "below limits.max_request_age"},
+
 		{"inbound port is the listener", func(s *sg.Settings) {
 			s.Listener.Transparent = proto.Bool(true)
 			s.Listener.Address = proto.String("0.0.0.0:15006")

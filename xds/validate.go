@@ -343,7 +343,7 @@ var fieldRules = []rule{
 	{"hold.max_bytes", "Bytes the hold queue keeps; more get an error response.", "between 0 and 1073741824", intIn(0, gib)},
 	{"hold.not_executed_retries", "Times a request goes back to the hold queue when the provider answers that it never ran it (service not exported yet or any more, thread pool full; docs/design.md lists the answers), within not_executed_window; each retry waits upstream.backoff_base, doubling; 0 passes those answers to the consumer as they are.", "between 0 and 10", intIn(0, 10)},
 	{"hold.not_executed_window", "How long after a provider connection opens, or after the provider says READONLY, WRITEABLE or closing, not-executed answers are re-held; 0 turns re-holding off.", "0 (off) or between 100ms and 10m", durIn(100*time.Millisecond, 10*time.Minute, true)},
-	{"hold.max_timeout", "Longest a request that carries its consumer's own timeout (the Dubbo timeout attachment, which Java and dubbo-go consumers send with every call) waits for the provider: until that timeout less hold.deadline_margin, at most this long; it is never sent later. 0 ignores consumers' timeouts: every request waits up to hold.timeout, and may reach the provider after its consumer gave up.", "0 (off) or between 100ms and 1h", durIn(100*time.Millisecond, time.Hour, true)},
+	{"hold.max_timeout", "Longest a request that carries its consumer's own timeout (the Dubbo timeout attachment, which Java and dubbo-go consumers send with every call) waits for the provider: until that timeout less hold.deadline_margin, at most this long (and less than limits.max_request_age, which counts from arrival too); it is never sent later. 0 ignores consumers' timeouts: every request waits up to hold.timeout, and may reach the provider after its consumer gave up.", "0 (off) or between 100ms and 1h", durIn(100*time.Millisecond, time.Hour, true)},
 	{"hold.deadline_margin", "How long before its consumer's deadline a request must have left Stormgate: the provider's queueing time and the answer's way back. A request that would leave later is answered by Stormgate (status 31, local reply reason deadline) and never sent.", "between 0s and 10s", durIn(0, 10*time.Second, false)},
 	{"hold.max_bytes_per_consumer", "Bytes of one consumer's requests the hold queue keeps while the provider is away; past it that consumer's new requests are answered (status 100, overloaded) instead of held, so that one consumer cannot fill the queue for everyone. (While the provider serves, limits.max_queued_bytes_per_consumer slows a consumer down instead.) 0: no per-consumer bound.", "0 (off) or between 65536 and 1073741824", intOff(64*kib, gib)},
 	{"keepalive.downstream_idle_timeout", "A consumer that sent nothing for this long is closed; 0 turns it off.", "0 (off) or between 1s and 24h", durIn(time.Second, 24*time.Hour, true)},
@@ -388,14 +388,6 @@ var crossRules = []func(*sg.Settings) Problems{
 		// A held request counts its age from its arrival: held this long, it would be
 		// answered as too old right after it is finally sent.
 		return Problems{{Field: "hold.timeout", Message: fmt.Sprintf("%s is not below limits.max_request_age (%s); must be below limits.max_request_age",
-			fmtDur(h.AsDuration()), fmtDur(a.AsDuration()))}}
-	},
-	func(s *sg.Settings) Problems {
-		h, a := s.GetHold().GetMaxTimeout(), s.GetLimits().GetMaxRequestAge()
-		if h == nil || a == nil || h.AsDuration() < a.AsDuration() {
-			return nil
-		}
-		return Problems{{Field: "hold.max_timeout", Message: fmt.Sprintf("%s is not below limits.max_request_age (%s); must be below limits.max_request_age",
 			fmtDur(h.AsDuration()), fmtDur(a.AsDuration()))}}
 	},
 	func(s *sg.Settings) Problems {
