@@ -98,17 +98,7 @@ func TestGreedyNeighboursCostOnlyThemselves(t *testing.T) {
 			prov := newEcho(t)
 			cfg := xds.ProxyConfig(xds.Defaults())
 			cfg.Upstream = prov.Addr()
-			srv, err := proxy.New(cfg, proxy.Options{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named("proxy"),
-				Registerer: prometheus.NewRegistry()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := srv.Start(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			addr := proxy.ServeLoopback(t, srv)
-			proxy.WaitFor(t, 10*time.Second, "upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(cfg.UpstreamConns) })
+			srv, addr := startIsolationProxy(t, cfg, prometheus.NewRegistry())
 			via := runIsolation(t, addr, ld, c.read)
 			t.Logf("through: %v", via)
 			t.Logf("stormgate: %+v", srv.Stats())
@@ -125,4 +115,63 @@ func TestGreedyNeighboursCostOnlyThemselves(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBulkSendersAreSlowedNotRefused: many consumers that each send large requests as
+// fast as they can, and read their answers, to a provider that serves. Their bounds
+// together (limits.max_queued_bytes_per_consumer each) are more than the hold queue
+// keeps (hold.max_bytes), so before each consumer's share of the queue shrank with the
+// number of consumers waiting, the queue filled and their requests were refused
+// (hold_full) or expired in it (hold_timeout). TCP should slow them instead: every
+// answer they get is their own body.
+func TestBulkSendersAreSlowedNotRefused(t *testing.T) {
+	prov := newEcho(t)
+	cfg := xds.ProxyConfig(xds.Defaults())
+	cfg.Upstream = prov.Addr()
+	cfg.HoldMaxBytes = 8 << 20              // 8 bulk senders × 4 MiB each would be 32 MiB
+	cfg.MaxQueuedBytesPerConsumer = 4 << 20 // the default
+	reg := prometheus.NewRegistry()
+	srv, addr := startIsolationProxy(t, cfg, reg)
+
+	res, err := loadgen.Greedy(t.Context(), loadgen.GreedyConfig{Target: addr, Conns: 8, Size: 256 << 10, Read: true,
+		Duration: 3 * time.Second, KeyBase: 1 << 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bulk senders: %v; stormgate: %+v", res, srv.Stats())
+	if res.Answered == 0 || res.Errors != 0 || res.Closed != 0 {
+		t.Errorf("bulk senders: %v; want answers, no error answer and no connection closed", res)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "stormgate_local_replies_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if v := m.GetCounter().GetValue(); v != 0 {
+				t.Errorf("stormgate answered %v requests itself (%v)", v, m.GetLabel())
+			}
+		}
+	}
+}
+
+// startIsolationProxy starts a proxy with cfg in front of its provider, closed when the test
+// ends, and returns it with its loopback address once every upstream connection is up.
+func startIsolationProxy(t *testing.T, cfg proxy.Config, reg prometheus.Registerer) (*proxy.Server, string) {
+	t.Helper()
+	srv, err := proxy.New(cfg, proxy.Options{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named("proxy"),
+		Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	addr := proxy.ServeLoopback(t, srv)
+	proxy.WaitFor(t, 10*time.Second, "upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(cfg.UpstreamConns) })
+	return srv, addr
 }

@@ -734,7 +734,8 @@ type Limits struct {
 	MaxBufferedBytes *int32 `protobuf:"varint,6,opt,name=max_buffered_bytes,json=maxBufferedBytes,proto3,oneof" json:"max_buffered_bytes,omitempty"`
 	// A consumer with more bytes of requests waiting in Stormgate for a provider
 	// that serves (but not as fast) is not read until half of them have drained:
-	// TCP slows that consumer alone. 0: never paused.
+	// TCP slows that consumer alone. With many such consumers each gets at most
+	// half of hold.max_bytes divided among them (at least 128 KiB). 0: never paused.
 	MaxQueuedBytesPerConsumer *int32 `protobuf:"varint,7,opt,name=max_queued_bytes_per_consumer,json=maxQueuedBytesPerConsumer,proto3,oneof" json:"max_queued_bytes_per_consumer,omitempty"`
 	unknownFields             protoimpl.UnknownFields
 	sizeCache                 protoimpl.SizeCache
