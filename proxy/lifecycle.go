@@ -556,6 +556,16 @@ func (l *poolLife) pause(now int64, d time.Duration) {
 	}
 }
 
+// shortenPause ends a pause by until at the latest (backoff_max lowered live).
+func (l *poolLife) shortenPause(until int64) {
+	for {
+		old := l.pauseUntil.Load()
+		if old <= until || l.pauseUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
 // paused reports whether sending waits for a pause, and until when.
 func (p *pool) paused() (until int64, ok bool) {
 	u := p.life.pauseUntil.Load()

@@ -168,10 +168,11 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 		if uc == nil {
 			var err error
 			if uc, err = p.connect(idx); err != nil {
+				a := bo.Attempt()
 				d := bo.Next()
 				p.dials.failed(p, err, d)
 				p.dialFailed()
-				if !srv.sleep(ctx, d) {
+				if !srv.waitBackoff(ctx, d, a) {
 					return
 				}
 				continue
@@ -225,7 +226,7 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 		sl.uc.CompareAndSwap(uc, nil)
 		p.connChanged()
 		// Reconnect after a short jittered pause, then with growing backoff.
-		if !srv.sleep(ctx, bo.Next()) {
+		if a := bo.Attempt(); !srv.waitBackoff(ctx, bo.Next(), a) {
 			return
 		}
 	}
