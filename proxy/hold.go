@@ -322,7 +322,7 @@ func (h *holdQueue) expire() {
 			case pastDeadline(&e.request, now):
 				srv.m.holdOutcome[holdDeadline].Inc() // counted before the consumer can see the reply
 				srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
-			case h.pool.sendToDraining(e.request, e.frame):
+			case h.pool.sendToDrainingProvider(e.request, e.frame):
 				srv.m.holdOutcome[holdSentDraining].Inc()
 			default:
 				srv.m.holdOutcome[holdExpired].Inc()

@@ -70,14 +70,14 @@ func (s *Server) rearm(old, cfg *Config, pools []*pool) {
 	}
 	if cfg.DrainTimeout != old.DrainTimeout {
 		for _, p := range pools {
-			if since := p.life.drainSince.Load(); since != 0 {
-				s.wheel.ScheduleAt(&p.life.drainTimer, time.Unix(0, since+int64(cfg.DrainTimeout)))
+			if since := p.pdrain.since.Load(); since != 0 {
+				s.wheel.ScheduleAt(&p.pdrain.timer, time.Unix(0, since+int64(cfg.DrainTimeout)))
 			}
 		}
 	}
 	if cfg.BackoffMax < old.BackoffMax {
 		for _, p := range pools {
-			p.life.shortenPause(s.now() + int64(cfg.BackoffMax))
+			p.pause.shortenPause(s.now() + int64(cfg.BackoffMax))
 			p.hold.dispatch() // re-arms the retry for the new end of the pause
 		}
 	}

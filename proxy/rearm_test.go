@@ -157,7 +157,7 @@ func probeBackoff(t *testing.T, lower func(*Config)) {
 func probePause(t *testing.T, lower func(*Config)) {
 	f := liveFixture(t, peer.ProviderConfig{}, func(c *Config) { c.BackoffBase, c.BackoffMax = time.Hour, time.Hour })
 	p := f.srv.poolList()[0]
-	p.life.pause(f.srv.now(), p.life.nextPause(f.srv.cfg.Load()))
+	p.pause.pause(f.srv.now(), p.pause.nextPause(f.srv.cfg.Load()))
 	f.update(lower)
 	f.stepUntil(time.Second, 50*time.Millisecond, "the pause over", func() bool { _, paused := p.paused(); return !paused })
 }
@@ -234,9 +234,9 @@ func probeDrainTimeout(t *testing.T) {
 		defer cancel()
 		_ = callAsync(ctx, f.dial(ctx), 1, "in flight")
 		p := f.srv.poolList()[0]
-		waitFor(t, 10*time.Second, "the provider's drain", p.draining)
+		waitFor(t, 10*time.Second, "the provider's drain", p.providerDraining)
 		f.update(func(c *Config) { c.DrainTimeout = 2 * time.Second })
-		f.stepUntil(3*time.Second, 100*time.Millisecond, "the drain over", func() bool { return !p.draining() })
+		f.stepUntil(3*time.Second, 100*time.Millisecond, "the drain over", func() bool { return !p.providerDraining() })
 	})
 	t.Run("stormgate", func(t *testing.T) {
 		f := neverAnsweringFixture(t, func(c *Config) { c.DrainTimeout, c.MaxRequestAge = time.Hour, 2*time.Hour })
