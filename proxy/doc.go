@@ -13,9 +13,11 @@
 //	              (writer.go), a pending entry; onRequest: the provider's answer is matched
 //	              by id, gets the consumer's id back and is written to the consumer
 //	pending.go    the one way a request leaves the books: answer or refuse, exactly once
-//	lifecycle.go  a provider starting, draining or dying: answers that prove a request
-//	              never ran, and requests the kernel proves it never read, go back to
-//	              the hold queue; READONLY / closing=true stop new requests (a drain)
+//	lifecycle.go  a provider starting, draining or dying, in one table; one file each:
+//	  notrun.go        answers that prove a request never ran send it back to the hold queue
+//	  peerend.go,      a dead provider's kernel proves which requests it never read: they
+//	  peerdiag.go      go back too (replay.go keeps their bytes)
+//	  providerdrain.go READONLY / closing=true: the provider's drain, no new requests
 //	handover.go   Freeze / Restore: the whole data plane moves to a new process (an upgrade)
 //
 // # What runs where

@@ -59,3 +59,11 @@ func (s *Server) queuedID(id int64) bool {
 	}
 	return found
 }
+
+// LiveDurationProbe is the live rule's entry for a Config duration field path
+// (rearm_test.go): a probe of the waits it bounds, or why none runs; ok false when
+// the table has no entry.
+func LiveDurationProbe(field string) (probe func(*testing.T), noWait string, ok bool) {
+	e, ok := liveDurations[field]
+	return e.probe, e.noWait, ok
+}

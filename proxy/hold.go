@@ -322,7 +322,7 @@ func (h *holdQueue) expire() {
 			case pastDeadline(&e.request, now):
 				srv.m.holdOutcome[holdDeadline].Inc() // counted before the consumer can see the reply
 				srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
-			case h.pool.sendToDraining(e.request, e.frame):
+			case h.pool.sendToDrainingProvider(e.request, e.frame):
 				srv.m.holdOutcome[holdSentDraining].Inc()
 			default:
 				srv.m.holdOutcome[holdExpired].Inc()
@@ -336,6 +336,24 @@ func (h *holdQueue) expire() {
 			l.q, l.head = l.q[:0], 0
 		}
 	}
+}
+
+// rearm works out every held request's end again from its arrival under cfg (a live
+// change from old of hold.timeout, hold.max_timeout, hold.deadline_margin or
+// limits.max_request_age, rearm.go) and re-arms the expiry timer for the earliest.
+func (h *holdQueue) rearm(old, cfg *Config) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.armedAt = 0
+	h.eachLocked(func(e *held) {
+		if e.sendBy != noDeadline && e.sendBy != 0 { // arrival + the consumer's timeout - the margin
+			if e.sendBy += int64(old.DeadlineMargin - cfg.DeadlineMargin); e.sendBy == 0 {
+				e.sendBy = -1 // 0 means "not worked out yet"
+			}
+		}
+		e.deadline = holdUntil(&e.request, cfg)
+		h.armLocked(e.deadline)
+	})
 }
 
 // each calls f for every held request, lane by lane in arrival order. Called with mu

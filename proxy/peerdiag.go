@@ -21,7 +21,7 @@ import (
 // copied_seq) when the socket went: a close with unread bytes, a FIN, the kernel's
 // close at SIGKILL. A request whose frame ends beyond that was never whole in the
 // application's hands, so it never ran: fail re-holds it. This replaces the FIN and
-// RST rules' inferences (lifecycle.go) whenever the announcement comes; they remain
+// RST rules' inferences (peerend.go) whenever the announcement comes; they remain
 // the fallback (no announcement within diagWait, a full netlink queue, a connection
 // restored from a handover whose stream did not start at Stormgate's offset 0). An
 // application that acted on bytes it only peeked at (MSG_PEEK) would defeat it; no
@@ -32,7 +32,7 @@ import (
 //	| read R of the stream's bytes             | every request whose frame ends beyond R
 //	| SO_LINGER 0 abort: counters zeroed       | refused; the FIN/RST rules decide
 //	| announced within diagFresh of connecting | refused (perhaps an older socket's)
-//	| no announcement within diagWait          | the FIN/RST rules decide (lifecycle.go)
+//	| no announcement within diagWait          | the FIN/RST rules decide (peerend.go)
 //
 // One process-wide netlink socket serves every connection; each loopback provider
 // connection Stormgate dials registers the provider end's address pair at connect.

@@ -160,7 +160,7 @@ func TestPeerReadTooEarly(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("no announcement")
 	}
-	l := connLife{diag: slot, end: peerEnd{state: tcpCloseWait}}
+	l := peerProof{diag: slot, end: peerEnd{state: tcpCloseWait}}
 	if _, ok := l.providerRead(100); ok {
 		t.Fatal("an early announcement proved something")
 	}

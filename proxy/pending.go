@@ -25,7 +25,7 @@ type request struct {
 	sess    *session
 	id      int64   // the consumer's id, restored on the answer
 	serial  byte    // the consumer's serialization id, echoed in Stormgate's own replies
-	tries   uint8   // times a not-executed answer sent it back to the hold queue (lifecycle.go)
+	tries   uint8   // times a not-executed answer sent it back to the hold queue (notrun.go)
 	call    callRef // what it calls, its size, whether it was held (methods.go)
 	arrived int64   // when it reached Stormgate, unix nanos on the server's clock
 	// sendBy is the latest time it may be handed to the provider (deadline.go): 0

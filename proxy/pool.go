@@ -38,7 +38,8 @@ type pool struct {
 	frozen       atomic.Bool // a handover stopped the slot loops (handover.go)
 	sweep        keepalive.Timer
 	dials        dialLog
-	life         poolLife // not-executed pauses, provider drains (lifecycle.go)
+	pause        notRunPause   // after not-executed answers (notrun.go)
+	pdrain       providerDrain // the provider's graceful shutdown (providerdrain.go)
 	hang         hungState
 
 	ctx    context.Context
@@ -67,7 +68,7 @@ func newPoolStopped(srv *Server, addr string, port uint16) *pool {
 	p.slots.Store(&[]*poolSlot{})
 	p.hold.init(p)
 	p.sweep.Init(p.onSweep)
-	p.life.drainTimer.Init(func() { p.endDrain("drain.timeout passed") })
+	p.pdrain.timer.Init(func() { p.endProviderDrain("drain.timeout passed") })
 	p.downSince.Store(srv.now())
 	p.ctx, p.cancel = context.WithCancel(srv.ctx)
 	return p
@@ -168,10 +169,11 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 		if uc == nil {
 			var err error
 			if uc, err = p.connect(idx); err != nil {
+				a := bo.Attempt()
 				d := bo.Next()
 				p.dials.failed(p, err, d)
 				p.dialFailed()
-				if !srv.sleep(ctx, d) {
+				if !srv.waitBackoff(ctx, d, a) {
 					return
 				}
 				continue
@@ -186,7 +188,7 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 			connectedBefore = true
 			bo.Reset()
 			sl.uc.Store(uc)
-			p.followDrain(uc)
+			p.followProviderDrain(uc)
 			p.dials.connected(p, idx)
 		}
 		srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
@@ -225,7 +227,7 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 		sl.uc.CompareAndSwap(uc, nil)
 		p.connChanged()
 		// Reconnect after a short jittered pause, then with growing backoff.
-		if !srv.sleep(ctx, bo.Next()) {
+		if a := bo.Attempt(); !srv.waitBackoff(ctx, bo.Next(), a) {
 			return
 		}
 	}
@@ -325,7 +327,7 @@ func (p *pool) leastLoaded(slots []*poolSlot) *upConn {
 // takes it (held ones go first, so that order is kept).
 func (p *pool) forward(r request, frame []byte) {
 	p.srv.accept(r)
-	if p.hold.laneLen(len(frame)) == 0 && p.life.pauseUntil.Load() == 0 && (!p.warming() || p.warmAllow()) && p.send(r, frame) {
+	if p.hold.laneLen(len(frame)) == 0 && p.pause.until.Load() == 0 && (!p.warming() || p.warmAllow()) && p.send(r, frame) {
 		return
 	}
 	p.hold.push(r, frame)
@@ -433,7 +435,7 @@ func (p *pool) readonlyDrained(uc *upConn) {
 	switch {
 	case p.retiring(uc.slot):
 		p.srv.spawn(func() { uc.close("slot retired") })
-	case uc.life.gotReadonly.Load():
+	case uc.pdrain.gotReadonly.Load():
 		p.srv.spawn(func() { uc.close("the provider sent READONLY and nothing is in flight on this connection") })
 	}
 }
@@ -503,7 +505,7 @@ func (p *pool) close() {
 	p.wg.Wait()
 	p.hold.failAll("stormgate: shutting down")
 	p.srv.wheel.Stop(&p.sweep)
-	p.srv.wheel.Stop(&p.life.drainTimer)
+	p.srv.wheel.Stop(&p.pdrain.timer)
 }
 
 // queuedBytes is the bytes waiting to be written to the provider.

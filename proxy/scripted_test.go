@@ -19,8 +19,9 @@ type scriptedProvider struct {
 	accepted atomic.Int64
 	onFrame  func(c net.Conn, h dubbo.Header, frame []byte)
 
-	mu    sync.Mutex
-	conns []net.Conn
+	mu      sync.Mutex
+	conns   []net.Conn
+	stopped bool
 }
 
 func newScriptedProvider(t *testing.T, onFrame func(c net.Conn, h dubbo.Header, frame []byte)) *scriptedProvider {
@@ -47,6 +48,11 @@ func newScriptedProviderOn(t *testing.T, addr string, onFrame func(c net.Conn, h
 			}
 			p.accepted.Add(1)
 			p.mu.Lock()
+			if p.stopped { // accepted just before stop closed the listener: a process that exits closes it too
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
 			p.conns = append(p.conns, c)
 			p.mu.Unlock()
 			wg.Add(1)
@@ -71,6 +77,7 @@ func (p *scriptedProvider) addr() string { return p.ln.Addr().String() }
 func (p *scriptedProvider) stop() {
 	p.ln.Close()
 	p.mu.Lock()
+	p.stopped = true
 	for _, c := range p.conns {
 		c.Close()
 	}

@@ -277,7 +277,7 @@ func (uc *upConn) refill() {
 			o := off + uint64(pt.pos)
 			uc.pending.add(pt.id, pending{request: pt.r, off: o, n: pt.n})
 			uc.npending.Add(1)
-			uc.life.ring.put(o, buf[pt.pos:pt.pos+pt.n])
+			uc.ring.put(o, buf[pt.pos:pt.pos+pt.n])
 			sent++
 		}
 		uc.mu.Unlock()

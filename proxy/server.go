@@ -43,16 +43,20 @@ var ErrServerClosed = errors.New("proxy: server closed")
 // its settings with Update (or Check, then Update), and end it with Drain
 // (graceful) or Close. Every goroutine it starts has returned when Close returns.
 type Server struct {
-	opts   Options
-	log    *zap.Logger
-	m      *metrics
-	codec  Codec
-	cfg    atomic.Pointer[Config]
-	clock  keepalive.Clock
-	wheel  *keepalive.Wheel
-	budget budget
-	wenv   writerEnv // shared by every writer of this server
-	tasks  group
+	opts  Options
+	log   *zap.Logger
+	m     *metrics
+	codec Codec
+	cfg   atomic.Pointer[Config]
+	// changed is closed by Update when settings change, and replaced: waits that
+	// are not wheel timers (a reconnect backoff, the drain of Stormgate itself)
+	// select on it to re-read the durations they wait for (rearm.go).
+	changed atomic.Pointer[chan struct{}]
+	clock   keepalive.Clock
+	wheel   *keepalive.Wheel
+	budget  budget
+	wenv    writerEnv // shared by every writer of this server
+	tasks   group
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -116,6 +120,8 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.calls.table.init(cfg.MaxMethods)
 	s.calls.access.init(opts.AccessLogger)
 	s.cfg.Store(&cfg)
+	ch := make(chan struct{})
+	s.changed.Store(&ch)
 	s.m.register(opts.Registerer, s)
 	return s, nil
 }
@@ -129,21 +135,6 @@ func (s *Server) now() int64 { return s.clock.Now().UnixNano() }
 
 // spawn runs f on a goroutine that Close waits for.
 func (s *Server) spawn(f func()) { s.tasks.Go(f) }
-
-// sleep waits d on the server's clock; false when ctx ended first.
-func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
-	ch := make(chan struct{})
-	var t keepalive.Timer
-	t.Init(func() { close(ch) })
-	s.wheel.Schedule(&t, d)
-	select {
-	case <-ch:
-		return true
-	case <-ctx.Done():
-		s.wheel.Stop(&t)
-		return false
-	}
-}
 
 // Start runs the timing wheel and dials the provider (non-transparent mode).
 // It returns at once; background work stops when ctx ends or Close is called.
@@ -205,7 +196,9 @@ func (s *Server) Check(cfg Config) error {
 
 // Update applies new settings live; it refuses what Check refuses. Requests and
 // connections are kept: each setting applies from the next event that reads it,
-// and timers that depend on a changed timeout are re-armed now.
+// and every wait already running on a changed duration is re-armed now for what
+// the new value allows (rearm.go, the live rule TestEveryLiveDurationIsRearmed
+// checks over the whole schema).
 func (s *Server) Update(cfg Config) error {
 	if err := s.Check(cfg); err != nil {
 		return err
@@ -220,19 +213,7 @@ func (s *Server) Update(cfg Config) error {
 			p.resize(cfg.UpstreamConns)
 		}
 	}
-	if cfg.UpstreamInterval != old.UpstreamInterval || cfg.UpstreamJitter != old.UpstreamJitter {
-		for _, p := range pools {
-			for _, sl := range p.slotList() {
-				if uc := sl.uc.Load(); uc != nil {
-					s.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
-				}
-			}
-		}
-	}
-	if cfg.DownstreamIdleTimeout != old.DownstreamIdleTimeout || cfg.FrameReadTimeout != old.FrameReadTimeout {
-		// onTimer computes what is due from the new values and re-arms itself.
-		s.sessions.each(func(ss *session) { s.wheel.Schedule(&ss.timer, 0) })
-	}
+	s.rearm(old, &cfg, pools)
 	if cfg.ReadonlyPolicy != old.ReadonlyPolicy {
 		for _, p := range pools {
 			p.connChanged()
@@ -428,13 +409,16 @@ func (s *Server) Drain(ctx context.Context) error {
 	s.Announce()
 	var err error
 	if s.InFlight() > 0 {
-		timeout := make(chan struct{})
 		var t keepalive.Timer
-		t.Init(func() { close(timeout) })
-		s.wheel.Schedule(&t, cfg.DrainTimeout)
+		timeout := signalOn(&t)
+		start := s.now()
 		for err == nil && s.InFlight() > 0 {
+			changed := s.settingsChanged()
+			cfg = s.cfg.Load()
+			s.wheel.ScheduleAt(&t, time.Unix(0, start+int64(cfg.DrainTimeout))) // drain.timeout is live
 			select {
 			case <-s.drainIdle: // some consumer's last request was answered: count again
+			case <-changed:
 			case <-timeout:
 				err = fmt.Errorf("drain: %d requests still in flight after drain.timeout (%v)", s.InFlight(), cfg.DrainTimeout)
 			case <-ctx.Done():

@@ -33,7 +33,7 @@ const (
 //	| onBeat        | wheel goroutine                      | heartbeat when silent; dead when one goes unanswered
 //	| onStallTimer  | wheel goroutine                      | dead when the kernel took no byte for write_timeout
 //	| fail          | anyone, the first caller wins        | closes; settles what may have run, re-holds what provably
-//	|               |                                      | never reached the provider (lifecycle.go)
+//	|               |                                      | never reached the provider (peerend.go)
 //
 // Lock order: holdQueue.mu -> mu -> writer.mu. fail never runs with mu or
 // holdQueue.mu held by its caller (it re-holds), so send hands a write error to a
@@ -71,9 +71,13 @@ type upConn struct {
 	sendq   sendQueue    // requests the writer could not take at once (sendq.go)
 	nqueued atomic.Int32 // sendq.len(), readable without mu (pick, hang detection)
 	sqTimer keepalive.Timer
-	sqArmed int64    // when sqTimer fires (the earliest deadline in sendq); 0: not armed
-	nextID  int64    // the connection's own id space: unique on this connection, never reused
-	life    connLife // provider lifecycle: not-executed window, replay ring, peer end (lifecycle.go)
+	sqArmed int64      // when sqTimer fires (the earliest deadline in sendq); 0: not armed
+	nextID  int64      // the connection's own id space: unique on this connection, never reused
+	ring    replayRing // the bytes of the requests sent last, for re-holding (replay.go)
+
+	notRunFrom atomic.Int64 // start of the not-executed window: connect, READONLY/WRITEABLE/closing (notrun.go)
+	proof      peerProof    // what the kernel says of the provider's end (peerend.go)
+	pdrain     connDrain    // its part of the provider's drain (providerdrain.go)
 }
 
 func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
@@ -86,7 +90,8 @@ func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 	now := srv.now()
 	uc.lastRead.Store(now)
 	uc.live.lastCheck = now
-	uc.life.noteConnected(fd, now)
+	uc.notRunFrom.Store(now)
+	uc.proof.noteConnected(fd)
 	uc.beat.Init(uc.onBeat)
 	uc.stall.Init(uc.onStallTimer)
 	uc.sqTimer.Init(uc.expireQueued)
@@ -164,7 +169,7 @@ func (uc *upConn) dispatchLocked(r request, frame []byte, oneWay bool) bool {
 			if !oneWay {
 				uc.pending.add(id, pending{request: r, off: off, n: len(frame)})
 				uc.npending.Add(1)
-				uc.life.ring.put(off, frame)
+				uc.ring.put(off, frame)
 			}
 			uc.mu.Unlock()
 			uc.written(r, oneWay, 1)
@@ -285,7 +290,7 @@ func (uc *upConn) handle(f Frame, frame []byte, now int64) {
 			srv.refuse(p.request, FailBadResponse, "stormgate: the provider answered this request with an event frame", replyBadResponse)
 		} else {
 			uc.lastBeatAnswer.Store(now)
-			if uc.life.probe.Load() {
+			if uc.pdrain.probe.Load() {
 				uc.pool.probeAnswered(uc)
 			}
 		}
@@ -327,7 +332,7 @@ func (uc *upConn) route(f Frame, frame []byte, now int64) {
 		}
 	} else {
 		uc.lastBeatAnswer.Store(now) // a heartbeat answered with a plain response
-		if uc.life.probe.Load() {
+		if uc.pdrain.probe.Load() {
 			uc.pool.probeAnswered(uc)
 		}
 	}
@@ -365,14 +370,14 @@ func (uc *upConn) take(id int64) (pending, bool) {
 func (uc *upConn) onReadonly() {
 	p := uc.pool
 	p.srv.m.readonlyIn[0].Inc()
-	uc.life.gotReadonly.Store(true)
+	uc.pdrain.gotReadonly.Store(true)
 	if uc.state.CompareAndSwap(stateReady, stateReadonly) {
 		p.srv.log.Info("provider sent READONLY; connection takes no new requests", zap.String("provider", p.addr),
 			zap.Int("slot", uc.slot))
 		p.connChanged()
 		uc.requeue() // what waits in the send queue never left: it goes elsewhere or is held
 	}
-	p.startDrain(drainReadonly)
+	p.startProviderDrain(drainReadonly)
 	if uc.npending.Load() == 0 {
 		p.readonlyDrained(uc)
 	}
@@ -381,15 +386,15 @@ func (uc *upConn) onReadonly() {
 func (uc *upConn) onWriteable() {
 	p := uc.pool
 	p.srv.m.readonlyIn[1].Inc()
-	uc.life.gotReadonly.Store(false)
+	uc.pdrain.gotReadonly.Store(false)
 	if !p.retiring(uc.slot) && uc.state.CompareAndSwap(stateReadonly, stateReady) {
 		p.srv.log.Info("provider sent WRITEABLE; connection takes requests again", zap.String("provider", p.addr),
 			zap.Int("slot", uc.slot))
-		uc.life.windowFrom.Store(p.srv.now())
+		uc.notRunFrom.Store(p.srv.now())
 		p.connChanged()
 		p.hold.dispatch()
 	}
-	p.endDrain("the provider sent WRITEABLE")
+	p.endProviderDrain("the provider sent WRITEABLE")
 }
 
 // liveness decides, at each heartbeat check of a connection, whether to send a
@@ -435,8 +440,8 @@ func (uc *upConn) onBeat() {
 	p := uc.pool
 	srv := p.srv
 	cfg := srv.cfg.Load()
-	if uc.life.ackOK {
-		uc.life.noteResets() // a recent baseline for the reset counters (lifecycle.go)
+	if uc.proof.ackOK {
+		uc.proof.noteResets() // a recent baseline for the reset counters (peerend.go)
 	}
 	send, dead := uc.live.check(srv.now(), uc.lastRead.Load(), uc.lastBeatAnswer.Load(), uc.w.streamOffset(),
 		cfg.UpstreamInterval, cfg.UpstreamMaxMissed)
@@ -492,7 +497,7 @@ func (uc *upConn) close(why string) {
 // fail closes the connection once and settles every request on it: a request whose
 // bytes never fully left Stormgate cannot have run and goes back to the hold queue
 // (sent again on the next connection), and so does one the kernel took that the
-// provider's FIN or RST proves it never read (lifecycle.go; after a FIN this waits up
+// provider's FIN or RST proves it never read (peerend.go; after a FIN this waits up
 // to finConfirm); any other may or may not have run and is answered CHANNEL_INACTIVE,
 // never retried by Stormgate.
 func (uc *upConn) fail(why string) {
@@ -513,7 +518,7 @@ func (uc *upConn) fail(why string) {
 	srv.wheel.Stop(&uc.sqTimer)
 	close(uc.done)
 	p.connChanged()
-	p.drainDone()
+	p.advanceProviderDrain()
 
 	taken := false // a request the kernel took: the proofs matter
 	for _, e := range entries {
@@ -525,17 +530,17 @@ func (uc *upConn) fail(why string) {
 	var end peerEnd
 	read, readOK := uint64(0), false
 	if taken {
-		read, readOK = uc.life.providerRead(final)
+		read, readOK = uc.proof.providerRead(final)
 	}
 	if readOK {
-		end = uc.life.readEnd(read)
+		end = uc.proof.readEnd(read)
 	} else {
-		end = uc.life.confirmFIN(final)
+		end = uc.proof.confirmFIN(final)
 		if taken {
-			end = uc.life.vetoAbortive(end, srv.m.life.vetoed)
+			end = uc.proof.vetoAbortive(end, srv.m.life.vetoed)
 		}
 	}
-	uc.life.releaseDiag()
+	uc.proof.releaseDiag()
 	var unsent, unseen []held
 	lost := 0
 	for _, e := range entries {
@@ -550,14 +555,14 @@ func (uc *upConn) fail(why string) {
 			}
 			srv.log.Error("BUG: an unsent request's bytes are gone; answering it as lost", zap.Uint64("offset", e.off))
 		} else if end.unseen(e.off, e.n, final) {
-			if b, ok := uc.life.ring.copyOut(e.off, e.n); ok { // nobody sends on a closed connection: no lock needed
+			if b, ok := uc.ring.copyOut(e.off, e.n); ok { // nobody sends on a closed connection: no lock needed
 				unseen = append(unseen, held{request: e.request, frame: b})
 				continue
 			}
 		}
 		lost++
 		srv.refuse(e.request, FailUpstreamLost, "stormgate: provider connection lost while the request was in flight ("+
-			why+"); "+uc.life.lostFate(end, e.off, e.n), replyUpstreamLost)
+			why+"); "+uc.proof.lostFate(end, e.off, e.n), replyUpstreamLost)
 	}
 	level := zap.WarnLevel
 	if uc.expected.Load() {

@@ -199,3 +199,58 @@ func TestShutdownLogsNoWarning(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamGaugesAfterConcurrentChanges: two connections that change state at the
+// same moment leave the gauges (and the READONLY policy) acting on what the connections
+// say. connChanged reads every connection's state and acts on it; a call that read the
+// states before another connection's change must not be the last to act, or
+// stormgate_upstream_connections stays wrong until the next change (the fixture's wait
+// for "upstream connections" once timed out so, with both connected). The hook holds the
+// first call between reading and acting while the second runs.
+func TestUpstreamGaugesAfterConcurrentChanges(t *testing.T) {
+	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.UpstreamConns = 2; c.ReadonlyPolicy = ReadonlyPropagate })
+	p := f.srv.poolList()[0]
+	slots := p.slotList()
+	uc0, uc1 := slots[0].uc.Load(), slots[1].uc.Load()
+	parked, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	hook := func() {
+		if first.CompareAndSwap(false, true) {
+			close(parked)
+			select { // until the second call is done, or a while if it cannot finish first
+			case <-release:
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}
+	f.srv.hookConnChanged.Store(&hook)
+	done := make(chan struct{})
+	go func() {
+		uc0.state.Store(stateReadonly)
+		p.connChanged() // reads ready 1, readonly 1; parks
+		close(done)
+	}()
+	<-parked
+	uc1.state.Store(stateReadonly)
+	second := make(chan struct{})
+	go func() { p.connChanged(); close(second) }() // reads ready 0, readonly 2
+	select {
+	case <-second:
+		close(release)
+	case <-time.After(100 * time.Millisecond): // waits for the first: serialized
+	}
+	<-done
+	<-second
+	if got := f.srv.Stats().UpstreamConns; got != 0 {
+		t.Fatalf("stormgate_upstream_connections %d with both connections READONLY, want 0", got)
+	}
+	if v := value(f.srv.m.upConnected); v != 0 {
+		t.Fatalf("stormgate_upstream_connected %v with no connection ready, want 0", v)
+	}
+	if !p.readonlySent.Load() {
+		t.Fatal("consumers were told WRITEABLE last although no connection takes requests (readonly_policy PROPAGATE)")
+	}
+	if p.downSince.Load() == 0 {
+		t.Fatal("no outage clock with no connection ready")
+	}
+}

@@ -14,9 +14,9 @@ import (
 // the rate observed before the outage; requests over it wait in the hold queue
 // (and expire from it like any held request).
 type warmup struct {
-	start, end int64 // unix nanos
-	target     float64
-	lim        *rate.Limiter
+	start  int64 // unix nanos; the ramp ends upstream.warmup later, read live
+	target float64
+	lim    *rate.Limiter
 }
 
 const warmupFloor = 0.05
@@ -51,7 +51,7 @@ func (p *pool) startWarmup() {
 		target = 100 // too little history to scale from: ramp to a modest floor
 	}
 	now := p.srv.now()
-	w := &warmup{start: now, end: now + int64(d), target: target,
+	w := &warmup{start: now, target: target,
 		lim: rate.NewLimiter(rate.Limit(target*warmupFloor), int(max(1, target*warmupFloor/10)))}
 	p.warm.Store(w)
 	p.srv.log.Sugar().Infow("provider back: warming up", "duration", d, "target_rps", target)
@@ -65,11 +65,12 @@ func (p *pool) warmAllow() bool {
 	}
 	n := p.srv.now()
 	now := time.Unix(0, n)
-	if n >= w.end {
+	d := int64(p.srv.cfg.Load().Warmup)
+	if n-w.start >= d {
 		p.warm.CompareAndSwap(w, nil)
 		return true
 	}
-	frac := max(warmupFloor, float64(n-w.start)/float64(w.end-w.start))
+	frac := max(warmupFloor, float64(n-w.start)/float64(d))
 	lim := rate.Limit(w.target * frac)
 	if w.lim.Limit() != lim {
 		w.lim.SetLimitAt(now, lim)

@@ -605,3 +605,13 @@ func (w *writer) resume(out []byte, sent int) {
 	w.mu.Unlock()
 	w.env.spawn(w.flush)
 }
+
+// withFD runs f with the writer's fd while it is open (close waits for it), so the
+// fd number cannot be closed and reused under f.
+func (w *writer) withFD(f func(fd int)) {
+	w.fdMu.Lock()
+	defer w.fdMu.Unlock()
+	if !w.fdClosed {
+		f(w.fd)
+	}
+}
