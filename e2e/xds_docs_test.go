@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/stormgate/stormgate/inject"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 // The usual golden-file flag: `go test ./e2e -run TestXDSConfigurationDocs -update`.
@@ -127,7 +127,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("# Stormgate configuration\n\n")
 	w("<!-- Generated from xds.Fields() and xds.Defaults() by e2e/xds_docs_test.go; do not edit by hand.\n")
 	w("     Regenerate: go test ./e2e -run TestXDSConfigurationDocs -update -->\n\n")
-	w("One schema, `stormgate.v1.Settings` ([xds/stormgatev1/settings.proto](../xds/stormgatev1/settings.proto)),\n")
+	w("One schema, `stormgate.v1.Settings` ([settings/stormgatev1/settings.proto](../settings/stormgatev1/settings.proto)),\n")
 	w("is used by the settings file, the flags' defaults, `/config_dump` and xDS. Names are snake_case;\n")
 	w("durations are written like `3s`, `500ms` or `1m30s`.\n\n")
 

@@ -29,8 +29,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/stormgate/stormgate/peer"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 // xdsControlPlane is a `sidecar control-plane` process.

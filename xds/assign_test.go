@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // Assignments (sidecar run --set, inject's settings annotations) go through the file's decoder:

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // IsControlPlaneConfig reports whether path is what `sidecar control-plane

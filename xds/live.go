@@ -3,7 +3,7 @@ package xds
 import (
 	"google.golang.org/protobuf/proto"
 
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // fixedFields cannot change while the sidecar runs, with the reason a push

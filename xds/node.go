@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // Keys of the xDS node metadata (core.Node.metadata) a Stormgate sidecar

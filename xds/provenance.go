@@ -3,7 +3,7 @@ package xds
 import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // Layer is one source of settings: the fields it sets (partial settings) and

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stormgate/stormgate/admission"
 	"github.com/stormgate/stormgate/proxy"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // The stages receive fully resolved values from here: every setting of the schema

@@ -27,9 +27,9 @@ import (
 	"github.com/stormgate/stormgate/handover"
 	"github.com/stormgate/stormgate/inject/appprobe"
 	"github.com/stormgate/stormgate/proxy"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/transparent"
 	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 type runFlags struct {

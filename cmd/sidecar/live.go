@@ -10,8 +10,8 @@ import (
 
 	"github.com/stormgate/stormgate/admission"
 	"github.com/stormgate/stormgate/proxy"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 // liveSettings changes the settings of a running sidecar: from an xDS push

@@ -17,8 +17,8 @@ import (
 
 	"github.com/stormgate/stormgate/handover"
 	"github.com/stormgate/stormgate/inject/appprobe"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 // The new image's side of an upgrade (see upgrade.go), and the preflight.

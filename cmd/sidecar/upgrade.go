@@ -24,8 +24,8 @@ import (
 	"github.com/stormgate/stormgate/admission"
 	"github.com/stormgate/stormgate/handover"
 	"github.com/stormgate/stormgate/proxy"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 // The running side of `sidecar upgrade` (issue 14; handover/doc.go has the mechanics). One

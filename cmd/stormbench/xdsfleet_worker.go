@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 // Fleet worker protocol, one JSON value per line.

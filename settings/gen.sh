@@ -1,5 +1,5 @@
 #!/bin/sh
-# Regenerates xds/stormgatev1/settings.pb.go from settings.proto.
+# Regenerates settings/stormgatev1/settings.pb.go from settings.proto.
 # Needs protoc (Debian: apt-get install -y protobuf-compiler, which also ships
 # google/protobuf/duration.proto under /usr/include) and protoc-gen-go pinned
 # to the google.golang.org/protobuf version in go.mod:
@@ -17,4 +17,4 @@ if [ "$want" != "$have" ]; then
 fi
 protoc -I . -I /usr/include \
 	--go_out=. --go_opt=paths=source_relative \
-	xds/stormgatev1/settings.proto
+	settings/stormgatev1/settings.proto
