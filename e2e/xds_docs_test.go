@@ -15,16 +15,16 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/stormgate/stormgate/inject"
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
-	"github.com/stormgate/stormgate/xds"
 )
 
 // The usual golden-file flag: `go test ./e2e -run TestXDSConfigurationDocs -update`.
-var xdsUpdateDocs = flag.Bool("update", false, "rewrite docs/configuration.md from xds.Fields()")
+var xdsUpdateDocs = flag.Bool("update", false, "rewrite docs/configuration.md from settings.Fields()")
 
 // xdsRestartOnly lists fields that a running sidecar refuses to change (the push
 // is NACKed, naming the field; TestXDSBadPushNACKed proves it) although
-// xds.Fields() reports them live: the proxy refuses upstream.address, and the
+// settings.Fields() reports them live: the proxy refuses upstream.address, and the
 // sidecar refuses log.format (its logger is built once). Remove an entry once
 // xds lists the field as fixed itself.
 var xdsRestartOnly = map[string]bool{}
@@ -55,7 +55,7 @@ var xdsFlags = []struct{ flag, field string }{
 }
 
 // TestXDSConfigurationDocs keeps docs/configuration.md equal to what
-// xds.Fields() and xds.Defaults() say (issue 5, acceptance 6: every setting
+// settings.Fields() and settings.Defaults() say (issue 5, acceptance 6: every setting
 // with its meaning, default, range, and whether it is live).
 func TestXDSConfigurationDocs(t *testing.T) {
 	root, err := moduleRoot()
@@ -63,13 +63,13 @@ func TestXDSConfigurationDocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every leaf of the schema is documented.
-	fields := map[string]xds.FieldInfo{}
-	for _, f := range xds.Fields() {
+	fields := map[string]settings.FieldInfo{}
+	for _, f := range settings.Fields() {
 		fields[f.Path] = f
 	}
 	for _, leaf := range xdsLeaves((&sg.Settings{}).ProtoReflect().Descriptor(), "") {
 		if _, ok := fields[leaf]; !ok {
-			t.Errorf("setting %s is missing from xds.Fields(), so from the docs", leaf)
+			t.Errorf("setting %s is missing from settings.Fields(), so from the docs", leaf)
 		}
 	}
 	// Every flag in the table exists.
@@ -97,7 +97,7 @@ func TestXDSConfigurationDocs(t *testing.T) {
 	}
 	old, err := os.ReadFile(path)
 	if err != nil || string(old) != doc {
-		t.Fatalf("docs/configuration.md is missing or out of date with xds.Fields() (%v); regenerate it:\n"+
+		t.Fatalf("docs/configuration.md is missing or out of date with settings.Fields() (%v); regenerate it:\n"+
 			"  go test ./e2e -run TestXDSConfigurationDocs -update", err)
 	}
 }
@@ -125,7 +125,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
 	w("# Stormgate configuration\n\n")
-	w("<!-- Generated from xds.Fields() and xds.Defaults() by e2e/xds_docs_test.go; do not edit by hand.\n")
+	w("<!-- Generated from settings.Fields() and settings.Defaults() by e2e/xds_docs_test.go; do not edit by hand.\n")
 	w("     Regenerate: go test ./e2e -run TestXDSConfigurationDocs -update -->\n\n")
 	w("One schema, `stormgate.v1.Settings` ([settings/stormgatev1/settings.proto](../settings/stormgatev1/settings.proto)),\n")
 	w("is used by the settings file, the flags' defaults, `/config_dump` and xDS. Names are snake_case;\n")
@@ -134,7 +134,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("## Where settings come from\n\n")
 	w("Lowest to highest precedence; each layer sets only the fields it names, the others keep the value\n")
 	w("from the layer below:\n\n")
-	w("1. built-in defaults (the *Default* column below; `xds.Defaults()` is the one place they live);\n")
+	w("1. built-in defaults (the *Default* column below; `settings.Defaults()` is the one place they live);\n")
 	w("2. the settings file: `sidecar run --config FILE`;\n")
 	w("3. the command-line flags of `sidecar run`:\n\n")
 	w("   | Flag | Setting |\n   |---|---|\n")
@@ -174,7 +174,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("NACK naming the field; change it in the file or flags and restart the sidecar. Socket options\n")
 	w("(`admission.tcp_*`) apply to connections accepted after the change.\n")
 	var section string
-	for _, f := range xds.Fields() {
+	for _, f := range settings.Fields() {
 		sec, _, _ := strings.Cut(f.Path, ".")
 		if sec != section {
 			section = sec
@@ -206,11 +206,11 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("`GET /config_dump` on the admin listener (`--admin`, default `127.0.0.1:15000`; keep it on loopback)\n")
 	w("returns the active settings: every field (snake_case, durations as protobuf JSON prints them), the\n")
 	w("version (a content hash; for xDS, the control plane's version), and where they came from:\n\n")
-	w("- `field_sources`: for every field, the layer its value comes from: `%s` (built in), `%s` (the\n", xds.SourceDefaults, xds.SourceFile)
-	w("  `--config` file, named in `file`), `%s` (a `sidecar run` flag), `%s` (pushed by the control\n", xds.SourceFlag, xds.SourceXDS)
-	w("  plane; a pushed field whose value equals the startup value keeps the startup source) or `%s`\n", xds.SourceAdmin)
+	w("- `field_sources`: for every field, the layer its value comes from: `%s` (built in), `%s` (the\n", settings.SourceDefaults, settings.SourceFile)
+	w("  `--config` file, named in `file`), `%s` (a `sidecar run` flag), `%s` (pushed by the control\n", settings.SourceFlag, settings.SourceXDS)
+	w("  plane; a pushed field whose value equals the startup value keeps the startup source) or `%s`\n", settings.SourceAdmin)
 	w("  (`log.level` after `POST /logging?level=...` changed it: the dump shows the level in force);\n")
-	w("- `source`: what made the last change (`%s` after a push, `%s` after a SIGHUP reload; at start the\n", xds.SourceXDS, xds.SourceFile)
+	w("- `source`: what made the last change (`%s` after a push, `%s` after a SIGHUP reload; at start the\n", settings.SourceXDS, settings.SourceFile)
 	w("  most specific layer that set any field) and `applied`, when;\n")
 	w("- `rejecting`: true while the control plane's newest version is NACKed (the metric\n")
 	w("  `stormgate_xds_rejecting`); `last_rejected`: the last version refused, from xDS or a SIGHUP reload,\n")
@@ -241,7 +241,7 @@ func xdsValidateExample(t *testing.T) string {
 // fixed "applied" time so the docs stay stable.
 func xdsConfigDumpExample(t *testing.T) string {
 	t.Helper()
-	st, err := xds.NewStore(xds.Defaults(), xds.Version(xds.Defaults()), xds.SourceDefaults, nil)
+	st, err := settings.NewStore(settings.Defaults(), settings.Version(settings.Defaults()), settings.SourceDefaults, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

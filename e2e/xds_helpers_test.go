@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/stormgate/stormgate/peer"
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
 )
@@ -185,7 +186,7 @@ func (s *sidecar) waitConfigDump(t *testing.T, d time.Duration, what string, con
 func (s *sidecar) waitXDSApplied(t *testing.T, d time.Duration, version string) configDump {
 	t.Helper()
 	cd, _ := s.waitConfigDump(t, d, "xds version "+version, func(cd configDump) bool {
-		return cd.Source == xds.SourceXDS && cd.Version == version
+		return cd.Source == settings.SourceXDS && cd.Version == version
 	})
 	return cd
 }
@@ -226,7 +227,7 @@ func cpVersion(t *testing.T, content, nodeID string) string {
 	if err != nil {
 		t.Fatalf("control-plane file invalid: %v\n%s", err, content)
 	}
-	return xds.Version(f.Overlay(nodeID))
+	return settings.Version(f.Overlay(nodeID))
 }
 
 // startXDSProvider runs a peer.Provider in the test process, so the test can
@@ -307,7 +308,7 @@ func (f *xdsFakeCP) push(t *testing.T, node string, s *sg.Settings) string {
 	if err := f.cache.SetSnapshot(context.Background(), node, snap); err != nil {
 		t.Fatal(err)
 	}
-	return xds.Version(s)
+	return settings.Version(s)
 }
 
 func (f *xdsFakeCP) nackList() []xdsNack {

@@ -13,7 +13,7 @@ import (
 	"github.com/stormgate/stormgate/loadgen"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
 )
 
 // isolationLoad is issue 23's test, scaled to make test: well-behaved consumers send
@@ -96,7 +96,7 @@ func TestGreedyNeighboursCostOnlyThemselves(t *testing.T) {
 			t.Logf("direct:  %v", direct)
 
 			prov := newEcho(t)
-			cfg := xds.ProxyConfig(xds.Defaults())
+			cfg := settings.ProxyConfig(settings.Defaults())
 			cfg.Upstream = prov.Addr()
 			srv, err := proxy.New(cfg, proxy.Options{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named("proxy"),
 				Registerer: prometheus.NewRegistry()})

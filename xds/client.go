@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
@@ -69,7 +70,7 @@ type ClientConfig struct {
 	FirstResponseTimeout time.Duration
 	// Base is what a pushed Settings is merged over (unset pushed fields keep
 	// Base's value); normally the file-or-default settings the sidecar started
-	// with. nil = Defaults().
+	// with. nil = settings.Defaults().
 	Base *sg.Settings
 	// Current returns the running settings, which a push is checked against
 	// with CheckLive. nil = the last settings this client applied (Base at
@@ -198,7 +199,7 @@ func NewClient(cfg ClientConfig, log *zap.Logger, reg prometheus.Registerer) (*C
 	}
 	cfg.BackoffMax = max(cfg.BackoffMax, cfg.BackoffBase)
 	if cfg.Base == nil {
-		cfg.Base = Defaults()
+		cfg.Base = settings.Defaults()
 	}
 	if cfg.Node.Ports == nil {
 		cfg.Node.Ports = ProviderPorts(cfg.Base)
@@ -488,13 +489,13 @@ func (c *Client) handle(resp *adsResponse, apply ApplyFunc) (req *adsRequest) {
 		c.log.Warn("xds: pushed settings carry fields this sidecar does not know (newer schema?); ignoring them",
 			zap.String("version", version))
 	}
-	next := Merge(c.cfg.Base, pushed)
+	next := settings.Merge(c.cfg.Base, pushed)
 	cur := c.applied
 	if c.cfg.Current != nil {
 		cur = c.cfg.Current()
 	}
 	// Every problem in one NACK: bad values and fields that cannot change live.
-	if err := AllProblems(Validate(next), CheckLive(cur, next)); err != nil {
+	if err := settings.AllProblems(settings.Validate(next), settings.CheckLive(cur, next)); err != nil {
 		return c.nack(version, nonce, sum, err)
 	}
 	if err := apply(next, version); err != nil {

@@ -16,7 +16,9 @@ import (
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
@@ -188,6 +190,8 @@ func (rc *runningClient) count(result string) float64 {
 	return testutil.ToFloat64(rc.c.updates.WithLabelValues(result))
 }
 
+func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
+
 func interval(d time.Duration) *sg.Settings {
 	return &sg.Settings{Keepalive: &sg.Keepalive{UpstreamInterval: dur(d)}}
 }
@@ -202,7 +206,7 @@ func TestClientACK(t *testing.T) {
 	if got := s.GetKeepalive().GetUpstreamInterval().AsDuration(); got != 5*time.Second {
 		t.Fatalf("applied interval %v", got)
 	}
-	if !proto.Equal(s.GetAdmission(), Defaults().GetAdmission()) {
+	if !proto.Equal(s.GetAdmission(), settings.Defaults().GetAdmission()) {
 		t.Fatalf("unset pushed fields must keep the base value")
 	}
 	waitFor(t, 5*time.Second, "ACK of v1", func() bool { return rs.sawACK("v1") })
@@ -285,7 +289,7 @@ func TestClientApplyErrorNACKs(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- c.Run(ctx, func(*sg.Settings, string) error {
-			return Problems{{Field: "upstream.connections", Message: "the pool cannot shrink below in-flight needs"}}
+			return settings.Problems{{Field: "upstream.connections", Message: "the pool cannot shrink below in-flight needs"}}
 		})
 	}()
 	defer func() { cancel(); <-done }()
@@ -319,4 +323,33 @@ func TestFullJitter(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The client tells the store where it stands: a NACK sets rejecting, the
+// cache's re-send of that version keeps it, the control plane going back to
+// the running version clears it, and so does a good new version.
+func TestClientResultsDriveRejecting(t *testing.T) {
+	rs := startRawServer(t)
+	rs.set(t, "n", "v1", interval(5*time.Second))
+	st, err := settings.NewStore(settings.Defaults(), "v0", settings.SourceDefaults, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := startClient(t, rs.addr, "n", func(c *ClientConfig) { c.OnResult = st.XDSResult; c.Current = st.Settings })
+	waitFor(t, 5*time.Second, "v1 ACKed", func() bool { return rs.sawACK("v1") })
+	if st.Rejecting() {
+		t.Fatal("rejecting after an ACK")
+	}
+	rs.set(t, "n", "v2", interval(-time.Second))
+	waitFor(t, 5*time.Second, "re-send of v2 answered", func() bool { return rs.sawACK("v2") })
+	if !st.Rejecting() || st.LastRejected().Version != "v2" ||
+		!strings.Contains(st.LastRejected().Error, "keepalive.upstream_interval") {
+		t.Fatalf("after the NACK of v2 (and its re-send): rejecting=%v last=%+v", st.Rejecting(), st.LastRejected())
+	}
+	rs.set(t, "n", "v1", interval(5*time.Second))
+	waitFor(t, 5*time.Second, "back on v1", func() bool { return !st.Rejecting() })
+	rs.set(t, "n", "v3", interval(-2*time.Second))
+	waitFor(t, 5*time.Second, "v3 rejected", func() bool { return st.Rejecting() && st.LastRejected().Version == "v3" })
+	rs.set(t, "n", "v4", interval(6*time.Second))
+	waitFor(t, 5*time.Second, "v4 applied", func() bool { return rc.version() == "v4" && !st.Rejecting() })
 }

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
@@ -239,7 +240,7 @@ func (cp *ControlPlane) reload(ctx context.Context) {
 	cp.valid = err == nil
 	cp.m.loaded(err == nil)
 	if err != nil {
-		var ps Problems
+		var ps settings.Problems
 		if errors.As(err, &ps) {
 			for _, p := range ps {
 				if p.File == "" { // --config is a file: problems of a directory name their file
@@ -270,7 +271,7 @@ func (cp *ControlPlane) publishLocked(ctx context.Context, f *ControlPlaneFile) 
 	touched := map[*cpNode]bool{}
 	for _, c := range cp.classes {
 		r := f.resolveClass(c.info)
-		v := Version(r.Overlay)
+		v := settings.Version(r.Overlay)
 		if v == c.version && slices.Equal(r.From, c.res.From) {
 			continue
 		}
@@ -293,7 +294,7 @@ func (cp *ControlPlane) publishLocked(ctx context.Context, f *ControlPlaneFile) 
 		}
 	}
 	cp.log.Info("config published", zap.Int("nodes_connected", len(cp.nodes)), zap.Int("nodes_changed", pushed),
-		zap.Int("settings_versions", len(cp.shared)), zap.String("default_version", Version(f.Overlay(""))),
+		zap.Int("settings_versions", len(cp.shared)), zap.String("default_version", settings.Version(f.Overlay(""))),
 		zap.Duration("took", time.Since(start)))
 }
 
@@ -303,8 +304,8 @@ func (cp *ControlPlane) publishLocked(ctx context.Context, f *ControlPlaneFile) 
 func (cp *ControlPlane) assignLocked(ctx context.Context, n *cpNode) bool {
 	r, v := n.class.res, n.class.version
 	if s, ok := cp.file.Nodes[n.info.ID]; ok {
-		r = Resolution{Overlay: Merge(r.Overlay, s), From: append(slices.Clip(r.From), "nodes."+n.info.ID)}
-		v = Version(r.Overlay)
+		r = Resolution{Overlay: settings.Merge(r.Overlay, s), From: append(slices.Clip(r.From), "nodes."+n.info.ID)}
+		v = settings.Version(r.Overlay)
 	}
 	n.res = r
 	if v == n.version {
@@ -355,7 +356,7 @@ func (cp *ControlPlane) releaseLocked(v string) {
 // SettingsSnapshot builds a go-control-plane snapshot carrying s as the
 // TypedExtensionConfig named name, versioned by content (Version).
 func SettingsSnapshot(name string, s *sg.Settings) (*cachev3.Snapshot, error) {
-	return settingsSnapshot(name, Version(s), s)
+	return settingsSnapshot(name, settings.Version(s), s)
 }
 
 func settingsSnapshot(name, version string, s *sg.Settings) (*cachev3.Snapshot, error) {
@@ -458,7 +459,7 @@ func (cp *ControlPlane) connectLocked(st *cpStream, req *discovery.DiscoveryRequ
 		c = &cpClass{info: info, members: map[string]*cpNode{}}
 		c.info.ID = ""
 		c.res = cp.file.resolveClass(c.info)
-		c.version = Version(c.res.Overlay)
+		c.version = settings.Version(c.res.Overlay)
 		cp.classes[key] = c
 	}
 	n = &cpNode{info: info, class: c, streams: 1, connected: time.Now()}

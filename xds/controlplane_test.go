@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
@@ -143,7 +144,7 @@ func TestControlPlaneParksNACKedVersion(t *testing.T) {
 	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\n")
 	cp := startCP(t, "127.0.0.1:0", path)
 	a := startClient(t, cp.addr, "n", func(c *ClientConfig) {
-		c.Base = Merge(Defaults(), &sg.Settings{Upstream: &sg.Upstream{BackoffBase: dur(time.Second)}})
+		c.Base = settings.Merge(settings.Defaults(), &sg.Settings{Upstream: &sg.Upstream{BackoffBase: dur(time.Second)}})
 	})
 	waitFor(t, 5*time.Second, "applied", func() bool { return a.version() != "" })
 

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
@@ -28,7 +29,7 @@ func IsControlPlaneConfig(path string) bool {
 	if err != nil {
 		return false
 	}
-	root, err := parseRoot(data)
+	root, err := settings.ParseYAMLRoot(data)
 	return err == nil && isControlPlaneDoc(root)
 }
 
@@ -38,7 +39,7 @@ func IsControlPlaneConfig(path string) bool {
 // selector name or node id defined in two files, selectors in different
 // files that cannot be ordered, every entry over the merged default). Each
 // problem names its file when a directory was read; cross-file problems
-// name both files. It returns nil or a Problems.
+// name both files. It returns nil or a settings.Problems.
 func ValidateControlPlane(path string) error {
 	_, _, err := readControlPlaneConfig(path)
 	return err
@@ -100,7 +101,7 @@ func readControlPlaneConfig(path string) ([32]byte, *ControlPlaneFile, error) {
 		f, err := ParseControlPlaneYAML(datas[0])
 		return sum, f, err
 	}
-	var ps Problems
+	var ps settings.Problems
 	parsed := make([]*ControlPlaneFile, 0, len(files))
 	names := make([]string, 0, len(files))
 	var read []*ControlPlaneFile // also what could be read of invalid files
@@ -111,7 +112,7 @@ func readControlPlaneConfig(path string) ([32]byte, *ControlPlaneFile, error) {
 			read, readNames = append(read, one), append(readNames, filepath.Base(f))
 		}
 		if err != nil {
-			var fps Problems
+			var fps settings.Problems
 			if !errors.As(err, &fps) {
 				return sum, nil, fmt.Errorf("%s: %w", f, err)
 			}
@@ -139,13 +140,13 @@ func readControlPlaneConfig(path string) ([32]byte, *ControlPlaneFile, error) {
 // combine merges files that were each valid alone, in name order: their
 // defaults merge in that order; a namespace, selector or node id may be
 // defined in one file only.
-func combine(names []string, parsed []*ControlPlaneFile) (*ControlPlaneFile, Problems) {
+func combine(names []string, parsed []*ControlPlaneFile) (*ControlPlaneFile, settings.Problems) {
 	out := newControlPlaneFile()
-	var ps Problems
+	var ps settings.Problems
 	add := func(key, file string, o Origin) bool {
 		o.File = file
 		if first, dup := out.origins[key]; dup {
-			ps = append(ps, Problem{Field: key, File: o.File, Line: o.Line,
+			ps = append(ps, settings.Problem{Field: key, File: o.File, Line: o.Line,
 				Message: "defined in two files: also at " + first.String() + "; keep one"})
 			return false
 		}
@@ -153,7 +154,7 @@ func combine(names []string, parsed []*ControlPlaneFile) (*ControlPlaneFile, Pro
 		return true
 	}
 	for i, one := range parsed {
-		out.Default = Merge(out.Default, one.Default)
+		out.Default = settings.Merge(out.Default, one.Default)
 		for _, ns := range sortedKeys(one.Namespaces) {
 			if add("namespaces."+ns, names[i], one.origins["namespaces."+ns]) {
 				out.Namespaces[ns] = one.Namespaces[ns]
@@ -178,12 +179,12 @@ func combine(names []string, parsed []*ControlPlaneFile) (*ControlPlaneFile, Pro
 	}
 	// Each file was valid over its own default; check every entry over the
 	// merged one.
-	base := WithDefaults(out.Default)
-	if err := Validate(base); err != nil {
+	base := settings.WithDefaults(out.Default)
+	if err := settings.Validate(base); err != nil {
 		return nil, prefixed(err, "default.", Origin{})
 	}
 	check := func(key string, s *sg.Settings) {
-		if err := Validate(Merge(base, s)); err != nil {
+		if err := settings.Validate(settings.Merge(base, s)); err != nil {
 			ps = append(ps, prefixed(err, key+".", out.origins[key])...)
 		}
 	}
@@ -192,7 +193,7 @@ func combine(names []string, parsed []*ControlPlaneFile) (*ControlPlaneFile, Pro
 	}
 	for _, s := range out.Selectors {
 		if ns, ok := out.Namespaces[s.Match.Namespace]; ok && s.Match.Namespace != "" {
-			check("selectors."+s.Name, Merge(ns, s.Settings))
+			check("selectors."+s.Name, settings.Merge(ns, s.Settings))
 		} else {
 			check("selectors."+s.Name, s.Settings)
 		}
@@ -208,15 +209,15 @@ func combine(names []string, parsed []*ControlPlaneFile) (*ControlPlaneFile, Pro
 
 // duplicateKeys names each namespace, selector or node id that more than one
 // of the files defines, with both files (combine reports the same for valid files).
-func duplicateKeys(names []string, files []*ControlPlaneFile) Problems {
+func duplicateKeys(names []string, files []*ControlPlaneFile) settings.Problems {
 	first := map[string]Origin{}
-	var ps Problems
+	var ps settings.Problems
 	for i, one := range files {
 		for _, key := range sortedKeys(one.origins) {
 			o := one.origins[key]
 			o.File = names[i]
 			if f, dup := first[key]; dup {
-				ps = append(ps, Problem{Field: key, File: o.File, Line: o.Line,
+				ps = append(ps, settings.Problem{Field: key, File: o.File, Line: o.Line,
 					Message: "defined in two files: also at " + f.String() + "; keep one"})
 				continue
 			}
@@ -236,8 +237,8 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // prefixed puts prefix before each problem's field and points it at o.
-func prefixed(err error, prefix string, o Origin) Problems {
-	var ps Problems
+func prefixed(err error, prefix string, o Origin) settings.Problems {
+	var ps settings.Problems
 	errors.As(err, &ps)
 	for i := range ps {
 		ps[i].Field = prefix + ps[i].Field

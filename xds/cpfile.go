@@ -9,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
@@ -77,7 +78,7 @@ func (r Resolution) Level() string {
 func (f *ControlPlaneFile) Resolve(n NodeInfo) Resolution {
 	r := f.resolveClass(n)
 	if s, ok := f.Nodes[n.ID]; ok {
-		r.Overlay = Merge(r.Overlay, s)
+		r.Overlay = settings.Merge(r.Overlay, s)
 		r.From = append(r.From, "nodes."+n.ID)
 	}
 	return r
@@ -86,22 +87,22 @@ func (f *ControlPlaneFile) Resolve(n NodeInfo) Resolution {
 // resolveClass is Resolve without the nodes: level: the same for every node
 // with n's metadata.
 func (f *ControlPlaneFile) resolveClass(n NodeInfo) Resolution {
-	r := Resolution{Overlay: Merge(nil, f.Default), From: []string{"default"}}
+	r := Resolution{Overlay: settings.Merge(nil, f.Default), From: []string{"default"}}
 	if s, ok := f.Namespaces[n.Namespace]; ok && n.Namespace != "" {
-		r.Overlay = Merge(r.Overlay, s)
+		r.Overlay = settings.Merge(r.Overlay, s)
 		r.From = append(r.From, "namespaces."+n.Namespace)
 	}
 	for _, s := range matching(f.Selectors, n) {
-		r.Overlay = Merge(r.Overlay, s.Settings)
+		r.Overlay = settings.Merge(r.Overlay, s.Settings)
 		r.From = append(r.From, "selectors."+s.Name)
 	}
 	return r
 }
 
 // For returns the complete settings served to a node that reports only its
-// id: Defaults(), then the file's default, then the node's entry.
+// id: settings.Defaults(), then the file's default, then the node's entry.
 func (f *ControlPlaneFile) For(nodeID string) *sg.Settings {
-	return WithDefaults(f.Overlay(nodeID))
+	return settings.WithDefaults(f.Overlay(nodeID))
 }
 
 // Overlay returns what the control plane serves to a node that reports only
@@ -150,7 +151,7 @@ func ParseControlPlaneYAML(data []byte) (*ControlPlaneFile, error) {
 // problems, what it could read of an invalid file (nil when even that failed):
 // a directory's cross-file checks still see its keys.
 func parseControlPlaneBytes(data []byte) (*ControlPlaneFile, error) {
-	root, err := parseRoot(data)
+	root, err := settings.ParseYAMLRoot(data)
 	if err != nil {
 		return nil, err
 	}
@@ -201,19 +202,19 @@ func parseControlPlane(root *yaml.Node) (*ControlPlaneFile, error) {
 		return f, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, Problems{{Message: "a control-plane file must be a mapping with default:, namespaces:, selectors: and nodes:", Line: root.Line}}
+		return nil, settings.Problems{{Message: "a control-plane file must be a mapping with default:, namespaces:, selectors: and nodes:", Line: root.Line}}
 	}
 	if looksLikeSettings(root) {
-		return nil, Problems{{Line: root.Content[0].Line, Message: "this is a sidecar settings file (its top level is " +
+		return nil, settings.Problems{{Line: root.Content[0].Line, Message: "this is a sidecar settings file (its top level is " +
 			root.Content[0].Value + ": ...), not a control-plane file; to serve these settings to every node, indent them under default:"}}
 	}
-	var ps Problems
+	var ps settings.Problems
 	var entries []entry
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if seen[k.Value] {
-			ps = append(ps, Problem{Field: k.Value, Message: "set twice", Line: k.Line})
+			ps = append(ps, settings.Problem{Field: k.Value, Message: "set twice", Line: k.Line})
 			continue
 		}
 		seen[k.Value] = true
@@ -222,9 +223,9 @@ func parseControlPlane(root *yaml.Node) (*ControlPlaneFile, error) {
 		}
 		switch k.Value {
 		case "default":
-			s, pos, err := decodeSettings(v, "default.")
+			s, pos, err := settings.DecodeYAML(v, "default.")
 			if err != nil {
-				ps = append(ps, err.(Problems)...)
+				ps = append(ps, err.(settings.Problems)...)
 				continue
 			}
 			f.Default = s
@@ -235,10 +236,10 @@ func parseControlPlane(root *yaml.Node) (*ControlPlaneFile, error) {
 			entries = append(entries, f.parseSelectors(v, &ps)...)
 		default:
 			msg := "unknown field; a control-plane file has default:, namespaces:, selectors: and nodes:"
-			if s := Suggest(k.Value, controlPlaneKeys); s != "" {
+			if s := settings.Suggest(k.Value, controlPlaneKeys); s != "" {
 				msg += "; did you mean " + s + "?"
 			}
-			ps = append(ps, Problem{Field: k.Value, Message: msg, Line: k.Line})
+			ps = append(ps, settings.Problem{Field: k.Value, Message: msg, Line: k.Line})
 		}
 	}
 	ps = append(ps, f.checkEntries(entries)...)
@@ -250,13 +251,13 @@ func parseControlPlane(root *yaml.Node) (*ControlPlaneFile, error) {
 }
 
 // parseKeyed reads namespaces: or nodes: (a mapping of name to settings).
-func (f *ControlPlaneFile) parseKeyed(section string, v *yaml.Node, ps *Problems) []entry {
+func (f *ControlPlaneFile) parseKeyed(section string, v *yaml.Node, ps *settings.Problems) []entry {
 	if isNull(v) {
 		return nil
 	}
 	what := map[string]string{"namespaces": "namespace", "nodes": "node id"}[section]
 	if v.Kind != yaml.MappingNode {
-		*ps = append(*ps, Problem{Field: section, Message: "must be a mapping of " + what + " to settings", Line: v.Line})
+		*ps = append(*ps, settings.Problem{Field: section, Message: "must be a mapping of " + what + " to settings", Line: v.Line})
 		return nil
 	}
 	dst := map[string]map[string]*sg.Settings{"namespaces": f.Namespaces, "nodes": f.Nodes}[section]
@@ -265,17 +266,17 @@ func (f *ControlPlaneFile) parseKeyed(section string, v *yaml.Node, ps *Problems
 		kn := v.Content[j]
 		key := section + "." + kn.Value
 		if kn.Value == "" {
-			*ps = append(*ps, Problem{Field: key, Message: what + " empty", Line: kn.Line})
+			*ps = append(*ps, settings.Problem{Field: key, Message: what + " empty", Line: kn.Line})
 			continue
 		}
 		if o, dup := f.origins[key]; dup {
-			*ps = append(*ps, Problem{Field: key, Message: "set twice (first at " + o.String() + ")", Line: kn.Line})
+			*ps = append(*ps, settings.Problem{Field: key, Message: "set twice (first at " + o.String() + ")", Line: kn.Line})
 			continue
 		}
 		f.origins[key] = Origin{Line: kn.Line}
-		s, pos, err := decodeSettings(v.Content[j+1], key+".")
+		s, pos, err := settings.DecodeYAML(v.Content[j+1], key+".")
 		if err != nil {
-			*ps = append(*ps, err.(Problems)...)
+			*ps = append(*ps, err.(settings.Problems)...)
 			continue
 		}
 		dst[kn.Value] = s
@@ -285,12 +286,12 @@ func (f *ControlPlaneFile) parseKeyed(section string, v *yaml.Node, ps *Problems
 }
 
 // parseSelectors reads selectors: a list of {name, match, settings}.
-func (f *ControlPlaneFile) parseSelectors(v *yaml.Node, ps *Problems) []entry {
+func (f *ControlPlaneFile) parseSelectors(v *yaml.Node, ps *settings.Problems) []entry {
 	if isNull(v) {
 		return nil
 	}
 	if v.Kind != yaml.SequenceNode {
-		*ps = append(*ps, Problem{Field: "selectors", Message: "must be a list of {name, match, settings}", Line: v.Line})
+		*ps = append(*ps, settings.Problem{Field: "selectors", Message: "must be a list of {name, match, settings}", Line: v.Line})
 		return nil
 	}
 	var out []entry
@@ -300,50 +301,50 @@ func (f *ControlPlaneFile) parseSelectors(v *yaml.Node, ps *Problems) []entry {
 		}
 		field := "selectors[" + strconv.Itoa(i) + "]"
 		if item.Kind != yaml.MappingNode {
-			*ps = append(*ps, Problem{Field: field, Message: "must be a mapping with name, match and settings", Line: item.Line})
+			*ps = append(*ps, settings.Problem{Field: field, Message: "must be a mapping with name, match and settings", Line: item.Line})
 			continue
 		}
-		var name, match, settings *yaml.Node
+		var name, match, body *yaml.Node
 		bad := false
 		for j := 0; j+1 < len(item.Content); j += 2 {
 			k, val := item.Content[j], item.Content[j+1]
 			if val.Kind == yaml.AliasNode {
 				val = val.Alias
 			}
-			slot := map[string]**yaml.Node{"name": &name, "match": &match, "settings": &settings}[k.Value]
+			slot := map[string]**yaml.Node{"name": &name, "match": &match, "settings": &body}[k.Value]
 			switch {
 			case slot == nil:
 				msg := "unknown field; a selector has name, match and settings"
-				if s := Suggest(k.Value, []string{"name", "match", "settings"}); s != "" {
+				if s := settings.Suggest(k.Value, []string{"name", "match", "settings"}); s != "" {
 					msg += "; did you mean " + s + "?"
 				}
-				*ps = append(*ps, Problem{Field: field + "." + k.Value, Message: msg, Line: k.Line})
+				*ps = append(*ps, settings.Problem{Field: field + "." + k.Value, Message: msg, Line: k.Line})
 				bad = true
 			case *slot != nil:
-				*ps = append(*ps, Problem{Field: field + "." + k.Value, Message: "set twice", Line: k.Line})
+				*ps = append(*ps, settings.Problem{Field: field + "." + k.Value, Message: "set twice", Line: k.Line})
 				bad = true
 			default:
 				*slot = val
 			}
 		}
 		if name == nil || name.Kind != yaml.ScalarNode || name.Value == "" {
-			*ps = append(*ps, Problem{Field: field + ".name", Message: "missing; every selector needs a name (it is logged for each node it matches)", Line: item.Line})
+			*ps = append(*ps, settings.Problem{Field: field + ".name", Message: "missing; every selector needs a name (it is logged for each node it matches)", Line: item.Line})
 			continue
 		}
 		key := "selectors." + name.Value
 		if o, dup := f.origins[key]; dup {
-			*ps = append(*ps, Problem{Field: key, Message: "name used twice (first at " + o.String() + ")", Line: name.Line})
+			*ps = append(*ps, settings.Problem{Field: key, Message: "name used twice (first at " + o.String() + ")", Line: name.Line})
 			continue
 		}
 		f.origins[key] = Origin{Line: item.Line}
 		m, mok := parseMatch(match, key, item.Line, ps)
-		if settings == nil {
-			*ps = append(*ps, Problem{Field: key + ".settings", Message: "missing; a selector needs settings", Line: item.Line})
+		if body == nil {
+			*ps = append(*ps, settings.Problem{Field: key + ".settings", Message: "missing; a selector needs settings", Line: item.Line})
 			continue
 		}
-		s, pos, err := decodeSettings(settings, key+".")
+		s, pos, err := settings.DecodeYAML(body, key+".")
 		if err != nil {
-			*ps = append(*ps, err.(Problems)...)
+			*ps = append(*ps, err.(settings.Problems)...)
 			continue
 		}
 		if !mok || bad {
@@ -357,20 +358,20 @@ func (f *ControlPlaneFile) parseSelectors(v *yaml.Node, ps *Problems) []entry {
 }
 
 // parseMatch reads a selector's match: {namespace, cluster, port, labels}.
-func parseMatch(n *yaml.Node, key string, line int, ps *Problems) (Match, bool) {
+func parseMatch(n *yaml.Node, key string, line int, ps *settings.Problems) (Match, bool) {
 	var m Match
 	field := key + ".match"
 	if n == nil || isNull(n) {
-		*ps = append(*ps, Problem{Field: field, Message: "missing; give at least one of labels, cluster, port (and optionally namespace); for every node use default:", Line: line})
+		*ps = append(*ps, settings.Problem{Field: field, Message: "missing; give at least one of labels, cluster, port (and optionally namespace); for every node use default:", Line: line})
 		return m, false
 	}
 	if n.Kind != yaml.MappingNode {
-		*ps = append(*ps, Problem{Field: field, Message: "must be a mapping with namespace, cluster, port and/or labels", Line: n.Line})
+		*ps = append(*ps, settings.Problem{Field: field, Message: "must be a mapping with namespace, cluster, port and/or labels", Line: n.Line})
 		return m, false
 	}
 	ok := true
 	bad := func(k *yaml.Node, msg string) {
-		*ps = append(*ps, Problem{Field: field + "." + k.Value, Message: msg, Line: k.Line})
+		*ps = append(*ps, settings.Problem{Field: field + "." + k.Value, Message: msg, Line: k.Line})
 		ok = false
 	}
 	for j := 0; j+1 < len(n.Content); j += 2 {
@@ -416,7 +417,7 @@ func parseMatch(n *yaml.Node, key string, line int, ps *Problems) (Match, bool) 
 			}
 		default:
 			msg := "unknown field; match has namespace, cluster, port and labels"
-			if s := Suggest(k.Value, []string{"namespace", "cluster", "port", "labels"}); s != "" {
+			if s := settings.Suggest(k.Value, []string{"namespace", "cluster", "port", "labels"}); s != "" {
 				msg += "; did you mean " + s + "?"
 			}
 			bad(k, msg)
@@ -426,11 +427,11 @@ func parseMatch(n *yaml.Node, key string, line int, ps *Problems) (Match, bool) 
 		return m, false
 	}
 	if m.conditions() == 0 {
-		*ps = append(*ps, Problem{Field: field, Message: "empty; give at least one of labels, cluster, port (and optionally namespace); for every node use default:", Line: n.Line})
+		*ps = append(*ps, settings.Problem{Field: field, Message: "empty; give at least one of labels, cluster, port (and optionally namespace); for every node use default:", Line: n.Line})
 		return m, false
 	}
 	if m.conditions() == 1 && m.Namespace != "" {
-		*ps = append(*ps, Problem{Field: field, Message: "matches a whole namespace: put these settings under namespaces: " + m.Namespace +
+		*ps = append(*ps, settings.Problem{Field: field, Message: "matches a whole namespace: put these settings under namespaces: " + m.Namespace +
 			" (precedence: default < namespaces < selectors < nodes)", Line: n.Line})
 		return m, false
 	}
@@ -442,24 +443,24 @@ func parseMatch(n *yaml.Node, key string, line int, ps *Problems) (Match, bool) 
 // requires a namespace, that namespace's entry) must be valid. When the
 // default itself is invalid, entries report only what they set themselves,
 // not the default's problems once more per entry.
-func (f *ControlPlaneFile) checkEntries(entries []entry) Problems {
-	var ps Problems
-	base := WithDefaults(f.Default)
-	defaultBad := Validate(base) != nil
+func (f *ControlPlaneFile) checkEntries(entries []entry) settings.Problems {
+	var ps settings.Problems
+	base := settings.WithDefaults(f.Default)
+	defaultBad := settings.Validate(base) != nil
 	for _, e := range entries {
 		ps = append(ps, fixedFieldProblems(e)...)
 		eff := base
 		if e.key != "default" {
 			if ns, ok := f.Namespaces[e.ns]; ok && e.ns != "" {
-				eff = Merge(eff, ns)
+				eff = settings.Merge(eff, ns)
 			}
-			eff = Merge(eff, e.s)
+			eff = settings.Merge(eff, e.s)
 		}
-		err := annotate(Validate(eff), e.pos, e.key+".")
+		err := settings.AtLines(settings.Validate(eff), e.pos, e.key+".")
 		if err == nil {
 			continue
 		}
-		for _, p := range err.(Problems) {
+		for _, p := range err.(settings.Problems) {
 			if p.Line == 0 && e.key != "default" {
 				if defaultBad {
 					continue
@@ -474,15 +475,20 @@ func (f *ControlPlaneFile) checkEntries(entries []entry) Problems {
 
 // fixedFieldProblems refuses fields a sidecar cannot change while it runs:
 // served by a control plane, every sidecar would NACK them.
-func fixedFieldProblems(e entry) Problems {
-	var ps Problems
-	for _, l := range setLeaves(e.s) {
-		if !fixedFields[l.path] {
+func fixedFieldProblems(e entry) settings.Problems {
+	var ps settings.Problems
+	for _, path := range settings.SetPaths(e.s) {
+		why := settings.FixedReason(path)
+		if why == "" {
 			continue
 		}
-		ps = append(ps, Problem{Field: e.key + "." + l.path, Line: e.pos[l.path],
-			Message: "cannot be served by a control plane: " + fixedReasons[l.path] +
+		ps = append(ps, settings.Problem{Field: e.key + "." + path, Line: e.pos[path],
+			Message: "cannot be served by a control plane: " + why +
 				", so every sidecar would NACK the push; set it in each sidecar's own settings file or flags"})
 	}
 	return ps
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.Tag == "!!null")
 }

@@ -14,6 +14,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
+
+	"github.com/stormgate/stormgate/settings"
 )
 
 // observedCP serves a ControlPlane whose logs the test reads.
@@ -209,7 +211,7 @@ nodes:
 	// This node's own settings make the file's backoff_max invalid: it NACKs.
 	nack := startClient(t, cp.addr, "payment-0.shop", func(c *ClientConfig) {
 		c.Node = NodeInfo{ID: "payment-0.shop", Namespace: "shop", Labels: map[string]string{"app": "payment"}}
-		c.Base = Merge(Defaults(), interval(10*time.Second))
+		c.Base = settings.Merge(settings.Defaults(), interval(10*time.Second))
 		c.Base.Upstream.BackoffBase = dur(time.Second)
 	})
 	waitFor(t, 5*time.Second, "two nodes applied, one NACK", func() bool {

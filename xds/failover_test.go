@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
@@ -219,7 +220,7 @@ func TestReadLabelsFile(t *testing.T) {
 }
 
 func TestProviderPorts(t *testing.T) {
-	s := Defaults()
+	s := settings.Defaults()
 	if got := ProviderPorts(s); len(got) != 1 || got[0] != 20880 {
 		t.Errorf("upstream port: %v", got)
 	}

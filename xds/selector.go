@@ -7,8 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/reflect/protoreflect"
-
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
@@ -180,57 +179,17 @@ func (o Origin) String() string {
 	}
 }
 
-// leaf is one field a partial Settings sets.
-type leaf struct {
-	path string
-	v    protoreflect.Value
-}
-
-// setLeaves lists the leaf fields s sets, in schema order.
-func setLeaves(s *sg.Settings) []leaf {
-	if s == nil {
-		return nil
-	}
-	m := s.ProtoReflect()
-	var out []leaf
-	for _, r := range fieldRules {
-		if v, ok := lookup(m, r.path); ok {
-			out = append(out, leaf{r.path, v})
-		}
-	}
-	return out
-}
-
 // conflicts lists the fields a and b both set to different values, each as
 // "path (a-value vs b-value)".
 func conflicts(a, b *sg.Settings) (paths, shown []string) {
-	bm := b.ProtoReflect()
-	for _, l := range setLeaves(a) {
-		v, ok := lookup(bm, l.path)
-		if !ok || sameValue(l.v, v) {
+	for _, path := range settings.SetPaths(a) {
+		if !settings.IsSet(b, path) || settings.SameAt(a, b, path) {
 			continue
 		}
-		fd := fieldDesc(l.path)
-		paths = append(paths, l.path)
-		shown = append(shown, fmt.Sprintf("%s (%s vs %s)", l.path, formatValue(fd, l.v), formatValue(fd, v)))
+		paths = append(paths, path)
+		shown = append(shown, fmt.Sprintf("%s (%s vs %s)", path, settings.Shown(a, path), settings.Shown(b, path)))
 	}
 	return paths, shown
-}
-
-func sameValue(a, b protoreflect.Value) bool {
-	if la, ok := a.Interface().(protoreflect.List); ok {
-		lb, ok := b.Interface().(protoreflect.List)
-		if !ok || la.Len() != lb.Len() {
-			return false
-		}
-		for i := range la.Len() {
-			if !la.Get(i).Equal(lb.Get(i)) {
-				return false
-			}
-		}
-		return true
-	}
-	return a.Equal(b)
 }
 
 // checkSelectorPairs finds pairs of selectors whose order cannot be decided:
@@ -239,10 +198,10 @@ func sameValue(a, b protoreflect.Value) bool {
 // exactly both conditions that sets the field. It also refuses two
 // selectors with the same conditions. With crossFile, only pairs defined in
 // different files are checked (each file's own pairs were checked when it
-// was parsed). Problems are reported on the later selector and name both
+// was parsed). settings.Problems are reported on the later selector and name both
 // places.
-func checkSelectorPairs(sels []*Selector, crossFile bool) Problems {
-	var ps Problems
+func checkSelectorPairs(sels []*Selector, crossFile bool) settings.Problems {
+	var ps settings.Problems
 	for j, b := range sels {
 		for _, a := range sels[:j] {
 			if crossFile && a.Origin.File == b.Origin.File {
@@ -253,7 +212,7 @@ func checkSelectorPairs(sels []*Selector, crossFile bool) Problems {
 			}
 			at := fmt.Sprintf("selectors.%s (%s)", a.Name, a.Origin)
 			if a.Match.equal(b.Match) {
-				ps = append(ps, Problem{Field: "selectors." + b.Name, Line: b.Origin.Line, File: b.Origin.File,
+				ps = append(ps, settings.Problem{Field: "selectors." + b.Name, Line: b.Origin.Line, File: b.Origin.File,
 					Message: "matches exactly the nodes " + at + " matches (" + b.Match.String() +
 						"); merge the two into one selector"})
 				continue
@@ -276,7 +235,7 @@ func checkSelectorPairs(sels []*Selector, crossFile bool) Problems {
 			if expressible {
 				fix += ", or add a selector matching " + u.String() + " that sets " + pathsOf(open)
 			}
-			ps = append(ps, Problem{Field: "selectors." + b.Name, Line: b.Origin.Line, File: b.Origin.File,
+			ps = append(ps, settings.Problem{Field: "selectors." + b.Name, Line: b.Origin.Line, File: b.Origin.File,
 				Message: fmt.Sprintf("overlaps %s: a node matching both %s and %s gets different %s, and neither "+
 					"selector is more specific, so which wins would depend on order; %s",
 					at, a.Match, b.Match, strings.Join(open, ", "), fix)})
@@ -290,7 +249,7 @@ func checkSelectorPairs(sels []*Selector, crossFile bool) Problems {
 func settledBy(sels []*Selector, u Match, path string) bool {
 	for _, c := range sels {
 		if c.Match.equal(u) {
-			if _, ok := lookup(c.Settings.ProtoReflect(), path); ok {
+			if settings.IsSet(c.Settings, path) {
 				return true
 			}
 		}

@@ -1,12 +1,15 @@
 package xds
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stormgate/stormgate/settings"
 )
 
 // One file exercising every level; the cases below resolve nodes against it.
@@ -318,5 +321,49 @@ func TestControlPlaneDirectoryConfigMapLayout(t *testing.T) {
 	}
 	if !reflect.DeepEqual(f.NodeIDs(), []string{"a"}) {
 		t.Fatalf("nodes %v", f.NodeIDs())
+	}
+}
+
+func TestControlPlaneFileErrors(t *testing.T) {
+	cases := []struct{ yaml, want string }{
+		{"default:\n  keepalive: {upstream_interval: -1s}\n", "default.keepalive.upstream_interval: -1s is negative; must be between 1s and 1h (line 2)"},
+		{"nodes:\n  a.b:\n    upstream: {connections: 0}\n", "nodes.a.b.upstream.connections: 0 is too small"},
+		{"nodes:\n  a.b:\n    upstream: {conections: 2}\n", "nodes.a.b.upstream.conections: unknown field; did you mean connections?"},
+		{"defaults: {}\n", "defaults: unknown field"},
+		{"nodes: [a]\n", "nodes: must be a mapping"},
+	}
+	for _, c := range cases {
+		_, err := ParseControlPlaneYAML([]byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want %q", c.yaml, err, c.want)
+		}
+	}
+	for _, ok := range []string{"default: {}\n", "nodes: {}\n"} {
+		if _, err := ParseControlPlaneYAML([]byte(ok)); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	// A bad default is reported once, not once per node.
+	_, err := ParseControlPlaneYAML([]byte("default: {log: {level: x}}\nnodes: {a: {}, b: {}}\n"))
+	var ps settings.Problems
+	if !errors.As(err, &ps) || len(ps) != 1 {
+		t.Fatalf("want 1 problem, got %v", err)
+	}
+}
+
+// examples/control-plane.yaml is valid and resolves as its comments say.
+func TestExampleControlPlaneFile(t *testing.T) {
+	if err := ValidateControlPlane("../examples/control-plane.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := LoadControlPlaneFile("../examples/control-plane.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cp.For("order-provider-0.shop").GetUpstream().GetConnections(); got != 8 {
+		t.Fatalf("node override not applied: connections=%d", got)
+	}
+	if got := cp.For("unknown.node").GetUpstream().GetConnections(); got != 4 {
+		t.Fatalf("unknown node must get the default: connections=%d", got)
 	}
 }

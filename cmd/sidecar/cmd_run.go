@@ -27,6 +27,7 @@ import (
 	"github.com/stormgate/stormgate/handover"
 	"github.com/stormgate/stormgate/inject/appprobe"
 	"github.com/stormgate/stormgate/proxy"
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/transparent"
 	"github.com/stormgate/stormgate/xds"
@@ -140,23 +141,23 @@ started from) without closing a connection, as 'sidecar upgrade' does.`,
 // buildSettings merges defaults, the file and the flags that were set, and
 // records where each field came from. Errors name the file and line; with a
 // validation error the (invalid) merged settings are returned too.
-func buildSettings(cmd *cobra.Command, f runFlags) (xds.Layered, error) {
-	var file *xds.SettingsFile
+func buildSettings(cmd *cobra.Command, f runFlags) (settings.Layered, error) {
+	var file *settings.SettingsFile
 	var fromFile *sg.Settings
 	if f.config != "" {
-		sf, err := xds.ReadSettingsFile(f.config)
+		sf, err := settings.ReadSettingsFile(f.config)
 		if err != nil {
-			return xds.Layered{}, problemsError{"--config " + f.config, err}
+			return settings.Layered{}, problemsError{"--config " + f.config, err}
 		}
 		file, fromFile = sf, sf.Settings
 	}
 	over, err := flagSettings(cmd, f)
 	if err != nil {
-		return xds.Layered{}, err
+		return settings.Layered{}, err
 	}
-	l := xds.MergeLayers(f.config, xds.Layer{Source: xds.SourceDefaults, Settings: xds.Defaults()},
-		xds.Layer{Source: xds.SourceFile, Settings: fromFile}, xds.Layer{Source: xds.SourceFlag, Settings: over})
-	if err := xds.Validate(l.Settings); err != nil {
+	l := settings.MergeLayers(f.config, settings.Layer{Source: settings.SourceDefaults, Settings: settings.Defaults()},
+		settings.Layer{Source: settings.SourceFile, Settings: fromFile}, settings.Layer{Source: settings.SourceFlag, Settings: over})
+	if err := settings.Validate(l.Settings); err != nil {
 		if file != nil {
 			err = file.Annotate(err, l.Sources)
 		}
@@ -177,11 +178,11 @@ var settingFlags = []struct{ flag, path string }{
 }
 
 // flagSettings returns the settings the given flags set: each flag and each --set PATH=VALUE is
-// decoded by the settings file's own decoder (xds.ParseAssignments), so flags take what the file
+// decoded by the settings file's own decoder (settings.ParseAssignments), so flags take what the file
 // takes ("--log-level DEBUG", "--set limits.max_frame_bytes=16MiB"). A field given twice (by its
 // flag and by --set) is refused.
 func flagSettings(cmd *cobra.Command, f runFlags) (*sg.Settings, error) {
-	var as []xds.Assignment
+	var as []settings.Assignment
 	for _, sf := range settingFlags {
 		fl := cmd.Flags().Lookup(sf.flag)
 		if !fl.Changed {
@@ -195,16 +196,16 @@ func flagSettings(cmd *cobra.Command, f runFlags) (*sg.Settings, error) {
 			}
 			v = "[" + transparent.FormatPorts(ports) + "]"
 		}
-		as = append(as, xds.Assignment{Path: sf.path, Value: v})
+		as = append(as, settings.Assignment{Path: sf.path, Value: v})
 	}
 	for _, s := range f.set {
-		a, ok := xds.ParseAssignment(s)
+		a, ok := settings.ParseAssignment(s)
 		if !ok {
 			return nil, fmt.Errorf("--set %q: want PATH=VALUE, e.g. hold.timeout=10s", s)
 		}
 		as = append(as, a)
 	}
-	over, err := xds.ParseAssignments(as)
+	over, err := settings.ParseAssignments(as)
 	if err != nil {
 		return nil, problemsError{"flags (a setting given by its own flag and by --set is \"set twice\")", err}
 	}
@@ -256,7 +257,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		}
 	}
 	var (
-		layered xds.Layered
+		layered settings.Layered
 		active  *sg.Settings // the settings in force: the startup ones, or those handed over
 		ss      settingsState
 	)
@@ -274,7 +275,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		}
 		active = layered.Settings
 	}
-	settings := layered.Settings // the base: defaults < file < flags
+	base := layered.Settings // the base: defaults < file < flags
 	log, level, err := newLogger(active.GetLog().GetLevel(), active.GetLog().GetFormat())
 	if err != nil {
 		if rs != nil {
@@ -305,11 +306,11 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if err := registerBuildInfo(reg); err != nil {
 		return fail(err)
 	}
-	var store *xds.Store
+	var store *settings.Store
 	if rs != nil {
 		store, err = restoredStore(ss, layered, active, reg)
 	} else {
-		store, err = xds.NewLayeredStore(layered, xds.Version(settings), reg)
+		store, err = settings.NewLayeredStore(layered, settings.Version(base), reg)
 	}
 	if err != nil {
 		return fail(err)
@@ -328,7 +329,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if f.xdsAddr != "" {
 		// Base is the startup settings (fix found by e2e/xds_live_test.go): a push is
 		// partial and merges over defaults < file < flags, not over the bare defaults.
-		if xdsClient, err = newXDSClient(f, settings, store, log.Named("xds"), reg, func(version string) {
+		if xdsClient, err = newXDSClient(f, base, store, log.Named("xds"), reg, func(version string) {
 			if !xdsSynced.Swap(true) {
 				log.Info("first settings from the control plane in force; ready", zap.String("version", version))
 				close(firstSync)
@@ -375,10 +376,10 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if rs != nil {
 		var sn admission.Snapshot
 		if err = sn.UnmarshalBinary(in.State.Sections[secAdmission]); err == nil {
-			p.adm, err = admission.Restore(&sn, xds.AdmissionConfig(active), log.Named("admission"), reg)
+			p.adm, err = admission.Restore(&sn, settings.AdmissionConfig(active), log.Named("admission"), reg)
 		}
 	} else {
-		p.adm, err = admission.Listen(xds.AdmissionConfig(active), log.Named("admission"), reg)
+		p.adm, err = admission.Listen(settings.AdmissionConfig(active), log.Named("admission"), reg)
 	}
 	if err != nil {
 		for _, l := range lns {
@@ -399,13 +400,13 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 			return fail(errors.New("fault injected by a test build: this binary refuses every handed-over state"))
 		}
 		if err = psn.UnmarshalBinary(in.State.Sections[secProxy]); err == nil {
-			p.srv, err = proxy.Restore(&psn, xds.ProxyConfig(active), opts)
+			p.srv, err = proxy.Restore(&psn, settings.ProxyConfig(active), opts)
 		}
 		if err != nil {
 			// The listening socket goes back to the old binary: not closed here.
 			return fail(err)
 		}
-	} else if p.srv, err = proxy.New(xds.ProxyConfig(active), opts); err != nil {
+	} else if p.srv, err = proxy.New(settings.ProxyConfig(active), opts); err != nil {
 		p.adm.Close()
 		return err
 	}
@@ -415,7 +416,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if xdsClient != nil {
 		go func() {
 			err := xdsClient.Run(ctx, func(s *sg.Settings, version string) error {
-				return live.apply(xds.WithDefaults(s), version, xds.SourceXDS)
+				return live.apply(settings.WithDefaults(s), version, settings.SourceXDS)
 			})
 			if err != nil && ctx.Err() == nil {
 				log.Error("xds client stopped", zap.Error(err))
@@ -433,13 +434,13 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		return fail(err)
 	}
 	active = store.Settings()
-	for _, w := range xds.Warnings(active) {
+	for _, w := range settings.Warnings(active) {
 		log.Warn("settings warning", zap.String("field", w.Field), zap.String("warning", w.Message))
 	}
 	log.Info("stormgate started", zap.String("version", version), zap.Stringer("listen", p.adm.Addr()),
 		zap.String("upstream", upstreamDesc(active)), zap.Bool("transparent", active.GetListener().GetTransparent()),
 		zap.String("settings_source", store.Load().Source), zap.String("config_file", layered.File),
-		zap.Strings("set_by_flags", fieldsFrom(store.Load().Sources, xds.SourceFlag)),
+		zap.Strings("set_by_flags", fieldsFrom(store.Load().Sources, settings.SourceFlag)),
 		zap.Bool("upgraded", rs != nil), zap.Int("pollers", proxy.Pollers()))
 	p.handler = admission.HandlerFunc(func(c admission.Conn) { srv.ServeFD(c.FD, c.Remote, c.OrigDst) })
 	self, _ := os.Executable() // the path this process was started from, even if it has been replaced since
@@ -558,7 +559,7 @@ wait:
 	// drain.min_duration, so consumers act on READONLY and Kubernetes takes the pod
 	// out of its endpoints before anything is refused (issue 14).
 	srv.Announce()
-	if w := xds.DrainSettings(store.Settings()).MinDuration; w > 0 && exitErr == nil {
+	if w := settings.DrainSettings(store.Settings()).MinDuration; w > 0 && exitErr == nil {
 		log.Info("draining: still accepting and serving for drain.min_duration; a second signal skips it",
 			zap.Duration("min_duration", w))
 		t := time.NewTimer(w)
@@ -570,7 +571,7 @@ wait:
 		}
 	}
 	p.adm.StopAccepting()
-	dctx, cancel := context.WithTimeout(context.Background(), xds.ProxyConfig(store.Settings()).DrainTimeout+time.Second)
+	dctx, cancel := context.WithTimeout(context.Background(), settings.ProxyConfig(store.Settings()).DrainTimeout+time.Second)
 	go func() {
 		// Another signal skips the rest of the drain.
 		select {
@@ -661,7 +662,7 @@ func loggerConfig(level, format string) (zap.Config, error) {
 }
 
 // fieldsFrom lists, sorted, the fields whose value came from source.
-func fieldsFrom(sources xds.FieldSources, source string) []string {
+func fieldsFrom(sources settings.FieldSources, source string) []string {
 	var out []string
 	for f, src := range sources {
 		if src == source {

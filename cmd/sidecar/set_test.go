@@ -4,11 +4,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
 )
 
 // settingsFrom parses `sidecar run` args and builds the settings as run does.
-func settingsFrom(t *testing.T, args ...string) (xds.Layered, error) {
+func settingsFrom(t *testing.T, args ...string) (settings.Layered, error) {
 	t.Helper()
 	var f runFlags
 	cmd := runCmd(&f)
@@ -29,7 +29,7 @@ func TestRunSetFlag(t *testing.T) {
 	s := l.Settings
 	if s.GetHold().GetTimeout().AsDuration().String() != "10s" || s.GetLimits().GetMaxFrameBytes() != 16<<20 ||
 		s.GetDrain().GetReadonlyPolicy().String() != "PROPAGATE" || s.GetLog().GetLevel() != "warn" || s.GetLog().GetFormat() != "console" || s.GetListener().GetAddress() != "[::]:20881" ||
-		l.Sources["hold.timeout"] != xds.SourceFlag || l.Sources["hold.max_requests"] != xds.SourceDefaults {
+		l.Sources["hold.timeout"] != settings.SourceFlag || l.Sources["hold.max_requests"] != settings.SourceDefaults {
 		t.Fatalf("settings %v, sources %v", s, l.Sources)
 	}
 	for _, c := range []struct {

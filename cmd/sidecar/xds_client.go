@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
 )
@@ -79,7 +80,7 @@ func splitAddresses(s string) []string {
 // newXDSClient builds the ADS client of `run` from its flags. Pushes merge
 // over base (defaults < file < flags) and are checked against what store
 // runs; synced runs, with the version, after each response the sidecar ACKed.
-func newXDSClient(f runFlags, base *sg.Settings, store *xds.Store, log *zap.Logger, reg prometheus.Registerer,
+func newXDSClient(f runFlags, base *sg.Settings, store *settings.Store, log *zap.Logger, reg prometheus.Registerer,
 	synced func(version string)) (*xds.Client, error) {
 	id, err := xds.NodeID(f.nodeID, os.Getenv)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stormgate/stormgate/settings"
 	"github.com/stormgate/stormgate/xds"
 	"github.com/stormgate/stormgate/xds/fleet"
 )
@@ -296,7 +297,7 @@ func (r *fleetRun) write(g fleetGen) ([]string, time.Time, error) {
 		key := n.Namespace + "|" + n.Labels["app"]
 		v, ok := byClass[key]
 		if !ok {
-			v = xds.Version(f.Resolve(n).Overlay)
+			v = settings.Version(f.Resolve(n).Overlay)
 			byClass[key] = v
 		}
 		exp[i] = v

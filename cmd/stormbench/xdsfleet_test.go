@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/settings"
 	"github.com/stormgate/stormgate/xds"
 )
 
@@ -19,7 +20,7 @@ func TestFleetChangesAffectWhatTheySay(t *testing.T) {
 		}
 		out := make([]string, nodes)
 		for i := range out {
-			out[i] = xds.Version(f.Resolve(fleetNode(i, namespaces, apps)).Overlay)
+			out[i] = settings.Version(f.Resolve(fleetNode(i, namespaces, apps)).Overlay)
 		}
 		return out
 	}

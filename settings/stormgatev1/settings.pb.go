@@ -4,7 +4,7 @@
 //
 // Every scalar is `optional` and every duration is a message, so "unset"
 // differs from zero: partial files and per-node overrides merge over the
-// defaults field by field (xds.Merge). Defaults live in xds.Defaults, not here.
+// defaults field by field (settings.Merge). Defaults live in settings.Defaults, not here.
 // Field names are fixed (tools outside the repo write these files); add
 // fields freely, never renumber.
 //

@@ -1,4 +1,4 @@
-package xds
+package settings
 
 import (
 	"errors"
@@ -39,25 +39,16 @@ func ParseYAML(data []byte) (*sg.Settings, error) {
 	return s, err
 }
 
-// ValidateFile checks a settings file or a control-plane file (one whose top
-// level has "default:" or "nodes:"): syntax, names, types and, after merging
-// over the defaults, every range. It returns nil or a Problems, with line
-// numbers where the file sets the field. For a settings file every problem
-// is reported in one pass (see ValidateSettingsYAML).
+// ValidateFile checks a settings file: syntax, names, types and, after
+// merging over the defaults, every range. It returns nil or a Problems, with
+// line numbers where the file sets the field, every problem in one pass (see
+// ValidateSettingsYAML). Control-plane files are checked by xds/controlplane.
 func ValidateFile(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	root, err := parseRoot(data)
-	if err != nil {
-		return err
-	}
-	if isControlPlaneDoc(root) {
-		_, err := parseControlPlane(root)
-		return err
-	}
-	return validateSettingsDoc(root)
+	return ValidateSettingsYAML(data)
 }
 
 // MaxFileProblems caps the problems reported for one settings file; past it
@@ -69,7 +60,7 @@ const MaxFileProblems = 50
 // not hide a range error elsewhere (the fields that decode are merged over
 // the defaults and validated). At most MaxFileProblems are returned.
 func ValidateSettingsYAML(data []byte) error {
-	root, err := parseRoot(data)
+	root, err := ParseYAMLRoot(data)
 	if err != nil {
 		return err
 	}
@@ -81,7 +72,7 @@ func validateSettingsDoc(root *yaml.Node) error {
 	s := &sg.Settings{}
 	d.message(root, s.ProtoReflect(), "")
 	ps := d.ps
-	if err := annotate(Validate(WithDefaults(s)), d.pos, ""); err != nil {
+	if err := AtLines(Validate(WithDefaults(s)), d.pos, ""); err != nil {
 		ps = append(ps, err.(Problems)...)
 	}
 	if len(ps) == 0 {
@@ -180,9 +171,10 @@ func YAMLFiles(dir string) ([]string, error) {
 	return files, nil
 }
 
-// annotate adds the file line of each problem's field (or its nearest set
-// parent) and a path prefix.
-func annotate(err error, pos map[string]int, prefix string) error {
+// AtLines sets the line of each problem of err from lines (a field's own
+// line, or its nearest parent's) and puts prefix before its field path: for
+// files that hold settings inside a larger document (the control plane's).
+func AtLines(err error, pos map[string]int, prefix string) error {
 	var ps Problems
 	if !errors.As(err, &ps) {
 		return err
@@ -205,7 +197,9 @@ func annotate(err error, pos map[string]int, prefix string) error {
 	return out
 }
 
-func parseRoot(data []byte) (*yaml.Node, error) {
+// ParseYAMLRoot parses a YAML document and returns its root node; a syntax
+// error is a Problems with its line.
+func ParseYAMLRoot(data []byte) (*yaml.Node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, Problems{{Message: strings.TrimPrefix(err.Error(), "yaml: ")}}
@@ -217,17 +211,18 @@ func parseRoot(data []byte) (*yaml.Node, error) {
 }
 
 func parseSettings(data []byte) (*sg.Settings, map[string]int, error) {
-	root, err := parseRoot(data)
+	root, err := ParseYAMLRoot(data)
 	if err != nil {
 		return nil, nil, err
 	}
-	return decodeSettings(root, "")
+	return DecodeYAML(root, "")
 }
 
-// decodeSettings turns a YAML node into partial Settings, checking names and
-// types against the schema. prefix is prepended to reported field paths. It
-// returns the line of every field set, keyed by path without prefix.
-func decodeSettings(n *yaml.Node, prefix string) (*sg.Settings, map[string]int, error) {
+// DecodeYAML turns a YAML node (a mapping as a settings file holds it) into
+// partial Settings, checking names and types against the schema, or returns a
+// Problems. prefix is prepended to reported field paths. It returns the line
+// of every field set, keyed by path without prefix.
+func DecodeYAML(n *yaml.Node, prefix string) (*sg.Settings, map[string]int, error) {
 	d := decoder{prefix: prefix, pos: map[string]int{}}
 	s := &sg.Settings{}
 	d.message(n, s.ProtoReflect(), "")

@@ -1,4 +1,4 @@
-package xds
+package settings
 
 import (
 	"slices"
@@ -72,7 +72,7 @@ func ParseAssignments(as []Assignment) (*sg.Settings, error) {
 	if len(ps) > 0 {
 		return nil, ps
 	}
-	s, _, err := decodeSettings(root, "")
+	s, _, err := DecodeYAML(root, "")
 	return s, err
 }
 

@@ -1,4 +1,4 @@
-package xds
+package settings
 
 import (
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -93,6 +93,18 @@ func settingPaths() []string {
 	return out
 }
 
+// IsSet reports whether s sets the leaf field at path (a list: non-empty).
+func IsSet(s *sg.Settings, path string) bool {
+	_, ok := lookup(s.ProtoReflect(), path)
+	return ok
+}
+
+// SameAt reports whether a and b hold the same value at path (both unset
+// counts as the same).
+func SameAt(a, b *sg.Settings, path string) bool {
+	return sameField(a.ProtoReflect(), b.ProtoReflect(), path)
+}
+
 // sameField reports whether a and b hold the same value at path (both unset
 // counts as the same).
 func sameField(a, b protoreflect.Message, path string) bool {
@@ -123,12 +135,14 @@ func Changes(prev, next *sg.Settings) []Change {
 		if sameField(prev.ProtoReflect(), next.ProtoReflect(), path) {
 			continue
 		}
-		out = append(out, Change{Field: path, From: shown(prev, path), To: shown(next, path)})
+		out = append(out, Change{Field: path, From: Shown(prev, path), To: Shown(next, path)})
 	}
 	return out
 }
 
-func shown(s *sg.Settings, path string) string {
+// Shown prints the value s has at path as /config_dump and the docs print
+// values; "unset" when s does not set it.
+func Shown(s *sg.Settings, path string) string {
 	v, ok := lookup(s.ProtoReflect(), path)
 	if !ok {
 		return "unset"

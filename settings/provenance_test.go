@@ -1,4 +1,4 @@
-package xds
+package settings
 
 import (
 	"encoding/json"
@@ -170,33 +170,4 @@ func TestStoreProvenanceAndRejection(t *testing.T) {
 	if err := st.Rebase(MergeLayers("", Layer{SourceDefaults, WithDefaults(&sg.Settings{Listener: &sg.Listener{Address: proto.String("0.0.0.0:1")}})}), "x", SourceFile); err == nil {
 		t.Fatal("rebase changed listener.address live")
 	}
-}
-
-// The client tells the store where it stands: a NACK sets rejecting, the
-// cache's re-send of that version keeps it, the control plane going back to
-// the running version clears it, and so does a good new version.
-func TestClientResultsDriveRejecting(t *testing.T) {
-	rs := startRawServer(t)
-	rs.set(t, "n", "v1", interval(5*time.Second))
-	st, err := NewStore(Defaults(), "v0", SourceDefaults, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := startClient(t, rs.addr, "n", func(c *ClientConfig) { c.OnResult = st.XDSResult; c.Current = st.Settings })
-	waitFor(t, 5*time.Second, "v1 ACKed", func() bool { return rs.sawACK("v1") })
-	if st.Rejecting() {
-		t.Fatal("rejecting after an ACK")
-	}
-	rs.set(t, "n", "v2", interval(-time.Second))
-	waitFor(t, 5*time.Second, "re-send of v2 answered", func() bool { return rs.sawACK("v2") })
-	if !st.Rejecting() || st.LastRejected().Version != "v2" ||
-		!strings.Contains(st.LastRejected().Error, "keepalive.upstream_interval") {
-		t.Fatalf("after the NACK of v2 (and its re-send): rejecting=%v last=%+v", st.Rejecting(), st.LastRejected())
-	}
-	rs.set(t, "n", "v1", interval(5*time.Second))
-	waitFor(t, 5*time.Second, "back on v1", func() bool { return !st.Rejecting() })
-	rs.set(t, "n", "v3", interval(-2*time.Second))
-	waitFor(t, 5*time.Second, "v3 rejected", func() bool { return st.Rejecting() && st.LastRejected().Version == "v3" })
-	rs.set(t, "n", "v4", interval(6*time.Second))
-	waitFor(t, 5*time.Second, "v4 applied", func() bool { return rc.version() == "v4" && !st.Rejecting() })
 }

@@ -1,4 +1,4 @@
-package xds
+package settings
 
 import (
 	"google.golang.org/protobuf/proto"
@@ -21,6 +21,10 @@ var fixedReasons = map[string]string{
 	"upstream.address":     "consumers hold requests in flight on connections to this provider; run one sidecar per provider",
 	"log.format":           "the logger is built once at start",
 }
+
+// FixedReason says why the field at path cannot change while the sidecar
+// runs, or "" when it can.
+func FixedReason(path string) string { return fixedReasons[path] }
 
 // CheckLive returns nil when next can replace prev on a running sidecar, or a
 // Problems naming each field that cannot change live, both values and why
