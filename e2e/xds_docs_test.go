@@ -22,13 +22,6 @@ import (
 // The usual golden-file flag: `go test ./e2e -run TestXDSConfigurationDocs -update`.
 var xdsUpdateDocs = flag.Bool("update", false, "rewrite docs/configuration.md from settings.Fields()")
 
-// xdsRestartOnly lists fields that a running sidecar refuses to change (the push
-// is NACKed, naming the field; TestXDSBadPushNACKed proves it) although
-// settings.Fields() reports them live: the proxy refuses upstream.address, and the
-// sidecar refuses log.format (its logger is built once). Remove an entry once
-// xds lists the field as fixed itself.
-var xdsRestartOnly = map[string]bool{}
-
 // xdsSections describes each top-level section of the schema, in the docs.
 var xdsSections = map[string]string{
 	"listener": "The consumer-facing socket.",
@@ -185,7 +178,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 			w("| Setting | Default | Allowed | Live | Pod annotation | Meaning |\n|---|---|---|---|---|---|\n")
 		}
 		live := "live"
-		if !f.Live || xdsRestartOnly[f.Path] {
+		if !f.Live {
 			live = "**restart**"
 		}
 		def := "`" + f.Default + "`"

@@ -6,25 +6,12 @@ import (
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
-// fixedFields cannot change while the sidecar runs, with the reason a push
-// that changes them is refused.
-var fixedFields = map[string]bool{
-	"listener.address":     true,
-	"listener.transparent": true,
-	"upstream.address":     true,
-	"log.format":           true,
-}
-
-var fixedReasons = map[string]string{
-	"listener.address":     "the listening socket is bound once at start and consumers are connected to it",
-	"listener.transparent": "transparent mode decides how every connection finds its upstream and is set up with iptables at start",
-	"upstream.address":     "consumers hold requests in flight on connections to this provider; run one sidecar per provider",
-	"log.format":           "the logger is built once at start",
-}
-
 // FixedReason says why the field at path cannot change while the sidecar
 // runs, or "" when it can.
-func FixedReason(path string) string { return fixedReasons[path] }
+func FixedReason(path string) string {
+	r, _ := ruleFor(path)
+	return r.restart
+}
 
 // CheckLive returns nil when next can replace prev on a running sidecar, or a
 // Problems naming each field that cannot change live, both values and why
@@ -35,7 +22,7 @@ func CheckLive(prev, next *sg.Settings) error {
 	}
 	var ps Problems
 	for _, r := range fieldRules {
-		if !fixedFields[r.path] {
+		if r.restart == live {
 			continue
 		}
 		a, aok := lookup(prev.ProtoReflect(), r.path)
@@ -52,7 +39,7 @@ func CheckLive(prev, next *sg.Settings) error {
 			to = formatValue(fd, b)
 		}
 		ps = append(ps, Problem{Field: r.path, Message: "cannot change live (" + from + " -> " + to + "): " +
-			fixedReasons[r.path] + "; restart the sidecar to change it"})
+			r.restart + "; restart the sidecar to change it"})
 	}
 	if len(ps) == 0 {
 		return nil
