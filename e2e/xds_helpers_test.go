@@ -32,6 +32,8 @@ import (
 	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/xds/controlplane"
+	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
 )
 
 // xdsControlPlane is a `sidecar control-plane` process.
@@ -223,7 +225,7 @@ func writeFileAtomic(t *testing.T, path, content string) {
 // a control-plane file's content (a content hash of what it serves).
 func cpVersion(t *testing.T, content, nodeID string) string {
 	t.Helper()
-	f, err := xds.ParseControlPlaneYAML([]byte(content))
+	f, err := cpfile.Parse([]byte(content))
 	if err != nil {
 		t.Fatalf("control-plane file invalid: %v\n%s", err, content)
 	}
@@ -301,7 +303,7 @@ func startXDSFakeCP(t *testing.T) *xdsFakeCP {
 // push publishes s (not validated) to node and returns its version.
 func (f *xdsFakeCP) push(t *testing.T, node string, s *sg.Settings) string {
 	t.Helper()
-	snap, err := xds.SettingsSnapshot(xds.DefaultResourceName, s)
+	snap, err := controlplane.SettingsSnapshot(xds.DefaultResourceName, s)
 	if err != nil {
 		t.Fatal(err)
 	}

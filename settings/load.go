@@ -42,7 +42,7 @@ func ParseYAML(data []byte) (*sg.Settings, error) {
 // ValidateFile checks a settings file: syntax, names, types and, after
 // merging over the defaults, every range. It returns nil or a Problems, with
 // line numbers where the file sets the field, every problem in one pass (see
-// ValidateSettingsYAML). Control-plane files are checked by xds/controlplane.
+// ValidateSettingsYAML). Control-plane files are checked by xds/controlplane/cpfile.
 func ValidateFile(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -8,14 +8,18 @@ import (
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/stormgate/stormgate/settings"
@@ -52,14 +56,32 @@ type rawServer struct {
 	stop  func()
 }
 
-func startRawServer(t *testing.T) *rawServer {
+func startRawServer(t *testing.T, opts ...grpc.ServerOption) *rawServer {
+	t.Helper()
+	return startRawServerWith(t, cachev3.IDHash{}, opts...)
+}
+
+// anyNode keys every node to one snapshot: a control plane serving its default to all.
+type anyNode struct{}
+
+func (anyNode) ID(*core.Node) string { return "" }
+
+// startReplica is a control plane that serves s as version to every node.
+func startReplica(t *testing.T, version string, s *sg.Settings, opts ...grpc.ServerOption) *rawServer {
+	t.Helper()
+	rs := startRawServerWith(t, anyNode{}, opts...)
+	rs.set(t, "", version, s)
+	return rs
+}
+
+func startRawServerWith(t *testing.T, hash cachev3.NodeHash, opts ...grpc.ServerOption) *rawServer {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rs := &rawServer{addr: lis.Addr().String(), cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)}
+	rs := &rawServer{addr: lis.Addr().String(), cache: cachev3.NewSnapshotCache(true, hash, nil)}
 	xs := serverv3.NewServer(ctx, rs.cache, serverv3.CallbackFuncs{
 		StreamRequestFunc: func(_ int64, r *discovery.DiscoveryRequest) error {
 			rs.mu.Lock()
@@ -73,7 +95,7 @@ func startRawServer(t *testing.T) *rawServer {
 			rs.sent = append(rs.sent, r.GetVersionInfo())
 		},
 	})
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = gs.Serve(lis) }()
@@ -84,7 +106,12 @@ func startRawServer(t *testing.T) *rawServer {
 
 func (rs *rawServer) set(t *testing.T, node, version string, s *sg.Settings) {
 	t.Helper()
-	snap, err := settingsSnapshot(DefaultResourceName, version, s)
+	tc, err := anypb.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{
+		resource.ExtensionConfigType: {&core.TypedExtensionConfig{Name: DefaultResourceName, TypedConfig: tc}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +210,10 @@ func startClient(t *testing.T, addr, node string, mod func(*ClientConfig)) *runn
 }
 
 func (rc *runningClient) version() string { _, v, _ := rc.app.get(); return v }
+func (rc *runningClient) interval() time.Duration {
+	s, _, _ := rc.app.get()
+	return s.GetKeepalive().GetUpstreamInterval().AsDuration()
+}
 func (rc *runningClient) connected() float64 {
 	return testutil.ToFloat64(rc.c.connected)
 }

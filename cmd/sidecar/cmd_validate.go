@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stormgate/stormgate/settings"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
 )
 
 func newValidateCmd() *cobra.Command {
@@ -56,7 +56,7 @@ type target struct {
 
 func (tg target) validate() error {
 	if tg.controlPlane {
-		return xds.ValidateControlPlane(tg.path)
+		return cpfile.Validate(tg.path)
 	}
 	return settings.ValidateFile(tg.path)
 }
@@ -68,7 +68,7 @@ func validateTargets(args []string) ([]target, error) {
 	for _, a := range args {
 		fi, err := os.Stat(a)
 		if err != nil || !fi.IsDir() {
-			out = append(out, target{a, err == nil && xds.IsControlPlaneConfig(a)}) // ValidateFile reports a missing file
+			out = append(out, target{a, err == nil && cpfile.IsConfig(a)}) // ValidateFile reports a missing file
 			continue
 		}
 		files, err := settings.YAMLFiles(a)
@@ -78,7 +78,7 @@ func validateTargets(args []string) ([]target, error) {
 		if len(files) == 0 {
 			return nil, fmt.Errorf("%s: no *.yaml or *.yml files in this directory", a)
 		}
-		if slices.ContainsFunc(files, xds.IsControlPlaneConfig) {
+		if slices.ContainsFunc(files, cpfile.IsConfig) {
 			out = append(out, target{a, true})
 			continue
 		}
@@ -128,7 +128,7 @@ func validatePath(path string) error {
 // fileWarnings lists what is valid but probably a mistake in a settings file,
 // merged over the defaults (none for a control-plane file or a directory).
 func fileWarnings(path string) settings.Problems {
-	if xds.IsControlPlaneConfig(path) {
+	if cpfile.IsConfig(path) {
 		return nil
 	}
 	s, err := settings.LoadFile(path)

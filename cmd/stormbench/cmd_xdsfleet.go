@@ -20,7 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stormgate/stormgate/settings"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
 	"github.com/stormgate/stormgate/xds/fleet"
 )
 
@@ -286,7 +286,7 @@ func (g fleetGen) yaml(namespaces, apps int) string {
 // then run.
 func (r *fleetRun) write(g fleetGen) ([]string, time.Time, error) {
 	text := g.yaml(r.o.namespaces, r.o.apps)
-	f, err := xds.ParseControlPlaneYAML([]byte(text))
+	f, err := cpfile.Parse([]byte(text))
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("the generated control-plane file is invalid: %w", err)
 	}

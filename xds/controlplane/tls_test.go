@@ -1,4 +1,4 @@
-package xds
+package controlplane
 
 import (
 	"os"
@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stormgate/stormgate/e2e/testcerts"
+	"github.com/stormgate/stormgate/xds"
 )
 
 // TestControlPlaneServesMTLSFromFiles: the reference control plane serves mutual TLS from PEM files
@@ -15,14 +18,13 @@ import (
 // restart.
 func TestControlPlaneServesMTLSFromFiles(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCert(t, "test-ca", nil, false)
-	other := newCert(t, "other-ca", nil, false)
-	caPath, _ := ca.write(t, dir, "ca")
-	otherPath, _ := other.write(t, dir, "other-ca")
-	srvCert, srvKey := newCert(t, "control-plane", ca, true).write(t, dir, "server")
-	cliCert, cliKey := newCert(t, "sidecar", ca, false).write(t, dir, "client")
+	ca := testcerts.NewCA(t, dir, "ca")
+	other := testcerts.NewCA(t, dir, "other-ca")
+	caPath, otherPath := ca.Path, other.Path
+	srvCert, srvKey := ca.Server(t, dir, "server", "127.0.0.1")
+	cliCert, cliKey := ca.Client(t, dir, "client")
 
-	opt, err := ServerCredentials(ServerTLSConfig{Cert: srvCert, Key: srvKey, ClientCA: caPath, Recheck: time.Nanosecond})
+	opt, err := Credentials(TLSConfig{Cert: srvCert, Key: srvKey, ClientCA: caPath, Recheck: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,10 +32,10 @@ func TestControlPlaneServesMTLSFromFiles(t *testing.T) {
 	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 9s}\n")
 	cp := startCP(t, "127.0.0.1:0", path, opt)
 
-	good := startClient(t, cp.addr, "good", func(c *ClientConfig) { c.CA, c.Cert, c.Key = caPath, cliCert, cliKey })
-	noCert := startClient(t, cp.addr, "anon", func(c *ClientConfig) { c.CA = caPath })
-	wrongCA := startClient(t, cp.addr, "wrong-ca", func(c *ClientConfig) { c.CA, c.Cert, c.Key = otherPath, cliCert, cliKey })
-	plain := startClient(t, cp.addr, "plain", func(c *ClientConfig) {})
+	good := startClient(t, cp.addr, "good", func(c *xds.ClientConfig) { c.CA, c.Cert, c.Key = caPath, cliCert, cliKey })
+	noCert := startClient(t, cp.addr, "anon", func(c *xds.ClientConfig) { c.CA = caPath })
+	wrongCA := startClient(t, cp.addr, "wrong-ca", func(c *xds.ClientConfig) { c.CA, c.Cert, c.Key = otherPath, cliCert, cliKey })
+	plain := startClient(t, cp.addr, "plain", func(c *xds.ClientConfig) {})
 	waitFor(t, 5*time.Second, "mTLS client applied", func() bool { return good.interval() == 9*time.Second })
 	time.Sleep(300 * time.Millisecond) // the others had the same chance, and more
 	for name, c := range map[string]*runningClient{"no certificate": noCert, "wrong CA": wrongCA, "plaintext": plain} {
@@ -43,19 +45,19 @@ func TestControlPlaneServesMTLSFromFiles(t *testing.T) {
 	}
 
 	// Rotation: the server's certificate is now signed by the other CA.
-	rotCert, rotKey := newCert(t, "control-plane", other, true).write(t, t.TempDir(), "server2")
+	rotCert, rotKey := other.Server(t, t.TempDir(), "server2", "127.0.0.1")
 	copyFile(t, rotCert, srvCert)
 	copyFile(t, rotKey, srvKey)
-	rotated := startClient(t, cp.addr, "rotated", func(c *ClientConfig) { c.CA, c.Cert, c.Key = otherPath, cliCert, cliKey })
+	rotated := startClient(t, cp.addr, "rotated", func(c *xds.ClientConfig) { c.CA, c.Cert, c.Key = otherPath, cliCert, cliKey })
 	waitFor(t, 5*time.Second, "client trusting the new CA applied", func() bool { return rotated.interval() == 9*time.Second })
 
-	for _, bad := range []ServerTLSConfig{
+	for _, bad := range []TLSConfig{
 		{Cert: srvCert},
 		{Cert: srvCert, Key: filepath.Join(dir, "missing.key")},
 		{Cert: srvCert, Key: srvKey, ClientCA: srvKey},
 	} {
-		if _, err := ServerCredentials(bad); err == nil || !strings.Contains(err.Error(), "TLS: ") {
-			t.Errorf("ServerCredentials(%+v): %v", bad, err)
+		if _, err := Credentials(bad); err == nil || !strings.Contains(err.Error(), "TLS: ") {
+			t.Errorf("Credentials(%+v): %v", bad, err)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package xds
+package cpfile
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
+	"github.com/stormgate/stormgate/xds"
 )
 
 // Match is the condition of a selector: every field set must hold for a node
@@ -22,7 +23,7 @@ type Match struct {
 }
 
 // Matches reports whether n satisfies every condition of m.
-func (m Match) Matches(n NodeInfo) bool {
+func (m Match) Matches(n xds.NodeInfo) bool {
 	if m.Namespace != "" && m.Namespace != n.Namespace {
 		return false
 	}
@@ -269,7 +270,7 @@ func pathsOf(shown []string) string {
 // merge order: later ones win). Selectors with equal specificity that both
 // match set no field differently (checkSelectorPairs), so their relative
 // order does not change the result; file order breaks the tie.
-func matching(sels []*Selector, n NodeInfo) []*Selector {
+func matching(sels []*Selector, n xds.NodeInfo) []*Selector {
 	var out []*Selector
 	for _, s := range sels {
 		if s.Match.Matches(n) {

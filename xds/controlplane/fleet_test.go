@@ -1,4 +1,4 @@
-package xds
+package controlplane
 
 import (
 	"encoding/json"
@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/stormgate/stormgate/settings"
+
+	"github.com/stormgate/stormgate/xds"
 )
 
 // observedCP serves a ControlPlane whose logs the test reads.
@@ -99,9 +101,9 @@ selectors:
 	cp := startObservedCP(t, "127.0.0.1:0", path)
 	clients := make([]*runningClient, nodes)
 	for i := range clients {
-		info := NodeInfo{ID: fmt.Sprintf("pod-%d.ns-%d", i, i%2), Namespace: fmt.Sprintf("ns-%d", i%2),
+		info := xds.NodeInfo{ID: fmt.Sprintf("pod-%d.ns-%d", i, i%2), Namespace: fmt.Sprintf("ns-%d", i%2),
 			Labels: map[string]string{"app": fmt.Sprintf("app-%d", i%4), "pod-template-hash": "abc"}}
-		clients[i] = startClient(t, cp.addr, info.ID, func(c *ClientConfig) { c.Node = info })
+		clients[i] = startClient(t, cp.addr, info.ID, func(c *xds.ClientConfig) { c.Node = info })
 	}
 	waitFor(t, 30*time.Second, "every node applied", func() bool {
 		for _, c := range clients {
@@ -123,7 +125,7 @@ selectors:
 		t.Errorf("%v nodes resolved by their namespace, want 50", got)
 	}
 	for i, c := range clients {
-		s, _, _ := c.app.get()
+		s, _, _ := c.get()
 		wantRate, wantConns := 5000.0, int32(4)
 		if i%4 == 0 {
 			wantRate = 3000
@@ -139,13 +141,13 @@ selectors:
 	pushesBefore := cp.metric("stormgate_control_plane_pushes_total")
 	applies := make([]int, nodes)
 	for i, c := range clients {
-		_, _, applies[i] = c.app.get()
+		_, _, applies[i] = c.get()
 	}
 
 	writeFile(t, path, file(4000))
 	waitFor(t, 10*time.Second, "the payment nodes applied the change", func() bool {
 		for i := 0; i < nodes; i += 4 {
-			if s, _, _ := clients[i].app.get(); s.GetAdmission().GetAcceptRate() != 4000 {
+			if s, _, _ := clients[i].get(); s.GetAdmission().GetAcceptRate() != 4000 {
 				return false
 			}
 		}
@@ -158,7 +160,7 @@ selectors:
 		t.Errorf("%v pushes for a change to one selector, want %d (its nodes only)", pushed, nodes/4)
 	}
 	for i, c := range clients {
-		_, _, calls := c.app.get()
+		_, _, calls := c.get()
 		want := applies[i]
 		if i%4 == 0 {
 			want++
@@ -205,12 +207,12 @@ nodes:
     upstream: { backoff_max: 500ms }
 `)
 	cp := startObservedCP(t, "127.0.0.1:0", path)
-	pay := NodeInfo{ID: "payment-1.shop", Namespace: "shop", Labels: map[string]string{"app": "payment"}}
-	a := startClient(t, cp.addr, pay.ID, func(c *ClientConfig) { c.Node = pay })
+	pay := xds.NodeInfo{ID: "payment-1.shop", Namespace: "shop", Labels: map[string]string{"app": "payment"}}
+	a := startClient(t, cp.addr, pay.ID, func(c *xds.ClientConfig) { c.Node = pay })
 	typo := startClient(t, cp.addr, "paymnet-0.shop", nil)
 	// This node's own settings make the file's backoff_max invalid: it NACKs.
-	nack := startClient(t, cp.addr, "payment-0.shop", func(c *ClientConfig) {
-		c.Node = NodeInfo{ID: "payment-0.shop", Namespace: "shop", Labels: map[string]string{"app": "payment"}}
+	nack := startClient(t, cp.addr, "payment-0.shop", func(c *xds.ClientConfig) {
+		c.Node = xds.NodeInfo{ID: "payment-0.shop", Namespace: "shop", Labels: map[string]string{"app": "payment"}}
 		c.Base = settings.Merge(settings.Defaults(), interval(10*time.Second))
 		c.Base.Upstream.BackoffBase = dur(time.Second)
 	})

@@ -1,4 +1,4 @@
-package xds
+package cpfile
 
 import (
 	"os"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
+	"github.com/stormgate/stormgate/xds"
 )
 
 // ControlPlaneFile is the reference control plane's configuration. Each
@@ -34,7 +35,7 @@ import (
 // that match a node, a more specific one (its match includes every condition
 // of the other) wins; two that can match the same node without one being
 // more specific must not set a field to different values.
-type ControlPlaneFile struct {
+type File struct {
 	Default    *sg.Settings
 	Namespaces map[string]*sg.Settings
 	Selectors  []*Selector
@@ -45,8 +46,8 @@ type ControlPlaneFile struct {
 	origins map[string]Origin
 }
 
-func newControlPlaneFile() *ControlPlaneFile {
-	return &ControlPlaneFile{Namespaces: map[string]*sg.Settings{}, Nodes: map[string]*sg.Settings{},
+func newFile() *File {
+	return &File{Namespaces: map[string]*sg.Settings{}, Nodes: map[string]*sg.Settings{},
 		origins: map[string]Origin{}}
 }
 
@@ -75,8 +76,8 @@ func (r Resolution) Level() string {
 }
 
 // Resolve returns what the file serves to node n.
-func (f *ControlPlaneFile) Resolve(n NodeInfo) Resolution {
-	r := f.resolveClass(n)
+func (f *File) Resolve(n xds.NodeInfo) Resolution {
+	r := f.ResolveClass(n)
 	if s, ok := f.Nodes[n.ID]; ok {
 		r.Overlay = settings.Merge(r.Overlay, s)
 		r.From = append(r.From, "nodes."+n.ID)
@@ -84,9 +85,9 @@ func (f *ControlPlaneFile) Resolve(n NodeInfo) Resolution {
 	return r
 }
 
-// resolveClass is Resolve without the nodes: level: the same for every node
+// ResolveClass is Resolve without the nodes: level: the same for every node
 // with n's metadata.
-func (f *ControlPlaneFile) resolveClass(n NodeInfo) Resolution {
+func (f *File) ResolveClass(n xds.NodeInfo) Resolution {
 	r := Resolution{Overlay: settings.Merge(nil, f.Default), From: []string{"default"}}
 	if s, ok := f.Namespaces[n.Namespace]; ok && n.Namespace != "" {
 		r.Overlay = settings.Merge(r.Overlay, s)
@@ -101,19 +102,19 @@ func (f *ControlPlaneFile) resolveClass(n NodeInfo) Resolution {
 
 // For returns the complete settings served to a node that reports only its
 // id: settings.Defaults(), then the file's default, then the node's entry.
-func (f *ControlPlaneFile) For(nodeID string) *sg.Settings {
+func (f *File) For(nodeID string) *sg.Settings {
 	return settings.WithDefaults(f.Overlay(nodeID))
 }
 
 // Overlay returns what the control plane serves to a node that reports only
 // its id (no namespace, labels, cluster or ports): the file's default with
 // the node's entry merged over it.
-func (f *ControlPlaneFile) Overlay(nodeID string) *sg.Settings {
-	return f.Resolve(NodeInfo{ID: nodeID}).Overlay
+func (f *File) Overlay(nodeID string) *sg.Settings {
+	return f.Resolve(xds.NodeInfo{ID: nodeID}).Overlay
 }
 
 // NodeIDs returns the node ids with an entry, sorted.
-func (f *ControlPlaneFile) NodeIDs() []string {
+func (f *File) NodeIDs() []string {
 	ids := make([]string, 0, len(f.Nodes))
 	for id := range f.Nodes {
 		ids = append(ids, id)
@@ -124,12 +125,12 @@ func (f *ControlPlaneFile) NodeIDs() []string {
 
 // LoadControlPlaneFile reads and fully validates a control-plane file (see
 // ParseControlPlaneYAML).
-func LoadControlPlaneFile(path string) (*ControlPlaneFile, error) {
+func Load(path string) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return ParseControlPlaneYAML(data)
+	return Parse(data)
 }
 
 // ParseControlPlaneYAML reads a control-plane file and checks it: every
@@ -139,8 +140,8 @@ func LoadControlPlaneFile(path string) (*ControlPlaneFile, error) {
 // orderable (checkSelectorPairs). Problems name the field as
 // "default.<path>", "namespaces.<ns>.<path>", "selectors.<name>.<path>" or
 // "nodes.<id>.<path>", with its line.
-func ParseControlPlaneYAML(data []byte) (*ControlPlaneFile, error) {
-	f, err := parseControlPlaneBytes(data)
+func Parse(data []byte) (*File, error) {
+	f, err := parseBytes(data)
 	if err != nil {
 		return nil, err
 	}
@@ -150,18 +151,18 @@ func ParseControlPlaneYAML(data []byte) (*ControlPlaneFile, error) {
 // parseControlPlaneBytes is ParseControlPlaneYAML that also returns, with its
 // problems, what it could read of an invalid file (nil when even that failed):
 // a directory's cross-file checks still see its keys.
-func parseControlPlaneBytes(data []byte) (*ControlPlaneFile, error) {
+func parseBytes(data []byte) (*File, error) {
 	root, err := settings.ParseYAMLRoot(data)
 	if err != nil {
 		return nil, err
 	}
-	return parseControlPlane(root)
+	return parse(root)
 }
 
 // controlPlaneKeys are the top-level keys of a control-plane file.
 var controlPlaneKeys = []string{"default", "namespaces", "selectors", "nodes"}
 
-func isControlPlaneDoc(root *yaml.Node) bool {
+func isDoc(root *yaml.Node) bool {
 	if root.Kind != yaml.MappingNode {
 		return false
 	}
@@ -196,8 +197,8 @@ type entry struct {
 	origin Origin
 }
 
-func parseControlPlane(root *yaml.Node) (*ControlPlaneFile, error) {
-	f := newControlPlaneFile()
+func parse(root *yaml.Node) (*File, error) {
+	f := newFile()
 	if isNull(root) {
 		return f, nil
 	}
@@ -251,7 +252,7 @@ func parseControlPlane(root *yaml.Node) (*ControlPlaneFile, error) {
 }
 
 // parseKeyed reads namespaces: or nodes: (a mapping of name to settings).
-func (f *ControlPlaneFile) parseKeyed(section string, v *yaml.Node, ps *settings.Problems) []entry {
+func (f *File) parseKeyed(section string, v *yaml.Node, ps *settings.Problems) []entry {
 	if isNull(v) {
 		return nil
 	}
@@ -286,7 +287,7 @@ func (f *ControlPlaneFile) parseKeyed(section string, v *yaml.Node, ps *settings
 }
 
 // parseSelectors reads selectors: a list of {name, match, settings}.
-func (f *ControlPlaneFile) parseSelectors(v *yaml.Node, ps *settings.Problems) []entry {
+func (f *File) parseSelectors(v *yaml.Node, ps *settings.Problems) []entry {
 	if isNull(v) {
 		return nil
 	}
@@ -443,7 +444,7 @@ func parseMatch(n *yaml.Node, key string, line int, ps *settings.Problems) (Matc
 // requires a namespace, that namespace's entry) must be valid. When the
 // default itself is invalid, entries report only what they set themselves,
 // not the default's problems once more per entry.
-func (f *ControlPlaneFile) checkEntries(entries []entry) settings.Problems {
+func (f *File) checkEntries(entries []entry) settings.Problems {
 	var ps settings.Problems
 	base := settings.WithDefaults(f.Default)
 	defaultBad := settings.Validate(base) != nil

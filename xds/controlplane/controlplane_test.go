@@ -1,4 +1,4 @@
-package xds
+package controlplane
 
 import (
 	"context"
@@ -18,10 +18,14 @@ import (
 
 	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
+
+	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
+
+	"github.com/stormgate/stormgate/xds"
 )
 
 type runningCP struct {
-	cp   *ControlPlane
+	cp   *Server
 	addr string
 	sent *atomic.Int64 // gRPC messages the server sent
 	stop func()
@@ -40,7 +44,7 @@ func startCPWith(t *testing.T, addr, config string, log *zap.Logger, reg *promet
 	opts = append(opts, grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		return h(srv, countingStream{ss, sent})
 	}))
-	cp, err := NewControlPlane(ControlPlaneConfig{Config: config, ServerOptions: opts}, log, reg)
+	cp, err := New(Config{Config: config, ServerOptions: opts}, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,11 +88,6 @@ func writeFile(t *testing.T, path, body string) {
 	}
 }
 
-func (rc *runningClient) interval() time.Duration {
-	s, _, _ := rc.app.get()
-	return s.GetKeepalive().GetUpstreamInterval().AsDuration()
-}
-
 func TestControlPlanePushesFileEdits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cp.yaml")
 	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\nnodes:\n  pod-a.ns:\n    upstream: {connections: 8}\n")
@@ -97,8 +96,8 @@ func TestControlPlanePushesFileEdits(t *testing.T) {
 	other := startClient(t, cp.addr, "never-configured.ns", nil)
 
 	waitFor(t, 5*time.Second, "both nodes applied", func() bool { return a.version() != "" && other.version() != "" })
-	sa, _, _ := a.app.get()
-	so, _, _ := other.app.get()
+	sa, _, _ := a.get()
+	so, _, _ := other.get()
 	if sa.GetUpstream().GetConnections() != 8 || so.GetUpstream().GetConnections() != 4 {
 		t.Fatalf("per-node override: pod-a has %d conns, unknown node %d", sa.GetUpstream().GetConnections(), so.GetUpstream().GetConnections())
 	}
@@ -113,7 +112,7 @@ func TestControlPlanePushesFileEdits(t *testing.T) {
 		start := time.Now()
 		writeFile(t, path, "default:\n  keepalive: {upstream_interval: "+iv+"}\nnodes:\n  pod-a.ns:\n    upstream: {connections: 8}\n")
 		waitFor(t, 2*time.Second, "edit "+iv+" pushed to both nodes", func() bool {
-			_, _, calls := other.app.get()
+			_, _, calls := other.get()
 			return a.interval() == want && other.interval() == want && calls == i+2
 		})
 		worst = max(worst, time.Since(start))
@@ -129,7 +128,7 @@ func TestControlPlanePushesFileEdits(t *testing.T) {
 	}
 	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 5s}\n")
 	waitFor(t, 2*time.Second, "fixed edit pushed", func() bool { return a.interval() == 5*time.Second })
-	sa, _, _ = a.app.get()
+	sa, _, _ = a.get()
 	if sa.GetUpstream().GetConnections() != 4 {
 		t.Fatalf("removing the node override must restore the base value, got %d", sa.GetUpstream().GetConnections())
 	}
@@ -143,7 +142,7 @@ func TestControlPlaneParksNACKedVersion(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cp.yaml")
 	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\n")
 	cp := startCP(t, "127.0.0.1:0", path)
-	a := startClient(t, cp.addr, "n", func(c *ClientConfig) {
+	a := startClient(t, cp.addr, "n", func(c *xds.ClientConfig) {
 		c.Base = settings.Merge(settings.Defaults(), &sg.Settings{Upstream: &sg.Upstream{BackoffBase: dur(time.Second)}})
 	})
 	waitFor(t, 5*time.Second, "applied", func() bool { return a.version() != "" })
@@ -174,14 +173,14 @@ func TestClientSurvivesControlPlaneRestart(t *testing.T) {
 
 	cp.stop()
 	waitFor(t, 5*time.Second, "client sees the control plane gone", func() bool { return a.connected() == 0 })
-	if _, v, calls := a.app.get(); v != v1 || calls != 1 || a.interval() != 10*time.Second {
+	if _, v, calls := a.get(); v != v1 || calls != 1 || a.interval() != 10*time.Second {
 		t.Fatalf("settings changed while the control plane was away: %s after %d applies", v, calls)
 	}
 
 	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\n") // same content
 	cp2 := startCP(t, cp.addr, path)
 	waitFor(t, 5*time.Second, "reconnected", func() bool { return a.connected() == 1 })
-	if _, _, calls := a.app.get(); calls != 1 {
+	if _, _, calls := a.get(); calls != 1 {
 		t.Fatalf("the same settings were applied again after reconnect (%d applies)", calls)
 	}
 	start := time.Now()
@@ -196,7 +195,7 @@ func TestControlPlaneDirectory(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "00-default.yaml"), "default:\n  keepalive: {upstream_interval: 10s}\n")
 	writeFile(t, filepath.Join(dir, "10-nodes.yml"), "nodes:\n  a: {upstream: {connections: 2}}\n")
 	writeFile(t, filepath.Join(dir, "notes.txt"), "ignored")
-	_, f, err := readControlPlaneConfig(dir)
+	_, f, err := cpfile.Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,15 +203,15 @@ func TestControlPlaneDirectory(t *testing.T) {
 		t.Fatalf("directory not merged: %v", f.For("a"))
 	}
 	writeFile(t, filepath.Join(dir, "20-more.yaml"), "nodes:\n  a: {upstream: {connections: 3}}\n")
-	if _, _, err := readControlPlaneConfig(dir); err == nil || !strings.Contains(err.Error(), "nodes.a: defined in two files: also at 10-nodes.yml line 2; keep one (20-more.yaml line 2)") {
+	if _, _, err := cpfile.Read(dir); err == nil || !strings.Contains(err.Error(), "nodes.a: defined in two files: also at 10-nodes.yml line 2; keep one (20-more.yaml line 2)") {
 		t.Fatalf("duplicate node: %v", err)
 	}
 	os.Remove(filepath.Join(dir, "20-more.yaml"))
 	writeFile(t, filepath.Join(dir, "30-bad.yaml"), "default:\n  hold: {timeout: 2h}\n")
-	if _, _, err := readControlPlaneConfig(dir); err == nil || !strings.Contains(err.Error(), "default.hold.timeout: 2h is too large; must be between 0s and 1h (30-bad.yaml line 2)") {
+	if _, _, err := cpfile.Read(dir); err == nil || !strings.Contains(err.Error(), "default.hold.timeout: 2h is too large; must be between 0s and 1h (30-bad.yaml line 2)") {
 		t.Fatalf("bad file: %v", err)
 	}
-	if _, err := NewControlPlane(ControlPlaneConfig{Config: dir}, nil, nil); err == nil {
+	if _, err := New(Config{Config: dir}, nil, nil); err == nil {
 		t.Fatalf("an invalid config at start must be an error")
 	}
 }

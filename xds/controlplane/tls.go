@@ -1,6 +1,4 @@
-//go:build !dataplane
-
-package xds
+package controlplane
 
 import (
 	"crypto/tls"
@@ -16,7 +14,7 @@ import (
 )
 
 // ServerTLSConfig names the PEM files the reference control plane serves TLS from.
-type ServerTLSConfig struct {
+type TLSConfig struct {
 	Cert, Key string // server certificate chain and its private key (required)
 	// ClientCA, when set, makes client certificates required and verified against it (mutual TLS): a
 	// sidecar without a certificate signed by this CA cannot connect.
@@ -28,8 +26,8 @@ type ServerTLSConfig struct {
 
 // ServerCredentials loads cfg and returns the gRPC server option that serves TLS with it (for
 // ControlPlaneConfig.ServerOptions). Errors name the file and what is wrong with it.
-func ServerCredentials(cfg ServerTLSConfig) (grpc.ServerOption, error) {
-	c, err := ServerTLS(cfg)
+func Credentials(cfg TLSConfig) (grpc.ServerOption, error) {
+	c, err := TLS(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +36,7 @@ func ServerCredentials(cfg ServerTLSConfig) (grpc.ServerOption, error) {
 
 // ServerTLS loads cfg and returns a server tls.Config that re-reads the files when they change (the
 // admission webhook serves its certificate the same way).
-func ServerTLS(cfg ServerTLSConfig) (*tls.Config, error) {
+func TLS(cfg TLSConfig) (*tls.Config, error) {
 	r, err := newTLSReloader(cfg)
 	if err != nil {
 		return nil, err
@@ -48,7 +46,7 @@ func ServerTLS(cfg ServerTLSConfig) (*tls.Config, error) {
 
 // tlsReloader keeps the server's tls.Config current with the files.
 type tlsReloader struct {
-	cfg ServerTLSConfig
+	cfg TLSConfig
 
 	mu      sync.Mutex
 	checked time.Time
@@ -56,7 +54,7 @@ type tlsReloader struct {
 	current *tls.Config
 }
 
-func newTLSReloader(cfg ServerTLSConfig) (*tlsReloader, error) {
+func newTLSReloader(cfg TLSConfig) (*tlsReloader, error) {
 	if cfg.Cert == "" || cfg.Key == "" {
 		return nil, errors.New("TLS: both a certificate and a key are needed (--cert and --key)")
 	}
@@ -108,7 +106,7 @@ func (r *tlsReloader) config(*tls.ClientHelloInfo) (*tls.Config, error) {
 	return r.current, nil
 }
 
-func loadServerTLS(cfg ServerTLSConfig) (*tls.Config, error) {
+func loadServerTLS(cfg TLSConfig) (*tls.Config, error) {
 	kp, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
 	if err != nil {
 		return nil, fmt.Errorf("TLS: certificate %s, key %s: %w", cfg.Cert, cfg.Key, err)

@@ -1,6 +1,4 @@
-//go:build !dataplane
-
-package xds
+package controlplane
 
 import (
 	"context"
@@ -29,17 +27,20 @@ import (
 
 	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
+
+	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
 )
 
 // ControlPlaneConfig configures the reference control plane.
-type ControlPlaneConfig struct {
+type Config struct {
 	// Config is a control-plane YAML file, or a directory whose *.yaml and
 	// *.yml files (not hidden, not recursive) are read in name order: their
 	// defaults merge in that order; a namespace, selector or node id may
 	// appear in one file only.
 	Config string
 	// ResourceName is the TypedExtensionConfig name served;
-	// "" = DefaultResourceName. Clients must ask for the same name.
+	// "" = xds.DefaultResourceName. Clients must ask for the same name.
 	ResourceName string
 	// Poll is how often the config is re-read; 0 = 500ms.
 	Poll time.Duration
@@ -52,7 +53,7 @@ type ControlPlaneConfig struct {
 // publishing it (a bad edit is logged, naming the fields, and the previous
 // config keeps being served), serves only what the file sets (each sidecar
 // merges it over its own startup settings), resolves each node by what it
-// reports (ControlPlaneFile.Resolve), pushes on file change, and does not
+// reports (cpfile.File.Resolve), pushes on file change, and does not
 // re-send a version a client has NACKed until that node's settings change
 // (go-control-plane#962).
 //
@@ -66,19 +67,19 @@ type ControlPlaneConfig struct {
 // Replicas need no coordination: versions are content hashes, so replicas
 // reading the same files serve the same version to the same node, and a
 // sidecar that moves from one to another sees nothing new.
-type ControlPlane struct {
-	cfg   ControlPlaneConfig
+type Server struct {
+	cfg   Config
 	log   *zap.Logger
 	cache cachev3.SnapshotCache
 	m     *cpMetrics
 
 	mu      sync.Mutex
-	file    *ControlPlaneFile // last valid config
-	sum     [32]byte          // hash of the config files last read, valid or not
-	valid   bool              // the files as last read are valid (and published)
+	file    *cpfile.File // last valid config
+	sum     [32]byte     // hash of the config files last read, valid or not
+	valid   bool         // the files as last read are valid (and published)
 	streams map[int64]*cpStream
 	nodes   map[string]*cpNode  // node id -> node with at least one open stream
-	classes map[string]*cpClass // NodeInfo.classKey() -> nodes reporting that metadata
+	classes map[string]*cpClass // classKey(info) -> nodes reporting that metadata
 	shared  map[string]*sharedSnapshot
 
 	// perNodeSnapshots builds a snapshot for every node that changes, as
@@ -97,11 +98,11 @@ type cpStream struct {
 
 // cpNode is one node id with at least one open stream.
 type cpNode struct {
-	info      NodeInfo
+	info      xds.NodeInfo
 	class     *cpClass
 	streams   int
 	connected time.Time
-	res       Resolution
+	res       cpfile.Resolution
 	version   string    // version of the snapshot set for it
 	setAt     time.Time // when that snapshot was set
 	acked     string    // last version it ACKed
@@ -112,9 +113,9 @@ type cpNode struct {
 // cpClass is the nodes that report the same metadata; they resolve alike
 // except for a nodes: entry of their own.
 type cpClass struct {
-	info    NodeInfo
+	info    xds.NodeInfo
 	members map[string]*cpNode
-	res     Resolution
+	res     cpfile.Resolution
 	version string
 }
 
@@ -126,9 +127,9 @@ type sharedSnapshot struct {
 // NewControlPlane reads and validates the config (an invalid config at start
 // is an error) and registers the stormgate_control_plane_* metrics on reg
 // (may be nil). log may be nil.
-func NewControlPlane(cfg ControlPlaneConfig, log *zap.Logger, reg prometheus.Registerer) (*ControlPlane, error) {
+func New(cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Server, error) {
 	if cfg.ResourceName == "" {
-		cfg.ResourceName = DefaultResourceName
+		cfg.ResourceName = xds.DefaultResourceName
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 500 * time.Millisecond
@@ -136,7 +137,7 @@ func NewControlPlane(cfg ControlPlaneConfig, log *zap.Logger, reg prometheus.Reg
 	if log == nil {
 		log = zap.NewNop()
 	}
-	cp := &ControlPlane{
+	cp := &Server{
 		cfg:     cfg,
 		log:     log,
 		cache:   cachev3.NewSnapshotCache(true, cachev3.IDHash{}, log.Named("cache").Sugar()),
@@ -151,7 +152,7 @@ func NewControlPlane(cfg ControlPlaneConfig, log *zap.Logger, reg prometheus.Reg
 			return nil, err
 		}
 	}
-	sum, f, err := readControlPlaneConfig(cfg.Config)
+	sum, f, err := cpfile.Read(cfg.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +162,7 @@ func NewControlPlane(cfg ControlPlaneConfig, log *zap.Logger, reg prometheus.Reg
 }
 
 // Run listens on addr and serves until ctx is cancelled.
-func (cp *ControlPlane) Run(ctx context.Context, addr string) error {
+func (cp *Server) Run(ctx context.Context, addr string) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -173,7 +174,7 @@ func (cp *ControlPlane) Run(ctx context.Context, addr string) error {
 // then stops the gRPC server (closing every stream), waits for its
 // goroutines and returns nil; it returns the gRPC server's error if serving
 // fails first. Serve closes lis.
-func (cp *ControlPlane) Serve(ctx context.Context, lis net.Listener) error {
+func (cp *Server) Serve(ctx context.Context, lis net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	opts := append([]grpc.ServerOption{
@@ -208,15 +209,15 @@ func (cp *ControlPlane) Serve(ctx context.Context, lis net.Listener) error {
 }
 
 // Overlay returns the partial settings the current config serves to a node
-// that reports only its id (see ControlPlaneFile.Overlay).
-func (cp *ControlPlane) Overlay(nodeID string) *sg.Settings {
+// that reports only its id (see cpfile.File.Overlay).
+func (cp *Server) Overlay(nodeID string) *sg.Settings {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	return cp.file.Overlay(nodeID)
 }
 
 // watch re-reads the config every Poll and publishes valid changes.
-func (cp *ControlPlane) watch(ctx context.Context) {
+func (cp *Server) watch(ctx context.Context) {
 	t := time.NewTicker(cp.cfg.Poll)
 	defer t.Stop()
 	for {
@@ -229,8 +230,8 @@ func (cp *ControlPlane) watch(ctx context.Context) {
 	}
 }
 
-func (cp *ControlPlane) reload(ctx context.Context) {
-	sum, f, err := readControlPlaneConfig(cp.cfg.Config)
+func (cp *Server) reload(ctx context.Context) {
+	sum, f, err := cpfile.Read(cp.cfg.Config)
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	if sum == cp.sum {
@@ -264,13 +265,13 @@ func (cp *ControlPlane) reload(ctx context.Context) {
 // goroutine waits for cp.mu in onRequest; it cannot block on it: each
 // stream's response channel has room for one response per type and this
 // server serves one type.
-func (cp *ControlPlane) publishLocked(ctx context.Context, f *ControlPlaneFile) {
+func (cp *Server) publishLocked(ctx context.Context, f *cpfile.File) {
 	start := time.Now()
 	old := cp.file
 	cp.file = f
 	touched := map[*cpNode]bool{}
 	for _, c := range cp.classes {
-		r := f.resolveClass(c.info)
+		r := f.ResolveClass(c.info)
 		v := settings.Version(r.Overlay)
 		if v == c.version && slices.Equal(r.From, c.res.From) {
 			continue
@@ -301,10 +302,10 @@ func (cp *ControlPlane) publishLocked(ctx context.Context, f *ControlPlaneFile) 
 // assignLocked resolves n under the current config and, when its version
 // changes, sets its snapshot (the cache pushes it). It reports whether the
 // version changed.
-func (cp *ControlPlane) assignLocked(ctx context.Context, n *cpNode) bool {
+func (cp *Server) assignLocked(ctx context.Context, n *cpNode) bool {
 	r, v := n.class.res, n.class.version
 	if s, ok := cp.file.Nodes[n.info.ID]; ok {
-		r = Resolution{Overlay: settings.Merge(r.Overlay, s), From: append(slices.Clip(r.From), "nodes."+n.info.ID)}
+		r = cpfile.Resolution{Overlay: settings.Merge(r.Overlay, s), From: append(slices.Clip(r.From), "nodes."+n.info.ID)}
 		v = settings.Version(r.Overlay)
 	}
 	n.res = r
@@ -332,7 +333,7 @@ func (cp *ControlPlane) assignLocked(ctx context.Context, n *cpNode) bool {
 
 // shareLocked returns the one snapshot of version v, building it on first
 // use, and counts the reference.
-func (cp *ControlPlane) shareLocked(v string, overlay *sg.Settings) (*cachev3.Snapshot, error) {
+func (cp *Server) shareLocked(v string, overlay *sg.Settings) (*cachev3.Snapshot, error) {
 	if s, ok := cp.shared[v]; ok {
 		s.refs++
 		return s.snap, nil
@@ -345,7 +346,7 @@ func (cp *ControlPlane) shareLocked(v string, overlay *sg.Settings) (*cachev3.Sn
 	return snap, nil
 }
 
-func (cp *ControlPlane) releaseLocked(v string) {
+func (cp *Server) releaseLocked(v string) {
 	if s, ok := cp.shared[v]; ok {
 		if s.refs--; s.refs <= 0 {
 			delete(cp.shared, v)
@@ -373,7 +374,7 @@ func settingsSnapshot(name, version string, s *sg.Settings) (*cachev3.Snapshot, 
 	return snap, snap.Consistent()
 }
 
-func (cp *ControlPlane) onOpen(ctx context.Context, id int64, _ string) error {
+func (cp *Server) onOpen(ctx context.Context, id int64, _ string) error {
 	st := &cpStream{opened: time.Now()}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		st.peer = p.Addr.String()
@@ -384,8 +385,8 @@ func (cp *ControlPlane) onOpen(ctx context.Context, id int64, _ string) error {
 	return nil
 }
 
-func (cp *ControlPlane) onResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-	if resp.GetTypeUrl() != ExtensionConfigType {
+func (cp *Server) onResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	if resp.GetTypeUrl() != xds.ExtensionConfigType {
 		return
 	}
 	cp.m.pushes.Inc()
@@ -397,8 +398,8 @@ func (cp *ControlPlane) onResponse(_ context.Context, id int64, _ *discovery.Dis
 }
 
 // onRequest runs before the server hands the request to the cache.
-func (cp *ControlPlane) onRequest(id int64, req *discovery.DiscoveryRequest) error {
-	if req.GetTypeUrl() != ExtensionConfigType {
+func (cp *Server) onRequest(id int64, req *discovery.DiscoveryRequest) error {
+	if req.GetTypeUrl() != xds.ExtensionConfigType {
 		return nil
 	}
 	cp.mu.Lock()
@@ -443,7 +444,7 @@ func (cp *ControlPlane) onRequest(id int64, req *discovery.DiscoveryRequest) err
 
 // connectLocked registers the first request of a stream: a new node is
 // resolved and gets its snapshot before the cache sees the request.
-func (cp *ControlPlane) connectLocked(st *cpStream, req *discovery.DiscoveryRequest) *cpNode {
+func (cp *Server) connectLocked(st *cpStream, req *discovery.DiscoveryRequest) *cpNode {
 	info := NodeInfoOf(req.GetNode())
 	n, ok := cp.nodes[info.ID]
 	if ok {
@@ -453,12 +454,12 @@ func (cp *ControlPlane) connectLocked(st *cpStream, req *discovery.DiscoveryRequ
 			zap.String("node_id", info.ID), zap.String("peer", st.peer), zap.Int("streams", n.streams))
 		return n
 	}
-	key := info.classKey()
+	key := classKey(info)
 	c, ok := cp.classes[key]
 	if !ok {
 		c = &cpClass{info: info, members: map[string]*cpNode{}}
 		c.info.ID = ""
-		c.res = cp.file.resolveClass(c.info)
+		c.res = cp.file.ResolveClass(c.info)
 		c.version = settings.Version(c.res.Overlay)
 		cp.classes[key] = c
 	}
@@ -468,7 +469,7 @@ func (cp *ControlPlane) connectLocked(st *cpStream, req *discovery.DiscoveryRequ
 	cp.assignLocked(context.Background(), n)
 	fields := []zap.Field{zap.String("node_id", info.ID), zap.String("peer", st.peer),
 		zap.String("cluster", info.Cluster), zap.String("namespace", info.Namespace),
-		zap.String("labels", FormatLabels(info.Labels)), zap.Int32s("provider_ports", info.Ports),
+		zap.String("labels", xds.FormatLabels(info.Labels)), zap.Int32s("provider_ports", info.Ports),
 		zap.String("settings_from", strings.Join(n.res.From, " < ")), zap.String("version", n.version)}
 	if n.res.Level() == "default" {
 		fields = append(fields, zap.String("note", "no namespace, selector or node entry matches this node, so it "+
@@ -482,7 +483,7 @@ func (cp *ControlPlane) connectLocked(st *cpStream, req *discovery.DiscoveryRequ
 	return n
 }
 
-func (cp *ControlPlane) onClosed(id int64, _ *core.Node) {
+func (cp *Server) onClosed(id int64, _ *core.Node) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	st, ok := cp.streams[id]
@@ -499,7 +500,7 @@ func (cp *ControlPlane) onClosed(id int64, _ *core.Node) {
 		zap.String("version", n.version), zap.String("acked_version", n.acked))
 	delete(n.class.members, n.info.ID)
 	if len(n.class.members) == 0 {
-		delete(cp.classes, n.class.info.classKey())
+		delete(cp.classes, classKey(n.class.info))
 	}
 	cp.releaseLocked(n.version)
 	delete(cp.nodes, n.info.ID)

@@ -1,4 +1,4 @@
-package xds
+package controlplane
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
 )
 
 // BenchmarkPublish times what the control plane does for a change that
@@ -27,7 +30,7 @@ func BenchmarkPublish(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			dir := b.TempDir()
 			path := filepath.Join(dir, "cp.yaml")
-			file := func(iv int) *ControlPlaneFile {
+			file := func(iv int) *cpfile.File {
 				text := fmt.Sprintf("default:\n  keepalive: { upstream_interval: %ds }\nnamespaces:\n  ns-0: { hold: { timeout: 2s } }\nselectors:\n", 20+iv%40)
 				for a := range 10 {
 					text += fmt.Sprintf("  - name: app-%d\n    match: { labels: { app: app-%d } }\n    settings: { admission: { accept_rate: %d } }\n", a, a, 3000+a)
@@ -35,14 +38,14 @@ func BenchmarkPublish(b *testing.B) {
 				if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 					b.Fatal(err)
 				}
-				_, f, err := readControlPlaneConfig(path)
+				_, f, err := cpfile.Read(path)
 				if err != nil {
 					b.Fatal(err)
 				}
 				return f
 			}
 			file(0)
-			cp, err := NewControlPlane(ControlPlaneConfig{Config: path}, nil, nil)
+			cp, err := New(Config{Config: path}, nil, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -50,13 +53,13 @@ func BenchmarkPublish(b *testing.B) {
 			cp.mu.Lock()
 			for i := range 5000 {
 				ns := fmt.Sprintf("ns-%d", i/10%5)
-				n := NodeInfo{ID: fmt.Sprintf("fleet-%05d.%s", i, ns), Namespace: ns,
+				n := xds.NodeInfo{ID: fmt.Sprintf("fleet-%05d.%s", i, ns), Namespace: ns,
 					Labels: map[string]string{"app": fmt.Sprintf("app-%d", i%10), "pod-template-hash": "5d8f7c9b4"}}
 				st := &cpStream{}
 				cp.streams[int64(i)] = st
-				st.node = cp.connectLocked(st, &discovery.DiscoveryRequest{Node: coreNode(b, n.node()), ResourceNames: []string{DefaultResourceName}})
+				st.node = cp.connectLocked(st, &discovery.DiscoveryRequest{Node: coreNode(n), ResourceNames: []string{xds.DefaultResourceName}})
 			}
-			files := []*ControlPlaneFile{file(1), file(2)}
+			files := []*cpfile.File{file(1), file(2)}
 			b.ResetTimer()
 			for i := range b.N {
 				cp.publishLocked(context.Background(), files[i%2])

@@ -1,4 +1,4 @@
-package xds
+package cpfile
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stormgate/stormgate/settings"
+	"github.com/stormgate/stormgate/xds"
 )
 
 // One file exercising every level; the cases below resolve nodes against it.
@@ -47,7 +48,7 @@ nodes:
 `
 
 func TestResolvePrecedence(t *testing.T) {
-	f, err := ParseControlPlaneYAML([]byte(precedenceFile))
+	f, err := Parse([]byte(precedenceFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,29 +63,29 @@ func TestResolvePrecedence(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		node NodeInfo
+		node xds.NodeInfo
 		want want
 	}{
-		{"nothing matches: default", NodeInfo{ID: "x.other", Namespace: "other"},
+		{"nothing matches: default", xds.NodeInfo{ID: "x.other", Namespace: "other"},
 			want{"default", "default", 3 * time.Second, 0, 30 * time.Second, 0, "info"}},
-		{"namespace over default", NodeInfo{ID: "x.shop", Namespace: "shop"},
+		{"namespace over default", xds.NodeInfo{ID: "x.shop", Namespace: "shop"},
 			want{"default < namespaces.shop", "namespace", 2 * time.Second, 0, 30 * time.Second, 0, "warn"}},
-		{"label selector over namespace", NodeInfo{ID: "p.bank", Namespace: "bank", Labels: map[string]string{"app": "payment"}},
+		{"label selector over namespace", xds.NodeInfo{ID: "p.bank", Namespace: "bank", Labels: map[string]string{"app": "payment"}},
 			want{"default < namespaces.bank < selectors.payment", "selector", 1500 * time.Millisecond, 6, 30 * time.Second, 0, "info"}},
-		{"more specific selector over less specific", NodeInfo{ID: "p.shop", Namespace: "shop",
+		{"more specific selector over less specific", xds.NodeInfo{ID: "p.shop", Namespace: "shop",
 			Labels: map[string]string{"app": "payment", "track": "canary"}},
 			want{"default < namespaces.shop < selectors.payment < selectors.payment-canary", "selector", 1500 * time.Millisecond, 2, 30 * time.Second, 0, "warn"}},
-		{"canary label outside its namespace: only the less specific selector", NodeInfo{ID: "p.bank", Namespace: "bank",
+		{"canary label outside its namespace: only the less specific selector", xds.NodeInfo{ID: "p.bank", Namespace: "bank",
 			Labels: map[string]string{"app": "payment", "track": "canary"}},
 			want{"default < namespaces.bank < selectors.payment", "selector", 1500 * time.Millisecond, 6, 30 * time.Second, 0, "info"}},
-		{"node id over everything", NodeInfo{ID: "payment-0.shop", Namespace: "shop",
+		{"node id over everything", xds.NodeInfo{ID: "payment-0.shop", Namespace: "shop",
 			Labels: map[string]string{"app": "payment", "track": "canary"}},
 			want{"default < namespaces.shop < selectors.payment < selectors.payment-canary < nodes.payment-0.shop", "node", 1500 * time.Millisecond, 9, 30 * time.Second, 0, "warn"}},
-		{"cluster and port selectors (disjoint fields) both apply", NodeInfo{ID: "c", Cluster: "east", Ports: []int32{20880, 20881}},
+		{"cluster and port selectors (disjoint fields) both apply", xds.NodeInfo{ID: "c", Cluster: "east", Ports: []int32{20880, 20881}},
 			want{"default < selectors.east < selectors.dubbo-20881", "selector", 3 * time.Second, 0, 20 * time.Second, 3000, "info"}},
-		{"port selector needs the port among the node's", NodeInfo{ID: "c", Ports: []int32{20880}},
+		{"port selector needs the port among the node's", xds.NodeInfo{ID: "c", Ports: []int32{20880}},
 			want{"default", "default", 3 * time.Second, 0, 30 * time.Second, 0, "info"}},
-		{"a label value differs: no match", NodeInfo{ID: "c", Labels: map[string]string{"app": "payments"}},
+		{"a label value differs: no match", xds.NodeInfo{ID: "c", Labels: map[string]string{"app": "payments"}},
 			want{"default", "default", 3 * time.Second, 0, 30 * time.Second, 0, "info"}},
 	}
 	for _, c := range cases {
@@ -179,7 +180,7 @@ func TestSelectorErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := ParseControlPlaneYAML([]byte(c.yaml))
+			_, err := Parse([]byte(c.yaml))
 			if err == nil {
 				t.Fatalf("accepted:\n%s", c.yaml)
 			}
@@ -216,12 +217,12 @@ func TestSelectorsAccepted(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f, err := ParseControlPlaneYAML([]byte("selectors:\n" + c.yaml))
+			f, err := Parse([]byte("selectors:\n" + c.yaml))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if c.name == "settled by the combined selector" {
-				r := f.Resolve(NodeInfo{ID: "n", Labels: map[string]string{"app": "p", "track": "c"}})
+				r := f.Resolve(xds.NodeInfo{ID: "n", Labels: map[string]string{"app": "p", "track": "c"}})
 				if got := r.Overlay.GetHold().GetTimeout().AsDuration(); got != 3*time.Second {
 					t.Errorf("hold.timeout %v, want the combined selector's 3s (from %v)", got, r.From)
 				}
@@ -264,7 +265,7 @@ func TestControlPlaneDirectoryCrossFile(t *testing.T) {
 			for n, body := range c.files {
 				writeFile(t, filepath.Join(dir, n), body)
 			}
-			err := ValidateControlPlane(dir)
+			err := Validate(dir)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got  %v\nwant %s", err, c.want)
 			}
@@ -291,11 +292,11 @@ func TestIsControlPlaneConfig(t *testing.T) {
 		case "settings.yaml":
 			writeFile(t, filepath.Join(dir, name), "hold: {timeout: 1s}\n")
 		}
-		if got := IsControlPlaneConfig(filepath.Join(dir, name)); got != want {
+		if got := IsConfig(filepath.Join(dir, name)); got != want {
 			t.Errorf("%s: %v, want %v", name, got, want)
 		}
 	}
-	if !IsControlPlaneConfig(dir) {
+	if !IsConfig(dir) {
 		t.Errorf("a directory is a control-plane config")
 	}
 }
@@ -315,7 +316,7 @@ func TestControlPlaneDirectoryConfigMapLayout(t *testing.T) {
 	if err := os.Symlink(filepath.Join("..data", "control-plane.yaml"), filepath.Join(dir, "control-plane.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	_, f, err := readControlPlaneConfig(dir)
+	_, f, err := Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,18 +334,18 @@ func TestControlPlaneFileErrors(t *testing.T) {
 		{"nodes: [a]\n", "nodes: must be a mapping"},
 	}
 	for _, c := range cases {
-		_, err := ParseControlPlaneYAML([]byte(c.yaml))
+		_, err := Parse([]byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: got %v, want %q", c.yaml, err, c.want)
 		}
 	}
 	for _, ok := range []string{"default: {}\n", "nodes: {}\n"} {
-		if _, err := ParseControlPlaneYAML([]byte(ok)); err != nil {
+		if _, err := Parse([]byte(ok)); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
 	// A bad default is reported once, not once per node.
-	_, err := ParseControlPlaneYAML([]byte("default: {log: {level: x}}\nnodes: {a: {}, b: {}}\n"))
+	_, err := Parse([]byte("default: {log: {level: x}}\nnodes: {a: {}, b: {}}\n"))
 	var ps settings.Problems
 	if !errors.As(err, &ps) || len(ps) != 1 {
 		t.Fatalf("want 1 problem, got %v", err)
@@ -353,10 +354,10 @@ func TestControlPlaneFileErrors(t *testing.T) {
 
 // examples/control-plane.yaml is valid and resolves as its comments say.
 func TestExampleControlPlaneFile(t *testing.T) {
-	if err := ValidateControlPlane("../examples/control-plane.yaml"); err != nil {
+	if err := Validate("../../../examples/control-plane.yaml"); err != nil {
 		t.Fatal(err)
 	}
-	cp, err := LoadControlPlaneFile("../examples/control-plane.yaml")
+	cp, err := Load("../../../examples/control-plane.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,5 +366,12 @@ func TestExampleControlPlaneFile(t *testing.T) {
 	}
 	if got := cp.For("unknown.node").GetUpstream().GetConnections(); got != 4 {
 		t.Fatalf("unknown node must get the default: connections=%d", got)
+	}
+}
+
+func writeFile(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,6 +1,4 @@
-//go:build !dataplane
-
-package xds
+package controlplane
 
 import (
 	"encoding/json"
@@ -16,7 +14,7 @@ import (
 // and the config gauges are updated as things happen; the node gauges are
 // counted from the node table when scraped.
 type cpMetrics struct {
-	cp         *ControlPlane
+	cp         *Server
 	loads      *prometheus.CounterVec
 	valid      prometheus.Gauge
 	published  prometheus.Gauge
@@ -30,9 +28,9 @@ type cpMetrics struct {
 
 // ControlPlaneLevels are the values of the settings_from label of
 // stormgate_control_plane_nodes: the most specific level that applied.
-var ControlPlaneLevels = []string{"default", "namespace", "selector", "node"}
+var Levels = []string{"default", "namespace", "selector", "node"}
 
-func newCPMetrics(cp *ControlPlane) *cpMetrics {
+func newCPMetrics(cp *Server) *cpMetrics {
 	m := &cpMetrics{
 		cp: cp,
 		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -117,7 +115,7 @@ func (m *cpMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	versions := len(m.cp.shared)
 	m.cp.mu.Unlock()
-	for _, l := range ControlPlaneLevels {
+	for _, l := range Levels {
 		ch <- prometheus.MustNewConstMetric(m.nodesDesc, prometheus.GaugeValue, float64(byLevel[l]), l)
 	}
 	ch <- prometheus.MustNewConstMetric(m.rejectingDesc, prometheus.GaugeValue, float64(rejecting))
@@ -143,7 +141,7 @@ type NodeStatus struct {
 }
 
 // Nodes lists the connected nodes, sorted by id.
-func (cp *ControlPlane) Nodes() []NodeStatus {
+func (cp *Server) Nodes() []NodeStatus {
 	cp.mu.Lock()
 	out := make([]NodeStatus, 0, len(cp.nodes))
 	for _, n := range cp.nodes {
@@ -165,7 +163,7 @@ func (cp *ControlPlane) Nodes() []NodeStatus {
 // version served and the version they ACKed. ?from=selectors.NAME (or any
 // entry) keeps the nodes that entry applies to; ?rejecting=1 keeps the nodes
 // rejecting their settings.
-func (cp *ControlPlane) NodesHandler() http.Handler {
+func (cp *Server) NodesHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			http.Error(w, "use GET /nodes", http.StatusMethodNotAllowed)

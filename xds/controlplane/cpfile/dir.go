@@ -1,4 +1,4 @@
-package xds
+package cpfile
 
 import (
 	"crypto/sha256"
@@ -17,7 +17,7 @@ import (
 // --config` reads: a directory, or a YAML file whose top level has default:,
 // namespaces:, selectors: or nodes:. Unreadable paths report false (the
 // settings-file check then reports why).
-func IsControlPlaneConfig(path string) bool {
+func IsConfig(path string) bool {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return false
@@ -30,7 +30,7 @@ func IsControlPlaneConfig(path string) bool {
 		return false
 	}
 	root, err := settings.ParseYAMLRoot(data)
-	return err == nil && isControlPlaneDoc(root)
+	return err == nil && isDoc(root)
 }
 
 // ValidateControlPlane checks a control-plane file, or a directory of them,
@@ -40,15 +40,15 @@ func IsControlPlaneConfig(path string) bool {
 // files that cannot be ordered, every entry over the merged default). Each
 // problem names its file when a directory was read; cross-file problems
 // name both files. It returns nil or a settings.Problems.
-func ValidateControlPlane(path string) error {
-	_, _, err := readControlPlaneConfig(path)
+func Validate(path string) error {
+	_, _, err := Read(path)
 	return err
 }
 
 // controlPlaneFiles lists what a control-plane path stands for: the file
 // itself, or the directory's *.yaml and *.yml files (not hidden, not
 // recursive) in name order.
-func controlPlaneFiles(path string) ([]string, error) {
+func configFiles(path string) ([]string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -79,9 +79,9 @@ func controlPlaneFiles(path string) ([]string, error) {
 
 // readControlPlaneConfig reads a file or a directory and returns the hash of
 // what it read (names and contents) and the validated config.
-func readControlPlaneConfig(path string) ([32]byte, *ControlPlaneFile, error) {
+func Read(path string) ([32]byte, *File, error) {
 	var sum [32]byte
-	files, err := controlPlaneFiles(path)
+	files, err := configFiles(path)
 	if err != nil {
 		return sum, nil, err
 	}
@@ -98,16 +98,16 @@ func readControlPlaneConfig(path string) ([32]byte, *ControlPlaneFile, error) {
 	}
 	h.Sum(sum[:0])
 	if len(files) == 1 {
-		f, err := ParseControlPlaneYAML(datas[0])
+		f, err := Parse(datas[0])
 		return sum, f, err
 	}
 	var ps settings.Problems
-	parsed := make([]*ControlPlaneFile, 0, len(files))
+	parsed := make([]*File, 0, len(files))
 	names := make([]string, 0, len(files))
-	var read []*ControlPlaneFile // also what could be read of invalid files
+	var read []*File // also what could be read of invalid files
 	var readNames []string
 	for i, f := range files {
-		one, err := parseControlPlaneBytes(datas[i])
+		one, err := parseBytes(datas[i])
 		if one != nil {
 			read, readNames = append(read, one), append(readNames, filepath.Base(f))
 		}
@@ -140,8 +140,8 @@ func readControlPlaneConfig(path string) ([32]byte, *ControlPlaneFile, error) {
 // combine merges files that were each valid alone, in name order: their
 // defaults merge in that order; a namespace, selector or node id may be
 // defined in one file only.
-func combine(names []string, parsed []*ControlPlaneFile) (*ControlPlaneFile, settings.Problems) {
-	out := newControlPlaneFile()
+func combine(names []string, parsed []*File) (*File, settings.Problems) {
+	out := newFile()
 	var ps settings.Problems
 	add := func(key, file string, o Origin) bool {
 		o.File = file
@@ -209,7 +209,7 @@ func combine(names []string, parsed []*ControlPlaneFile) (*ControlPlaneFile, set
 
 // duplicateKeys names each namespace, selector or node id that more than one
 // of the files defines, with both files (combine reports the same for valid files).
-func duplicateKeys(names []string, files []*ControlPlaneFile) settings.Problems {
+func duplicateKeys(names []string, files []*File) settings.Problems {
 	first := map[string]Origin{}
 	var ps settings.Problems
 	for i, one := range files {
