@@ -36,17 +36,6 @@ var xdsSections = map[string]string{
 	"log":       "Logging.",
 }
 
-// xdsFlags maps the `sidecar run` flags that set a field (checked against
-// `sidecar run --help`).
-var xdsFlags = []struct{ flag, field string }{
-	{"--listen", "listener.address"},
-	{"--transparent", "listener.transparent"},
-	{"--upstream", "upstream.address"},
-	{"--upstream-conns", "upstream.connections"},
-	{"--log-level", "log.level"},
-	{"--log-format", "log.format"},
-}
-
 // TestXDSConfigurationDocs keeps docs/configuration.md equal to what
 // settings.Fields() and settings.Defaults() say (issue 5, acceptance 6: every setting
 // with its meaning, default, range, and whether it is live).
@@ -70,12 +59,12 @@ func TestXDSConfigurationDocs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sidecar run --help: %v\n%s", err, help)
 	}
-	for _, f := range xdsFlags {
-		if !strings.Contains(string(help), f.flag+" ") {
-			t.Errorf("sidecar run --help does not list %s", f.flag)
+	for _, f := range settings.RunFlags {
+		if !strings.Contains(string(help), "--"+f.Name+" ") || !strings.Contains(string(help), "("+f.Path+")") {
+			t.Errorf("sidecar run --help does not list --%s (%s)", f.Name, f.Path)
 		}
-		if _, ok := fields[f.field]; !ok {
-			t.Errorf("flag %s maps to %s, which is not a setting", f.flag, f.field)
+		if _, ok := fields[f.Path]; !ok {
+			t.Errorf("flag --%s maps to %s, which is not a setting", f.Name, f.Path)
 		}
 	}
 
@@ -131,8 +120,8 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("2. the settings file: `sidecar run --config FILE`;\n")
 	w("3. the command-line flags of `sidecar run`:\n\n")
 	w("   | Flag | Setting |\n   |---|---|\n")
-	for _, f := range xdsFlags {
-		w("   | `%s` | `%s` |\n", f.flag, f.field)
+	for _, f := range settings.RunFlags {
+		w("   | `--%s` | `%s` |\n", f.Name, f.Path)
 	}
 	w("\n   `--set PATH=VALUE` (repeatable) sets any other setting by its path, the value written as in the\n")
 	w("   file: `--set hold.timeout=10s --set limits.max_frame_bytes=16MiB`. A flag counts only when given:\n")

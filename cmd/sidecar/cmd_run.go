@@ -35,9 +35,6 @@ import (
 
 type runFlags struct {
 	config        string
-	listen        string
-	upstream      string
-	upstreamConns int
 	metrics       string
 	admin         string
 	xdsAddr       string
@@ -48,11 +45,7 @@ type runFlags struct {
 	xdsKey        string
 	xdsWait       time.Duration
 	node          xdsNodeFlags
-	transparent   bool
-	inboundPorts  string
 	set           []string
-	logLevel      string
-	logFormat     string
 	netpollBuffer int
 	pollers       int
 	upgradeBinary string
@@ -111,22 +104,22 @@ started from) without closing a connection, as 'sidecar upgrade' does.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "settings file (YAML, schema of docs/configuration.md)")
-	fl.StringVar(&f.listen, "listen", "0.0.0.0:20881", "address consumers connect to (listener.address)")
-	fl.StringVar(&f.upstream, "upstream", "127.0.0.1:20880", "provider address (upstream.address)")
-	fl.IntVar(&f.upstreamConns, "upstream-conns", 4, "connections to the provider (upstream.connections)")
+	for _, sf := range settings.RunFlags {
+		v := &settingFlag{value: sf.Default(), kind: sf.Kind()}
+		pf := fl.VarPF(v, sf.Name, "", sf.Usage+" ("+sf.Path+")")
+		if v.kind == "bool" {
+			pf.NoOptDefVal = "true" // --transparent alone
+		}
+	}
 	fl.StringVar(&f.metrics, "metrics", "0.0.0.0:15090", "metrics listener: /metrics /healthz /readyz (empty: off)")
 	fl.StringVar(&f.admin, "admin", "127.0.0.1:15000", "admin listener: /config_dump, POST /drain, /logging (empty: off)")
 	fl.StringVar(&f.xdsAddr, "xds", "", "xDS control plane HOST:PORT (ADS over gRPC), or several replicas HOST:PORT,HOST:PORT (fails over between them); empty: no xDS")
 	fl.StringVar(&f.nodeID, "node-id", "", "xDS node id (default: $POD_NAME.$POD_NAMESPACE)")
-	fl.StringVar(&f.xdsResource, "xds-resource", "stormgate", "name of the ExtensionConfig resource carrying the settings")
+	fl.StringVar(&f.xdsResource, "xds-resource", xds.DefaultResourceName, "name of the ExtensionConfig resource carrying the settings")
 	fl.StringVar(&f.xdsCA, "xds-ca", "", "CA bundle to verify the control plane (enables TLS)")
 	fl.StringVar(&f.xdsCert, "xds-cert", "", "client certificate for mTLS to the control plane")
 	fl.StringVar(&f.xdsKey, "xds-key", "", "client key for mTLS to the control plane")
 	fl.DurationVar(&f.xdsWait, "xds-wait", time.Second, "with --xds: how long start-up waits for the control plane's first settings before dialling the provider with the startup ones (consumers wait in the accept queue meanwhile); 0: do not wait")
-	fl.BoolVar(&f.transparent, "transparent", false, "accept iptables-REDIRECTed connections; upstream is 127.0.0.1:<original port>")
-	fl.StringVar(&f.inboundPorts, "inbound-ports", "", "transparent mode: provider ports Stormgate may forward to, e.g. 20880,20881 (listener.inbound_ports)")
-	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (log.level)")
-	fl.StringVar(&f.logFormat, "log-format", "json", "json or console (log.format)")
 	fl.StringArrayVar(&f.set, "set", nil, "any setting by its path, written as in the settings file: --set hold.timeout=10s --set limits.max_frame_bytes=16MiB (repeatable; same layer as the flags above)")
 	fl.IntVar(&f.netpollBuffer, "netpoll-buffer", proxy.DefaultNetpollBuffer, "initial input buffer per connection in bytes (grows on demand)")
 	_ = fl.MarkHidden("netpoll-buffer")
@@ -166,16 +159,13 @@ func buildSettings(cmd *cobra.Command, f runFlags) (settings.Layered, error) {
 	return l, nil
 }
 
-// settingFlags are the flags of `run` that set one setting each.
-var settingFlags = []struct{ flag, path string }{
-	{"listen", "listener.address"},
-	{"transparent", "listener.transparent"},
-	{"inbound-ports", "listener.inbound_ports"},
-	{"upstream", "upstream.address"},
-	{"upstream-conns", "upstream.connections"},
-	{"log-level", "log.level"},
-	{"log-format", "log.format"},
-}
+// settingFlag is the value of a flag of settings.RunFlags: kept as written, and decoded with
+// the settings file's decoder when the flag is given (flagSettings).
+type settingFlag struct{ value, kind string }
+
+func (v *settingFlag) String() string     { return v.value }
+func (v *settingFlag) Set(s string) error { v.value = s; return nil }
+func (v *settingFlag) Type() string       { return v.kind }
 
 // flagSettings returns the settings the given flags set: each flag and each --set PATH=VALUE is
 // decoded by the settings file's own decoder (settings.ParseAssignments), so flags take what the file
@@ -183,20 +173,20 @@ var settingFlags = []struct{ flag, path string }{
 // flag and by --set) is refused.
 func flagSettings(cmd *cobra.Command, f runFlags) (*sg.Settings, error) {
 	var as []settings.Assignment
-	for _, sf := range settingFlags {
-		fl := cmd.Flags().Lookup(sf.flag)
+	for _, sf := range settings.RunFlags {
+		fl := cmd.Flags().Lookup(sf.Name)
 		if !fl.Changed {
 			continue
 		}
 		v := fl.Value.String()
-		if sf.flag == "inbound-ports" {
+		if sf.Path == "listener.inbound_ports" {
 			ports, err := transparent.ParsePorts(v)
 			if err != nil {
 				return nil, fmt.Errorf("--inbound-ports: %w", err)
 			}
 			v = "[" + transparent.FormatPorts(ports) + "]"
 		}
-		as = append(as, settings.Assignment{Path: sf.path, Value: v})
+		as = append(as, settings.Assignment{Path: sf.Path, Value: v})
 	}
 	for _, s := range f.set {
 		a, ok := settings.ParseAssignment(s)

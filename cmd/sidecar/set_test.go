@@ -48,3 +48,26 @@ func TestRunSetFlag(t *testing.T) {
 		}
 	}
 }
+
+// Each flag of settings.RunFlags sets its setting and nothing else, attributed to "flag"; given
+// its own default (what --help shows), it reads back the value of settings.Defaults.
+func TestRunFlagsSetTheirSetting(t *testing.T) {
+	for _, f := range settings.RunFlags {
+		l, err := settingsFrom(t, "--"+f.Name+"="+f.Default())
+		if err != nil {
+			t.Errorf("--%s=%s: %v", f.Name, f.Default(), err)
+			continue
+		}
+		if got := fieldsFrom(l.Sources, settings.SourceFlag); len(got) != 1 || got[0] != f.Path {
+			t.Errorf("--%s sets %v, want [%s]", f.Name, got, f.Path)
+		}
+		if !settings.SameAt(l.Settings, settings.Defaults(), f.Path) {
+			t.Errorf("--%s=%s: %s = %s, want the default %s", f.Name, f.Default(), f.Path,
+				settings.Shown(l.Settings, f.Path), settings.Shown(settings.Defaults(), f.Path))
+		}
+	}
+	if l, err := settingsFrom(t, "--transparent", "--inbound-ports", "20880, 20882"); err != nil ||
+		!l.Settings.GetListener().GetTransparent() || settings.Shown(l.Settings, "listener.inbound_ports") != "[20880, 20882]" {
+		t.Errorf("--transparent --inbound-ports 20880,20882: %v %v", l.Settings.GetListener(), err)
+	}
+}
