@@ -116,7 +116,7 @@ func TestStoreProvenanceAndRejection(t *testing.T) {
 	// A push merged over the base: only what it changes is attributed to xds.
 	push := Merge(base.Settings, &sg.Settings{Admission: &sg.Admission{AcceptBurst: proto.Int32(900)},
 		Hold: &sg.Hold{Timeout: dur(5 * time.Second)}}) // same value as the file
-	if err := st.Update(push, "v1", SourceXDS); err != nil {
+	if err := st.Update(push, "v1", SourceXDS, nil); err != nil {
 		t.Fatal(err)
 	}
 	d = dump(t, st)
@@ -151,7 +151,7 @@ func TestStoreProvenanceAndRejection(t *testing.T) {
 	}
 	// Another NACK, then an applied push ends it.
 	st.XDSResult("v3", Problems{{Field: "x", Message: "bad"}})
-	if err := st.Update(Merge(push, interval(7*time.Second)), "v4", SourceXDS); err != nil {
+	if err := st.Update(Merge(push, interval(7*time.Second)), "v4", SourceXDS, nil); err != nil {
 		t.Fatal(err)
 	}
 	if d = dump(t, st); d.Rejecting || rejecting() != 0 || d.FieldSources["keepalive.upstream_interval"] != SourceXDS {
@@ -160,14 +160,14 @@ func TestStoreProvenanceAndRejection(t *testing.T) {
 
 	// Rebase (SIGHUP re-read the file): new base, new sources.
 	nb := MergeLayers("s.yaml", Layer{SourceDefaults, Defaults()}, Layer{SourceFile, interval(9 * time.Second)})
-	if err := st.Rebase(nb, Version(nb.Settings), SourceFile); err != nil {
+	if err := st.Rebase(nb, Version(nb.Settings), SourceFile, nil); err != nil {
 		t.Fatal(err)
 	}
 	if d = dump(t, st); d.Source != SourceFile || d.FieldSources["keepalive.upstream_interval"] != SourceFile ||
 		d.FieldSources["hold.timeout"] != SourceDefaults {
 		t.Fatalf("dump after rebase: %+v", d)
 	}
-	if err := st.Rebase(MergeLayers("", Layer{SourceDefaults, WithDefaults(&sg.Settings{Listener: &sg.Listener{Address: proto.String("0.0.0.0:1")}})}), "x", SourceFile); err == nil {
+	if err := st.Rebase(MergeLayers("", Layer{SourceDefaults, WithDefaults(&sg.Settings{Listener: &sg.Listener{Address: proto.String("0.0.0.0:1")}})}), "x", SourceFile, nil); err == nil {
 		t.Fatal("rebase changed listener.address live")
 	}
 }

@@ -46,16 +46,15 @@ type Rejection struct {
 
 // Store holds the active settings behind an atomic pointer: Load is a single
 // atomic read, fit for hot paths. Update validates, refuses what cannot
-// change live, swaps and wakes every subscriber. It also remembers the last
+// change live, lets the stages apply the change, and swaps. It also remembers the last
 // rejected version (Reject) for /config_dump and stormgate_xds_rejecting.
 // Safe for concurrent use.
 type Store struct {
 	cur       atomic.Pointer[Active]
 	rejected  atomic.Pointer[Rejection]
-	rejecting atomic.Bool // the newest xDS version is rejected
-	mu        sync.Mutex  // serialises Update, Rebase and Reject; guards subs and base
-	base      Layered     // what an xDS push is merged over, with its sources
-	subs      map[chan struct{}]struct{}
+	rejecting atomic.Bool                   // the newest xDS version is rejected
+	mu        sync.Mutex                    // serialises Update, Rebase and Reject; guards base
+	base      Layered                       // what an xDS push is merged over, with its sources
 	info      *prometheus.GaugeVec          // nil without a registerer
 	rejGauge  prometheus.Gauge              // nil without a registerer
 	build     atomic.Pointer[string]        // the binary's version, for /config_dump (SetBuildVersion)
@@ -76,7 +75,7 @@ func NewLayeredStore(base Layered, version string, reg prometheus.Registerer) (*
 	if err := Validate(base.Settings); err != nil {
 		return nil, err
 	}
-	st := &Store{subs: map[chan struct{}]struct{}{}, base: base}
+	st := &Store{base: base}
 	if reg != nil {
 		st.info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "stormgate_xds_config_info",
@@ -143,19 +142,19 @@ func (st *Store) Load() *Active { return st.cur.Load() }
 // Settings returns the active settings value.
 func (st *Store) Settings() *sg.Settings { return st.cur.Load().Settings }
 
-// Update makes s (complete settings) active after Validate and CheckLive
-// against the current value; on error nothing changes and the error is a
-// Problems naming each field. A field whose value equals the base's keeps
-// the base's source; any other is attributed to source. An update from xDS
-// ends a rejection (stormgate_xds_rejecting back to 0). Subscribers are
-// woken after the swap.
-func (st *Store) Update(s *sg.Settings, version, source string) error {
-	if err := Validate(s); err != nil {
-		return err
-	}
+// Update makes s (complete settings) active. It is the one place a change is
+// checked: Validate, and CheckLive against the current value, every problem in
+// one Problems naming each field. Then commit, when not nil, makes every stage
+// apply s (the running sidecar's settings follow the store's only if it
+// succeeds); on any error nothing is swapped. A field whose value equals the
+// base's keeps the base's source; any other is attributed to source. An
+// update from xDS ends a rejection (stormgate_xds_rejecting back to 0).
+// Updates are serialised: commit runs with the store locked, so it must not
+// call the Store's other updating methods.
+func (st *Store) Update(s *sg.Settings, version, source string, commit func() error) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if err := CheckLive(st.cur.Load().Settings, s); err != nil {
+	if err := st.check(s, commit); err != nil {
 		return err
 	}
 	st.swap(&Active{Settings: s, Version: version, Source: source, Sources: sourcesAgainst(st.base, s, source), File: st.base.File})
@@ -166,19 +165,28 @@ func (st *Store) Update(s *sg.Settings, version, source string) error {
 }
 
 // Rebase makes base (re-read from the file and flags, e.g. on SIGHUP) both
-// the active settings and the new base, after Validate and CheckLive; source
-// is what /config_dump shows as having made the change.
-func (st *Store) Rebase(base Layered, version, source string) error {
-	if err := Validate(base.Settings); err != nil {
-		return err
-	}
+// the active settings and the new base, checked and committed as Update does;
+// source is what /config_dump shows as having made the change.
+func (st *Store) Rebase(base Layered, version, source string, commit func() error) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if err := CheckLive(st.cur.Load().Settings, base.Settings); err != nil {
+	if err := st.check(base.Settings, commit); err != nil {
 		return err
 	}
 	st.base = base
 	st.swap(&Active{Settings: base.Settings, Version: version, Source: source, Sources: base.Sources, File: base.File})
+	return nil
+}
+
+// check refuses s when it is invalid or cannot replace the current settings
+// live (every problem at once), then runs commit. Called with st.mu held.
+func (st *Store) check(s *sg.Settings, commit func() error) error {
+	if err := AllProblems(Validate(s), CheckLive(st.cur.Load().Settings, s)); err != nil {
+		return err
+	}
+	if commit != nil {
+		return commit()
+	}
 	return nil
 }
 
@@ -243,27 +251,6 @@ func (st *Store) swap(a *Active) {
 	if st.info != nil {
 		st.info.Reset()
 		st.info.WithLabelValues(a.Version, a.Source).Set(1)
-	}
-	for ch := range st.subs {
-		select {
-		case ch <- struct{}{}:
-		default: // already pending; the subscriber will Load the newest
-		}
-	}
-}
-
-// Subscribe returns a channel that receives a value after each Update (one
-// pending signal at most: on wake-up, Load the newest value) and a cancel
-// function to call when done.
-func (st *Store) Subscribe() (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	st.mu.Lock()
-	st.subs[ch] = struct{}{}
-	st.mu.Unlock()
-	return ch, func() {
-		st.mu.Lock()
-		delete(st.subs, ch)
-		st.mu.Unlock()
 	}
 }
 

@@ -16,23 +16,21 @@ import (
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
-func TestStoreUpdateNotifyAndDump(t *testing.T) {
+// Update checks a change once, lets the stages commit it, and only then swaps: a refused
+// change (invalid, not live, or refused by a stage) reaches no stage after the refusal and
+// changes nothing.
+func TestStoreUpdateCommitAndDump(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	st, err := NewStore(Defaults(), "v0", SourceDefaults, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch, cancel := st.Subscribe()
-	defer cancel()
+	commits := 0
+	commit := func() error { commits++; return nil }
 
 	next := WithDefaults(interval(2 * time.Second))
-	if err := st.Update(next, "v1", SourceXDS); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-ch:
-	default:
-		t.Fatal("subscriber not notified")
+	if err := st.Update(next, "v1", SourceXDS, commit); err != nil || commits != 1 {
+		t.Fatalf("update: %v, %d commits", err, commits)
 	}
 	if a := st.Load(); a.Version != "v1" || a.Source != SourceXDS || !proto.Equal(a.Settings, next) {
 		t.Fatalf("active %+v", a)
@@ -44,22 +42,20 @@ func TestStoreUpdateNotifyAndDump(t *testing.T) {
 		t.Fatalf("config_info must have one series, has %d", n)
 	}
 
-	// Refused updates change nothing and do not notify.
-	bad := WithDefaults(&sg.Settings{Listener: &sg.Listener{Address: proto.String("0.0.0.0:1")}})
+	// Refused updates change nothing and reach no stage; every problem is named at once.
+	bad := WithDefaults(&sg.Settings{Listener: &sg.Listener{Address: proto.String("0.0.0.0:1")},
+		Keepalive: &sg.Keepalive{UpstreamInterval: dur(-time.Second)}})
 	var ps Problems
-	if err := st.Update(bad, "v2", SourceXDS); !errors.As(err, &ps) || ps[0].Field != "listener.address" {
-		t.Fatalf("want listener.address refused, got %v", err)
+	if err := st.Update(bad, "v2", SourceXDS, commit); !errors.As(err, &ps) || len(ps) != 2 ||
+		ps[0].Field != "keepalive.upstream_interval" || ps[1].Field != "listener.address" {
+		t.Fatalf("want keepalive.upstream_interval and listener.address refused, got %v", err)
 	}
-	if err := st.Update(WithDefaults(interval(-time.Second)), "v3", SourceXDS); err == nil {
-		t.Fatal("invalid settings accepted")
+	if err := st.Update(WithDefaults(interval(3*time.Second)), "v3", SourceXDS, func() error { return errors.New("stage says no") }); err == nil ||
+		err.Error() != "stage says no" {
+		t.Fatalf("a stage's refusal: %v", err)
 	}
-	select {
-	case <-ch:
-		t.Fatal("notified for a refused update")
-	default:
-	}
-	if st.Load().Version != "v1" {
-		t.Fatalf("refused update changed the store")
+	if st.Load().Version != "v1" || commits != 1 {
+		t.Fatalf("refused updates changed the store (%s) or reached the stages (%d commits)", st.Load().Version, commits)
 	}
 
 	rec := httptest.NewRecorder()

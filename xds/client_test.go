@@ -155,18 +155,33 @@ func (rs *rawServer) sawACK(version string) bool {
 	return false
 }
 
-// applied records what the client applied, as a Store would hold it.
+// applied does with a push what a sidecar does (cmd/sidecar's liveSettings, without the
+// stages): merges it over the startup settings and makes it active in a settings.Store, which
+// refuses what is invalid or cannot change live. It records what it applied.
 type applied struct {
+	st       *settings.Store
 	mu       sync.Mutex
 	settings *sg.Settings
 	version  string
 	calls    int
 }
 
-func (a *applied) apply(s *sg.Settings, v string) error {
+func newApplied(t *testing.T) *applied {
+	st, err := settings.NewStore(settings.Defaults(), "v0", settings.SourceDefaults, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &applied{st: st}
+}
+
+func (a *applied) apply(pushed *sg.Settings, v string) error {
+	next := settings.Merge(a.st.Base().Settings, pushed)
+	if err := a.st.Update(next, v, settings.SourceXDS, nil); err != nil {
+		return err
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.settings, a.version = s, v
+	a.settings, a.version = next, v
 	a.calls++
 	return nil
 }
@@ -195,7 +210,7 @@ func startClient(t *testing.T, addr, node string, mod func(*ClientConfig)) *runn
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := &runningClient{c: c, reg: reg, app: &applied{}}
+	rc := &runningClient{c: c, reg: reg, app: newApplied(t)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, rc.app.apply) }()
@@ -366,7 +381,7 @@ func TestClientResultsDriveRejecting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := startClient(t, rs.addr, "n", func(c *ClientConfig) { c.OnResult = st.XDSResult; c.Current = st.Settings })
+	rc := startClient(t, rs.addr, "n", func(c *ClientConfig) { c.OnResult = st.XDSResult })
 	waitFor(t, 5*time.Second, "v1 ACKed", func() bool { return rs.sawACK("v1") })
 	if st.Rejecting() {
 		t.Fatal("rejecting after an ACK")

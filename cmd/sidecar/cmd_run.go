@@ -131,32 +131,55 @@ started from) without closing a connection, as 'sidecar upgrade' does.`,
 	return cmd
 }
 
-// buildSettings merges defaults, the file and the flags that were set, and
-// records where each field came from. Errors name the file and line; with a
-// validation error the (invalid) merged settings are returned too.
-func buildSettings(cmd *cobra.Command, f runFlags) (settings.Layered, error) {
-	var file *settings.SettingsFile
+// startupSettings are the settings `run` starts with (defaults < file <
+// flags), with the source of every field and the file they were read from.
+type startupSettings struct {
+	settings.Layered
+	file *settings.SettingsFile // nil without --config
+}
+
+// explain names the file and line of each problem of err about a field the
+// file set, one per indented line; nil stays nil.
+func (s startupSettings) explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	if s.file != nil {
+		err = s.file.Annotate(err, s.Sources)
+	}
+	return problemsError{"invalid settings", err}
+}
+
+// readSettings merges defaults, the file and the flags that were set, and
+// records where each field came from; it does not validate the result. Errors
+// name the file and line.
+func readSettings(cmd *cobra.Command, f runFlags) (startupSettings, error) {
+	var ss startupSettings
 	var fromFile *sg.Settings
 	if f.config != "" {
 		sf, err := settings.ReadSettingsFile(f.config)
 		if err != nil {
-			return settings.Layered{}, problemsError{"--config " + f.config, err}
+			return ss, problemsError{"--config " + f.config, err}
 		}
-		file, fromFile = sf, sf.Settings
+		ss.file, fromFile = sf, sf.Settings
 	}
 	over, err := flagSettings(cmd, f)
 	if err != nil {
-		return settings.Layered{}, err
+		return ss, err
 	}
-	l := settings.MergeLayers(f.config, settings.Layer{Source: settings.SourceDefaults, Settings: settings.Defaults()},
+	ss.Layered = settings.MergeLayers(f.config, settings.Layer{Source: settings.SourceDefaults, Settings: settings.Defaults()},
 		settings.Layer{Source: settings.SourceFile, Settings: fromFile}, settings.Layer{Source: settings.SourceFlag, Settings: over})
-	if err := settings.Validate(l.Settings); err != nil {
-		if file != nil {
-			err = file.Annotate(err, l.Sources)
-		}
-		return l, problemsError{"invalid settings", err}
+	return ss, nil
+}
+
+// buildSettings is readSettings, validated: what `run` starts with. With a
+// validation error the (invalid) merged settings are returned too.
+func buildSettings(cmd *cobra.Command, f runFlags) (settings.Layered, error) {
+	ss, err := readSettings(cmd, f)
+	if err != nil {
+		return ss.Layered, err
 	}
-	return l, nil
+	return ss.Layered, ss.explain(settings.Validate(ss.Settings))
 }
 
 // settingFlag is the value of a flag of settings.RunFlags: kept as written, and decoded with
@@ -406,7 +429,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if xdsClient != nil {
 		go func() {
 			err := xdsClient.Run(ctx, func(s *sg.Settings, version string) error {
-				return live.apply(settings.WithDefaults(s), version, settings.SourceXDS)
+				return live.apply(s, version, settings.SourceXDS)
 			})
 			if err != nil && ctx.Err() == nil {
 				log.Error("xds client stopped", zap.Error(err))

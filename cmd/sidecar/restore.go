@@ -105,7 +105,7 @@ func restoredStore(ss settingsState, base settings.Layered, active *sg.Settings,
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Update(active, ss.Version, ss.Source); err != nil {
+	if err := st.Update(active, ss.Version, ss.Source, nil); err != nil {
 		return nil, err
 	}
 	restoreRejection(st, ss)

@@ -35,7 +35,7 @@ func TestSettingsCrossTheUpgrade(t *testing.T) {
 	}
 	pushed := proto.Clone(base.Settings).(*sg.Settings)
 	pushed.Keepalive.UpstreamMaxMissed = proto.Int32(5)
-	if err := old.Update(pushed, "cp-v7", settings.SourceXDS); err != nil {
+	if err := old.Update(pushed, "cp-v7", settings.SourceXDS, nil); err != nil {
 		t.Fatal(err)
 	}
 	old.Reject("cp-v8", settings.SourceXDS, errors.New("hold.timeout: 2m is out of range"))

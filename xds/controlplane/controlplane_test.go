@@ -20,8 +20,6 @@ import (
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 
 	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
-
-	"github.com/stormgate/stormgate/xds"
 )
 
 type runningCP struct {
@@ -142,9 +140,7 @@ func TestControlPlaneParksNACKedVersion(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cp.yaml")
 	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\n")
 	cp := startCP(t, "127.0.0.1:0", path)
-	a := startClient(t, cp.addr, "n", func(c *xds.ClientConfig) {
-		c.Base = settings.Merge(settings.Defaults(), &sg.Settings{Upstream: &sg.Upstream{BackoffBase: dur(time.Second)}})
-	})
+	a := startSidecar(t, cp.addr, "n", settings.Merge(settings.Defaults(), &sg.Settings{Upstream: &sg.Upstream{BackoffBase: dur(time.Second)}}), nil)
 	waitFor(t, 5*time.Second, "applied", func() bool { return a.version() != "" })
 
 	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\n  upstream: {backoff_max: 500ms}\n")

@@ -211,10 +211,10 @@ nodes:
 	a := startClient(t, cp.addr, pay.ID, func(c *xds.ClientConfig) { c.Node = pay })
 	typo := startClient(t, cp.addr, "paymnet-0.shop", nil)
 	// This node's own settings make the file's backoff_max invalid: it NACKs.
-	nack := startClient(t, cp.addr, "payment-0.shop", func(c *xds.ClientConfig) {
+	base := settings.Merge(settings.Defaults(), interval(10*time.Second))
+	base.Upstream.BackoffBase = dur(time.Second)
+	nack := startSidecar(t, cp.addr, "payment-0.shop", base, func(c *xds.ClientConfig) {
 		c.Node = xds.NodeInfo{ID: "payment-0.shop", Namespace: "shop", Labels: map[string]string{"app": "payment"}}
-		c.Base = settings.Merge(settings.Defaults(), interval(10*time.Second))
-		c.Base.Upstream.BackoffBase = dur(time.Second)
 	})
 	waitFor(t, 5*time.Second, "two nodes applied, one NACK", func() bool {
 		return a.version() != "" && typo.version() != "" && nack.count("nack") == 1

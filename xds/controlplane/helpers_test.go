@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
 )
@@ -29,11 +30,13 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// runningClient is an xds.Client as `sidecar run --xds` runs one, keeping
-// what it applied.
+// runningClient is an xds.Client as `sidecar run --xds` runs one: each push
+// merged over the startup settings and made active in a settings.Store,
+// which refuses what is invalid or cannot change live.
 type runningClient struct {
 	c    *xds.Client
 	reg  *prometheus.Registry
+	st   *settings.Store
 	stop func() // ends Run and waits for it
 
 	mu      sync.Mutex
@@ -44,6 +47,12 @@ type runningClient struct {
 
 func startClient(t *testing.T, addr, node string, mod func(*xds.ClientConfig)) *runningClient {
 	t.Helper()
+	return startSidecar(t, addr, node, settings.Defaults(), mod)
+}
+
+// startSidecar is startClient for a sidecar that started with base.
+func startSidecar(t *testing.T, addr, node string, base *sg.Settings, mod func(*xds.ClientConfig)) *runningClient {
+	t.Helper()
 	cfg := xds.ClientConfig{Addresses: []string{addr}, Node: xds.NodeInfo{ID: node},
 		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
 	if mod != nil {
@@ -51,6 +60,9 @@ func startClient(t *testing.T, addr, node string, mod func(*xds.ClientConfig)) *
 	}
 	rc := &runningClient{reg: prometheus.NewRegistry()}
 	var err error
+	if rc.st, err = settings.NewStore(base, "v0", settings.SourceFile, nil); err != nil {
+		t.Fatal(err)
+	}
 	if rc.c, err = xds.NewClient(cfg, zaptest.NewLogger(t), rc.reg); err != nil {
 		t.Fatal(err)
 	}
@@ -62,10 +74,14 @@ func startClient(t *testing.T, addr, node string, mod func(*xds.ClientConfig)) *
 	return rc
 }
 
-func (rc *runningClient) apply(s *sg.Settings, version string) error {
+func (rc *runningClient) apply(pushed *sg.Settings, version string) error {
+	next := settings.Merge(rc.st.Base().Settings, pushed)
+	if err := rc.st.Update(next, version, settings.SourceXDS, nil); err != nil {
+		return err
+	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	rc.applied, rc.ver, rc.calls = s, version, rc.calls+1
+	rc.applied, rc.ver, rc.calls = next, version, rc.calls+1
 	return nil
 }
 
