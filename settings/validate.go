@@ -379,7 +379,7 @@ var fieldRules = []rule{
 	{"limits.max_buffered_bytes", "Bytes the whole process keeps because a peer is slow or absent (requests queued behind a stalled socket on either side, the hold queue, frames arriving in pieces); over it new ones are refused with an overload error.", "between 1048576 and 2147483647", intIn(mib, 2*gib-1), live},
 	{"limits.max_queued_bytes_per_consumer", "A consumer with more than this many bytes of requests waiting in Stormgate for a provider that serves, but not as fast as it is fed (its connections' send queues and the hold queue), is not read until half of them have drained: its socket fills and TCP slows that consumer alone (stormgate_consumers_paused). Never while the provider is away (hold.max_bytes_per_consumer then). 0: never paused.", "0 (off) or between 65536 and 1073741824", intOff(64*kib, gib), live},
 	{"drain.readonly_policy", "On a provider READONLY event: HOLD requests for the provider's return, or PROPAGATE READONLY to consumers.", "HOLD or PROPAGATE", enumIn("HOLD", "PROPAGATE"), live},
-	{"drain.timeout", "Longest a drain waits for in-flight requests.", "between 0s and 10m", durIn(0, 10*time.Minute, false), live},
+	{"drain.timeout", "Bounds two drains. Stormgate's own (SIGTERM, POST /drain): after drain.min_duration and once accepting stopped, how long requests in flight may finish before Stormgate exits; 0 exits at once. A provider's (it sent READONLY, or said it is closing): how long new requests are kept off its connections (held, or READONLY passed on, by drain.readonly_policy) while its own requests finish; past it, its connections take requests again; 0 does not wait.", "between 0s and 10m", durIn(0, 10*time.Minute, false), live},
 	{"drain.min_duration", "On SIGTERM or POST /drain: how long /readyz answers 503 and READONLY is out while the listener still accepts and requests are still served, before accepting stops and in-flight requests get drain.timeout to finish (Istio's terminationDrainDuration). A second SIGTERM skips the rest of it.", "between 0s and 10m", durIn(0, 10*time.Minute, false), live},
 	{"log.level", "Log level.", "debug, info, warn or error", oneOf(stringChoices["log.level"]...), live},
 	{"log.format", "Log encoding.", "json or console", oneOf(stringChoices["log.format"]...), restart("the logger is built once at start")},
@@ -479,19 +479,4 @@ func formatValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) string {
 		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
 	}
 	return v.String()
-}
-
-// FieldsMarkdown renders Fields as a Markdown table (setting, default,
-// allowed values, live, meaning) for docs/configuration.md.
-func FieldsMarkdown() string {
-	var b strings.Builder
-	b.WriteString("| Setting | Default | Allowed | Live | Meaning |\n|---|---|---|---|---|\n")
-	for _, f := range Fields() {
-		live := "yes"
-		if !f.Live {
-			live = "no (restart; an xDS push changing it is NACKed)"
-		}
-		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s |\n", f.Path, f.Default, f.Allowed, live, strings.ReplaceAll(f.Help, "|", `\|`))
-	}
-	return b.String()
 }
