@@ -13,7 +13,7 @@ import (
 	"github.com/stormgate/stormgate/loadgen"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
 )
 
 // isolationLoad is issue 23's test, scaled to make test: well-behaved consumers send
@@ -93,7 +93,7 @@ func TestGreedyNeighboursCostOnlyThemselves(t *testing.T) {
 	}{{"never reading", false}, {"bulk senders", true}} {
 		t.Run(c.name, func(t *testing.T) {
 			prov := newEcho(t)
-			cfg := xds.ProxyConfig(xds.Defaults())
+			cfg := settings.ProxyConfig(settings.Defaults())
 			cfg.Upstream = prov.Addr()
 			srv, addr := startIsolationProxy(t, cfg, prometheus.NewRegistry())
 			directProv := newEcho(t)

@@ -870,7 +870,7 @@ func (p *reporter) microSection() {
 	p.ln("## Hot-path micro-benchmarks")
 	p.ln("")
 	m := p.r.Micro
-	cmd := "go test -run=NONE -bench=. -benchmem ./proxy/ ./proxy/dubbo/ ./keepalive/ ./xds/"
+	cmd := "go test -run=NONE -bench=. -benchmem ./proxy/ ./proxy/dubbo/ ./keepalive/ ./xds/controlplane/"
 	if m != nil {
 		cmd = m.Command
 	}
