@@ -141,7 +141,7 @@ const isolationPairs = 3
 // answer they get is their own body.
 func TestBulkSendersAreSlowedNotRefused(t *testing.T) {
 	prov := newEcho(t)
-	cfg := xds.ProxyConfig(xds.Defaults())
+	cfg := settings.ProxyConfig(settings.Defaults())
 	cfg.Upstream = prov.Addr()
 	cfg.HoldMaxBytes = 8 << 20              // 8 bulk senders × 4 MiB each would be 32 MiB
 	cfg.MaxQueuedBytesPerConsumer = 4 << 20 // the default
