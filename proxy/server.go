@@ -226,7 +226,7 @@ func (s *Server) Update(cfg Config) error {
 // Whatever happens, the fd is closed exactly once and OnConnClosed runs once.
 func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 	cfg := s.cfg.Load()
-	refuse := func(r closeReason) {
+	turnAway := func(r closeReason) { // a connection never served: closed and counted
 		_ = unix.Close(fd)
 		s.m.downClosed[r].Inc()
 		if s.opts.OnConnClosed != nil {
@@ -234,7 +234,7 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		}
 	}
 	if s.draining.Load() || s.closed.Load() {
-		refuse(closeDrain)
+		turnAway(closeDrain)
 		return
 	}
 	var p *pool
@@ -243,7 +243,7 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		if !cfg.portAllowed(port) {
 			s.log.Warn("refused a redirected connection for a port outside listener.inbound_ports",
 				zap.Stringer("peer", remote), zap.Uint16("port", port))
-			refuse(closeNoPort)
+			turnAway(closeNoPort)
 			return
 		}
 		p = s.poolFor(port)
@@ -253,13 +253,13 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		s.mu.Unlock()
 	}
 	if p == nil {
-		refuse(closeShutdown)
+		turnAway(closeShutdown)
 		return
 	}
 	conn, err := netpoll.NewFDConnection(fd)
 	if err != nil {
 		s.log.Error("cannot register consumer connection with netpoll", zap.Error(err))
-		refuse(closePeer)
+		turnAway(closePeer)
 		return
 	}
 	if h := s.hookServeFD.Load(); h != nil {

@@ -62,9 +62,9 @@ type upConn struct {
 	scratch        [64]byte // onRequest only: heartbeat replies
 	stash          []byte   // bytes read during a handover, not yet handled (handover.go)
 
-	counts  upCounters
-	sent    atomic.Uint64 // two-way requests sent (warm-up's rate meter)
-	retired bool          // counts moved to the closed totals; guarded by Server.upClosed.mu
+	counts upCounters
+	sent   atomic.Uint64 // two-way requests sent (warm-up's rate meter)
+	folded bool          // counts moved to the closed totals; guarded by Server.upClosed.mu
 
 	mu      sync.Mutex
 	pending pendingTable
