@@ -163,7 +163,7 @@ upgrade-bench:
 	  $(GO) test -count=1 -timeout 20m -run 'TestUpgradeUnderLoad$$' -v ./e2e/
 
 proto:
-	bash xds/gen.sh
+	bash settings/gen.sh
 
 clean:
 	rm -rf bin dist

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/stormgate/stormgate/admission/storm"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
 )
 
 func TestMain(m *testing.M) {
@@ -36,7 +36,7 @@ func TestAcceptanceStorm(t *testing.T) {
 		t.Skip("skipping the storm acceptance under -race: its figures (overflows, p99 connect, rate) are timing; run without -race")
 	}
 	const rate, burst = 2500, 500
-	cfg := xds.AdmissionConfig(xds.Defaults())
+	cfg := settings.AdmissionConfig(settings.Defaults())
 	// A rate well below the clients' arrival rate, so that the queue stays backlogged and
 	// every admission is token-paced (10,000 conns take ~3.8 s at 2,500/s, inside MaxWait):
 	// the pacing itself is what is checked.
@@ -133,7 +133,7 @@ func TestMeasureAdmissionRates(t *testing.T) {
 		burst int
 	}
 	for _, s := range []setting{{0, 1}, {20000, 2000}, {10000, 1000}, {5000, 500}, {2000, 500}} {
-		cfg := xds.AdmissionConfig(xds.Defaults())
+		cfg := settings.AdmissionConfig(settings.Defaults())
 		cfg.AcceptRate, cfg.AcceptBurst = s.rate, s.burst
 		cfg.MaxConnections = 10500
 		rep := runStorm(t, storm.Options{Connections: 10000, Clients: 2, Admission: &cfg, Echo: true, Steady: 50})

@@ -12,7 +12,7 @@ import (
 )
 
 // Fallbacks for a zero Config, so that it is usable in tests and tools. They are not
-// Stormgate's defaults: those live in xds.Defaults, and the settings schema never
+// Stormgate's defaults: those live in settings.Defaults, and the settings schema never
 // sends zero for these fields.
 const (
 	zeroBacklog    = 65535
@@ -22,7 +22,7 @@ const (
 // Config is the admission stage's settings. It is a value: Update takes a new one whole.
 //
 // The zero value is usable: every field documents what zero (and negative) mean. The
-// values Stormgate ships with are xds.AdmissionConfig(xds.Defaults()).
+// values Stormgate ships with are settings.AdmissionConfig(settings.Defaults()).
 type Config struct {
 	// Address is "IP:port" to listen on. An empty host means 0.0.0.0; port 0 picks a free port.
 	// Cannot change live.

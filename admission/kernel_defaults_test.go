@@ -11,7 +11,7 @@ import (
 // and the warning is kept for an operator who turns it on explicitly.
 func TestDefaultFastOpenQuietOnStockKernel(t *testing.T) {
 	stock := kernelLimits{somaxconn: 65535, maxSynBacklog: 65535, syncookies: 1, tcpFastOpen: 1, nofileCur: 1 << 20, nofileMax: 1 << 20}
-	const tfo = 0 // xds.Defaults (xds.TestShippedFastOpenIsOff keeps them equal)
+	const tfo = 0 // settings.Defaults (settings.TestShippedFastOpenIsOff keeps them equal)
 	s, err := newSettings(Config{Address: "127.0.0.1:0", TCPFastOpen: tfo})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@
 #   bash bench/run.sh                          the full run (about 13 minutes on 2 cores)
 #   bash bench/run.sh --quick                  every scenario at about a tenth of its size
 #   bash bench/run.sh --scenarios idle,storm   a subset (see: bench/out/bin/suite run -h)
+#   BENCH_BASE_REF=4fa09f0 make bench          also measure the sidecar at that commit (forward scenario)
 #
 # Needs root for the accept-storm scenario (it creates a network namespace) and for installing
 # HAProxy with apt-get when it is missing. Logs, per-run JSON and results.json go to bench/out
@@ -30,11 +31,21 @@ if ! command -v ip >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
 fi
 
-echo "bench: building sidecar, stormbench, suite, the dubbo-go provider and the floor programs into $BIN"
+echo "bench: building sidecar, stormbench, suite, the dubbo-go provider and consumer and the floor programs into $BIN"
 go build -o "$BIN/sidecar" ./cmd/sidecar
 go build -o "$BIN/stormbench" ./cmd/stormbench
 go build -o "$BIN/suite" ./bench/suite
-(cd interop && go build -o "$BIN/dgprovider" ./cmd/dgprovider)
+(cd interop && go build -o "$BIN/dgprovider" ./cmd/dgprovider && go build -o "$BIN/dgconsumer" ./cmd/dgconsumer)
+# BENCH_BASE_REF=<commit>: also build the sidecar at that commit, which the forward scenario then
+# measures in the same alternating rounds as this tree's (what a change costs the common case).
+rm -f "$BIN/sidecar-base" "$BIN/sidecar-base.ref"
+if [ -n "${BENCH_BASE_REF:-}" ]; then
+  base_src=$(mktemp -d)
+  git archive "$BENCH_BASE_REF" | tar -x -C "$base_src"
+  (cd "$base_src" && go build -o "$BIN/sidecar-base" ./cmd/sidecar)
+  git rev-parse --short "$BENCH_BASE_REF" >"$BIN/sidecar-base.ref"
+  rm -rf "$base_src"
+fi
 # The floors: what a bare epoll loop in C spends (frame pointers kept so perf can walk their stacks).
 for f in hbfloor fwdfloor; do
   gcc -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -o "$BIN/$f" "bench/floor/$f.c"
@@ -54,5 +65,5 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 # The doc names the command that produced it: `make bench`, or this script with its arguments.
 CMD="make bench"
 if [ $# -gt 0 ]; then CMD="bash bench/run.sh $*"; fi
-timeout --signal=INT --kill-after=60s 30m \
+timeout --signal=INT --kill-after=60s 45m \
   "$BIN/suite" run --bin "$BIN" --out "$OUT" --doc docs/benchmarks.md --img docs/img --command "$CMD" "$@"

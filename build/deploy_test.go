@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/stormgate/stormgate/inject/webhook"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
 )
 
 // TestDeployManifestsParse decodes every document under deploy/ strictly into its Kubernetes type, and
@@ -70,7 +70,7 @@ func TestDeployManifestsParse(t *testing.T) {
 			}
 			all.add(obj)
 			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == "stormgate-control-plane" {
-				cp, err := xds.ParseControlPlaneYAML([]byte(cm.Data["control-plane.yaml"]))
+				cp, err := cpfile.Parse([]byte(cm.Data["control-plane.yaml"]))
 				if err != nil {
 					t.Fatalf("%s: control-plane.yaml: %v", f, err)
 				}

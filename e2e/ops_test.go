@@ -13,18 +13,18 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // provenance is the part of /config_dump that says where settings came from.
 type provenance struct {
-	Version      string            `json:"version"`
-	Source       string            `json:"source"`
-	File         string            `json:"file"`
-	Rejecting    bool              `json:"rejecting"`
-	LastRejected *xds.Rejection    `json:"last_rejected"`
-	FieldSources map[string]string `json:"field_sources"`
+	Version      string              `json:"version"`
+	Source       string              `json:"source"`
+	File         string              `json:"file"`
+	Rejecting    bool                `json:"rejecting"`
+	LastRejected *settings.Rejection `json:"last_rejected"`
+	FieldSources map[string]string   `json:"field_sources"`
 }
 
 func (s *sidecar) provenance(t *testing.T) provenance {
@@ -58,8 +58,8 @@ func TestOpsSIGHUPReloadsConfig(t *testing.T) {
 	prov := startProvider(t, "")
 	sc := startSidecar(t, prov.addr, "admission:\n  accept_burst: 500\n", 4)
 	p := sc.provenance(t)
-	if p.Source != xds.SourceFile || p.File != sc.configPath || p.FieldSources["admission.accept_burst"] != xds.SourceFile ||
-		p.FieldSources["upstream.address"] != xds.SourceFlag || p.FieldSources["hold.timeout"] != xds.SourceDefaults {
+	if p.Source != settings.SourceFile || p.File != sc.configPath || p.FieldSources["admission.accept_burst"] != settings.SourceFile ||
+		p.FieldSources["upstream.address"] != settings.SourceFlag || p.FieldSources["hold.timeout"] != settings.SourceDefaults {
 		t.Fatalf("provenance at start: %+v", p)
 	}
 	// The start-up line and /config_dump say the same (issue 24: "flag" in one, "file" in the other).
@@ -76,7 +76,7 @@ func TestOpsSIGHUPReloadsConfig(t *testing.T) {
 	var applied []string
 	if !poll(5*time.Second, func() bool {
 		for _, m := range sc.jsonLines("settings applied") {
-			if m["source"] == xds.SourceFile {
+			if m["source"] == settings.SourceFile {
 				applied = strs(m["changed"])
 				return true
 			}
@@ -89,7 +89,7 @@ func TestOpsSIGHUPReloadsConfig(t *testing.T) {
 		t.Errorf("settings applied: changed %q, want %q", applied, want)
 	}
 	p = sc.provenance(t)
-	if p.Source != xds.SourceFile || p.FieldSources["hold.timeout"] != xds.SourceFile || p.FieldSources["upstream.address"] != xds.SourceFlag {
+	if p.Source != settings.SourceFile || p.FieldSources["hold.timeout"] != settings.SourceFile || p.FieldSources["upstream.address"] != settings.SourceFlag {
 		t.Errorf("provenance after reload: %+v", p)
 	}
 	good := p.Version
@@ -116,7 +116,7 @@ func TestOpsSIGHUPReloadsConfig(t *testing.T) {
 		t.Errorf("rejection log %v", rejected)
 	}
 	p = sc.provenance(t)
-	if p.Version != good || p.LastRejected == nil || p.LastRejected.Source != xds.SourceFile || p.Rejecting {
+	if p.Version != good || p.LastRejected == nil || p.LastRejected.Source != settings.SourceFile || p.Rejecting {
 		t.Errorf("after a rejected file: %+v", p)
 	}
 	if v := sc.metric(t, "stormgate_admission_burst"); v != 700 {
@@ -148,8 +148,8 @@ func TestOpsXDSRejectingAndProvenance(t *testing.T) {
 	sc.waitXDSApplied(t, 10*time.Second, v1)
 
 	p := sc.provenance(t)
-	if p.FieldSources["keepalive.upstream_interval"] != xds.SourceXDS || p.FieldSources["listener.address"] != xds.SourceFlag ||
-		p.FieldSources["hold.timeout"] != xds.SourceDefaults || p.Rejecting || p.LastRejected != nil {
+	if p.FieldSources["keepalive.upstream_interval"] != settings.SourceXDS || p.FieldSources["listener.address"] != settings.SourceFlag ||
+		p.FieldSources["hold.timeout"] != settings.SourceDefaults || p.Rejecting || p.LastRejected != nil {
 		t.Fatalf("provenance after v1: %+v", p)
 	}
 	if !poll(5*time.Second, func() bool {
@@ -172,7 +172,7 @@ func TestOpsXDSRejectingAndProvenance(t *testing.T) {
 	vBad := fcp.push(t, node, &sg.Settings{Listener: &sg.Listener{Address: proto.String("127.0.0.1:1")}})
 	sc.waitMetric(t, 5*time.Second, "stormgate_xds_rejecting", func(v float64) bool { return v == 1 })
 	p = sc.provenance(t)
-	if !p.Rejecting || p.LastRejected == nil || p.LastRejected.Version != vBad || p.LastRejected.Source != xds.SourceXDS ||
+	if !p.Rejecting || p.LastRejected == nil || p.LastRejected.Version != vBad || p.LastRejected.Source != settings.SourceXDS ||
 		!strings.Contains(p.LastRejected.Error, "listener.address: cannot change live") || p.Version != v1 {
 		t.Fatalf("provenance while rejecting: %+v", p)
 	}

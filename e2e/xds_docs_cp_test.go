@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
 )
 
 // xdsLiveDocs writes the "Live changes over xDS" and "The control-plane
@@ -182,7 +183,7 @@ func indent(s, prefix string) string {
 // Every control-plane metric the docs list is served, and the example file
 // in the docs is valid.
 func TestXDSControlPlaneMetricsDocumented(t *testing.T) {
-	if _, err := xds.ParseControlPlaneYAML([]byte(xdsControlPlaneExample)); err != nil {
+	if _, err := cpfile.Parse([]byte(xdsControlPlaneExample)); err != nil {
 		t.Fatalf("the documented example is invalid: %v", err)
 	}
 	cfg := filepath.Join(t.TempDir(), "cp.yaml")

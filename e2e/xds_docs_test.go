@@ -15,19 +15,12 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/stormgate/stormgate/inject"
-	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // The usual golden-file flag: `go test ./e2e -run TestXDSConfigurationDocs -update`.
-var xdsUpdateDocs = flag.Bool("update", false, "rewrite docs/configuration.md from xds.Fields()")
-
-// xdsRestartOnly lists fields that a running sidecar refuses to change (the push
-// is NACKed, naming the field; TestXDSBadPushNACKed proves it) although
-// xds.Fields() reports them live: the proxy refuses upstream.address, and the
-// sidecar refuses log.format (its logger is built once). Remove an entry once
-// xds lists the field as fixed itself.
-var xdsRestartOnly = map[string]bool{}
+var xdsUpdateDocs = flag.Bool("update", false, "rewrite docs/configuration.md from settings.Fields()")
 
 // xdsSections describes each top-level section of the schema, in the docs.
 var xdsSections = map[string]string{
@@ -43,19 +36,8 @@ var xdsSections = map[string]string{
 	"log":       "Logging.",
 }
 
-// xdsFlags maps the `sidecar run` flags that set a field (checked against
-// `sidecar run --help`).
-var xdsFlags = []struct{ flag, field string }{
-	{"--listen", "listener.address"},
-	{"--transparent", "listener.transparent"},
-	{"--upstream", "upstream.address"},
-	{"--upstream-conns", "upstream.connections"},
-	{"--log-level", "log.level"},
-	{"--log-format", "log.format"},
-}
-
 // TestXDSConfigurationDocs keeps docs/configuration.md equal to what
-// xds.Fields() and xds.Defaults() say (issue 5, acceptance 6: every setting
+// settings.Fields() and settings.Defaults() say (issue 5, acceptance 6: every setting
 // with its meaning, default, range, and whether it is live).
 func TestXDSConfigurationDocs(t *testing.T) {
 	root, err := moduleRoot()
@@ -63,13 +45,13 @@ func TestXDSConfigurationDocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every leaf of the schema is documented.
-	fields := map[string]xds.FieldInfo{}
-	for _, f := range xds.Fields() {
+	fields := map[string]settings.FieldInfo{}
+	for _, f := range settings.Fields() {
 		fields[f.Path] = f
 	}
 	for _, leaf := range xdsLeaves((&sg.Settings{}).ProtoReflect().Descriptor(), "") {
 		if _, ok := fields[leaf]; !ok {
-			t.Errorf("setting %s is missing from xds.Fields(), so from the docs", leaf)
+			t.Errorf("setting %s is missing from settings.Fields(), so from the docs", leaf)
 		}
 	}
 	// Every flag in the table exists.
@@ -77,12 +59,12 @@ func TestXDSConfigurationDocs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sidecar run --help: %v\n%s", err, help)
 	}
-	for _, f := range xdsFlags {
-		if !strings.Contains(string(help), f.flag+" ") {
-			t.Errorf("sidecar run --help does not list %s", f.flag)
+	for _, f := range settings.RunFlags {
+		if !strings.Contains(string(help), "--"+f.Name+" ") || !strings.Contains(string(help), "("+f.Path+")") {
+			t.Errorf("sidecar run --help does not list --%s (%s)", f.Name, f.Path)
 		}
-		if _, ok := fields[f.field]; !ok {
-			t.Errorf("flag %s maps to %s, which is not a setting", f.flag, f.field)
+		if _, ok := fields[f.Path]; !ok {
+			t.Errorf("flag --%s maps to %s, which is not a setting", f.Name, f.Path)
 		}
 	}
 
@@ -97,7 +79,7 @@ func TestXDSConfigurationDocs(t *testing.T) {
 	}
 	old, err := os.ReadFile(path)
 	if err != nil || string(old) != doc {
-		t.Fatalf("docs/configuration.md is missing or out of date with xds.Fields() (%v); regenerate it:\n"+
+		t.Fatalf("docs/configuration.md is missing or out of date with settings.Fields() (%v); regenerate it:\n"+
 			"  go test ./e2e -run TestXDSConfigurationDocs -update", err)
 	}
 }
@@ -125,21 +107,21 @@ func xdsConfigurationDoc(t *testing.T) string {
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
 	w("# Stormgate configuration\n\n")
-	w("<!-- Generated from xds.Fields() and xds.Defaults() by e2e/xds_docs_test.go; do not edit by hand.\n")
+	w("<!-- Generated from settings.Fields() and settings.Defaults() by e2e/xds_docs_test.go; do not edit by hand.\n")
 	w("     Regenerate: go test ./e2e -run TestXDSConfigurationDocs -update -->\n\n")
-	w("One schema, `stormgate.v1.Settings` ([xds/stormgatev1/settings.proto](../xds/stormgatev1/settings.proto)),\n")
+	w("One schema, `stormgate.v1.Settings` ([settings/stormgatev1/settings.proto](../settings/stormgatev1/settings.proto)),\n")
 	w("is used by the settings file, the flags' defaults, `/config_dump` and xDS. Names are snake_case;\n")
 	w("durations are written like `3s`, `500ms` or `1m30s`.\n\n")
 
 	w("## Where settings come from\n\n")
 	w("Lowest to highest precedence; each layer sets only the fields it names, the others keep the value\n")
 	w("from the layer below:\n\n")
-	w("1. built-in defaults (the *Default* column below; `xds.Defaults()` is the one place they live);\n")
+	w("1. built-in defaults (the *Default* column below; `settings.Defaults()` is the one place they live);\n")
 	w("2. the settings file: `sidecar run --config FILE`;\n")
 	w("3. the command-line flags of `sidecar run`:\n\n")
 	w("   | Flag | Setting |\n   |---|---|\n")
-	for _, f := range xdsFlags {
-		w("   | `%s` | `%s` |\n", f.flag, f.field)
+	for _, f := range settings.RunFlags {
+		w("   | `--%s` | `%s` |\n", f.Name, f.Path)
 	}
 	w("\n   `--set PATH=VALUE` (repeatable) sets any other setting by its path, the value written as in the\n")
 	w("   file: `--set hold.timeout=10s --set limits.max_frame_bytes=16MiB`. A flag counts only when given:\n")
@@ -174,7 +156,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("NACK naming the field; change it in the file or flags and restart the sidecar. Socket options\n")
 	w("(`admission.tcp_*`) apply to connections accepted after the change.\n")
 	var section string
-	for _, f := range xds.Fields() {
+	for _, f := range settings.Fields() {
 		sec, _, _ := strings.Cut(f.Path, ".")
 		if sec != section {
 			section = sec
@@ -185,7 +167,7 @@ func xdsConfigurationDoc(t *testing.T) string {
 			w("| Setting | Default | Allowed | Live | Pod annotation | Meaning |\n|---|---|---|---|---|---|\n")
 		}
 		live := "live"
-		if !f.Live || xdsRestartOnly[f.Path] {
+		if !f.Live {
 			live = "**restart**"
 		}
 		def := "`" + f.Default + "`"
@@ -206,11 +188,11 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("`GET /config_dump` on the admin listener (`--admin`, default `127.0.0.1:15000`; keep it on loopback)\n")
 	w("returns the active settings: every field (snake_case, durations as protobuf JSON prints them), the\n")
 	w("version (a content hash; for xDS, the control plane's version), and where they came from:\n\n")
-	w("- `field_sources`: for every field, the layer its value comes from: `%s` (built in), `%s` (the\n", xds.SourceDefaults, xds.SourceFile)
-	w("  `--config` file, named in `file`), `%s` (a `sidecar run` flag), `%s` (pushed by the control\n", xds.SourceFlag, xds.SourceXDS)
-	w("  plane; a pushed field whose value equals the startup value keeps the startup source) or `%s`\n", xds.SourceAdmin)
+	w("- `field_sources`: for every field, the layer its value comes from: `%s` (built in), `%s` (the\n", settings.SourceDefaults, settings.SourceFile)
+	w("  `--config` file, named in `file`), `%s` (a `sidecar run` flag), `%s` (pushed by the control\n", settings.SourceFlag, settings.SourceXDS)
+	w("  plane; a pushed field whose value equals the startup value keeps the startup source) or `%s`\n", settings.SourceAdmin)
 	w("  (`log.level` after `POST /logging?level=...` changed it: the dump shows the level in force);\n")
-	w("- `source`: what made the last change (`%s` after a push, `%s` after a SIGHUP reload; at start the\n", xds.SourceXDS, xds.SourceFile)
+	w("- `source`: what made the last change (`%s` after a push, `%s` after a SIGHUP reload; at start the\n", settings.SourceXDS, settings.SourceFile)
 	w("  most specific layer that set any field) and `applied`, when;\n")
 	w("- `rejecting`: true while the control plane's newest version is NACKed (the metric\n")
 	w("  `stormgate_xds_rejecting`); `last_rejected`: the last version refused, from xDS or a SIGHUP reload,\n")
@@ -241,7 +223,7 @@ func xdsValidateExample(t *testing.T) string {
 // fixed "applied" time so the docs stay stable.
 func xdsConfigDumpExample(t *testing.T) string {
 	t.Helper()
-	st, err := xds.NewStore(xds.Defaults(), xds.Version(xds.Defaults()), xds.SourceDefaults, nil)
+	st, err := settings.NewStore(settings.Defaults(), settings.Version(settings.Defaults()), settings.SourceDefaults, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // Issue 24: with --xds the sidecar opened 4 provider connections (the startup settings) and retired

@@ -29,8 +29,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/stormgate/stormgate/peer"
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	"github.com/stormgate/stormgate/xds/controlplane"
+	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
 )
 
 // xdsControlPlane is a `sidecar control-plane` process.
@@ -185,7 +188,7 @@ func (s *sidecar) waitConfigDump(t *testing.T, d time.Duration, what string, con
 func (s *sidecar) waitXDSApplied(t *testing.T, d time.Duration, version string) configDump {
 	t.Helper()
 	cd, _ := s.waitConfigDump(t, d, "xds version "+version, func(cd configDump) bool {
-		return cd.Source == xds.SourceXDS && cd.Version == version
+		return cd.Source == settings.SourceXDS && cd.Version == version
 	})
 	return cd
 }
@@ -222,11 +225,11 @@ func writeFileAtomic(t *testing.T, path, content string) {
 // a control-plane file's content (a content hash of what it serves).
 func cpVersion(t *testing.T, content, nodeID string) string {
 	t.Helper()
-	f, err := xds.ParseControlPlaneYAML([]byte(content))
+	f, err := cpfile.Parse([]byte(content))
 	if err != nil {
 		t.Fatalf("control-plane file invalid: %v\n%s", err, content)
 	}
-	return xds.Version(f.Overlay(nodeID))
+	return settings.Version(f.Overlay(nodeID))
 }
 
 // startXDSProvider runs a peer.Provider in the test process, so the test can
@@ -300,14 +303,14 @@ func startXDSFakeCP(t *testing.T) *xdsFakeCP {
 // push publishes s (not validated) to node and returns its version.
 func (f *xdsFakeCP) push(t *testing.T, node string, s *sg.Settings) string {
 	t.Helper()
-	snap, err := xds.SettingsSnapshot(xds.DefaultResourceName, s)
+	snap, err := controlplane.SettingsSnapshot(xds.DefaultResourceName, s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := f.cache.SetSnapshot(context.Background(), node, snap); err != nil {
 		t.Fatal(err)
 	}
-	return xds.Version(s)
+	return settings.Version(s)
 }
 
 func (f *xdsFakeCP) nackList() []xdsNack {

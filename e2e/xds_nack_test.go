@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // Issue 5, acceptance 2: a bad push is NACKed with an error_detail naming the

@@ -8,7 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
 )
 
 // annotationPrefix starts every annotation Stormgate reads or writes.
@@ -40,12 +40,12 @@ var fixedInPod = map[string]string{
 }
 
 // settingAnnotations maps each per-pod settings annotation to its setting path. It is derived from
-// the schema (xds.Fields): stormgate.io/<section>-<field>, underscores as dashes, e.g.
+// the schema (settings.Fields): stormgate.io/<section>-<field>, underscores as dashes, e.g.
 // stormgate.io/hold-timeout for hold.timeout; the settings in dedicatedSettings and fixedInPod have
 // none. Every setting added to the schema gets its annotation without a change here.
 var settingAnnotations = func() map[string]string {
 	m := map[string]string{}
-	for _, f := range xds.Fields() {
+	for _, f := range settings.Fields() {
 		if _, ok := dedicatedSettings[f.Path]; ok {
 			continue
 		}
@@ -108,7 +108,7 @@ func checkAnnotationNames(ann map[string]string) []error {
 				msg = fmt.Sprintf("annotation %s: %s cannot be set per pod: %s", k, path, why)
 			}
 		}
-		if s := xds.Suggest(name, known); s != "" {
+		if s := settings.Suggest(name, known); s != "" {
 			msg += "; did you mean " + annotationPrefix + s + "?"
 		} else if !strings.Contains(msg, "per pod") {
 			msg += " (docs/kubernetes.md lists them; settings are stormgate.io/<section>-<field>, e.g. stormgate.io/hold-timeout)"
@@ -120,9 +120,9 @@ func checkAnnotationNames(ann map[string]string) []error {
 
 // settingsFromAnnotations returns settings with the settings annotations in ann applied: an
 // annotation replaces a flag's value for its path. The result is in schema order.
-func settingsFromAnnotations(settings []xds.Assignment, ann map[string]string) []xds.Assignment {
+func settingsFromAnnotations(given []settings.Assignment, ann map[string]string) []settings.Assignment {
 	byPath := map[string]string{}
-	for _, a := range settings {
+	for _, a := range given {
 		byPath[a.Path] = a.Value
 	}
 	for k, v := range ann {
@@ -133,10 +133,10 @@ func settingsFromAnnotations(settings []xds.Assignment, ann map[string]string) [
 	if len(byPath) == 0 {
 		return nil
 	}
-	out := make([]xds.Assignment, 0, len(byPath))
-	for _, f := range xds.Fields() {
+	out := make([]settings.Assignment, 0, len(byPath))
+	for _, f := range settings.Fields() {
 		if v, ok := byPath[f.Path]; ok {
-			out = append(out, xds.Assignment{Path: f.Path, Value: v})
+			out = append(out, settings.Assignment{Path: f.Path, Value: v})
 			delete(byPath, f.Path)
 		}
 	}
@@ -146,7 +146,7 @@ func settingsFromAnnotations(settings []xds.Assignment, ann map[string]string) [
 	}
 	slices.Sort(rest)
 	for _, p := range rest { // not a setting (a flag's typo): the settings decoder names it
-		out = append(out, xds.Assignment{Path: p, Value: byPath[p]})
+		out = append(out, settings.Assignment{Path: p, Value: byPath[p]})
 	}
 	return out
 }

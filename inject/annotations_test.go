@@ -7,7 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
 )
 
 // sidecarOf injects annotations (a Pod) and returns the Stormgate container and the pod.
@@ -48,7 +48,7 @@ func TestUnknownAnnotationsAreErrors(t *testing.T) {
 // older name), except the few a pod cannot choose; values go through the sidecar's own decoder and
 // validation and reach it as --set.
 func TestSettingsAnnotations(t *testing.T) {
-	for _, f := range xds.Fields() {
+	for _, f := range settings.Fields() {
 		ann, ok := SettingAnnotation(f.Path)
 		_, fixed := fixedInPod[f.Path]
 		if ok == fixed || (ok && !strings.HasPrefix(ann, annotationPrefix)) {
@@ -81,7 +81,7 @@ func TestSettingsAnnotations(t *testing.T) {
 
 	// An annotation replaces the flag's value for its path.
 	side, _, _ = sidecarOf(t, `stormgate.io/hold-timeout: 5s`, Config{BacklogSysctls: ptrTo(false),
-		Settings: []xds.Assignment{{Path: "hold.timeout", Value: "1s"}, {Path: "hold.max_requests", Value: "100"}}})
+		Settings: []settings.Assignment{{Path: "hold.timeout", Value: "1s"}, {Path: "hold.max_requests", Value: "100"}}})
 	if args := strings.Join(side.Args, " "); !strings.Contains(args, "--set hold.timeout=5s --set hold.max_requests=100") || strings.Contains(args, "=1s") {
 		t.Errorf("flag and annotation: %q", args)
 	}
@@ -98,8 +98,8 @@ func TestSettingsAnnotations(t *testing.T) {
 		}
 	}
 	for _, cfg := range []Config{
-		{Settings: []xds.Assignment{{Path: "upstream.connections", Value: "2"}}},
-		{Settings: []xds.Assignment{{Path: "log.format", Value: "console"}}},
+		{Settings: []settings.Assignment{{Path: "upstream.connections", Value: "2"}}},
+		{Settings: []settings.Assignment{{Path: "log.format", Value: "console"}}},
 	} {
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--set "+cfg.Settings[0].Path) {
 			t.Errorf("%v: %v", cfg.Settings, err)

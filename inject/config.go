@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/transparent"
-	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 // Annotations read from a pod template (or its workload) and written by injection.
@@ -145,7 +145,7 @@ type Config struct {
 	NativeSidecar    bool
 	// Settings are further settings of every injected sidecar (`sidecar run --set`), from `sidecar
 	// inject --set`; a pod's settings annotations (SettingAnnotation) replace them path by path.
-	Settings []xds.Assignment
+	Settings []settings.Assignment
 	// BacklogSysctls says whether to set the pod's backlog sysctls (AnnotationBacklogSysctls); nil
 	// leaves them and warns.
 	BacklogSysctls *bool
@@ -273,9 +273,9 @@ func (c Config) Validate() error {
 	}
 	s, err := c.settings()
 	if err == nil {
-		err = xds.Validate(s)
+		err = settings.Validate(s)
 	}
-	var ps xds.Problems
+	var ps settings.Problems
 	switch {
 	case errors.As(err, &ps):
 		for _, p := range ps {
@@ -320,33 +320,33 @@ func describeField(name string) string {
 // validates at start-up, so injection can refuse what would crash-loop. The error is the settings
 // decoder's, for a value of c.Settings it cannot read.
 func (c Config) settings() (*sg.Settings, error) {
-	// What the sidecar's flags and --set will say, read by its own decoder (xds.ParseAssignments
+	// What the sidecar's flags and --set will say, read by its own decoder (settings.ParseAssignments
 	// is what `sidecar run` reads its flags with).
-	as := []xds.Assignment{
+	as := []settings.Assignment{
 		{Path: "listener.address", Value: listenAddr(c.ProxyPort)},
 		{Path: "listener.transparent", Value: strconv.FormatBool(c.Redirect != RedirectNone)},
 	}
 	if c.Redirect == RedirectNone && len(c.InboundPorts) == 1 {
-		as = append(as, xds.Assignment{Path: "upstream.address", Value: explicitUpstream(c.InboundPorts[0])})
+		as = append(as, settings.Assignment{Path: "upstream.address", Value: explicitUpstream(c.InboundPorts[0])})
 	} else {
-		as = append(as, xds.Assignment{Path: "listener.inbound_ports", Value: "[" + transparent.FormatPorts(c.InboundPorts) + "]"})
+		as = append(as, settings.Assignment{Path: "listener.inbound_ports", Value: "[" + transparent.FormatPorts(c.InboundPorts) + "]"})
 	}
 	if c.UpstreamConns != 0 {
-		as = append(as, xds.Assignment{Path: "upstream.connections", Value: strconv.Itoa(min(c.UpstreamConns, 1<<30))})
+		as = append(as, settings.Assignment{Path: "upstream.connections", Value: strconv.Itoa(min(c.UpstreamConns, 1<<30))})
 	}
 	if c.LogLevel != "" {
-		as = append(as, xds.Assignment{Path: "log.level", Value: c.LogLevel})
+		as = append(as, settings.Assignment{Path: "log.level", Value: c.LogLevel})
 	}
 	for _, a := range c.Settings {
 		if dedicatedSettings[a.Path] == "" && fixedInPod[a.Path] == "" {
 			as = append(as, a) // the others are refused by Validate
 		}
 	}
-	over, err := xds.ParseAssignments(as)
+	over, err := settings.ParseAssignments(as)
 	if err != nil {
 		return nil, err
 	}
-	return xds.WithDefaults(over), nil
+	return settings.WithDefaults(over), nil
 }
 
 // explicitUpstream is where the sidecar forwards in explicit-port mode: the provider in the same pod.

@@ -16,11 +16,17 @@ import (
 //
 //	| the provider                   | past the bound                                         | bound
 //	|--------------------------------|--------------------------------------------------------|---------------------------------
-//	| serves (a connection is usable)| Stormgate stops reading that consumer (netpoll's       | limits.max_queued_bytes_per_
-//	| but not as fast as it is fed   | ReadPauser) until half of it has drained: its socket   | consumer; resumed at half
-//	|                                | fills and TCP slows that consumer alone                |
+//	| serves (a connection is usable)| Stormgate stops reading that consumer (netpoll's       | its share: limits.max_queued_
+//	| but not as fast as it is fed   | ReadPauser) until half of it has drained: its socket   | bytes_per_consumer, or less
+//	|                                | fills and TCP slows that consumer alone                | (below); resumed at half
 //	| is away (restarting, hung)     | its new requests are answered at once (100, overloaded)| hold.max_bytes_per_consumer
 //	|                                | instead of held                                        |
+//
+// A consumer's share while the provider serves is limits.max_queued_bytes_per_consumer,
+// but never more than half of hold.max_bytes divided among the consumers that have
+// bytes waiting (at least minShare): large requests wait in the hold queue's bulk lane,
+// and twenty bulk senders at 4 MiB each would otherwise fill a 64 MiB hold queue, whose
+// overflow is answered with errors (hold_full) where TCP should slow them down.
 //
 // Reading is never paused while the provider is away: a request that waited in the
 // consumer's socket during an outage would be read, with a fresh arrival time, after its
@@ -36,11 +42,37 @@ type consumerWait struct {
 	mu      sync.Mutex  // serializes pausing and resuming
 }
 
+// minShare is the least a consumer's share of the waiting room gets: one large request
+// (upstream.large_request_bytes' default) and a little.
+const minShare = 128 << 10
+
 // addWaiting counts n bytes of s's requests that start to wait for the provider.
 func (s *session) addWaiting(n int) {
 	if s != nil {
-		s.wait.waiting.Add(int64(n))
+		s.countWaiter(s.wait.waiting.Add(int64(n)), int64(n))
 	}
+}
+
+// countWaiter keeps Server.waiters, the consumers with bytes waiting, from each change
+// of a consumer's waiting bytes by d to w: the atomic adds order the changes, so each
+// crossing of zero is seen by exactly one of them.
+func (s *session) countWaiter(w, d int64) {
+	switch was := w - d; {
+	case was <= 0 && w > 0:
+		s.srv.waiters.Add(1)
+	case was > 0 && w <= 0:
+		s.srv.waiters.Add(-1)
+	}
+}
+
+// share is the most bytes s may have waiting before it is paused (0: never paused).
+func (s *session) share(cfg *Config) int64 {
+	lim := int64(cfg.MaxQueuedBytesPerConsumer)
+	if lim <= 0 || cfg.HoldMaxBytes <= 0 {
+		return lim
+	}
+	fair := int64(cfg.HoldMaxBytes) / 2 / max(s.srv.waiters.Load(), 1)
+	return min(lim, max(fair, minShare))
 }
 
 // doneWaiting counts n bytes that stopped waiting, and resumes reading a paused
@@ -52,19 +84,20 @@ func (s *session) doneWaiting(n int) {
 		return
 	}
 	w := s.wait.waiting.Add(-int64(n))
+	s.countWaiter(w, -int64(n))
 	if s.wait.paused.Load() && w <= s.resumeAt() && !s.closing.Load() {
 		s.srv.spawn(s.resumeRead)
 	}
 }
 
 // resumeAt is the waiting bytes at or under which a paused consumer is read again.
-func (s *session) resumeAt() int64 { return int64(s.srv.cfg.Load().MaxQueuedBytesPerConsumer) / 2 }
+func (s *session) resumeAt() int64 { return s.share(s.srv.cfg.Load()) / 2 }
 
-// shouldPause reports whether the handler should stop reading s now: over its bound
+// shouldPause reports whether the handler should stop reading s now: over its share
 // while its provider serves.
 func (s *session) shouldPause(cfg *Config) bool {
-	lim := cfg.MaxQueuedBytesPerConsumer
-	return lim > 0 && s.wait.waiting.Load() > int64(lim) && s.pool.usable() > 0
+	lim := s.share(cfg)
+	return lim > 0 && s.wait.waiting.Load() > lim && s.pool.usable() > 0
 }
 
 // pauseRead stops reading s (from its handler); false when it was not paused (the

@@ -20,8 +20,8 @@ const (
 
 // Config is the proxy's part of the settings, fully resolved: every field means
 // exactly what the settings schema says (docs/configuration.md), zero included, and
-// the proxy applies no defaults of its own (they live in xds.Defaults; build a
-// Config with xds.ProxyConfig). It is an immutable value: a change is a new Config
+// the proxy applies no defaults of its own (they live in settings.Defaults; build a
+// Config with settings.ProxyConfig). It is an immutable value: a change is a new Config
 // passed to Server.Update. New and Update refuse values no valid settings produce.
 type Config struct {
 	// Upstream is the provider address (host:port). In transparent mode it is unused:
@@ -119,7 +119,7 @@ type AccessLogConfig struct {
 	MaxPerSecond  int           // lines per second at most (burst the same); >= 1 when Enabled
 }
 
-// validate rejects what the proxy cannot run with. xds.Validate gives users the
+// validate rejects what the proxy cannot run with. settings.Validate gives users the
 // friendly version of the same rules; these are the proxy's own invariants.
 func (c *Config) validate() error {
 	switch {

@@ -105,7 +105,7 @@ func (f *fixture) advance(d, step time.Duration, answered bool) {
 	}
 }
 
-// testConfig is the shipped defaults (xds.Defaults) as a proxy Config, with the
+// testConfig is the shipped defaults (settings.Defaults) as a proxy Config, with the
 // provider at upstream. Tests change what they exercise.
 func testConfig(upstream string) Config {
 	return Config{

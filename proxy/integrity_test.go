@@ -32,7 +32,7 @@ import (
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/dubbo"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
 )
 
 var integritySeed = flag.Uint64("integrity.seed", 0, "seed of TestIntegrityUnderPressure (0: a new one, printed)")
@@ -244,7 +244,7 @@ func runWeather(prov *peer.EchoProvider, think *atomic.Int64, r *rand.Rand, ld i
 // integrityConfig is the shipped settings as `sidecar run` resolves them, with the
 // provider at upstream, M connections and a 1 MiB frame cap (bodies are at most 256 KiB).
 func integrityConfig(upstream string, m int) proxy.Config {
-	cfg := xds.ProxyConfig(xds.Defaults())
+	cfg := settings.ProxyConfig(settings.Defaults())
 	cfg.Upstream, cfg.UpstreamConns, cfg.MaxFrameBytes = upstream, m, 1<<20
 	return cfg
 }

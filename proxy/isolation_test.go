@@ -13,7 +13,7 @@ import (
 	"github.com/stormgate/stormgate/loadgen"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
 )
 
 // isolationLoad is issue 23's test, scaled to make test: well-behaved consumers send
@@ -92,37 +92,101 @@ func TestGreedyNeighboursCostOnlyThemselves(t *testing.T) {
 		read bool
 	}{{"never reading", false}, {"bulk senders", true}} {
 		t.Run(c.name, func(t *testing.T) {
-			direct := runIsolation(t, newEcho(t).Addr(), ld, c.read)
-			t.Logf("direct:  %v", direct)
-
 			prov := newEcho(t)
-			cfg := xds.ProxyConfig(xds.Defaults())
+			cfg := settings.ProxyConfig(settings.Defaults())
 			cfg.Upstream = prov.Addr()
-			srv, err := proxy.New(cfg, proxy.Options{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named("proxy"),
-				Registerer: prometheus.NewRegistry()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := srv.Start(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			addr := proxy.ServeLoopback(t, srv)
-			proxy.WaitFor(t, 10*time.Second, "upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(cfg.UpstreamConns) })
-			via := runIsolation(t, addr, ld, c.read)
-			t.Logf("through: %v", via)
-			t.Logf("stormgate: %+v", srv.Stats())
+			srv, addr := startIsolationProxy(t, cfg, prometheus.NewRegistry())
+			directProv := newEcho(t)
+			// The p99 bound compares two runs made one after the other; on a shared 2-core
+			// machine a burst of other work can land in one of them. A pair that misses the
+			// bound is measured again, up to isolationPairs pairs: the coupling this test is
+			// about (6-25 times direct before fair sharing) misses it in every pair.
+			for pair := 1; ; pair++ {
+				direct := runIsolation(t, directProv.Addr(), ld, c.read)
+				t.Logf("pair %d direct:  %v", pair, direct)
+				via := runIsolation(t, addr, ld, c.read)
+				t.Logf("pair %d through: %v", pair, via)
+				t.Logf("stormgate: %+v", srv.Stats())
 
-			if n := via.polite.Errors + via.polite.BodyMismatches + via.polite.Timeouts + via.polite.Lost; n != 0 {
-				t.Errorf("%d well-behaved requests failed through Stormgate", n)
-			}
-			if limit := direct.polite.Latency.P99*3/2 + 5*time.Millisecond; via.polite.Latency.P99 > limit {
-				t.Errorf("well-behaved p99 through Stormgate %v, over 1.5 x direct (%v) + 5 ms = %v",
-					via.polite.Latency.P99, direct.polite.Latency.P99, limit)
-			}
-			if c.read && via.greedy.Answered == 0 {
-				t.Errorf("the bulk senders got no answer: %v", via.greedy)
+				if n := via.polite.Errors + via.polite.BodyMismatches + via.polite.Timeouts + via.polite.Lost; n != 0 {
+					t.Errorf("%d well-behaved requests failed through Stormgate", n)
+				}
+				if c.read && via.greedy.Answered == 0 {
+					t.Errorf("the bulk senders got no answer: %v", via.greedy)
+				}
+				limit := direct.polite.Latency.P99*3/2 + 5*time.Millisecond
+				if via.polite.Latency.P99 <= limit {
+					break
+				}
+				if pair == isolationPairs || t.Failed() {
+					t.Fatalf("well-behaved p99 through Stormgate %v, over 1.5 x direct (%v) + 5 ms = %v (pair %d of %d)",
+						via.polite.Latency.P99, direct.polite.Latency.P99, limit, pair, isolationPairs)
+				}
+				t.Logf("pair %d: p99 through Stormgate %v over the bound %v; measuring another pair", pair, via.polite.Latency.P99, limit)
 			}
 		})
 	}
+}
+
+// isolationPairs is how many direct/through pairs TestGreedyNeighboursCostOnlyThemselves
+// measures at most.
+const isolationPairs = 3
+
+// TestBulkSendersAreSlowedNotRefused: many consumers that each send large requests as
+// fast as they can, and read their answers, to a provider that serves. Their bounds
+// together (limits.max_queued_bytes_per_consumer each) are more than the hold queue
+// keeps (hold.max_bytes), so before each consumer's share of the queue shrank with the
+// number of consumers waiting, the queue filled and their requests were refused
+// (hold_full) or expired in it (hold_timeout). TCP should slow them instead: every
+// answer they get is their own body.
+func TestBulkSendersAreSlowedNotRefused(t *testing.T) {
+	prov := newEcho(t)
+	cfg := settings.ProxyConfig(settings.Defaults())
+	cfg.Upstream = prov.Addr()
+	cfg.HoldMaxBytes = 8 << 20              // 8 bulk senders × 4 MiB each would be 32 MiB
+	cfg.MaxQueuedBytesPerConsumer = 4 << 20 // the default
+	reg := prometheus.NewRegistry()
+	srv, addr := startIsolationProxy(t, cfg, reg)
+
+	res, err := loadgen.Greedy(t.Context(), loadgen.GreedyConfig{Target: addr, Conns: 8, Size: 256 << 10, Read: true,
+		Duration: 3 * time.Second, KeyBase: 1 << 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bulk senders: %v; stormgate: %+v", res, srv.Stats())
+	if res.Answered == 0 || res.Errors != 0 || res.Closed != 0 {
+		t.Errorf("bulk senders: %v; want answers, no error answer and no connection closed", res)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "stormgate_local_replies_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if v := m.GetCounter().GetValue(); v != 0 {
+				t.Errorf("stormgate answered %v requests itself (%v)", v, m.GetLabel())
+			}
+		}
+	}
+}
+
+// startIsolationProxy starts a proxy with cfg in front of its provider, closed when the test
+// ends, and returns it with its loopback address once every upstream connection is up.
+func startIsolationProxy(t *testing.T, cfg proxy.Config, reg prometheus.Registerer) (*proxy.Server, string) {
+	t.Helper()
+	srv, err := proxy.New(cfg, proxy.Options{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named("proxy"),
+		Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	addr := proxy.ServeLoopback(t, srv)
+	proxy.WaitFor(t, 10*time.Second, "upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(cfg.UpstreamConns) })
+	return srv, addr
 }

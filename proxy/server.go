@@ -78,6 +78,8 @@ type Server struct {
 	wheelCancel context.CancelFunc
 	wheelDone   chan struct{}
 
+	waiters atomic.Int64 // consumers with requests waiting for the provider (backpressure.go)
+
 	hookServeFD     atomic.Pointer[func(fd int)] // tests: runs between netpoll registration and handler setup
 	hookConnChanged atomic.Pointer[func()]       // tests: runs in connChanged between reading the states and acting on them
 	connMu          sync.Mutex                   // serializes pool.connChanged

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // coreNode is what a control plane reads from the node the client sends: the

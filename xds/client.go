@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // Type URLs on the wire. Settings travel as the typed_config of a
@@ -45,8 +45,8 @@ type ClientConfig struct {
 	// and stays where it is connected (no move back).
 	Addresses []string
 	// Node is what the client reports (node.id, node.cluster and the
-	// metadata selectors match on). Node.ID is required (see NodeID).
-	// Node.Ports nil = ProviderPorts(Base).
+	// metadata selectors match on). Node.ID is required (see NodeID);
+	// Node.Ports is normally ProviderPorts of the startup settings.
 	Node         NodeInfo
 	ResourceName string // TypedExtensionConfig name; "" = DefaultResourceName
 	// TLS: all empty = plaintext; CA alone = TLS verifying the server with CA
@@ -67,14 +67,6 @@ type ClientConfig struct {
 	// (wedged, or without settings for this node) is left for the next
 	// address. 0 = 15s.
 	FirstResponseTimeout time.Duration
-	// Base is what a pushed Settings is merged over (unset pushed fields keep
-	// Base's value); normally the file-or-default settings the sidecar started
-	// with. nil = Defaults().
-	Base *sg.Settings
-	// Current returns the running settings, which a push is checked against
-	// with CheckLive. nil = the last settings this client applied (Base at
-	// first).
-	Current func() *sg.Settings
 	// UserAgentVersion is sent as node.user_agent_version; optional.
 	UserAgentVersion string
 	// OnResult, if set, is told after each response where the client stands
@@ -156,8 +148,7 @@ type Client struct {
 	status Status
 
 	// Owned by the Run goroutine.
-	applied     *sg.Settings // last settings applied (Base at first)
-	acked       string       // last version ACKed ("" before the first)
+	acked       string // last version ACKed ("" before the first)
 	ackedHash   [32]byte
 	rejected    string // version NACKed on the current stream
 	rejectedSum [32]byte
@@ -197,12 +188,6 @@ func NewClient(cfg ClientConfig, log *zap.Logger, reg prometheus.Registerer) (*C
 		cfg.FirstResponseTimeout = 15 * time.Second
 	}
 	cfg.BackoffMax = max(cfg.BackoffMax, cfg.BackoffBase)
-	if cfg.Base == nil {
-		cfg.Base = Defaults()
-	}
-	if cfg.Node.Ports == nil {
-		cfg.Node.Ports = ProviderPorts(cfg.Base)
-	}
 	cfg.Node.Ports = sortedPorts(slices.Clone(cfg.Node.Ports))
 	if log == nil {
 		log = zap.NewNop()
@@ -233,9 +218,8 @@ func NewClient(cfg ClientConfig, log *zap.Logger, reg prometheus.Registerer) (*C
 			Name: "stormgate_xds_failovers_total",
 			Help: "Times the ADS stream came up on another control plane address than the previous one.",
 		}),
-		first:   int(h.Sum32() % uint32(len(cfg.Addresses))),
-		status:  Status{Since: time.Now()},
-		applied: cfg.Base,
+		first:  int(h.Sum32() % uint32(len(cfg.Addresses))),
+		status: Status{Since: time.Now()},
 	}
 	c.status.Server = cfg.Addresses[c.first]
 	c.updates.WithLabelValues("ack")
@@ -283,16 +267,18 @@ func clientTLSConfig(cfg ClientConfig) (*tls.Config, error) {
 	return ct.config(cfg.ServerName), nil
 }
 
-// ApplyFunc makes validated settings active (e.g. Store.Update with source
-// "xds"). An error NACKs the push: make it name the field and why.
-type ApplyFunc func(s *sg.Settings, version string) error
+// ApplyFunc makes pushed settings active, or says why it cannot. pushed is
+// what the control plane sent: partial settings (only the fields its file
+// sets), to be merged over the sidecar's startup settings, checked (once:
+// settings.Store.Update) and applied by every stage. An error NACKs the push
+// with its text as error_detail: make it name each field and why.
+type ApplyFunc func(pushed *sg.Settings, version string) error
 
 // Run keeps an ADS stream to a control plane until ctx is cancelled, then
-// returns ctx.Err(). Each pushed Settings is merged over cfg.Base, checked
-// with Validate and CheckLive against the running settings, and handed to
-// apply; the push is ACKed when all succeed, else NACKed with error_detail
-// carrying the problems (each names its field) and the running settings
-// stay. Each bad version is NACKed once per stream: the snapshot cache re-sends
+// returns ctx.Err(). Each pushed Settings is decoded and handed to apply; the
+// push is ACKed when apply succeeds, else NACKed with error_detail carrying
+// apply's error (the problems, each naming its field) and the running
+// settings stay. Each bad version is NACKed once per stream: the snapshot cache re-sends
 // a NACKed version at once (go-control-plane#962), and the client answers that
 // re-send with a request for the rejected version without error_detail, which
 // parks the cache's watch until the version changes instead of looping.
@@ -488,19 +474,10 @@ func (c *Client) handle(resp *adsResponse, apply ApplyFunc) (req *adsRequest) {
 		c.log.Warn("xds: pushed settings carry fields this sidecar does not know (newer schema?); ignoring them",
 			zap.String("version", version))
 	}
-	next := Merge(c.cfg.Base, pushed)
-	cur := c.applied
-	if c.cfg.Current != nil {
-		cur = c.cfg.Current()
-	}
-	// Every problem in one NACK: bad values and fields that cannot change live.
-	if err := AllProblems(Validate(next), CheckLive(cur, next)); err != nil {
+	if err := apply(pushed, version); err != nil {
 		return c.nack(version, nonce, sum, err)
 	}
-	if err := apply(next, version); err != nil {
-		return c.nack(version, nonce, sum, err)
-	}
-	c.applied, c.acked, c.ackedHash = next, version, sum
+	c.acked, c.ackedHash = version, sum
 	c.updates.WithLabelValues("ack").Inc()
 	c.setStatus(func(s *Status) { s.Version, s.Rejected, s.RejectError = version, "", "" })
 	c.log.Info("xds: settings applied", zap.String("version", version))

@@ -8,16 +8,22 @@ import (
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -50,14 +56,32 @@ type rawServer struct {
 	stop  func()
 }
 
-func startRawServer(t *testing.T) *rawServer {
+func startRawServer(t *testing.T, opts ...grpc.ServerOption) *rawServer {
+	t.Helper()
+	return startRawServerWith(t, cachev3.IDHash{}, opts...)
+}
+
+// anyNode keys every node to one snapshot: a control plane serving its default to all.
+type anyNode struct{}
+
+func (anyNode) ID(*core.Node) string { return "" }
+
+// startReplica is a control plane that serves s as version to every node.
+func startReplica(t *testing.T, version string, s *sg.Settings, opts ...grpc.ServerOption) *rawServer {
+	t.Helper()
+	rs := startRawServerWith(t, anyNode{}, opts...)
+	rs.set(t, "", version, s)
+	return rs
+}
+
+func startRawServerWith(t *testing.T, hash cachev3.NodeHash, opts ...grpc.ServerOption) *rawServer {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rs := &rawServer{addr: lis.Addr().String(), cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)}
+	rs := &rawServer{addr: lis.Addr().String(), cache: cachev3.NewSnapshotCache(true, hash, nil)}
 	xs := serverv3.NewServer(ctx, rs.cache, serverv3.CallbackFuncs{
 		StreamRequestFunc: func(_ int64, r *discovery.DiscoveryRequest) error {
 			rs.mu.Lock()
@@ -71,7 +95,7 @@ func startRawServer(t *testing.T) *rawServer {
 			rs.sent = append(rs.sent, r.GetVersionInfo())
 		},
 	})
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = gs.Serve(lis) }()
@@ -82,7 +106,12 @@ func startRawServer(t *testing.T) *rawServer {
 
 func (rs *rawServer) set(t *testing.T, node, version string, s *sg.Settings) {
 	t.Helper()
-	snap, err := settingsSnapshot(DefaultResourceName, version, s)
+	tc, err := anypb.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{
+		resource.ExtensionConfigType: {&core.TypedExtensionConfig{Name: DefaultResourceName, TypedConfig: tc}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,18 +155,33 @@ func (rs *rawServer) sawACK(version string) bool {
 	return false
 }
 
-// applied records what the client applied, as a Store would hold it.
+// applied does with a push what a sidecar does (cmd/sidecar's liveSettings, without the
+// stages): merges it over the startup settings and makes it active in a settings.Store, which
+// refuses what is invalid or cannot change live. It records what it applied.
 type applied struct {
+	st       *settings.Store
 	mu       sync.Mutex
 	settings *sg.Settings
 	version  string
 	calls    int
 }
 
-func (a *applied) apply(s *sg.Settings, v string) error {
+func newApplied(t *testing.T) *applied {
+	st, err := settings.NewStore(settings.Defaults(), "v0", settings.SourceDefaults, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &applied{st: st}
+}
+
+func (a *applied) apply(pushed *sg.Settings, v string) error {
+	next := settings.Merge(a.st.Base().Settings, pushed)
+	if err := a.st.Update(next, v, settings.SourceXDS, nil); err != nil {
+		return err
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.settings, a.version = s, v
+	a.settings, a.version = next, v
 	a.calls++
 	return nil
 }
@@ -166,7 +210,7 @@ func startClient(t *testing.T, addr, node string, mod func(*ClientConfig)) *runn
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := &runningClient{c: c, reg: reg, app: &applied{}}
+	rc := &runningClient{c: c, reg: reg, app: newApplied(t)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, rc.app.apply) }()
@@ -181,12 +225,18 @@ func startClient(t *testing.T, addr, node string, mod func(*ClientConfig)) *runn
 }
 
 func (rc *runningClient) version() string { _, v, _ := rc.app.get(); return v }
+func (rc *runningClient) interval() time.Duration {
+	s, _, _ := rc.app.get()
+	return s.GetKeepalive().GetUpstreamInterval().AsDuration()
+}
 func (rc *runningClient) connected() float64 {
 	return testutil.ToFloat64(rc.c.connected)
 }
 func (rc *runningClient) count(result string) float64 {
 	return testutil.ToFloat64(rc.c.updates.WithLabelValues(result))
 }
+
+func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 
 func interval(d time.Duration) *sg.Settings {
 	return &sg.Settings{Keepalive: &sg.Keepalive{UpstreamInterval: dur(d)}}
@@ -202,7 +252,7 @@ func TestClientACK(t *testing.T) {
 	if got := s.GetKeepalive().GetUpstreamInterval().AsDuration(); got != 5*time.Second {
 		t.Fatalf("applied interval %v", got)
 	}
-	if !proto.Equal(s.GetAdmission(), Defaults().GetAdmission()) {
+	if !proto.Equal(s.GetAdmission(), settings.Defaults().GetAdmission()) {
 		t.Fatalf("unset pushed fields must keep the base value")
 	}
 	waitFor(t, 5*time.Second, "ACK of v1", func() bool { return rs.sawACK("v1") })
@@ -285,7 +335,7 @@ func TestClientApplyErrorNACKs(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- c.Run(ctx, func(*sg.Settings, string) error {
-			return Problems{{Field: "upstream.connections", Message: "the pool cannot shrink below in-flight needs"}}
+			return settings.Problems{{Field: "upstream.connections", Message: "the pool cannot shrink below in-flight needs"}}
 		})
 	}()
 	defer func() { cancel(); <-done }()
@@ -319,4 +369,33 @@ func TestFullJitter(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The client tells the store where it stands: a NACK sets rejecting, the
+// cache's re-send of that version keeps it, the control plane going back to
+// the running version clears it, and so does a good new version.
+func TestClientResultsDriveRejecting(t *testing.T) {
+	rs := startRawServer(t)
+	rs.set(t, "n", "v1", interval(5*time.Second))
+	st, err := settings.NewStore(settings.Defaults(), "v0", settings.SourceDefaults, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := startClient(t, rs.addr, "n", func(c *ClientConfig) { c.OnResult = st.XDSResult })
+	waitFor(t, 5*time.Second, "v1 ACKed", func() bool { return rs.sawACK("v1") })
+	if st.Rejecting() {
+		t.Fatal("rejecting after an ACK")
+	}
+	rs.set(t, "n", "v2", interval(-time.Second))
+	waitFor(t, 5*time.Second, "re-send of v2 answered", func() bool { return rs.sawACK("v2") })
+	if !st.Rejecting() || st.LastRejected().Version != "v2" ||
+		!strings.Contains(st.LastRejected().Error, "keepalive.upstream_interval") {
+		t.Fatalf("after the NACK of v2 (and its re-send): rejecting=%v last=%+v", st.Rejecting(), st.LastRejected())
+	}
+	rs.set(t, "n", "v1", interval(5*time.Second))
+	waitFor(t, 5*time.Second, "back on v1", func() bool { return !st.Rejecting() })
+	rs.set(t, "n", "v3", interval(-2*time.Second))
+	waitFor(t, 5*time.Second, "v3 rejected", func() bool { return st.Rejecting() && st.LastRejected().Version == "v3" })
+	rs.set(t, "n", "v4", interval(6*time.Second))
+	waitFor(t, 5*time.Second, "v4 applied", func() bool { return rc.version() == "v4" && !st.Rejecting() })
 }

@@ -3,7 +3,6 @@ package xds
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // Two replicas serving the same file. The one the client is connected to
@@ -21,11 +20,9 @@ import (
 // (same content-hash version, last-good settings kept), says so in its
 // status and metrics, and takes the next change from the survivor.
 func TestClientFailsOverBetweenReplicas(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cp.yaml")
-	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\n")
-	cps := map[string]*runningCP{}
+	cps := map[string]*rawServer{}
 	for range 2 {
-		cp := startCP(t, "127.0.0.1:0", path)
+		cp := startReplica(t, "v1", interval(10*time.Second))
 		cps[cp.addr] = cp
 	}
 	var addrs []string
@@ -88,7 +85,7 @@ func TestClientFailsOverBetweenReplicas(t *testing.T) {
 		t.Errorf("no status reported the disconnection")
 	}
 
-	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 12s}\n")
+	cps[other].set(t, "", "v2", interval(12*time.Second))
 	waitFor(t, 5*time.Second, "the next change from the survivor", func() bool { return c.interval() == 12*time.Second })
 }
 
@@ -96,9 +93,7 @@ func TestClientFailsOverBetweenReplicas(t *testing.T) {
 // black hole) costs one ConnectTimeout, then the next address is used; an
 // address that refuses costs nothing.
 func TestClientSkipsDeadAndHungAddresses(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cp.yaml")
-	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\n")
-	cp := startCP(t, "127.0.0.1:0", path)
+	cp := startReplica(t, "v1", interval(10*time.Second))
 
 	hung, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -173,73 +168,12 @@ func make4(n int) []string {
 	return out
 }
 
-// The node metadata a client reports is what the control plane reads.
-func TestNodeInfoRoundTrip(t *testing.T) {
-	in := NodeInfo{ID: "p-0.shop", Cluster: "east", Namespace: "shop",
-		Labels: map[string]string{"app": "payment", "track": "canary"}, Ports: []int32{20880, 20881}}
-	out := NodeInfoOf(coreNode(t, in.node()))
-	if out.String() != in.String() || out.classKey() != in.classKey() {
-		t.Fatalf("got %s want %s", out, in)
-	}
-	if in.String() != "p-0.shop cluster=east namespace=shop labels=app=payment,track=canary ports=20880,20881" {
-		t.Errorf("String: %s", in)
-	}
-	other := in
-	other.ID = "p-1.shop"
-	if other.classKey() != in.classKey() {
-		t.Errorf("the id must not be part of the class")
-	}
-	if (NodeInfo{ID: "x"}).node().Metadata != nil {
-		t.Errorf("no metadata when there is nothing to report")
-	}
-}
-
-func TestReadLabelsFile(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "labels")
-	// What the kubelet writes for a downward-API volume item with fieldRef metadata.labels.
-	writeFile(t, p, "app=\"payment\"\npod-template-hash=\"7d9f\"\nnote=\"a \\\"quoted\\\" value\"\n")
-	got, err := ReadLabelsFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if FormatLabels(got) != `app=payment,note=a "quoted" value,pod-template-hash=7d9f` {
-		t.Errorf("got %v", got)
-	}
-	writeFile(t, p, "app=payment\n")
-	if _, err := ReadLabelsFile(p); err == nil || !strings.Contains(err.Error(), "line 1: value of app: want a quoted string") {
-		t.Errorf("unquoted value: %v", err)
-	}
-	if ls, err := ParseLabels(" app=payment, track=canary ,"); err != nil || FormatLabels(ls) != "app=payment,track=canary" {
-		t.Errorf("ParseLabels: %v %v", ls, err)
-	}
-	if _, err := ParseLabels("app"); err == nil {
-		t.Errorf("ParseLabels accepted a label without =")
-	}
-}
-
-func TestProviderPorts(t *testing.T) {
-	s := Defaults()
-	if got := ProviderPorts(s); len(got) != 1 || got[0] != 20880 {
-		t.Errorf("upstream port: %v", got)
-	}
-	s.Listener.Transparent = ptr(true)
-	s.Listener.InboundPorts = []int32{20881, 20880, 20881}
-	if got := ProviderPorts(s); len(got) != 2 || got[0] != 20880 || got[1] != 20881 {
-		t.Errorf("transparent: %v", got)
-	}
-}
-
-func ptr[T any](v T) *T { return &v }
-
 // A control plane that takes the stream but never answers (wedged, or with
 // no settings for this node: a bare snapshot cache without a snapshot) is
 // left for the next address after FirstResponseTimeout.
 func TestClientLeavesSilentControlPlane(t *testing.T) {
 	silent := startRawServer(t) // no snapshot for any node: it never answers
-	path := filepath.Join(t.TempDir(), "cp.yaml")
-	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 10s}\n")
-	cp := startCP(t, "127.0.0.1:0", path)
+	cp := startReplica(t, "v1", interval(10*time.Second))
 	start := time.Now()
 	c := startClient(t, cp.addr, "n", func(cfg *ClientConfig) {
 		cfg.Addresses = []string{silent.addr, cp.addr}

@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // Keys of the xDS node metadata (core.Node.metadata) a Stormgate sidecar
@@ -74,34 +74,6 @@ func (n NodeInfo) node() *adsNode {
 func sortedPorts(ps []int32) []int32 {
 	slices.Sort(ps)
 	return slices.Compact(ps)
-}
-
-// classKey identifies everything selectors can match on (all but the id):
-// nodes with equal keys resolve to the same settings unless the file names
-// one of them under nodes:.
-func (n NodeInfo) classKey() string {
-	var b strings.Builder
-	b.WriteString(strconv.Quote(n.Cluster))
-	b.WriteByte('|')
-	b.WriteString(strconv.Quote(n.Namespace))
-	b.WriteByte('|')
-	for _, p := range n.Ports {
-		b.WriteString(strconv.Itoa(int(p)))
-		b.WriteByte(',')
-	}
-	b.WriteByte('|')
-	keys := make([]string, 0, len(n.Labels))
-	for k := range n.Labels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		b.WriteString(strconv.Quote(k))
-		b.WriteByte('=')
-		b.WriteString(strconv.Quote(n.Labels[k]))
-		b.WriteByte(',')
-	}
-	return b.String()
 }
 
 // String is a short description for logs: id, cluster, namespace, labels, ports.

@@ -92,9 +92,7 @@ func TestClientMTLS(t *testing.T) {
 	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{kp}, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
 
-	path := filepath.Join(dir, "cp.yaml")
-	writeFile(t, path, "default:\n  keepalive: {upstream_interval: 9s}\n")
-	cp := startCP(t, "127.0.0.1:0", path, grpc.Creds(creds))
+	cp := startReplica(t, "v1", interval(9*time.Second), grpc.Creds(creds))
 
 	noCert := startClient(t, cp.addr, "anon", func(c *ClientConfig) { c.CA = caPath })
 	good := startClient(t, cp.addr, "n", func(c *ClientConfig) { c.CA, c.Cert, c.Key = caPath, cliCert, cliKey })

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/stormgate/stormgate/admission"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
 )
 
 // Target is the listener a storm runs against.
@@ -44,7 +44,7 @@ type Options struct {
 	Timeout        time.Duration // the whole run; default 60 s
 
 	// Admission configures the Stormgate target (Address is replaced by 127.0.0.1:0).
-	// Nil means the shipped settings, xds.AdmissionConfig(xds.Defaults()).
+	// Nil means the shipped settings, settings.AdmissionConfig(settings.Defaults()).
 	Admission *admission.Config
 	// Baseline target: backlog (default 50) and the pause after each accept (default 1 ms).
 	BaselineBacklog     int
@@ -86,7 +86,7 @@ func (o *Options) defaults() {
 		o.Timeout = 60 * time.Second
 	}
 	if o.Admission == nil {
-		c := xds.AdmissionConfig(xds.Defaults())
+		c := settings.AdmissionConfig(settings.Defaults())
 		o.Admission = &c
 	}
 	if o.BaselineBacklog <= 0 {

@@ -75,17 +75,32 @@ type Options struct {
 	IdleProfile time.Duration `json:"idle_profile_ns"` // idle: the proxies' profiled window at the 30 s period
 	TPProfile   bool          `json:"tp_profile"`      // throughput: one profiled step at Stormgate's maximum
 
+	GiveUpWorkers  int             `json:"giveup_workers"`     // give-up: dgconsumer workers
+	GiveUpInterval time.Duration   `json:"giveup_interval_ns"` // give-up: pause between a worker's calls
+	GiveUpDuration time.Duration   `json:"giveup_duration_ns"` // give-up: the consumer's run
+	GiveUpKillAt   time.Duration   `json:"giveup_kill_at_ns"`  // give-up: SIGKILL of the provider, from the consumer's start
+	GiveUpDown     time.Duration   `json:"giveup_down_ns"`     // give-up: the provider is started again this long after
+	GiveUpTimeouts []time.Duration `json:"giveup_timeouts_ns"` // give-up: the consumers' per-call timeouts
+
+	GreedyConns      int           `json:"greedy_conns"`      // greedy: well-behaved consumers
+	GreedyRate       float64       `json:"greedy_rate"`       // greedy: their requests per second
+	GreedyNeighbours int           `json:"greedy_neighbours"` // greedy: greedy consumers
+	GreedySize       int           `json:"greedy_size"`       // greedy: their request bodies, bytes
+	GreedyDuration   time.Duration `json:"greedy_duration_ns"`
+
 	FleetNodes         int `json:"fleet_nodes"`
 	FleetFailoverNodes int `json:"fleet_failover_nodes"`
 	FleetChanges       int `json:"fleet_changes"`
 }
 
-var allScenarios = []string{"micro", "quiet", "idle", "heartbeat", "latency", "forward", "throughput", "restart", "storm", "fleet"}
+var allScenarios = []string{"micro", "quiet", "idle", "heartbeat", "latency", "forward", "throughput", "restart", "giveup", "greedy", "storm", "fleet"}
 
 // Bins are the executables the suite drives.
 type Bins struct {
-	sidecar, stormbench, dgprovider, haproxy, self string
-	hbfloor, fwdfloor, npfloor, npfwd              string // bench/floor programs
+	sidecar, stormbench, dgprovider, dgconsumer, haproxy, self string
+	sidecarBase                                                string // "" unless bench/run.sh built BENCH_BASE_REF
+	baseRef                                                    string // what sidecarBase was built from
+	hbfloor, fwdfloor, npfloor, npfwd                          string // bench/floor programs
 }
 
 // Suite runs scenarios and owns every process it starts.
@@ -219,6 +234,17 @@ func cmdRun(args []string) error {
 	fs.DurationVar(&o.RestartKill, "restart-kill-after", 3*time.Second, "restart: SIGKILL the provider this long into the request phase")
 	fs.DurationVar(&o.RestartDown, "restart-down", time.Second, "restart: start the provider again this long after the kill")
 	fs.DurationVar(&o.RestartTimeout, "restart-timeout", 3*time.Second, "restart: consumers' request timeout")
+	fs.IntVar(&o.GiveUpWorkers, "giveup-workers", 8, "give-up: dgconsumer workers, each calling in a loop")
+	fs.DurationVar(&o.GiveUpInterval, "giveup-interval", 10*time.Millisecond, "give-up: pause between a worker's calls")
+	fs.DurationVar(&o.GiveUpDuration, "giveup-duration", 20*time.Second, "give-up: how long the consumer calls")
+	fs.DurationVar(&o.GiveUpKillAt, "giveup-kill-at", 4*time.Second, "give-up: SIGKILL the provider this long after the consumer starts")
+	fs.DurationVar(&o.GiveUpDown, "giveup-down", 8*time.Second, "give-up: start the provider again this long after the kill")
+	giveUpTimeouts := fs.String("giveup-timeouts", "1s,10s", "give-up: the consumers' per-call timeouts, one run each")
+	fs.IntVar(&o.GreedyConns, "greedy-conns", 200, "greedy: well-behaved consumer connections")
+	fs.Float64Var(&o.GreedyRate, "greedy-rate", 1000, "greedy: well-behaved requests per second (1 KiB bodies)")
+	fs.IntVar(&o.GreedyNeighbours, "greedy-neighbours", 20, "greedy: greedy consumers beside them")
+	fs.IntVar(&o.GreedySize, "greedy-size", 256<<10, "greedy: the greedy consumers' request bodies, bytes")
+	fs.DurationVar(&o.GreedyDuration, "greedy-duration", 10*time.Second, "greedy: the well-behaved load's request phase")
 	fs.IntVar(&o.StormConns, "storm-conns", 10000, "storm: connections opened at once")
 	fs.IntVar(&o.StormSomaxconn, "storm-somaxconn", 4096, "storm: net.core.somaxconn inside the namespace")
 	fs.IntVar(&o.StormBacklog, "storm-baseline-backlog", 50, "storm: the baseline listener's backlog")
@@ -266,6 +292,13 @@ func cmdRun(args []string) error {
 		}
 		o.FwdLoads = append(o.FwdLoads, FwdLoad{Conns: n, Rate: rate})
 	}
+	for f := range strings.SplitSeq(*giveUpTimeouts, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d <= 0 {
+			return fmt.Errorf("--giveup-timeouts: bad duration %q", f)
+		}
+		o.GiveUpTimeouts = append(o.GiveUpTimeouts, d)
+	}
 	if *quick {
 		o = quickOptions(o)
 	}
@@ -296,10 +329,16 @@ func cmdRun(args []string) error {
 		sidecar:    filepath.Join(*bin, "sidecar"),
 		stormbench: filepath.Join(*bin, "stormbench"),
 		dgprovider: filepath.Join(*bin, "dgprovider"),
+		dgconsumer: filepath.Join(*bin, "dgconsumer"),
 		hbfloor:    filepath.Join(*bin, "hbfloor"),
 		fwdfloor:   filepath.Join(*bin, "fwdfloor"),
 		npfloor:    filepath.Join(*bin, "npfloor"),
 		npfwd:      filepath.Join(*bin, "npfwd"),
+	}
+	if _, err := os.Stat(filepath.Join(*bin, "sidecar-base")); err == nil {
+		s.bins.sidecarBase = filepath.Join(*bin, "sidecar-base")
+		ref, _ := os.ReadFile(filepath.Join(*bin, "sidecar-base.ref"))
+		s.bins.baseRef = strings.TrimSpace(string(ref))
 	}
 	if s.bins.self, err = os.Executable(); err != nil {
 		return err
@@ -308,6 +347,9 @@ func cmdRun(args []string) error {
 		return errors.New("haproxy not found (bench/run.sh installs it with apt-get)")
 	}
 	need := []string{s.bins.sidecar, s.bins.stormbench}
+	if slices.Contains(o.Scenarios, "giveup") {
+		need = append(need, s.bins.dgprovider, s.bins.dgconsumer)
+	}
 	if needsFloor(o.Scenarios) {
 		need = append(need, s.bins.hbfloor, s.bins.fwdfloor, s.bins.npfloor, s.bins.npfwd)
 	}
@@ -344,6 +386,10 @@ func cmdRun(args []string) error {
 			res.Throughput, err = s.runThroughput(ctx)
 		case "restart":
 			res.Restart, err = s.runRestart(ctx)
+		case "giveup":
+			res.GiveUp, err = s.runGiveUp(ctx)
+		case "greedy":
+			res.Greedy, err = s.runGreedy(ctx)
 		case "storm":
 			res.Storm, err = s.runStorm(ctx)
 		case "fleet":
@@ -420,6 +466,8 @@ func quickOptions(o Options) Options {
 	o.TPConns, o.TPStart, o.TPMax, o.TPStep, o.TPWarmup, o.TPRefine = []int{100, 1000}, 2000, 16000, 3*time.Second, time.Second, 1
 	o.RestartConns, o.RestartRate, o.RestartDuration = 200, 500, 8*time.Second
 	o.StormConns = 2000
+	o.GiveUpWorkers, o.GiveUpDuration, o.GiveUpKillAt, o.GiveUpDown = 4, 12*time.Second, 3*time.Second, 4*time.Second
+	o.GreedyConns, o.GreedyRate, o.GreedyNeighbours, o.GreedyDuration = 50, 250, 5, 4*time.Second
 	o.MicroBenchtime = "50ms"
 	o.FleetNodes, o.FleetFailoverNodes, o.FleetChanges = 500, 200, 1
 	o.QuietWindow, o.QuietSettle, o.QuietProfile = 5*time.Second, 2*time.Second, 3*time.Second

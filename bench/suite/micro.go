@@ -11,7 +11,7 @@ import (
 )
 
 // microPackages are the hot-path packages whose benchmarks the doc tabulates.
-var microPackages = []string{"./proxy/", "./proxy/dubbo/", "./keepalive/", "./xds/"}
+var microPackages = []string{"./proxy/", "./proxy/dubbo/", "./keepalive/", "./xds/controlplane/"}
 
 // runMicro runs the hot-path micro-benchmarks with go test and parses their lines. A package
 // that fails to build or run is reported in Error; the rows that did run are kept.

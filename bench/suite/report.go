@@ -285,7 +285,7 @@ func fTP(x *TPSeries) float64 {
 }
 
 var targetTitle = map[string]string{direct: "direct", haproxy: "HAProxy", stormgate: "Stormgate", baseline: "baseline listener",
-	stormgateNoLabels: "Stormgate without per-method metrics"}
+	stormgateNoLabels: "Stormgate without per-method metrics", stormgateBase: "Stormgate at the base commit"}
 
 // commonConns picks the throughput connection counts to report: those of the run.
 func (p *reporter) tpConns() []int {

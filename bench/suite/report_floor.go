@@ -17,6 +17,7 @@ const (
 	targetQuiet     = 0.002 // cores with no consumer connected
 	targetFwdRatio  = 0.8   // proxy CPU per forwarded request, Stormgate ÷ HAProxy
 	targetLabelCost = 1.05  // Stormgate's CPU per forwarded request with per-method metrics ÷ without
+	targetBaseCost  = 1.05  // Stormgate's CPU per forwarded request ÷ the base commit's (BENCH_BASE_REF)
 	targetTPRatio   = 1.2   // max throughput at the largest connection count, Stormgate ÷ HAProxy
 	targetKiBIdle   = 4.0   // RSS per idle consumer connection
 	targetAddedP99  = 0.5   // ms, p99 added over direct
@@ -179,6 +180,9 @@ func (p *reporter) forwardSummaryRows() []sumRow {
 		if lr := p.labelCostRow(l); lr.known {
 			rows = append(rows, lr)
 		}
+		if br := p.baseCostRow(l); br.known {
+			rows = append(rows, br)
+		}
 	}
 	return rows
 }
@@ -200,6 +204,37 @@ func (p *reporter) labelCostRow(l FwdLoad) sumRow {
 	if row.known {
 		row.note = fmt.Sprintf("Both are the same binary and settings but metrics.max_methods; each round measured both. The labels' own code (identifying the call, interning it, counting the answer) is about 1,800 instructions per request in user space (docs/design.md, per-method metrics); the rounds' spread was %s to %s with labels and %s to %s without.",
 			usStr(slices.Min(s.UsPerReq)), usStr(slices.Max(s.UsPerReq)), usStr(slices.Min(n.UsPerReq)), usStr(slices.Max(n.UsPerReq)))
+	}
+	return row
+}
+
+// fwdTargets are the forward scenario's targets in this run: fwdTargets, and the base commit's
+// sidecar when it ran.
+func (p *reporter) fwdTargets() []string {
+	if f := p.r.Forward; f != nil && f.Base != "" {
+		return append(slices.Clone(fwdTargets), stormgateBase)
+	}
+	return fwdTargets
+}
+
+// baseCostRow is Stormgate's CPU per forwarded request over the base commit's (BENCH_BASE_REF), in
+// the same alternating rounds: what a change costs the common case (issue 23: fairness must not
+// cost more than 5 %).
+func (p *reporter) baseCostRow(l FwdLoad) sumRow {
+	s, b := p.fwdRow(stormgate, l), p.fwdRow(stormgateBase, l)
+	if s == nil || b == nil {
+		return sumRow{}
+	}
+	sv, bv := s.median(), b.median()
+	row := sumRow{
+		figure: fmt.Sprintf("Stormgate CPU per forwarded request ÷ the same at %s, %s conns, %s req/s (median of %d alternating rounds)",
+			p.r.Forward.Base, count(uint64(l.Conns)), num(l.Rate, 0), p.fwdWindows()),
+		d: "–", h: "–", s: usStr(sv) + " ÷ " + usStr(bv) + " (" + ratio(sv, bv) + ")", target: fmt.Sprintf("≤ %s×", num(targetBaseCost, 2)),
+		known: !math.IsNaN(sv+bv) && bv > 0, ok: sv <= targetBaseCost*bv,
+	}
+	if row.known {
+		row.note = fmt.Sprintf("Each round measured both binaries on the same load; the rounds' spread was %s to %s for this commit and %s to %s at %s.",
+			usStr(slices.Min(s.UsPerReq)), usStr(slices.Max(s.UsPerReq)), usStr(slices.Min(b.UsPerReq)), usStr(slices.Max(b.UsPerReq)), p.r.Forward.Base)
 	}
 	return row
 }
@@ -625,7 +660,7 @@ func (p *reporter) forwardSection() {
 	for _, l := range p.fwdLoads() {
 		load := fmt.Sprintf("%s conns, %s req/s", count(uint64(l.Conns)), num(l.Rate, 0))
 		hv := p.fwdRow(haproxy, l).median()
-		for _, tg := range fwdTargets {
+		for _, tg := range p.fwdTargets() {
 			x := p.fwdRow(tg, l)
 			if x == nil {
 				p.f("| %s | %s | %s | | | | | | | | | | |\n", load, targetTitle[tg], p.fwdErr(tg, l))

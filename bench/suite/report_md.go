@@ -36,6 +36,8 @@ func (p *reporter) markdown() string {
 	p.quietSection()
 	p.forwardSection()
 	p.profilesSection()
+	p.giveUpSection()
+	p.greedySection()
 	p.loadToolSection()
 	p.microSection()
 	p.failures()
@@ -180,6 +182,7 @@ func (p *reporter) summaryRows() []sumRow {
 
 	// Restart.
 	rows = append(rows, p.restartSummaryRows()...)
+	rows = append(rows, p.consumersSummaryRows()...)
 
 	// Accept storm.
 	sb, shp, ssg := p.storm(baseline), p.storm(haproxy), p.storm(stormgate)
@@ -867,7 +870,7 @@ func (p *reporter) microSection() {
 	p.ln("## Hot-path micro-benchmarks")
 	p.ln("")
 	m := p.r.Micro
-	cmd := "go test -run=NONE -bench=. -benchmem ./proxy/ ./proxy/dubbo/ ./keepalive/ ./xds/"
+	cmd := "go test -run=NONE -bench=. -benchmem ./proxy/ ./proxy/dubbo/ ./keepalive/ ./xds/controlplane/"
 	if m != nil {
 		cmd = m.Command
 	}

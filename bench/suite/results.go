@@ -21,6 +21,8 @@ type Results struct {
 	Latency    *LatencyResult    `json:"latency,omitempty"`
 	Throughput *ThroughputResult `json:"throughput,omitempty"`
 	Restart    *RestartResult    `json:"restart,omitempty"`
+	GiveUp     *GiveUpResult     `json:"giveup,omitempty"`
+	Greedy     *GreedyResult     `json:"greedy,omitempty"`
 	Storm      *StormResult      `json:"storm,omitempty"`
 	Fleet      *FleetResult      `json:"fleet,omitempty"`
 	Quiet      *QuietResult      `json:"quiet,omitempty"`

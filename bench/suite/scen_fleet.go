@@ -35,7 +35,7 @@ type FleetRun struct {
 func (s *Suite) runFleet(ctx context.Context) (*FleetResult, error) {
 	o := s.opt
 	res := &FleetResult{}
-	args := []string{"test", "-run=NONE", "-bench=Publish", "-benchmem", "-benchtime=1s", "./xds/"}
+	args := []string{"test", "-run=NONE", "-bench=Publish", "-benchmem", "-benchtime=1s", "./xds/controlplane/"}
 	res.PublishCommand = "go " + strings.Join(args, " ")
 	bctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	cmd := exec.CommandContext(bctx, "go", args...)

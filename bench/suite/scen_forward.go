@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -23,7 +24,9 @@ type ForwardResult struct {
 	Window     time.Duration `json:"window_ns"`
 	Windows    int           `json:"windows"`
 	ProfWindow time.Duration `json:"prof_window_ns"`
-	Rows       []FwdRow      `json:"rows"`
+	// Base is the commit the stormgate-base target was built from ("" when it did not run).
+	Base string   `json:"base,omitempty"`
+	Rows []FwdRow `json:"rows"`
 }
 
 // FwdLoad is one fixed-rate load.
@@ -76,14 +79,19 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 	o := s.opt
 	res := &ForwardResult{Provider: dubboGoProvider, Method: fwdMethod, Arg: fwdArg, Loads: o.FwdLoads,
 		Lead: o.FwdLead, Window: o.FwdWindow, Windows: o.FwdWindows, ProfWindow: o.FwdProfWindow}
+	tgs := fwdTargets
+	if s.bins.sidecarBase != "" {
+		tgs = append(slices.Clone(tgs), stormgateBase)
+	}
+	res.Base = s.bins.baseRef
 	rows := map[string][]*FwdRow{} // by target, one per load
-	for _, tg := range fwdTargets {
+	for _, tg := range tgs {
 		for _, l := range res.Loads {
 			rows[tg] = append(rows[tg], &FwdRow{Target: tg, Conns: l.Conns, Rate: l.Rate})
 		}
 	}
 	defer func() {
-		for _, tg := range fwdTargets {
+		for _, tg := range tgs {
 			for _, r := range rows[tg] {
 				if len(r.p50s) > 0 {
 					r.P50ms = median(r.p50s)
@@ -107,7 +115,7 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 		}
 		delete(pairs, tg)
 	}
-	for _, tg := range fwdTargets {
+	for _, tg := range tgs {
 		prov, px, stop, err := s.startPair(ctx, dubboGoProvider, tg)
 		if err != nil {
 			fail(tg, err)
@@ -172,14 +180,14 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 	}
 	for li, l := range res.Loads {
 		for round := range res.Windows {
-			if !each(alternate(fwdTargets, round), li, round, "") {
+			if !each(alternate(tgs, round), li, round, "") {
 				return res, ctx.Err()
 			}
 		}
 		if res.ProfWindow > 0 && !each(fwdProfiled, li, -1, profileForward(l)) {
 			return res, ctx.Err()
 		}
-		for _, tg := range fwdTargets {
+		for _, tg := range tgs {
 			if row := rows[tg][li]; len(row.UsPerReq) > 0 {
 				s.logf("  forward %s %d conns %s req/s: %.2f µs/request (median of %v), failed %d, p99 %.2fms",
 					tg, l.Conns, fmtNum(l.Rate), median(row.UsPerReq), row.UsPerReq, row.Failed, row.P99ms)

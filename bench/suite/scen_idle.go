@@ -39,6 +39,28 @@ func (s *Suite) eachTarget(ctx context.Context, name string, run func(tg string)
 	return nil
 }
 
+// rowPerTarget runs step for every parameter against every target (eachTarget's order and
+// error handling) and collects one row per run; a failed run's row carries its error through
+// setErr.
+func rowPerTarget[P, R any](ctx context.Context, s *Suite, name string, params []P,
+	step func(tg string, p P) (R, error), setErr func(*R, string)) ([]R, error) {
+	var rows []R
+	for _, p := range params {
+		err := s.eachTarget(ctx, name, func(tg string) error {
+			row, err := step(tg, p)
+			if err != nil {
+				setErr(&row, err.Error())
+			}
+			rows = append(rows, row)
+			return err
+		})
+		if err != nil {
+			return rows, err
+		}
+	}
+	return rows, nil
+}
+
 func (s *Suite) idleTarget(ctx context.Context, tg string) ([]IdleRow, error) {
 	o := s.opt
 	prov, px, stop, err := s.startPair(ctx, dubboGoProvider, tg)
@@ -157,6 +179,8 @@ func targetVar(tg string) string {
 		return "STORMGATE"
 	case stormgateNoLabels:
 		return "STORMGATE_NOLABELS"
+	case stormgateBase:
+		return "STORMGATE_BASE"
 	case hbFloor, fwdFloor:
 		return "FLOOR"
 	case npFloor, npFwd:

@@ -19,7 +19,10 @@ const (
 	stormgate = "stormgate"
 	// stormgateNoLabels is Stormgate with per-method metrics off (metrics.max_methods: 0).
 	stormgateNoLabels = "stormgate-nolabels"
-	baseline          = "baseline" // accept storm only: the incident-like listener
+	// stormgateBase is the sidecar built from another commit (BENCH_BASE_REF in bench/run.sh), so
+	// that a change's cost is measured in the same alternating rounds as the change itself.
+	stormgateBase = "stormgate-base"
+	baseline      = "baseline" // accept storm only: the incident-like listener
 )
 
 // targets is the order of every side-by-side table.
@@ -194,12 +197,16 @@ func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o pro
 			px.stop()
 			return nil, err
 		}
-	case stormgate, stormgateNoLabels:
+	case stormgate, stormgateNoLabels, stormgateBase:
 		lvl := o.logLevel
 		if lvl == "" {
 			lvl = "warn"
 		}
-		argv := []string{s.bins.sidecar, "run", "--listen", px.addr, "--upstream", up.addr,
+		bin := s.bins.sidecar
+		if kind == stormgateBase {
+			bin = s.bins.sidecarBase
+		}
+		argv := []string{bin, "run", "--listen", px.addr, "--upstream", up.addr,
 			"--upstream-conns", strconv.Itoa(stormgateUpstreamConns), "--log-level", lvl}
 		if kind == stormgateNoLabels {
 			cfg := filepath.Join(s.out, fmt.Sprintf("stormgate-nolabels-%d.yaml", port))

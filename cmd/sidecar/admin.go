@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
 )
 
 // loggingHandler serves /logging on the admin listener: GET reads the level,
@@ -46,13 +46,13 @@ func loggingHandler(level zap.AtomicLevel, log *zap.Logger) http.HandlerFunc {
 // listenerError says which setting chose the consumer listener's address
 // (--listen, the file, or the default) and, when the port is taken, how to
 // find who holds it.
-func listenerError(l xds.Layered, err error) error {
+func listenerError(l settings.Layered, err error) error {
 	addr := l.Settings.GetListener().GetAddress()
 	var what string
 	switch l.Sources["listener.address"] {
-	case xds.SourceFile:
+	case settings.SourceFile:
 		what = fmt.Sprintf("listener.address %s (from %s; --listen overrides it)", addr, l.File)
-	case xds.SourceFlag:
+	case settings.SourceFlag:
 		what = "--listen " + addr
 	default:
 		what = fmt.Sprintf("--listen %s (the default)", addr)

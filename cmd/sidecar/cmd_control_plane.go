@@ -17,13 +17,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/xds/controlplane"
 )
 
 func newControlPlaneCmd() *cobra.Command {
 	var (
 		listen, config, resource, metrics string
 		logLevel, logFormat               string
-		tlsCfg                            xds.ServerTLSConfig
+		tlsCfg                            controlplane.TLSConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "control-plane --listen ADDR --config FILE|DIR",
@@ -79,10 +80,10 @@ certificate is served without a restart. Without --cert the control plane is pla
 			if err := registerBuildInfo(reg); err != nil { // which build serves; lets StormgateFileDescriptorsLow see it
 				return err
 			}
-			cpCfg := xds.ControlPlaneConfig{Config: config, ResourceName: resource}
+			cpCfg := controlplane.Config{Config: config, ResourceName: resource}
 			switch {
 			case tlsCfg.Cert != "" || tlsCfg.Key != "":
-				opt, err := xds.ServerCredentials(tlsCfg)
+				opt, err := controlplane.Credentials(tlsCfg)
 				if err != nil {
 					return err
 				}
@@ -91,7 +92,7 @@ certificate is served without a restart. Without --cert the control plane is pla
 			case tlsCfg.ClientCA != "":
 				return fmt.Errorf("--client-ca needs --cert and --key: mutual TLS is TLS first")
 			}
-			cp, err := xds.NewControlPlane(cpCfg, log, reg)
+			cp, err := controlplane.New(cpCfg, log, reg)
 			if err != nil {
 				return fmt.Errorf("--config %s:\n%w", config, err)
 			}

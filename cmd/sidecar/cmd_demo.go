@@ -14,7 +14,7 @@ import (
 	"github.com/stormgate/stormgate/loadgen"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
 )
 
 type demoFlags struct {
@@ -79,8 +79,8 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 	go prov.Serve(ctx) //nolint:errcheck
 
 	reg := prometheus.NewRegistry()
-	shipped := xds.Defaults()
-	acfg := xds.AdmissionConfig(shipped)
+	shipped := settings.Defaults()
+	acfg := settings.AdmissionConfig(shipped)
 	acfg.Address = "127.0.0.1:0"
 	acfg.AcceptRate = 0 // the demo's consumers connect politely; pacing is shown by the benchmarks
 	adm, err := admission.Listen(acfg, log.Named("admission"), reg)
@@ -88,7 +88,7 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 		return err
 	}
 	defer adm.Close()
-	pcfg := xds.ProxyConfig(shipped)
+	pcfg := settings.ProxyConfig(shipped)
 	pcfg.Upstream, pcfg.UpstreamConns = prov.Addr(), f.upstreams
 	srv, err := proxy.New(pcfg,
 		proxy.Options{Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: adm.ConnClosed})

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/stormgate/stormgate/inject"
+	"github.com/stormgate/stormgate/settings"
 	"github.com/stormgate/stormgate/transparent"
-	"github.com/stormgate/stormgate/xds"
 )
 
 func newInjectCmd() *cobra.Command {
@@ -163,7 +163,7 @@ func (fl *injectFlags) config() (inject.Config, error) {
 		cfg.InboundPorts = ports
 	}
 	for _, s := range fl.set {
-		a, ok := xds.ParseAssignment(s)
+		a, ok := settings.ParseAssignment(s)
 		if !ok {
 			return cfg, fmt.Errorf("--set %q: want PATH=VALUE, e.g. hold.timeout=10s", s)
 		}

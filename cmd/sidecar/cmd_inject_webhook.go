@@ -20,7 +20,7 @@ import (
 
 	"github.com/stormgate/stormgate/inject"
 	"github.com/stormgate/stormgate/inject/webhook"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/xds/controlplane"
 )
 
 func newInjectWebhookCmd() *cobra.Command {
@@ -83,7 +83,7 @@ server verifies them with the configuration's caBundle. --metrics serves /metric
 			if err != nil {
 				return fmt.Errorf("injection settings: %w", err)
 			}
-			tc, err := xds.ServerTLS(xds.ServerTLSConfig{Cert: certFile, Key: keyFile})
+			tc, err := controlplane.TLS(controlplane.TLSConfig{Cert: certFile, Key: keyFile})
 			if err != nil {
 				return err
 			}

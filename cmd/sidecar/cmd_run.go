@@ -27,16 +27,14 @@ import (
 	"github.com/stormgate/stormgate/handover"
 	"github.com/stormgate/stormgate/inject/appprobe"
 	"github.com/stormgate/stormgate/proxy"
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/transparent"
 	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 type runFlags struct {
 	config        string
-	listen        string
-	upstream      string
-	upstreamConns int
 	metrics       string
 	admin         string
 	xdsAddr       string
@@ -47,11 +45,7 @@ type runFlags struct {
 	xdsKey        string
 	xdsWait       time.Duration
 	node          xdsNodeFlags
-	transparent   bool
-	inboundPorts  string
 	set           []string
-	logLevel      string
-	logFormat     string
 	netpollBuffer int
 	pollers       int
 	upgradeBinary string
@@ -110,22 +104,22 @@ started from) without closing a connection, as 'sidecar upgrade' does.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "settings file (YAML, schema of docs/configuration.md)")
-	fl.StringVar(&f.listen, "listen", "0.0.0.0:20881", "address consumers connect to (listener.address)")
-	fl.StringVar(&f.upstream, "upstream", "127.0.0.1:20880", "provider address (upstream.address)")
-	fl.IntVar(&f.upstreamConns, "upstream-conns", 4, "connections to the provider (upstream.connections)")
+	for _, sf := range settings.RunFlags {
+		v := &settingFlag{value: sf.Default(), kind: sf.Kind()}
+		pf := fl.VarPF(v, sf.Name, "", sf.Usage+" ("+sf.Path+")")
+		if v.kind == "bool" {
+			pf.NoOptDefVal = "true" // --transparent alone
+		}
+	}
 	fl.StringVar(&f.metrics, "metrics", "0.0.0.0:15090", "metrics listener: /metrics /healthz /readyz (empty: off)")
 	fl.StringVar(&f.admin, "admin", "127.0.0.1:15000", "admin listener: /config_dump, POST /drain, /logging (empty: off)")
 	fl.StringVar(&f.xdsAddr, "xds", "", "xDS control plane HOST:PORT (ADS over gRPC), or several replicas HOST:PORT,HOST:PORT (fails over between them); empty: no xDS")
 	fl.StringVar(&f.nodeID, "node-id", "", "xDS node id (default: $POD_NAME.$POD_NAMESPACE)")
-	fl.StringVar(&f.xdsResource, "xds-resource", "stormgate", "name of the ExtensionConfig resource carrying the settings")
+	fl.StringVar(&f.xdsResource, "xds-resource", xds.DefaultResourceName, "name of the ExtensionConfig resource carrying the settings")
 	fl.StringVar(&f.xdsCA, "xds-ca", "", "CA bundle to verify the control plane (enables TLS)")
 	fl.StringVar(&f.xdsCert, "xds-cert", "", "client certificate for mTLS to the control plane")
 	fl.StringVar(&f.xdsKey, "xds-key", "", "client key for mTLS to the control plane")
 	fl.DurationVar(&f.xdsWait, "xds-wait", time.Second, "with --xds: how long start-up waits for the control plane's first settings before dialling the provider with the startup ones (consumers wait in the accept queue meanwhile); 0: do not wait")
-	fl.BoolVar(&f.transparent, "transparent", false, "accept iptables-REDIRECTed connections; upstream is 127.0.0.1:<original port>")
-	fl.StringVar(&f.inboundPorts, "inbound-ports", "", "transparent mode: provider ports Stormgate may forward to, e.g. 20880,20881 (listener.inbound_ports)")
-	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error (log.level)")
-	fl.StringVar(&f.logFormat, "log-format", "json", "json or console (log.format)")
 	fl.StringArrayVar(&f.set, "set", nil, "any setting by its path, written as in the settings file: --set hold.timeout=10s --set limits.max_frame_bytes=16MiB (repeatable; same layer as the flags above)")
 	fl.IntVar(&f.netpollBuffer, "netpoll-buffer", proxy.DefaultNetpollBuffer, "initial input buffer per connection in bytes (grows on demand)")
 	_ = fl.MarkHidden("netpoll-buffer")
@@ -137,74 +131,94 @@ started from) without closing a connection, as 'sidecar upgrade' does.`,
 	return cmd
 }
 
-// buildSettings merges defaults, the file and the flags that were set, and
-// records where each field came from. Errors name the file and line; with a
-// validation error the (invalid) merged settings are returned too.
-func buildSettings(cmd *cobra.Command, f runFlags) (xds.Layered, error) {
-	var file *xds.SettingsFile
+// startupSettings are the settings `run` starts with (defaults < file <
+// flags), with the source of every field and the file they were read from.
+type startupSettings struct {
+	settings.Layered
+	file *settings.SettingsFile // nil without --config
+}
+
+// explain names the file and line of each problem of err about a field the
+// file set, one per indented line; nil stays nil.
+func (s startupSettings) explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	if s.file != nil {
+		err = s.file.Annotate(err, s.Sources)
+	}
+	return problemsError{"invalid settings", err}
+}
+
+// readSettings merges defaults, the file and the flags that were set, and
+// records where each field came from; it does not validate the result. Errors
+// name the file and line.
+func readSettings(cmd *cobra.Command, f runFlags) (startupSettings, error) {
+	var ss startupSettings
 	var fromFile *sg.Settings
 	if f.config != "" {
-		sf, err := xds.ReadSettingsFile(f.config)
+		sf, err := settings.ReadSettingsFile(f.config)
 		if err != nil {
-			return xds.Layered{}, problemsError{"--config " + f.config, err}
+			return ss, problemsError{"--config " + f.config, err}
 		}
-		file, fromFile = sf, sf.Settings
+		ss.file, fromFile = sf, sf.Settings
 	}
 	over, err := flagSettings(cmd, f)
 	if err != nil {
-		return xds.Layered{}, err
+		return ss, err
 	}
-	l := xds.MergeLayers(f.config, xds.Layer{Source: xds.SourceDefaults, Settings: xds.Defaults()},
-		xds.Layer{Source: xds.SourceFile, Settings: fromFile}, xds.Layer{Source: xds.SourceFlag, Settings: over})
-	if err := xds.Validate(l.Settings); err != nil {
-		if file != nil {
-			err = file.Annotate(err, l.Sources)
-		}
-		return l, problemsError{"invalid settings", err}
-	}
-	return l, nil
+	ss.Layered = settings.MergeLayers(f.config, settings.Layer{Source: settings.SourceDefaults, Settings: settings.Defaults()},
+		settings.Layer{Source: settings.SourceFile, Settings: fromFile}, settings.Layer{Source: settings.SourceFlag, Settings: over})
+	return ss, nil
 }
 
-// settingFlags are the flags of `run` that set one setting each.
-var settingFlags = []struct{ flag, path string }{
-	{"listen", "listener.address"},
-	{"transparent", "listener.transparent"},
-	{"inbound-ports", "listener.inbound_ports"},
-	{"upstream", "upstream.address"},
-	{"upstream-conns", "upstream.connections"},
-	{"log-level", "log.level"},
-	{"log-format", "log.format"},
+// buildSettings is readSettings, validated: what `run` starts with. With a
+// validation error the (invalid) merged settings are returned too.
+func buildSettings(cmd *cobra.Command, f runFlags) (settings.Layered, error) {
+	ss, err := readSettings(cmd, f)
+	if err != nil {
+		return ss.Layered, err
+	}
+	return ss.Layered, ss.explain(settings.Validate(ss.Settings))
 }
+
+// settingFlag is the value of a flag of settings.RunFlags: kept as written, and decoded with
+// the settings file's decoder when the flag is given (flagSettings).
+type settingFlag struct{ value, kind string }
+
+func (v *settingFlag) String() string     { return v.value }
+func (v *settingFlag) Set(s string) error { v.value = s; return nil }
+func (v *settingFlag) Type() string       { return v.kind }
 
 // flagSettings returns the settings the given flags set: each flag and each --set PATH=VALUE is
-// decoded by the settings file's own decoder (xds.ParseAssignments), so flags take what the file
+// decoded by the settings file's own decoder (settings.ParseAssignments), so flags take what the file
 // takes ("--log-level DEBUG", "--set limits.max_frame_bytes=16MiB"). A field given twice (by its
 // flag and by --set) is refused.
 func flagSettings(cmd *cobra.Command, f runFlags) (*sg.Settings, error) {
-	var as []xds.Assignment
-	for _, sf := range settingFlags {
-		fl := cmd.Flags().Lookup(sf.flag)
+	var as []settings.Assignment
+	for _, sf := range settings.RunFlags {
+		fl := cmd.Flags().Lookup(sf.Name)
 		if !fl.Changed {
 			continue
 		}
 		v := fl.Value.String()
-		if sf.flag == "inbound-ports" {
+		if sf.Path == "listener.inbound_ports" {
 			ports, err := transparent.ParsePorts(v)
 			if err != nil {
 				return nil, fmt.Errorf("--inbound-ports: %w", err)
 			}
 			v = "[" + transparent.FormatPorts(ports) + "]"
 		}
-		as = append(as, xds.Assignment{Path: sf.path, Value: v})
+		as = append(as, settings.Assignment{Path: sf.Path, Value: v})
 	}
 	for _, s := range f.set {
-		a, ok := xds.ParseAssignment(s)
+		a, ok := settings.ParseAssignment(s)
 		if !ok {
 			return nil, fmt.Errorf("--set %q: want PATH=VALUE, e.g. hold.timeout=10s", s)
 		}
 		as = append(as, a)
 	}
-	over, err := xds.ParseAssignments(as)
+	over, err := settings.ParseAssignments(as)
 	if err != nil {
 		return nil, problemsError{"flags (a setting given by its own flag and by --set is \"set twice\")", err}
 	}
@@ -256,7 +270,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		}
 	}
 	var (
-		layered xds.Layered
+		layered settings.Layered
 		active  *sg.Settings // the settings in force: the startup ones, or those handed over
 		ss      settingsState
 	)
@@ -274,7 +288,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		}
 		active = layered.Settings
 	}
-	settings := layered.Settings // the base: defaults < file < flags
+	base := layered.Settings // the base: defaults < file < flags
 	log, level, err := newLogger(active.GetLog().GetLevel(), active.GetLog().GetFormat())
 	if err != nil {
 		if rs != nil {
@@ -305,11 +319,11 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if err := registerBuildInfo(reg); err != nil {
 		return fail(err)
 	}
-	var store *xds.Store
+	var store *settings.Store
 	if rs != nil {
 		store, err = restoredStore(ss, layered, active, reg)
 	} else {
-		store, err = xds.NewLayeredStore(layered, xds.Version(settings), reg)
+		store, err = settings.NewLayeredStore(layered, settings.Version(base), reg)
 	}
 	if err != nil {
 		return fail(err)
@@ -328,7 +342,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if f.xdsAddr != "" {
 		// Base is the startup settings (fix found by e2e/xds_live_test.go): a push is
 		// partial and merges over defaults < file < flags, not over the bare defaults.
-		if xdsClient, err = newXDSClient(f, settings, store, log.Named("xds"), reg, func(version string) {
+		if xdsClient, err = newXDSClient(f, base, store, log.Named("xds"), reg, func(version string) {
 			if !xdsSynced.Swap(true) {
 				log.Info("first settings from the control plane in force; ready", zap.String("version", version))
 				close(firstSync)
@@ -375,10 +389,10 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if rs != nil {
 		var sn admission.Snapshot
 		if err = sn.UnmarshalBinary(in.State.Sections[secAdmission]); err == nil {
-			p.adm, err = admission.Restore(&sn, xds.AdmissionConfig(active), log.Named("admission"), reg)
+			p.adm, err = admission.Restore(&sn, settings.AdmissionConfig(active), log.Named("admission"), reg)
 		}
 	} else {
-		p.adm, err = admission.Listen(xds.AdmissionConfig(active), log.Named("admission"), reg)
+		p.adm, err = admission.Listen(settings.AdmissionConfig(active), log.Named("admission"), reg)
 	}
 	if err != nil {
 		for _, l := range lns {
@@ -399,13 +413,13 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 			return fail(errors.New("fault injected by a test build: this binary refuses every handed-over state"))
 		}
 		if err = psn.UnmarshalBinary(in.State.Sections[secProxy]); err == nil {
-			p.srv, err = proxy.Restore(&psn, xds.ProxyConfig(active), opts)
+			p.srv, err = proxy.Restore(&psn, settings.ProxyConfig(active), opts)
 		}
 		if err != nil {
 			// The listening socket goes back to the old binary: not closed here.
 			return fail(err)
 		}
-	} else if p.srv, err = proxy.New(xds.ProxyConfig(active), opts); err != nil {
+	} else if p.srv, err = proxy.New(settings.ProxyConfig(active), opts); err != nil {
 		p.adm.Close()
 		return err
 	}
@@ -415,7 +429,7 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 	if xdsClient != nil {
 		go func() {
 			err := xdsClient.Run(ctx, func(s *sg.Settings, version string) error {
-				return live.apply(xds.WithDefaults(s), version, xds.SourceXDS)
+				return live.apply(s, version, settings.SourceXDS)
 			})
 			if err != nil && ctx.Err() == nil {
 				log.Error("xds client stopped", zap.Error(err))
@@ -433,13 +447,13 @@ func runSidecar(cmd *cobra.Command, f runFlags) error {
 		return fail(err)
 	}
 	active = store.Settings()
-	for _, w := range xds.Warnings(active) {
+	for _, w := range settings.Warnings(active) {
 		log.Warn("settings warning", zap.String("field", w.Field), zap.String("warning", w.Message))
 	}
 	log.Info("stormgate started", zap.String("version", version), zap.Stringer("listen", p.adm.Addr()),
 		zap.String("upstream", upstreamDesc(active)), zap.Bool("transparent", active.GetListener().GetTransparent()),
 		zap.String("settings_source", store.Load().Source), zap.String("config_file", layered.File),
-		zap.Strings("set_by_flags", fieldsFrom(store.Load().Sources, xds.SourceFlag)),
+		zap.Strings("set_by_flags", fieldsFrom(store.Load().Sources, settings.SourceFlag)),
 		zap.Bool("upgraded", rs != nil), zap.Int("pollers", proxy.Pollers()))
 	p.handler = admission.HandlerFunc(func(c admission.Conn) { srv.ServeFD(c.FD, c.Remote, c.OrigDst) })
 	self, _ := os.Executable() // the path this process was started from, even if it has been replaced since
@@ -558,7 +572,7 @@ wait:
 	// drain.min_duration, so consumers act on READONLY and Kubernetes takes the pod
 	// out of its endpoints before anything is refused (issue 14).
 	srv.Announce()
-	if w := xds.DrainSettings(store.Settings()).MinDuration; w > 0 && exitErr == nil {
+	if w := settings.DrainSettings(store.Settings()).MinDuration; w > 0 && exitErr == nil {
 		log.Info("draining: still accepting and serving for drain.min_duration; a second signal skips it",
 			zap.Duration("min_duration", w))
 		t := time.NewTimer(w)
@@ -570,7 +584,7 @@ wait:
 		}
 	}
 	p.adm.StopAccepting()
-	dctx, cancel := context.WithTimeout(context.Background(), xds.ProxyConfig(store.Settings()).DrainTimeout+time.Second)
+	dctx, cancel := context.WithTimeout(context.Background(), settings.ProxyConfig(store.Settings()).DrainTimeout+time.Second)
 	go func() {
 		// Another signal skips the rest of the drain.
 		select {
@@ -661,7 +675,7 @@ func loggerConfig(level, format string) (zap.Config, error) {
 }
 
 // fieldsFrom lists, sorted, the fields whose value came from source.
-func fieldsFrom(sources xds.FieldSources, source string) []string {
+func fieldsFrom(sources settings.FieldSources, source string) []string {
 	var out []string
 	for f, src := range sources {
 		if src == source {

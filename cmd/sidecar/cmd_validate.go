@@ -9,7 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
+	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
 )
 
 func newValidateCmd() *cobra.Command {
@@ -55,29 +56,29 @@ type target struct {
 
 func (tg target) validate() error {
 	if tg.controlPlane {
-		return xds.ValidateControlPlane(tg.path)
+		return cpfile.Validate(tg.path)
 	}
-	return xds.ValidateFile(tg.path)
+	return settings.ValidateFile(tg.path)
 }
 
 // validateTargets expands each argument: a directory of control-plane files is one
-// target; a directory of settings files is one target per file (xds.YAMLFiles).
+// target; a directory of settings files is one target per file (settings.YAMLFiles).
 func validateTargets(args []string) ([]target, error) {
 	var out []target
 	for _, a := range args {
 		fi, err := os.Stat(a)
 		if err != nil || !fi.IsDir() {
-			out = append(out, target{a, err == nil && xds.IsControlPlaneConfig(a)}) // ValidateFile reports a missing file
+			out = append(out, target{a, err == nil && cpfile.IsConfig(a)}) // ValidateFile reports a missing file
 			continue
 		}
-		files, err := xds.YAMLFiles(a)
+		files, err := settings.YAMLFiles(a)
 		if err != nil {
 			return nil, err
 		}
 		if len(files) == 0 {
 			return nil, fmt.Errorf("%s: no *.yaml or *.yml files in this directory", a)
 		}
-		if slices.ContainsFunc(files, xds.IsControlPlaneConfig) {
+		if slices.ContainsFunc(files, cpfile.IsConfig) {
 			out = append(out, target{a, true})
 			continue
 		}
@@ -98,7 +99,7 @@ func reportFile(out, errOut io.Writer, path string, err error) bool {
 		}
 		return true
 	}
-	var ps xds.Problems
+	var ps settings.Problems
 	if !errors.As(err, &ps) {
 		fmt.Fprintf(errOut, "%s: %v\n", path, err)
 		return false
@@ -126,13 +127,13 @@ func validatePath(path string) error {
 
 // fileWarnings lists what is valid but probably a mistake in a settings file,
 // merged over the defaults (none for a control-plane file or a directory).
-func fileWarnings(path string) xds.Problems {
-	if xds.IsControlPlaneConfig(path) {
+func fileWarnings(path string) settings.Problems {
+	if cpfile.IsConfig(path) {
 		return nil
 	}
-	s, err := xds.LoadFile(path)
+	s, err := settings.LoadFile(path)
 	if err != nil {
 		return nil
 	}
-	return xds.Warnings(xds.WithDefaults(s))
+	return settings.Warnings(settings.WithDefaults(s))
 }

@@ -10,17 +10,18 @@ import (
 
 	"github.com/stormgate/stormgate/admission"
 	"github.com/stormgate/stormgate/proxy"
-	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // liveSettings changes the settings of a running sidecar: from an xDS push
 // (apply) or from the --config file again on SIGHUP (reload). One change at a
-// time; each is checked whole (Validate, CheckLive) before any stage sees it.
+// time; each is checked once and whole (settings.Store.Update: Validate and
+// CheckLive, every problem at once) before any stage sees it.
 type liveSettings struct {
 	mu    sync.Mutex
 	log   *zap.Logger
-	store *xds.Store
+	store *settings.Store
 	srv   stage[proxy.Config]     // *proxy.Server
 	adm   stage[admission.Config] // *admission.Admitter
 	level zap.AtomicLevel
@@ -33,60 +34,51 @@ type stage[C any] interface {
 	Update(cfg C) error
 }
 
-// apply makes s (complete settings) live in every stage, or refuses it; the
-// error names each field (it becomes the NACK's error_detail).
-func (l *liveSettings) apply(s *sg.Settings, version, source string) error {
+// apply makes pushed (partial settings: what the control plane sets) live
+// over the startup settings in every stage, or refuses it; the error names
+// each field (it becomes the NACK's error_detail).
+func (l *liveSettings) apply(pushed *sg.Settings, version, source string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prev := l.store.Settings()
-	if err := l.stages(prev, s); err != nil {
+	next := settings.Merge(l.store.Base().Settings, pushed)
+	if err := l.store.Update(next, version, source, func() error { return l.stages(next) }); err != nil {
 		return err
 	}
-	if err := l.store.Update(s, version, source); err != nil {
-		return err
-	}
-	l.logApplied(prev, s, version, source)
+	l.logApplied(prev, next, version, source)
 	return nil
 }
 
-// reload re-reads the settings file and flags with load (SIGHUP) and applies
+// reload re-reads the settings file and flags with read (SIGHUP) and applies
 // them like a push: all or nothing. A file that fails is logged like a NACK,
-// with every problem, and recorded as /config_dump's last_rejected; the
-// running settings stay.
-func (l *liveSettings) reload(file string, load func() (xds.Layered, error)) {
+// with every problem (with its file line), and recorded as /config_dump's
+// last_rejected; the running settings stay.
+func (l *liveSettings) reload(file string, read func() (startupSettings, error)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prev := l.store.Load()
-	next, err := load()
+	next, err := read()
 	version := ""
 	if next.Settings != nil {
-		version = xds.Version(next.Settings) // also of a file that fails: the version it would have had
+		version = settings.Version(next.Settings) // also of a file that fails: the version it would have had
 	}
-	switch {
-	case err == nil:
-		if err = l.stages(prev.Settings, next.Settings); err == nil {
-			err = l.store.Rebase(next, version, xds.SourceFile)
-		}
-	case next.Settings != nil: // invalid: also say what could not change live
-		err = xds.AllProblems(err, xds.CheckLive(prev.Settings, next.Settings))
+	if err == nil {
+		err = next.explain(l.store.Rebase(next.Layered, version, settings.SourceFile, func() error { return l.stages(next.Settings) }))
 	}
 	if err != nil {
-		l.store.Reject(version, xds.SourceFile, err)
+		l.store.Reject(version, settings.SourceFile, err)
 		l.log.Warn("settings file rejected; keeping the running settings", zap.String("file", file),
 			zap.String("version", version), zap.String("running_version", prev.Version), zap.Strings("problems", problemStrings(err)))
 		return
 	}
-	l.logApplied(prev.Settings, next.Settings, version, xds.SourceFile)
+	l.logApplied(prev.Settings, next.Settings, version, settings.SourceFile)
 }
 
-// stages checks next against the running prev (every problem: ranges and
-// fields that cannot change live), then asks every stage whether it takes its
-// part, and only then hands each its part: a change reaches every stage or none.
-func (l *liveSettings) stages(prev, next *sg.Settings) error {
-	if err := xds.AllProblems(xds.Validate(next), xds.CheckLive(prev, next)); err != nil {
-		return err
-	}
-	pc, ac := xds.ProxyConfig(next), xds.AdmissionConfig(next)
+// stages asks every stage whether it takes its part of next (checked
+// settings), and only then hands each its part: a change reaches every stage
+// or none.
+func (l *liveSettings) stages(next *sg.Settings) error {
+	pc, ac := settings.ProxyConfig(next), settings.AdmissionConfig(next)
 	if err := l.srv.Check(pc); err != nil {
 		return err
 	}
@@ -105,7 +97,7 @@ func (l *liveSettings) stages(prev, next *sg.Settings) error {
 	if lv, err := zap.ParseAtomicLevel(next.GetLog().GetLevel()); err == nil {
 		l.level.SetLevel(lv.Level())
 	}
-	for _, w := range xds.Warnings(next) {
+	for _, w := range settings.Warnings(next) {
 		l.log.Warn("settings warning", zap.String("field", w.Field), zap.String("warning", w.Message))
 	}
 	return nil
@@ -114,7 +106,7 @@ func (l *liveSettings) stages(prev, next *sg.Settings) error {
 // logApplied logs what changed, field by field ("hold.timeout: 3s -> 5s").
 func (l *liveSettings) logApplied(prev, next *sg.Settings, version, source string) {
 	l.log.Info("settings applied", zap.String("source", source), zap.String("version", version),
-		zap.Strings("changed", xds.ChangeStrings(xds.Changes(prev, next))))
+		zap.Strings("changed", settings.ChangeStrings(settings.Changes(prev, next))))
 }
 
 // problemStrings lists the problems in err one per entry (a log field).
@@ -123,7 +115,7 @@ func problemStrings(err error) []string {
 	if errors.As(err, &pe) {
 		err = pe.err
 	}
-	var ps xds.Problems
+	var ps settings.Problems
 	if !errors.As(err, &ps) {
 		return []string{err.Error()}
 	}
@@ -135,7 +127,7 @@ func problemStrings(err error) []string {
 }
 
 // problemsError prints problems one per indented line, for the terminal;
-// errors.As still finds the xds.Problems inside.
+// errors.As still finds the settings.Problems inside.
 type problemsError struct {
 	head string
 	err  error
@@ -161,6 +153,6 @@ func reloadOnHUP(live *liveSettings, cmd *cobra.Command, f runFlags) {
 		live.log.Warn("SIGHUP ignored: there is no --config file to reload")
 	default:
 		live.log.Info("SIGHUP: reloading the settings file", zap.String("file", f.config))
-		live.reload(f.config, func() (xds.Layered, error) { return buildSettings(cmd, f) })
+		live.reload(f.config, func() (startupSettings, error) { return readSettings(cmd, f) })
 	}
 }

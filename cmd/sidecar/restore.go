@@ -17,8 +17,9 @@ import (
 
 	"github.com/stormgate/stormgate/handover"
 	"github.com/stormgate/stormgate/inject/appprobe"
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 // The new image's side of an upgrade (see upgrade.go), and the preflight.
@@ -28,18 +29,18 @@ import (
 // each field's source; the last rejection. Settings are protobuf (unknown fields of a newer
 // schema are ignored by an older binary: a downgrade drops what it does not know).
 type settingsState struct {
-	Base        []byte           `json:"base"`
-	BaseSource  string           `json:"base_source"`
-	BaseSources xds.FieldSources `json:"base_sources"`
-	File        string           `json:"file,omitempty"`
-	Active      []byte           `json:"active"`
-	Version     string           `json:"version"`
-	Source      string           `json:"source"`
-	Rejected    *xds.Rejection   `json:"last_rejected,omitempty"`
-	Rejecting   bool             `json:"rejecting,omitempty"`
+	Base        []byte                `json:"base"`
+	BaseSource  string                `json:"base_source"`
+	BaseSources settings.FieldSources `json:"base_sources"`
+	File        string                `json:"file,omitempty"`
+	Active      []byte                `json:"active"`
+	Version     string                `json:"version"`
+	Source      string                `json:"source"`
+	Rejected    *settings.Rejection   `json:"last_rejected,omitempty"`
+	Rejecting   bool                  `json:"rejecting,omitempty"`
 }
 
-func encodeSettingsState(st *xds.Store) ([]byte, error) {
+func encodeSettingsState(st *settings.Store) ([]byte, error) {
 	base, a := st.Base(), st.Load()
 	m := proto.MarshalOptions{Deterministic: true}
 	bb, err := m.Marshal(base.Settings)
@@ -63,27 +64,27 @@ var faultInjection string
 // restoredSettings decodes the settings section: the base and the settings in force, both
 // completed with this binary's defaults (fields it has and the old one had not) and valid
 // here.
-func restoredSettings(b []byte) (settingsState, xds.Layered, *sg.Settings, error) {
+func restoredSettings(b []byte) (settingsState, settings.Layered, *sg.Settings, error) {
 	var ss settingsState
 	if err := json.Unmarshal(b, &ss); err != nil {
-		return ss, xds.Layered{}, nil, fmt.Errorf("settings section: %w", err)
+		return ss, settings.Layered{}, nil, fmt.Errorf("settings section: %w", err)
 	}
 	base, active := &sg.Settings{}, &sg.Settings{}
 	if err := proto.Unmarshal(ss.Base, base); err != nil {
-		return ss, xds.Layered{}, nil, fmt.Errorf("settings section: base: %w", err)
+		return ss, settings.Layered{}, nil, fmt.Errorf("settings section: base: %w", err)
 	}
 	if err := proto.Unmarshal(ss.Active, active); err != nil {
-		return ss, xds.Layered{}, nil, fmt.Errorf("settings section: settings in force: %w", err)
+		return ss, settings.Layered{}, nil, fmt.Errorf("settings section: settings in force: %w", err)
 	}
-	l := xds.Layered{Settings: xds.WithDefaults(base), Source: ss.BaseSource, Sources: xds.FieldSources{}, File: ss.File}
-	for _, f := range xds.Fields() {
-		l.Sources[f.Path] = xds.SourceDefaults // fields this binary adds
+	l := settings.Layered{Settings: settings.WithDefaults(base), Source: ss.BaseSource, Sources: settings.FieldSources{}, File: ss.File}
+	for _, f := range settings.Fields() {
+		l.Sources[f.Path] = settings.SourceDefaults // fields this binary adds
 	}
 	for k, v := range ss.BaseSources {
 		l.Sources[k] = v
 	}
-	active = xds.WithDefaults(active)
-	if err := xds.Validate(active); err != nil {
+	active = settings.WithDefaults(active)
+	if err := settings.Validate(active); err != nil {
 		return ss, l, nil, problemsError{"the settings in force are invalid for this binary", err}
 	}
 	return ss, l, active, nil
@@ -91,27 +92,27 @@ func restoredSettings(b []byte) (settingsState, xds.Layered, *sg.Settings, error
 
 // restoredStore is the old image's store again: same base, same settings in force with
 // their version and source, same last rejection.
-func restoredStore(ss settingsState, base xds.Layered, active *sg.Settings, reg prometheus.Registerer) (*xds.Store, error) {
-	if xds.Equal(base.Settings, active) && ss.Source == base.Source {
-		st, err := xds.NewLayeredStore(base, ss.Version, reg)
+func restoredStore(ss settingsState, base settings.Layered, active *sg.Settings, reg prometheus.Registerer) (*settings.Store, error) {
+	if settings.Equal(base.Settings, active) && ss.Source == base.Source {
+		st, err := settings.NewLayeredStore(base, ss.Version, reg)
 		if err != nil {
 			return nil, err
 		}
 		restoreRejection(st, ss)
 		return st, nil
 	}
-	st, err := xds.NewLayeredStore(base, xds.Version(base.Settings), reg)
+	st, err := settings.NewLayeredStore(base, settings.Version(base.Settings), reg)
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Update(active, ss.Version, ss.Source); err != nil {
+	if err := st.Update(active, ss.Version, ss.Source, nil); err != nil {
 		return nil, err
 	}
 	restoreRejection(st, ss)
 	return st, nil
 }
 
-func restoreRejection(st *xds.Store, ss settingsState) {
+func restoreRejection(st *settings.Store, ss settingsState) {
 	if r := ss.Rejected; r != nil {
 		st.Reject(r.Version, r.Source, errors.New(r.Error))
 		if !ss.Rejecting {
@@ -262,7 +263,7 @@ func runPreflight(cmd *cobra.Command, f runFlags) error {
 			if err := proto.Unmarshal(b, s); err != nil {
 				return fmt.Errorf("the settings in force: %w", err)
 			}
-			if err := xds.Validate(xds.WithDefaults(s)); err != nil {
+			if err := settings.Validate(settings.WithDefaults(s)); err != nil {
 				return problemsError{"the settings in force are invalid for this binary", err}
 			}
 		}

@@ -24,8 +24,8 @@ import (
 	"github.com/stormgate/stormgate/admission"
 	"github.com/stormgate/stormgate/handover"
 	"github.com/stormgate/stormgate/proxy"
-	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // The running side of `sidecar upgrade` (issue 14; handover/doc.go has the mechanics). One
@@ -103,7 +103,7 @@ type plane struct {
 	ctx      context.Context
 	log      *zap.Logger
 	reg      prometheus.Registerer
-	store    *xds.Store
+	store    *settings.Store
 	live     *liveSettings
 	srv      *proxy.Server
 	adm      *admission.Admitter
@@ -397,7 +397,7 @@ func (u *upgrader) state(p *plane, job upgradeJob, admSnap *admission.Snapshot, 
 	}
 	fail := func(err error) (stateFDs, []int, func(), error) { return fds, nil, closeAll, err }
 
-	settings, err := encodeSettingsState(p.store)
+	settingsB, err := encodeSettingsState(p.store)
 	if err != nil {
 		return fail(err)
 	}
@@ -433,7 +433,7 @@ func (u *upgrader) state(p *plane, job upgradeJob, admSnap *admission.Snapshot, 
 		Phases: map[string]time.Duration{"preflight": job.preflight, "freeze": frozen, "state": time.Since(t0) - frozen},
 		Counts: counts, Stats: stats}
 	h.ExecAt = time.Now().Round(0)
-	st := &handover.State{Header: h, Sections: map[string][]byte{secSettings: settings, secAdmission: admB, secProxy: proxyB}}
+	st := &handover.State{Header: h, Sections: map[string][]byte{secSettings: settingsB, secAdmission: admB, secProxy: proxyB}}
 	if fds.memfd, err = handover.WriteMemfd(st); err != nil {
 		return fail(err)
 	}
@@ -450,7 +450,7 @@ func (u *upgrader) state(p *plane, job upgradeJob, admSnap *admission.Snapshot, 
 // snapshot. Called with p.live.mu held.
 func (u *upgrader) thaw(p *plane, admSnap *admission.Snapshot, psn *proxy.Snapshot) error {
 	// Admission first: the data plane reports closes to it once thawed.
-	adm, err := admission.Restore(admSnap, xds.AdmissionConfig(p.store.Settings()), p.log.Named("admission"), p.reg)
+	adm, err := admission.Restore(admSnap, settings.AdmissionConfig(p.store.Settings()), p.log.Named("admission"), p.reg)
 	if err != nil {
 		if psn != nil {
 			p.srv.Thaw() // serve the consumers there are, at least

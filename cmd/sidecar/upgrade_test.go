@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stormgate/stormgate/handover"
-	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // The settings in force cross an upgrade as they are: the xDS-pushed value with its
@@ -27,18 +27,18 @@ import (
 func TestSettingsCrossTheUpgrade(t *testing.T) {
 	file := &sg.Settings{Hold: &sg.Hold{MaxRequests: proto.Int32(77)}}
 	flags := &sg.Settings{Upstream: &sg.Upstream{Connections: proto.Int32(2)}}
-	base := xds.MergeLayers("/etc/stormgate.yaml", xds.Layer{Source: xds.SourceDefaults, Settings: xds.Defaults()},
-		xds.Layer{Source: xds.SourceFile, Settings: file}, xds.Layer{Source: xds.SourceFlag, Settings: flags})
-	old, err := xds.NewLayeredStore(base, xds.Version(base.Settings), nil)
+	base := settings.MergeLayers("/etc/stormgate.yaml", settings.Layer{Source: settings.SourceDefaults, Settings: settings.Defaults()},
+		settings.Layer{Source: settings.SourceFile, Settings: file}, settings.Layer{Source: settings.SourceFlag, Settings: flags})
+	old, err := settings.NewLayeredStore(base, settings.Version(base.Settings), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pushed := proto.Clone(base.Settings).(*sg.Settings)
 	pushed.Keepalive.UpstreamMaxMissed = proto.Int32(5)
-	if err := old.Update(pushed, "cp-v7", xds.SourceXDS); err != nil {
+	if err := old.Update(pushed, "cp-v7", settings.SourceXDS, nil); err != nil {
 		t.Fatal(err)
 	}
-	old.Reject("cp-v8", xds.SourceXDS, errors.New("hold.timeout: 2m is out of range"))
+	old.Reject("cp-v8", settings.SourceXDS, errors.New("hold.timeout: 2m is out of range"))
 
 	b, err := encodeSettingsState(old)
 	if err != nil {
@@ -53,18 +53,18 @@ func TestSettingsCrossTheUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, r := old.Load(), restored.Load()
-	if !xds.Equal(a.Settings, r.Settings) || a.Version != r.Version || a.Source != r.Source || a.File != r.File ||
+	if !settings.Equal(a.Settings, r.Settings) || a.Version != r.Version || a.Source != r.Source || a.File != r.File ||
 		!reflect.DeepEqual(a.Sources, r.Sources) {
 		t.Errorf("settings in force: version %s/%s source %s/%s file %s/%s; sources equal %t",
 			a.Version, r.Version, a.Source, r.Source, a.File, r.File, reflect.DeepEqual(a.Sources, r.Sources))
 	}
-	if got := r.Sources["keepalive.upstream_max_missed"]; got != xds.SourceXDS {
+	if got := r.Sources["keepalive.upstream_max_missed"]; got != settings.SourceXDS {
 		t.Errorf("pushed field attributed to %q", got)
 	}
-	if got := r.Sources["hold.max_requests"]; got != xds.SourceFile {
+	if got := r.Sources["hold.max_requests"]; got != settings.SourceFile {
 		t.Errorf("file field attributed to %q", got)
 	}
-	if ob, rb := old.Base(), restored.Base(); !xds.Equal(ob.Settings, rb.Settings) || !reflect.DeepEqual(ob.Sources, rb.Sources) {
+	if ob, rb := old.Base(), restored.Base(); !settings.Equal(ob.Settings, rb.Settings) || !reflect.DeepEqual(ob.Sources, rb.Sources) {
 		t.Error("the base later pushes merge over changed across the upgrade")
 	}
 	if rej := restored.LastRejected(); rej == nil || rej.Version != "cp-v8" || !restored.Rejecting() {
@@ -75,10 +75,10 @@ func TestSettingsCrossTheUpgrade(t *testing.T) {
 // A state whose settings this binary refuses is a restore failure (a rollback), with
 // the problem named.
 func TestRestoredSettingsRefusesInvalid(t *testing.T) {
-	bad := xds.Defaults()
+	bad := settings.Defaults()
 	bad.Upstream.Connections = proto.Int32(500)
 	raw, _ := proto.Marshal(bad)
-	b, _ := json.Marshal(settingsState{Base: raw, Active: raw, Version: "x", Source: xds.SourceFile})
+	b, _ := json.Marshal(settingsState{Base: raw, Active: raw, Version: "x", Source: settings.SourceFile})
 	if _, _, _, err := restoredSettings(b); err == nil || !strings.Contains(err.Error(), "upstream.connections") {
 		t.Fatalf("err %v; want it to name upstream.connections", err)
 	}
@@ -87,7 +87,7 @@ func TestRestoredSettingsRefusesInvalid(t *testing.T) {
 // run --preflight checks the flags and the settings in force given on stdin, binds
 // nothing, and prints the report the old process reads.
 func TestRunPreflight(t *testing.T) {
-	inForce, _ := proto.Marshal(xds.Defaults())
+	inForce, _ := proto.Marshal(settings.Defaults())
 	run := func(stdin []byte, args ...string) (string, error) {
 		cmd := newRootCmd()
 		var out bytes.Buffer
@@ -111,7 +111,7 @@ func TestRunPreflight(t *testing.T) {
 		t.Errorf("bad flag: %v", err)
 	}
 	// Settings in force that this binary refuses: the upgrade must not happen.
-	bad := xds.Defaults()
+	bad := settings.Defaults()
 	bad.Hold.Timeout = nil
 	bad.Limits.MaxRequestAge.Seconds = 1
 	badB, _ := proto.Marshal(bad)
@@ -124,7 +124,7 @@ func TestRunPreflight(t *testing.T) {
 func TestUpgradeEndpointRefuses(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	draining := false
-	u, err := newUpgrader(zap.NewNop(), "", xds.Defaults, func() bool { return draining }, reg)
+	u, err := newUpgrader(zap.NewNop(), "", settings.Defaults, func() bool { return draining }, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

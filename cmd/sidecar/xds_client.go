@@ -9,8 +9,9 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 // xdsNodeFlags are what `run` reports about itself to the control plane,
@@ -37,7 +38,7 @@ func addXDSNodeFlags(cmd *cobra.Command, f *xdsNodeFlags) {
 }
 
 // nodeInfo is what the sidecar reports: flags first, then the environment.
-// Ports are left to the client (the provider ports of the settings).
+// Ports are the provider ports of the startup settings (newXDSClient).
 func (f xdsNodeFlags) nodeInfo(id string, getenv func(string) string) (xds.NodeInfo, error) {
 	or := func(flag, env string) string {
 		if flag != "" {
@@ -76,10 +77,10 @@ func splitAddresses(s string) []string {
 	return out
 }
 
-// newXDSClient builds the ADS client of `run` from its flags. Pushes merge
-// over base (defaults < file < flags) and are checked against what store
-// runs; synced runs, with the version, after each response the sidecar ACKed.
-func newXDSClient(f runFlags, base *sg.Settings, store *xds.Store, log *zap.Logger, reg prometheus.Registerer,
+// newXDSClient builds the ADS client of `run` from its flags. It reports the
+// provider ports of base (the startup settings) and the rejections to store;
+// synced runs, with the version, after each response the sidecar ACKed.
+func newXDSClient(f runFlags, base *sg.Settings, store *settings.Store, log *zap.Logger, reg prometheus.Registerer,
 	synced func(version string)) (*xds.Client, error) {
 	id, err := xds.NodeID(f.nodeID, os.Getenv)
 	if err != nil {
@@ -89,9 +90,9 @@ func newXDSClient(f runFlags, base *sg.Settings, store *xds.Store, log *zap.Logg
 	if err != nil {
 		return nil, err
 	}
+	node.Ports = xds.ProviderPorts(base)
 	cl, err := xds.NewClient(xds.ClientConfig{Addresses: splitAddresses(f.xdsAddr), Node: node,
-		ResourceName: f.xdsResource, CA: f.xdsCA, Cert: f.xdsCert, Key: f.xdsKey, Base: base,
-		Current: store.Settings, UserAgentVersion: version,
+		ResourceName: f.xdsResource, CA: f.xdsCA, Cert: f.xdsCert, Key: f.xdsKey, UserAgentVersion: version,
 		OnResult: func(v string, nack error) {
 			store.XDSResult(v, nack)
 			if nack == nil {

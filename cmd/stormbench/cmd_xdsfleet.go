@@ -19,7 +19,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
+	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
 	"github.com/stormgate/stormgate/xds/fleet"
 )
 
@@ -285,7 +286,7 @@ func (g fleetGen) yaml(namespaces, apps int) string {
 // then run.
 func (r *fleetRun) write(g fleetGen) ([]string, time.Time, error) {
 	text := g.yaml(r.o.namespaces, r.o.apps)
-	f, err := xds.ParseControlPlaneYAML([]byte(text))
+	f, err := cpfile.Parse([]byte(text))
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("the generated control-plane file is invalid: %w", err)
 	}
@@ -296,7 +297,7 @@ func (r *fleetRun) write(g fleetGen) ([]string, time.Time, error) {
 		key := n.Namespace + "|" + n.Labels["app"]
 		v, ok := byClass[key]
 		if !ok {
-			v = xds.Version(f.Resolve(n).Overlay)
+			v = settings.Version(f.Resolve(n).Overlay)
 			byClass[key] = v
 		}
 		exp[i] = v

@@ -43,6 +43,6 @@ Start here:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newLoadCmd(), newWorkerCmd(), newProviderCmd(), newEchoCmd(), newXDSFleetCmd(), newFleetWorkerCmd())
+	root.AddCommand(newLoadCmd(), newGreedyCmd(), newWorkerCmd(), newProviderCmd(), newEchoCmd(), newXDSFleetCmd(), newFleetWorkerCmd())
 	return root
 }

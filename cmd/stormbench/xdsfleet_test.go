@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/settings"
+	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
 )
 
 // The file the tool writes is valid, and its two kinds of change affect what the tool says they do:
@@ -13,13 +14,13 @@ import (
 func TestFleetChangesAffectWhatTheySay(t *testing.T) {
 	const nodes, namespaces, apps = 1000, 5, 10
 	versions := func(g fleetGen) []string {
-		f, err := xds.ParseControlPlaneYAML([]byte(g.yaml(namespaces, apps)))
+		f, err := cpfile.Parse([]byte(g.yaml(namespaces, apps)))
 		if err != nil {
 			t.Fatalf("generated file invalid: %v\n%s", err, g.yaml(namespaces, apps))
 		}
 		out := make([]string, nodes)
 		for i := range out {
-			out[i] = xds.Version(f.Resolve(fleetNode(i, namespaces, apps)).Overlay)
+			out[i] = settings.Version(f.Resolve(fleetNode(i, namespaces, apps)).Overlay)
 		}
 		return out
 	}

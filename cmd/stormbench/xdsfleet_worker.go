@@ -13,8 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
 )
 
 // Fleet worker protocol, one JSON value per line.
@@ -66,6 +67,7 @@ func fleetNode(i, namespaces, apps int) xds.NodeInfo {
 		ID:        fmt.Sprintf("fleet-%05d.%s", i, ns),
 		Namespace: ns,
 		Labels:    map[string]string{"app": fmt.Sprintf("app-%d", i%apps), "pod-template-hash": "5d8f7c9b4"},
+		Ports:     xds.ProviderPorts(settings.Defaults()), // what a sidecar with the default upstream reports
 	}
 }
 
@@ -136,6 +138,11 @@ func runFleetWorker(in io.Reader, out io.Writer) error {
 			break
 		}
 		var prev xds.Status
+		// Each node checks and keeps what it is pushed, as a sidecar does (its stages aside).
+		st, err := settings.NewStore(settings.Defaults(), "startup", settings.SourceDefaults, nil)
+		if err != nil {
+			return err
+		}
 		c, err := xds.NewClient(xds.ClientConfig{
 			Addresses: cfg.Addresses, Node: fleetNode(i, cfg.Namespaces, cfg.Apps),
 			BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
@@ -156,7 +163,10 @@ func runFleetWorker(in io.Reader, out io.Writer) error {
 			return err
 		}
 		wg.Go(func() {
-			_ = c.Run(ctx, func(_ *sg.Settings, version string) error {
+			_ = c.Run(ctx, func(pushed *sg.Settings, version string) error {
+				if err := st.Update(settings.Merge(st.Base().Settings, pushed), version, settings.SourceXDS, nil); err != nil {
+					return err
+				}
 				emit(fleetEvent{Node: i, Kind: "apply", V: version})
 				return nil
 			})

@@ -29,7 +29,7 @@ import (
 	"github.com/stormgate/stormgate/e2e/testcerts"
 	"github.com/stormgate/stormgate/inject"
 	"github.com/stormgate/stormgate/peer"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/xds/controlplane"
 )
 
 const (
@@ -533,11 +533,11 @@ func startControlPlane(t *testing.T, work, host, cert, key, clientCA string) str
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("default:\n  upstream: {connections: %d}\n", pushedUpConns)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	creds, err := xds.ServerCredentials(xds.ServerTLSConfig{Cert: cert, Key: key, ClientCA: clientCA})
+	creds, err := controlplane.Credentials(controlplane.TLSConfig{Cert: cert, Key: key, ClientCA: clientCA})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, err := xds.NewControlPlane(xds.ControlPlaneConfig{Config: cfg, ServerOptions: []grpc.ServerOption{creds}}, nil, nil)
+	cp, err := controlplane.New(controlplane.Config{Config: cfg, ServerOptions: []grpc.ServerOption{creds}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

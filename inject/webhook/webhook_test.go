@@ -24,7 +24,7 @@ import (
 
 	"github.com/stormgate/stormgate/e2e/testcerts"
 	"github.com/stormgate/stormgate/inject"
-	"github.com/stormgate/stormgate/xds"
+	"github.com/stormgate/stormgate/xds/controlplane"
 )
 
 var testConfig = inject.Config{Version: "1.2.3", Image: "registry.example/stormgate:test"}
@@ -42,7 +42,7 @@ func startServer(t *testing.T, cfg Config) *server {
 	dir := t.TempDir()
 	ca := testcerts.NewCA(t, dir, "webhook-ca")
 	cert, key := ca.Server(t, dir, "webhook", "127.0.0.1")
-	tc, err := xds.ServerTLS(xds.ServerTLSConfig{Cert: cert, Key: key})
+	tc, err := controlplane.TLS(controlplane.TLSConfig{Cert: cert, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,6 +83,10 @@ func (s *streamSink) state() (got, mismatch int64) {
 type pauseServer struct {
 	addr  string
 	conns chan Connection
+	// closed maps each connection to a channel its close callback closes. The callback is added in
+	// OnPrepare, on the poller's goroutine: AddCloseCallback is not safe concurrently with another
+	// (the server adds its own right after OnPrepare), so a test adding one after dial could lose it.
+	closed sync.Map
 }
 
 func newPauseServer(t *testing.T, onRequest OnRequest) *pauseServer {
@@ -91,6 +95,9 @@ func newPauseServer(t *testing.T, onRequest OnRequest) *pauseServer {
 	MustNil(t, err)
 	s := &pauseServer{addr: ln.Addr().String(), conns: make(chan Connection, 1024)}
 	loop, err := NewEventLoop(onRequest, WithOnPrepare(func(c Connection) context.Context {
+		closed := make(chan struct{})
+		s.closed.Store(c, closed)
+		_ = c.AddCloseCallback(func(Connection) error { close(closed); return nil })
 		s.conns <- c
 		return context.Background()
 	}))
@@ -321,8 +328,8 @@ func TestReadPauseRacesClose(t *testing.T) {
 	defer func() { close(stop); stale.Wait() }()
 	for i := 0; i < rounds; i++ {
 		client, conn := s.dial(t)
-		closed := make(chan struct{})
-		MustNil(t, conn.AddCloseCallback(func(Connection) error { close(closed); return nil }))
+		v, _ := s.closed.Load(conn)
+		closed := v.(chan struct{})
 		rp := conn.(ReadPauser)
 
 		// This connection must deliver its message although every earlier one is being paused
