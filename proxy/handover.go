@@ -45,6 +45,7 @@ type handoverGate struct {
 	parked   atomic.Int32
 	mu       sync.Mutex
 	release  chan struct{} // closed by thaw to unpark the pollers
+	onPark   chan struct{} // a poller parked (parkPollers counts them); one slot, never blocks park
 	peers    []int         // the other ends of the trigger connections
 
 	// The bytes consumers sent while stashing, not yet handled: kept here rather than
@@ -90,9 +91,13 @@ func (g *handoverGate) park() {
 		return
 	}
 	g.mu.Lock()
-	ch := g.release
+	ch, onPark := g.release, g.onPark
 	g.mu.Unlock()
 	g.parked.Add(1)
+	select {
+	case onPark <- struct{}{}:
+	default: // parkPollers has a wake-up pending: it counts again
+	}
 	<-ch
 	g.parked.Add(-1)
 }
@@ -209,6 +214,9 @@ func (s *Server) Freeze(ctx context.Context) (*Snapshot, error) {
 	start := time.Now()
 	g.mu.Lock()
 	g.release = make(chan struct{})
+	if g.onPark == nil {
+		g.onPark = make(chan struct{}, 1)
+	}
 	g.mu.Unlock()
 
 	s.stopWheel()
@@ -262,7 +270,7 @@ func (g *handoverGate) parkPollers(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%d of %d pollers parked: %w", g.parked.Load(), n, ctx.Err())
-		case <-time.After(time.Millisecond):
+		case <-g.onPark:
 		}
 	}
 	return nil
