@@ -133,6 +133,10 @@ func (systemClock) Now() time.Time { return time.Now() }
 // now is the server's clock in unix nanoseconds.
 func (s *Server) now() int64 { return s.clock.Now().UnixNano() }
 
+// after waits d on the server's clock, for waits that are not the wheel's timers (the
+// peer-end proof in fail, which must not depend on a wheel that Freeze and Close stop).
+func (s *Server) after(d time.Duration) <-chan time.Time { return keepalive.After(s.clock, d) }
+
 // spawn runs f on a goroutine that Close waits for.
 func (s *Server) spawn(f func()) { s.tasks.Go(f) }
 

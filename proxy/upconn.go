@@ -530,14 +530,14 @@ func (uc *upConn) fail(why string) {
 	var end peerEnd
 	read, readOK := uint64(0), false
 	if taken {
-		read, readOK = uc.proof.providerRead(final)
+		read, readOK = uc.proof.providerRead(final, srv.after)
 	}
 	if readOK {
 		end = uc.proof.readEnd(read)
 	} else {
-		end = uc.proof.confirmFIN(final)
+		end = uc.proof.confirmFIN(final, srv.after)
 		if taken {
-			end = uc.proof.vetoAbortive(end, srv.m.life.vetoed)
+			end = uc.proof.vetoAbortive(end, srv.m.life.vetoed, srv.after)
 		}
 	}
 	uc.proof.releaseDiag()
