@@ -344,6 +344,13 @@ func (h *holdQueue) expire() {
 				srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
 			case h.pool.sendToDrainingProvider(e.request, e.frame):
 				srv.m.holdOutcome[holdSentDraining].Inc()
+			case h.pool.usable() > 0:
+				// Held because every connection's queue was full (upstream.max_queued_bytes):
+				// the provider serves, but slower than requests arrive.
+				srv.m.holdOutcome[holdExpired].Inc()
+				srv.refuse(e.request, FailOverloaded, "stormgate: the provider is serving but did not take this request "+
+					"within the hold time (hold.timeout, or hold.max_timeout for a request that carries its own timeout): "+
+					"it is not keeping up with what consumers send", replyHoldTimeout)
 			default:
 				srv.m.holdOutcome[holdExpired].Inc()
 				srv.refuse(e.request, FailNoUpstream, "stormgate: no usable provider connection within the hold time "+
