@@ -96,6 +96,7 @@ alerts:
 race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	cd third_party/netpoll && $(GO) test -race -count=1 -run 'TestReadPause|TestMaxReadSize' .
+	cd third_party/netpoll && $(GO) test -count=1 -run '^TestConnectionUntil$$' . # parked pollers: without -race
 	$(GO) test -race -count=1 -tags dataplane ./cmd/sidecar
 
 # The accept-storm acceptance test measures timing, so it runs without the race

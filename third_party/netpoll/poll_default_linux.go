@@ -67,6 +67,7 @@ type defaultPoll struct {
 	m       sync.Map       //nolint:unused // only used in go:race
 	opcache *operatorCache // operator cache
 	more    bool           // the last batch may have left level-triggered readiness behind
+	busy    bool           // the last batch skipped an operator someone else held
 	// An EPOLL_CTL_MOD that makes a fd ready while it is still on epoll's ready list (as a
 	// level-triggered fd stays after it was reported) wakes no one: the parked poller must look
 	// again. modded records a MOD since the poller last looked; idle that it is parking.
@@ -148,6 +149,10 @@ func (p *defaultPoll) waitParked(rc syscall.RawConn) (closed bool, err error) {
 					return true
 				}
 				p.opcache.free()
+				if p.busy {
+					p.busy = false
+					runtime.Gosched() // let the holder finish before looking again
+				}
 				if p.more {
 					continue
 				}
@@ -199,7 +204,14 @@ func (p *defaultPoll) handler(events []epollevent) (closed bool) {
 	var err error
 	for i := range events {
 		operator := p.getOperator(0, unsafe.Pointer(&events[i].data))
-		if operator == nil || !operator.do() {
+		if operator == nil {
+			continue
+		}
+		if !operator.do() {
+			// Someone else holds the operator (a Release on the user's goroutine): the event,
+			// level-triggered, is reported again by the next epoll_wait, which a parked poller
+			// would otherwise not make until new readiness wakes it.
+			p.more, p.busy = true, true
 			continue
 		}
 
