@@ -12,7 +12,8 @@ import (
 // holdQueue keeps two-way requests while no provider connection takes them
 // (provider restarting, READONLY with policy HOLD, every connection's queue full,
 // warm-up, a hung provider). It is bounded by count, bytes and the process budget;
-// entries leave in arrival order, sent on a connection that came back, or refused when
+// entries leave in arrival order, sent on a connection that came back or whose queue
+// has room again (looked at every wheel tick while the provider serves), or refused when
 // their wait ends: at their consumer's own deadline less hold.deadline_margin, or after
 // hold.timeout when the request carries no timeout (deadline.go). A request is never
 // sent once its consumer's deadline is that close. Requests that were on a connection
@@ -44,6 +45,10 @@ type holdLane struct {
 	q    []held
 	head int
 }
+
+// roomRetry is how soon the hold queue tries again to send a request that no
+// connection's queue had room for while the provider serves (rounded up to a wheel tick).
+const roomRetry = 5 * time.Millisecond
 
 // Hold lanes.
 const (
@@ -312,7 +317,13 @@ func (h *holdQueue) dispatchLaneLocked(lane int) bool {
 			return false
 		}
 		if !h.pool.send(e.request, e.frame) {
-			return true // nothing takes it now; a connection coming back (or a queue freeing) dispatches again
+			if h.pool.usable() > 0 {
+				// Every connection's queue is full while the provider serves. A queue that
+				// drains reports it to no one (its writer only tells a sender that waited on
+				// it), and the consumers may be paused or done: look again a tick later.
+				srv.wheel.Schedule(&h.retry, roomRetry)
+			}
+			return true // a connection coming back dispatches at once
 		}
 		h.popLocked(lane)
 		srv.m.holdOutcome[holdSent].Inc()
