@@ -1,25 +1,20 @@
 package admission
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
-	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/transparent/netnstest"
 	"go.uber.org/zap/zaptest"
-	"golang.org/x/sys/unix"
 )
 
 // TestTransparentRedirect checks SO_ORIGINAL_DST and the inbound-port allow-list against real
 // iptables REDIRECT rules, in a network namespace the test creates (root only).
 func TestTransparentRedirect(t *testing.T) {
-	ns := newTestNetns(t)
+	ns := netnstest.New(t, "sg-adm")
 	cfg := testConfig()
 	cfg.Transparent = true
 	cfg.InboundPorts = []uint16{20880}
@@ -35,7 +30,7 @@ func TestTransparentRedirect(t *testing.T) {
 	}
 	proxyPort := strconv.Itoa(a.Addr().(*net.TCPAddr).Port)
 	for _, port := range []string{"20880", "20999"} {
-		run(t, "ip", "netns", "exec", ns, "iptables", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-d", "127.0.0.1",
+		ns.Run(t, "iptables", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-d", "127.0.0.1",
 			"--dport", port, "-j", "REDIRECT", "--to-ports", proxyPort)
 	}
 	rec := newRecorder(t)
@@ -72,51 +67,10 @@ func TestTransparentRedirect(t *testing.T) {
 	waitFor(t, time.Second, "port_not_allowed counted", func() bool { return a.Stats().Rejected[ReasonPortNotAllowed] == 1 })
 }
 
-// newTestNetns creates a network namespace with loopback up and removes it when the test ends.
-// It skips the test unless it runs as root with iproute2.
-func newTestNetns(t *testing.T) string {
+// inNetns runs f with its sockets in ns (netnstest.Namespace.Do).
+func inNetns(t *testing.T, ns *netnstest.Namespace, f func()) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root to create a network namespace")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipping: needs iproute2")
-	}
-	var b [4]byte
-	rand.Read(b[:])
-	ns := "sg-adm-" + hex.EncodeToString(b[:])
-	run(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	run(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	return ns
-}
-
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-	}
-}
-
-// inNetns runs f on an OS thread that has entered the namespace: sockets f creates belong to
-// it. The thread is never unlocked, so it exits with the goroutine and its namespace never
-// leaks into the rest of the process.
-func inNetns(t *testing.T, ns string, f func()) {
-	t.Helper()
-	nsf, err := os.Open("/var/run/netns/" + ns)
-	if err != nil {
+	if err := ns.Do(func() error { f(); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	defer nsf.Close()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		if err := unix.Setns(int(nsf.Fd()), unix.CLONE_NEWNET); err != nil {
-			t.Errorf("setns: %v", err)
-			return
-		}
-		f()
-	}()
-	<-done
 }

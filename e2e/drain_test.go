@@ -145,21 +145,7 @@ func TestAdminDrainEndpoint(t *testing.T) {
 	f := dialFleet(t, sc.listen, conns, true)
 	sc.waitMetric(t, 20*time.Second, "stormgate_downstream_connections", func(v float64) bool { return v == conns })
 
-	var wg sync.WaitGroup
-	results := make([]*call, conns)
-	for i, c := range f.conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl := &call{conn: i, id: 1, sent: time.Now()}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			cl.resp, cl.err = c.c.Call(ctx, 1, service, "sleep", "500ms")
-			cl.done = time.Now()
-			results[i] = cl
-		}()
-	}
-	sc.waitMetric(t, 5*time.Second, "stormgate_inflight_requests", func(v float64) bool { return v == conns })
+	results, wait := sleepOnEach(t, sc, f, "500ms", 10*time.Second)
 
 	if sc.readyz(context.Background()) != http.StatusOK {
 		t.Fatalf("/readyz not 200 before the drain")
@@ -180,7 +166,7 @@ func TestAdminDrainEndpoint(t *testing.T) {
 		t.Errorf("sidecar exit code %d after POST /drain, want 0", code)
 	}
 	t.Logf("exited %v after POST /drain", time.Since(drainAt).Round(time.Millisecond))
-	wg.Wait()
+	wait()
 	for i, cl := range results {
 		if !cl.ok() {
 			t.Errorf("consumer %d: in-flight request ended with status %d, err %v; want OK", i, cl.resp.Status, cl.err)
@@ -211,21 +197,7 @@ func TestDrainTimeoutAnswersInFlight(t *testing.T) {
 	f := dialFleet(t, sc.listen, conns, true)
 	sc.waitMetric(t, 20*time.Second, "stormgate_downstream_connections", func(v float64) bool { return v == conns })
 
-	var wg sync.WaitGroup
-	results := make([]*call, conns)
-	for i, c := range f.conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl := &call{conn: i, id: 1, sent: time.Now()}
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			cl.resp, cl.err = c.c.Call(ctx, 1, service, "sleep", "5s")
-			cl.done = time.Now()
-			results[i] = cl
-		}()
-	}
-	sc.waitMetric(t, 5*time.Second, "stormgate_inflight_requests", func(v float64) bool { return v == conns })
+	results, wait := sleepOnEach(t, sc, f, "5s", 15*time.Second)
 	sigAt := time.Now()
 	if err := sc.signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -235,7 +207,7 @@ func TestDrainTimeoutAnswersInFlight(t *testing.T) {
 	if code != 0 {
 		t.Errorf("exit code %d, want 0", code)
 	}
-	wg.Wait()
+	wait()
 	for i, cl := range results {
 		if cl.err != nil || cl.resp.Status != 35 {
 			t.Errorf("consumer %d: request in flight past drain.timeout ended with status %d, err %v; want status 35 (CHANNEL_INACTIVE) before the close",
@@ -245,4 +217,24 @@ func TestDrainTimeoutAnswersInFlight(t *testing.T) {
 	if n := f.unexpected(); n != 0 {
 		t.Errorf("%d responses nobody waited for (duplicates)", n)
 	}
+}
+
+// sleepOnEach sends one sleep(d) call on each connection of f (each given up to timeout) and
+// returns once the sidecar has them all in flight; wait waits for their answers.
+func sleepOnEach(t *testing.T, sc *sidecar, f *fleet, d string, timeout time.Duration) (results []*call, wait func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	results = make([]*call, len(f.conns))
+	for i, c := range f.conns {
+		wg.Go(func() {
+			cl := &call{conn: i, id: 1, sent: time.Now()}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			cl.resp, cl.err = c.c.Call(ctx, 1, service, "sleep", d)
+			cl.done = time.Now()
+			results[i] = cl
+		})
+	}
+	sc.waitMetric(t, 5*time.Second, "stormgate_inflight_requests", func(v float64) bool { return v == float64(len(f.conns)) })
+	return results, wg.Wait
 }

@@ -76,10 +76,10 @@ func TestMaxRequestAge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := sum(ms, "stormgate_inflight_requests"); v != 0 {
+	if v := ms.Sum("stormgate_inflight_requests"); v != 0 {
 		t.Errorf("stormgate_inflight_requests = %v after max_request_age answered everything; pending entries leaked", v)
 	}
-	if v := sum(ms, "stormgate_local_replies_total", `reason="max_request_age"`); v != conns {
+	if v := ms.Sum("stormgate_local_replies_total", `reason="max_request_age"`); v != conns {
 		t.Errorf("stormgate_local_replies_total{max_request_age} = %v, want %d", v, conns)
 	}
 	// The provider's late answers (at about 4 s) reach the sidecar and are dropped there.

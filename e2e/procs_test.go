@@ -1,18 +1,17 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stormgate/stormgate/internal/promscrape"
 )
 
 // provider is a `stormbench provider` process.
@@ -100,63 +99,9 @@ func attachSidecar(t *testing.T, p *proc, wantUpstream int) *sidecar {
 	return s
 }
 
-// scrape fetches /metrics and returns every sample as "name{labels}" -> value
-// (labels exactly as exposed, sorted by Prometheus).
-func (s *sidecar) scrape() (map[string]float64, error) {
-	resp, err := s.http.Get("http://" + s.metrics + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/metrics: %s", resp.Status)
-	}
-	return parseMetrics(resp.Body)
-}
-
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	out := make(map[string]float64)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
-}
-
-// sum adds every series of the metric name whose labels contain all of the given
-// `key="value"` pairs.
-func sum(ms map[string]float64, name string, labels ...string) float64 {
-	var total float64
-	for k, v := range ms {
-		base, rest, _ := strings.Cut(k, "{")
-		if base != name {
-			continue
-		}
-		ok := true
-		for _, l := range labels {
-			if !strings.Contains(rest, l) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			total += v
-		}
-	}
-	return total
+// scrape fetches /metrics: every sample by its series as exposed.
+func (s *sidecar) scrape() (promscrape.Samples, error) {
+	return promscrape.Get(context.Background(), s.http, s.metrics)
 }
 
 // metric returns the sum of the matching series, failing the test if /metrics is down.
@@ -166,7 +111,7 @@ func (s *sidecar) metric(t *testing.T, name string, labels ...string) float64 {
 	if err != nil {
 		t.Fatalf("scrape %s: %v", s.metrics, err)
 	}
-	return sum(ms, name, labels...)
+	return ms.Sum(name, labels...)
 }
 
 // waitMetric polls /metrics until cond holds for the metric (summed over matching
@@ -179,7 +124,7 @@ func (s *sidecar) waitMetric(t *testing.T, d time.Duration, name string, cond fu
 	for {
 		ms, err := s.scrape()
 		if err == nil {
-			last = sum(ms, name, labels...)
+			last = ms.Sum(name, labels...)
 			if cond(last) {
 				return time.Now()
 			}

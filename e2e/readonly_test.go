@@ -75,13 +75,13 @@ func TestProviderReadonlyHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The scenario really went through READONLY (not a plain close): all 4 connections got it.
-	if v := sum(ms, "stormgate_readonly_events_total", `event="readonly"`, `direction="received"`); v != 4 {
+	if v := ms.Sum("stormgate_readonly_events_total", `event="readonly"`, `direction="received"`); v != 4 {
 		t.Errorf("stormgate_readonly_events_total{readonly,received} = %v, want 4", v)
 	}
-	if v := sum(ms, "stormgate_hold_outcomes_total", `outcome="sent"`); v == 0 || int(v) < len(held)/2 {
+	if v := ms.Sum("stormgate_hold_outcomes_total", `outcome="sent"`); v == 0 || int(v) < len(held)/2 {
 		t.Errorf("stormgate_hold_outcomes_total{sent} = %v: requests of the READONLY window were not held (%d sent then)", v, len(held))
 	}
-	if v := sum(ms, "stormgate_local_replies_total"); v != 0 {
+	if v := ms.Sum("stormgate_local_replies_total"); v != 0 {
 		t.Errorf("stormgate_local_replies_total = %v, want 0", v)
 	}
 }

@@ -118,19 +118,19 @@ func TestProviderKilledAndRestarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := sum(ms, "stormgate_downstream_closed_total"); v != 0 {
+	if v := ms.Sum("stormgate_downstream_closed_total"); v != 0 {
 		t.Errorf("stormgate_downstream_closed_total = %v, want 0", v)
 	}
-	if v := sum(ms, "stormgate_downstream_connections"); v != conns {
+	if v := ms.Sum("stormgate_downstream_connections"); v != conns {
 		t.Errorf("stormgate_downstream_connections = %v, want %d", v, conns)
 	}
-	if v := sum(ms, "stormgate_hold_outcomes_total", `outcome="expired"`); v != 0 {
+	if v := ms.Sum("stormgate_hold_outcomes_total", `outcome="expired"`); v != 0 {
 		t.Errorf("%v held requests expired; the outage was shorter than hold.timeout", v)
 	}
-	if v := sum(ms, "stormgate_hold_outcomes_total", `outcome="sent"`); v < float64(inOutage) {
+	if v := ms.Sum("stormgate_hold_outcomes_total", `outcome="sent"`); v < float64(inOutage) {
 		t.Errorf("stormgate_hold_outcomes_total{outcome=\"sent\"} = %v, want >= %d (the requests of the outage)", v, inOutage)
 	}
-	if v := sum(ms, "stormgate_held_requests"); v != 0 {
+	if v := ms.Sum("stormgate_held_requests"); v != 0 {
 		t.Errorf("stormgate_held_requests = %v after the stream, want 0", v)
 	}
 }

@@ -129,7 +129,7 @@ func TestTransparentNetnsEndToEnd(t *testing.T) {
 		{"stormgate_downstream_closed_total", []string{`reason="port_not_allowed"`}, 0},
 		{"stormgate_local_replies_total", nil, 0},
 	} {
-		if got := sum(ms, c.name, c.labels...); got != c.want {
+		if got := ms.Sum(c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
@@ -225,8 +225,8 @@ func TestTransparentPortNotAllowed(t *testing.T) {
 	}
 	// Admission refuses before the proxy ever sees the connection; the proxy's own check
 	// is a second line. Either may count it, but exactly once.
-	adm := sum(ms, "stormgate_admission_rejected_total", `reason="port_not_allowed"`)
-	prx := sum(ms, "stormgate_downstream_closed_total", `reason="port_not_allowed"`)
+	adm := ms.Sum("stormgate_admission_rejected_total", `reason="port_not_allowed"`)
+	prx := ms.Sum("stormgate_downstream_closed_total", `reason="port_not_allowed"`)
 	t.Logf("port_not_allowed: admission_rejected_total %v, downstream_closed_total %v", adm, prx)
 	if adm+prx != refused {
 		t.Errorf("port_not_allowed counted %v (admission) + %v (proxy) times, want %d in total", adm, prx, refused)
@@ -234,7 +234,7 @@ func TestTransparentPortNotAllowed(t *testing.T) {
 	for _, c := range []struct{ name string }{
 		{"stormgate_requests_total"}, {"stormgate_upstream_connections"}, {"stormgate_downstream_connections"},
 	} {
-		if got := sum(ms, c.name); got != 0 {
+		if got := ms.Sum(c.name); got != 0 {
 			t.Errorf("%s = %v after refused connections only, want 0", c.name, got)
 		}
 	}

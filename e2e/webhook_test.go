@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stormgate/stormgate/e2e/testcerts"
+	"github.com/stormgate/stormgate/internal/promscrape"
 )
 
 // Issue 13: `sidecar inject-webhook` as a process, wired as deploy/inject-webhook.yaml runs it: it
@@ -77,16 +79,11 @@ func TestInjectWebhookProcess(t *testing.T) {
 			t.Errorf("patch lacks %s:\n%s", want, got.Response.Patch)
 		}
 	}
-	mresp, err := http.Get("http://" + metricsAddr + "/metrics")
+	ms, err := promscrape.Get(context.Background(), nil, metricsAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := parseMetrics(mresp.Body)
-	mresp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := sum(ms, "stormgate_webhook_reviews_total", `result="injected"`); v != 1 {
+	if v := ms.Sum("stormgate_webhook_reviews_total", `result="injected"`); v != 1 {
 		t.Errorf("stormgate_webhook_reviews_total{result=injected} = %v, want 1", v)
 	}
 }

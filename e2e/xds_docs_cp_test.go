@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/stormgate/stormgate/internal/promscrape"
 	"github.com/stormgate/stormgate/xds"
 	"github.com/stormgate/stormgate/xds/controlplane/cpfile"
 )
@@ -191,12 +193,7 @@ func TestXDSControlPlaneMetricsDocumented(t *testing.T) {
 	cp := startXDSControlPlane(t, "", cfg)
 	for _, m := range xdsControlPlaneMetrics {
 		name, _, _ := strings.Cut(m[0], "{")
-		resp, err := cp.http.Get("http://" + cp.metrics + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms, err := parseMetrics(resp.Body)
-		resp.Body.Close()
+		ms, err := promscrape.Get(context.Background(), cp.http, cp.metrics)
 		if err != nil {
 			t.Fatal(err)
 		}

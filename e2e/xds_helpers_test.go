@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/stormgate/stormgate/internal/promscrape"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
@@ -72,16 +73,11 @@ func startXDSControlPlane(t *testing.T, listen, config string, extra ...string) 
 // metric returns the control plane's metric summed over the matching series.
 func (cp *xdsControlPlane) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	resp, err := cp.http.Get("http://" + cp.metrics + "/metrics")
+	ms, err := promscrape.Get(context.Background(), cp.http, cp.metrics)
 	if err != nil {
 		t.Fatalf("control plane /metrics: %v", err)
 	}
-	defer resp.Body.Close()
-	ms, err := parseMetrics(resp.Body)
-	if err != nil {
-		t.Fatalf("control plane /metrics: %v", err)
-	}
-	return sum(ms, name, labels...)
+	return ms.Sum(name, labels...)
 }
 
 // logTime converts a zap JSON "ts" (ISO-8601, e.g. 2026-01-02T03:04:05.678Z)

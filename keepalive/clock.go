@@ -8,6 +8,17 @@ import (
 // Clock abstracts time for tests.
 type Clock interface{ Now() time.Time }
 
+// After returns a channel that receives once c has moved d past its present reading:
+// the clock's own After when it has one (ManualClock), else the system's time.After.
+func After(c Clock, d time.Duration) <-chan time.Time {
+	if a, ok := c.(interface {
+		After(time.Duration) <-chan time.Time
+	}); ok {
+		return a.After(d)
+	}
+	return time.After(d)
+}
+
 // realClock is the Clock used when NewWheel is given nil.
 type realClock struct{}
 
@@ -16,8 +27,14 @@ func (realClock) Now() time.Time { return time.Now() }
 // ManualClock is a Clock that moves only when told to. It is safe for concurrent use.
 // Its zero value reads as the zero time.Time; NewManualClock starts it elsewhere.
 type ManualClock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu      sync.Mutex
+	now     time.Time
+	waiters []manualWaiter // After's channels not yet due
+}
+
+type manualWaiter struct {
+	at time.Time
+	ch chan time.Time
 }
 
 // NewManualClock returns a ManualClock reading start.
@@ -34,6 +51,7 @@ func (c *ManualClock) Now() time.Time {
 func (c *ManualClock) Set(t time.Time) {
 	c.mu.Lock()
 	c.now = t
+	c.fireLocked()
 	c.mu.Unlock()
 }
 
@@ -42,5 +60,34 @@ func (c *ManualClock) Add(d time.Duration) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+	c.fireLocked()
 	return c.now
+}
+
+// After returns a channel that receives the clock's time once Add or Set has moved it
+// d past now (at once when d <= 0): a wait that only the test's moves end.
+func (c *ManualClock) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d <= 0 {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, manualWaiter{at: c.now.Add(d), ch: ch})
+	return ch
+}
+
+// fireLocked sends on every After channel that is due.
+func (c *ManualClock) fireLocked() {
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if c.now.Before(w.at) {
+			kept = append(kept, w)
+			continue
+		}
+		w.ch <- c.now // buffered, sent once
+	}
+	clear(c.waiters[len(kept):])
+	c.waiters = kept
 }

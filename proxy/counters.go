@@ -118,12 +118,12 @@ type upClosed struct {
 	calls  []callTotal // per-method counts, by call index
 }
 
-// retire moves uc's counts to the closed totals once (under mu, which the scrape
+// fold moves uc's counts to the closed totals once (under mu, which the scrape
 // also takes, so they are never counted twice or missed).
-func (u *upClosed) retire(uc *upConn) {
+func (u *upClosed) fold(uc *upConn) {
 	u.mu.Lock()
-	if !uc.retired {
-		uc.retired = true
+	if !uc.folded {
+		uc.folded = true
 		u.totals.addCounters(&uc.counts)
 		u.calls = addShard(u.calls, &uc.counts.calls)
 	}
@@ -138,7 +138,7 @@ func (s *Server) connTotals() (sessionTotals, upTotals, int64) {
 	ut := s.upClosed.totals
 	for _, p := range s.poolList() {
 		for _, sl := range p.slotList() {
-			if uc := sl.uc.Load(); uc != nil && !uc.retired {
+			if uc := sl.uc.Load(); uc != nil && !uc.folded {
 				ut.addCounters(&uc.counts)
 			}
 		}

@@ -47,13 +47,7 @@ func downFixture(t *testing.T, mods ...func(*Config)) (f *fixture, seen *atomic.
 	restart = func() {
 		t.Helper()
 		newScriptedProviderOn(t, addr, script)
-		for i := 0; f.readyConns() == 0; i++ {
-			if i == 1000 {
-				t.Fatal("no connection to the restarted provider after 100 s of backoff on the manual clock")
-			}
-			f.step(100 * time.Millisecond)
-			time.Sleep(time.Millisecond) // the slot loops dial on their own goroutines
-		}
+		f.stepUntil(100*time.Second, 100*time.Millisecond, "a connection to the restarted provider", func() bool { return f.readyConns() > 0 })
 	}
 	return f, seen, restart
 }

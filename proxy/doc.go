@@ -37,8 +37,13 @@
 //	| connection death, retirement | a goroutine of its own    | settle or re-hold everything that was on it
 //
 // Every goroutine is started through the Server (spawn) or a pool's WaitGroup, and
-// Close returns only after all of them have. Time comes from Options.Clock through
-// the wheel, so tests drive every timeout with a keepalive.ManualClock.
+// Close returns only after all of them have. Time comes from Options.Clock: timeouts
+// through the wheel, and the waits of a connection's death (the peer-end proof in
+// peerend.go) through Server.after, off the wheel, which Freeze and Close stop while
+// they wait for those goroutines. Tests drive both with a keepalive.ManualClock. Left
+// on the real clock: the dial deadline (a connect(2) in dial.go), the handover's
+// Taken stamp and log durations, and the process-wide sock_diag watcher's times
+// (peerdiag.go), which no single server's clock owns.
 //
 // # Concurrency rules
 //

@@ -99,11 +99,11 @@ func (fr *frameReader) next(r byteSource, c Codec, maxFrame int, skipOversize bo
 			p, _ := r.Next(n)
 			fr.hlen += copy(fr.hdr[fr.hlen:hl], p)
 			if fr.hlen < hl {
-				// Not a frame at all (a telnet "ls\r\n"): refuse it now, not at frame_read_timeout.
+				// Not a frame at all (a telnet "ls\r\n"): report it now, not at frame_read_timeout.
 				if f, err := c.ParseHeader(fr.hdr[:fr.hlen], maxFrame); errors.Is(err, ErrBadMagic) {
 					fr.hlen = 0
 					fr.since.Store(0)
-					return fr.refuse(f, err, hl, skipOversize)
+					return fr.badHeader(f, err, hl, skipOversize)
 				}
 				return Frame{}, nil, readMore, nil
 			}
@@ -111,7 +111,7 @@ func (fr *frameReader) next(r byteSource, c Codec, maxFrame int, skipOversize bo
 			f, err := c.ParseHeader(fr.hdr[:hl], maxFrame)
 			if err != nil {
 				fr.since.Store(0)
-				return fr.refuse(f, err, hl, skipOversize)
+				return fr.badHeader(f, err, hl, skipOversize)
 			}
 			fr.f = f
 			if !fr.grow(min(f.Len, hl+r.Len()), b) {
@@ -131,7 +131,7 @@ func (fr *frameReader) next(r byteSource, c Codec, maxFrame int, skipOversize bo
 			f, err := c.ParseHeader(hdr, maxFrame)
 			if err != nil {
 				_ = r.Skip(hl)
-				return fr.refuse(f, err, hl, skipOversize)
+				return fr.badHeader(f, err, hl, skipOversize)
 			}
 			if avail >= f.Len {
 				frame, _ := r.Next(f.Len)
@@ -152,8 +152,8 @@ func (fr *frameReader) next(r byteSource, c Codec, maxFrame int, skipOversize bo
 	}
 }
 
-// refuse reports a header that failed to parse; its hl bytes are already consumed.
-func (fr *frameReader) refuse(f Frame, err error, hl int, skipOversize bool) (Frame, []byte, readResult, error) {
+// badHeader reports a header that failed to parse; its hl bytes are already consumed.
+func (fr *frameReader) badHeader(f Frame, err error, hl int, skipOversize bool) (Frame, []byte, readResult, error) {
 	if skipOversize && errors.Is(err, ErrFrameTooLarge) && f.Len > hl {
 		fr.skip = f.Len - hl
 		return f, nil, readSkipped, err

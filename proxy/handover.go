@@ -45,6 +45,7 @@ type handoverGate struct {
 	parked   atomic.Int32
 	mu       sync.Mutex
 	release  chan struct{} // closed by thaw to unpark the pollers
+	onPark   chan struct{} // a poller parked (parkPollers counts them); one slot, never blocks park
 	peers    []int         // the other ends of the trigger connections
 
 	// The bytes consumers sent while stashing, not yet handled: kept here rather than
@@ -90,9 +91,13 @@ func (g *handoverGate) park() {
 		return
 	}
 	g.mu.Lock()
-	ch := g.release
+	ch, onPark := g.release, g.onPark
 	g.mu.Unlock()
 	g.parked.Add(1)
+	select {
+	case onPark <- struct{}{}:
+	default: // parkPollers has a wake-up pending: it counts again
+	}
 	<-ch
 	g.parked.Add(-1)
 }
@@ -117,16 +122,15 @@ type Snapshot struct {
 
 // SessionSnapshot is one consumer connection.
 type SessionSnapshot struct {
-	FD       int           `json:"fd"`
-	Remote   string        `json:"remote"`
-	Port     uint16        `json:"port"` // pool key: the original destination port in transparent mode, else 0
-	Readonly bool          `json:"readonly,omitempty"`
-	Idle     time.Duration `json:"idle"`           // since the consumer last sent anything
-	In       []byte        `json:"in,omitempty"`   // read, not handled: a partial frame and what followed
-	Skip     int           `json:"skip,omitempty"` // bytes of a refused frame still to discard
-	Out      []byte        `json:"out,omitempty"`  // not written yet; Out[:Sent] went out already
-	Sent     int           `json:"sent,omitempty"`
-	Partial  time.Duration `json:"partial,omitempty"` // age of the partial frame, for frame_read_timeout
+	FD      int           `json:"fd"`
+	Remote  string        `json:"remote"`
+	Port    uint16        `json:"port"`           // pool key: the original destination port in transparent mode, else 0
+	Idle    time.Duration `json:"idle"`           // since the consumer last sent anything
+	In      []byte        `json:"in,omitempty"`   // read, not handled: a partial frame and what followed
+	Skip    int           `json:"skip,omitempty"` // bytes of a refused frame still to discard
+	Out     []byte        `json:"out,omitempty"`  // not written yet; Out[:Sent] went out already
+	Sent    int           `json:"sent,omitempty"`
+	Partial time.Duration `json:"partial,omitempty"` // age of the partial frame, for frame_read_timeout
 }
 
 // PoolSnapshot is one provider address: its connections and its hold queue.
@@ -210,6 +214,9 @@ func (s *Server) Freeze(ctx context.Context) (*Snapshot, error) {
 	start := time.Now()
 	g.mu.Lock()
 	g.release = make(chan struct{})
+	if g.onPark == nil {
+		g.onPark = make(chan struct{}, 1)
+	}
 	g.mu.Unlock()
 
 	s.stopWheel()
@@ -263,7 +270,7 @@ func (g *handoverGate) parkPollers(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%d of %d pollers parked: %w", g.parked.Load(), n, ctx.Err())
-		case <-time.After(time.Millisecond):
+		case <-g.onPark:
 		}
 	}
 	return nil
@@ -333,7 +340,7 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 		}
 		in, skip := ss.rd.exportPartial()
 		out, sent, _ := ss.w.export()
-		st := SessionSnapshot{FD: ss.w.fd, Remote: ss.remote.String(), Port: ss.pool.port, Readonly: ss.readonly.Load(),
+		st := SessionSnapshot{FD: ss.w.fd, Remote: ss.remote.String(), Port: ss.pool.port,
 			Idle: time.Duration(now - ss.idle.Last()), In: append(in, s.handover.stashed(ss)...), Skip: skip, Out: out, Sent: sent}
 		if since := ss.rd.partialSince(); since != 0 {
 			st.Partial = time.Duration(now - since)
@@ -455,7 +462,6 @@ func (s *Server) restore(sn *Snapshot) error {
 		ss := newSession(s, poolFor(st.Port), nil, st.FD, remote)
 		ss.w.held = true
 		ss.idle.Touch(now - int64(st.Idle))
-		ss.readonly.Store(st.Readonly)
 		ss.rd.skip = st.Skip
 		sessions[i] = ss
 	}

@@ -55,6 +55,10 @@ type held struct {
 	request
 	frame    []byte // a copy: the consumer's input buffer is released after onRequest
 	deadline int64  // when its wait ends (holdUntil)
+	// carried: on its way to rehold from a send queue (takeQueuedLocked), its bytes are
+	// still charged to the budget and counted as its consumer's waiting bytes; rehold
+	// takes that charge over instead of making a new one. False once in a lane.
+	carried bool
 }
 
 func (h *holdQueue) init(p *pool) {
@@ -147,6 +151,7 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 	for _, e := range es {
 		srv.sendByOf(&e.request, e.frame, cfg)
 		if pastDeadline(&e.request, now) {
+			h.dropCarried(e)
 			srv.m.holdOutcome[holdDeadline].Inc()
 			srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
 			continue
@@ -163,6 +168,7 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 	if srv.closed.Load() { // see push
 		h.mu.Unlock()
 		for _, e := range es {
+			h.dropCarried(e)
 			srv.refuse(e.request, FailNoUpstream, "stormgate: shutting down", replyDrain)
 		}
 		return
@@ -173,9 +179,12 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 	for _, e := range es {
 		e.call = srv.noteHeld(e.call, true)
 		i := h.laneOf(len(e.frame))
-		add[i] = append(add[i], e)
-		srv.budget.force(len(e.frame))
+		if !e.carried {
+			srv.budget.force(len(e.frame))
+		}
 		h.addLocked(i, e)
+		e.carried = false
+		add[i] = append(add[i], e)
 		h.armLocked(e.deadline)
 		srv.m.holdOutcome[why].Inc()
 	}
@@ -210,7 +219,18 @@ func (h *holdQueue) addLocked(lane int, e held) {
 	h.bytes += len(e.frame)
 	h.n[lane].Add(1)
 	h.pool.srv.m.held.Inc()
-	e.sess.addWaiting(len(e.frame))
+	if !e.carried {
+		e.sess.addWaiting(len(e.frame))
+	}
+}
+
+// dropCarried gives back the charge of a carried entry that rehold answers instead
+// of keeping.
+func (h *holdQueue) dropCarried(e held) {
+	if e.carried {
+		h.pool.srv.budget.release(len(e.frame))
+		e.sess.doneWaiting(len(e.frame))
+	}
 }
 
 // dropLocked does the accounting of an entry that leaves lane.
@@ -324,6 +344,13 @@ func (h *holdQueue) expire() {
 				srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
 			case h.pool.sendToDrainingProvider(e.request, e.frame):
 				srv.m.holdOutcome[holdSentDraining].Inc()
+			case h.pool.usable() > 0:
+				// Held because every connection's queue was full (upstream.max_queued_bytes):
+				// the provider serves, but slower than requests arrive.
+				srv.m.holdOutcome[holdExpired].Inc()
+				srv.refuse(e.request, FailOverloaded, "stormgate: the provider is serving but did not take this request "+
+					"within the hold time (hold.timeout, or hold.max_timeout for a request that carries its own timeout): "+
+					"it is not keeping up with what consumers send", replyHoldTimeout)
 			default:
 				srv.m.holdOutcome[holdExpired].Inc()
 				srv.refuse(e.request, FailNoUpstream, "stormgate: no usable provider connection within the hold time "+

@@ -10,7 +10,7 @@ func (s *Server) callTotals(n int) []callTotal {
 	copy(totals, s.upClosed.calls)
 	for _, p := range s.poolList() {
 		for _, sl := range p.slotList() {
-			if uc := sl.uc.Load(); uc != nil && !uc.retired {
+			if uc := sl.uc.Load(); uc != nil && !uc.folded {
 				totals = addShard(totals, &uc.counts.calls)
 			}
 		}

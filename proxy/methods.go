@@ -23,7 +23,7 @@ import (
 // memory is M+2 shards of about 300 bytes per pair seen. Held and re-held requests and
 // local replies by reason are rarer events and count in the server's shared callEvents.
 // A scrape sums the shards; a provider connection's shard joins the closed totals when it
-// ends (upClosed.retire), under the lock the scrape takes.
+// ends (upClosed.fold), under the lock the scrape takes.
 //
 // The table is copy-on-write: the hot path looks the request's names up in an immutable
 // map behind an atomic pointer (no lock, no allocation: the key is built on the stack);

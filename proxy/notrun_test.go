@@ -99,7 +99,7 @@ func TestNotExecutedAnswerIsReheld(t *testing.T) {
 	}
 	for reason, notRun := range forms {
 		t.Run(reason, func(t *testing.T) {
-			f, clk, seen := answeringFixture(t, func(n int32, id int64, frame []byte) []byte {
+			f, _, seen := answeringFixture(t, func(n int32, id int64, frame []byte) []byte {
 				if n <= 2 {
 					return notRun(id)
 				}
@@ -115,12 +115,16 @@ func TestNotExecutedAnswerIsReheld(t *testing.T) {
 				waitFor(t, 10*time.Second, "a not-executed answer and the request held", func() bool {
 					return f.notExecuted(reason, notRunReheld) == float64(i+1) && f.srv.Stats().Held == 1
 				})
-				clk.Add(pause - time.Millisecond)
-				time.Sleep(30 * time.Millisecond) // wheel ticks: nothing is due yet
-				if seen.Load() != int32(i+1) {
-					t.Fatalf("sent again after %v; the pause is %v", pause-time.Millisecond, pause)
+				// The resend is the hold queue's retry timer, which sends on the wheel's
+				// goroutine: once step has fired what is due, a resend would have been
+				// handed to the writer (sentTotal) and the queue emptied.
+				sent := f.srv.poolList()[0].sentTotal()
+				f.step(pause - time.Millisecond)
+				if n := f.srv.poolList()[0].sentTotal(); n != sent || f.srv.Stats().Held != 1 {
+					t.Fatalf("sent again after %v (sent %d, was %d; held %d); the pause is %v",
+						pause-time.Millisecond, n, sent, f.srv.Stats().Held, pause)
 				}
-				clk.Add(time.Millisecond)
+				f.step(time.Millisecond)
 			}
 			r := <-res
 			if r.err != nil || r.resp.Status != dubbo.StatusOK || r.resp.Value != "once" {

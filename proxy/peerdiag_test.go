@@ -161,7 +161,7 @@ func TestPeerReadTooEarly(t *testing.T) {
 		t.Fatal("no announcement")
 	}
 	l := peerProof{diag: slot, end: peerEnd{state: tcpCloseWait}}
-	if _, ok := l.providerRead(100); ok {
+	if _, ok := l.providerRead(100, time.After); ok {
 		t.Fatal("an early announcement proved something")
 	}
 }

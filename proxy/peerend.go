@@ -149,16 +149,14 @@ func (l *peerProof) noteConnected(fd int) {
 // than Stormgate sent (final). A socket reset by SO_LINGER 0 is announced with its
 // counters (and its peer port) zeroed; this check refuses such an announcement even
 // if it matched.
-func (l *peerProof) providerRead(final uint64) (uint64, bool) {
+func (l *peerProof) providerRead(final uint64, after afterFunc) (uint64, bool) {
 	s := l.diag
 	if s == nil || (l.end.state != tcpClose && l.end.state != tcpCloseWait) {
 		return 0, false
 	}
-	t := time.NewTimer(diagWait)
-	defer t.Stop()
 	select {
 	case <-s.done:
-	case <-t.C:
+	case <-after(diagWait):
 		return 0, false
 	}
 	if s.early || s.received < l.end.acked || s.received > final {
@@ -331,7 +329,7 @@ const resetSettle = 2 * time.Millisecond
 // bytes past the FIN draw an ambiguous one). A veto is counted, and the requests are
 // answered as lost. Resets of other connections in the namespace in the meantime veto
 // too: the rule errs towards answering.
-func (l *peerProof) vetoAbortive(e peerEnd, vetoed prometheus.Counter) peerEnd {
+func (l *peerProof) vetoAbortive(e peerEnd, vetoed prometheus.Counter, after afterFunc) peerEnd {
 	if e.state != tcpClose && e.state != tcpCloseWait {
 		return e
 	}
@@ -339,7 +337,7 @@ func (l *peerProof) vetoAbortive(e peerEnd, vetoed prometheus.Counter) peerEnd {
 	if base == nil {
 		return e.drop("the namespace's reset counters are not readable")
 	}
-	time.Sleep(resetSettle)
+	<-after(resetSettle)
 	now, ok := readResetCounts()
 	explained := ok && now.other == base.other
 	if e.state == tcpClose {
@@ -362,7 +360,7 @@ const finConfirm = 100 * time.Millisecond
 // then refused it (a RST: the socket is closed) without acknowledging any of it. It
 // returns end, changed to no proof when that is not seen within finConfirm. final is the
 // stream's end; the dup of the socket is closed.
-func (l *peerProof) confirmFIN(final uint64) peerEnd {
+func (l *peerProof) confirmFIN(final uint64, after afterFunc) peerEnd {
 	e, fd := l.end, l.endFD
 	l.endFD = -1
 	if fd < 0 {
@@ -372,7 +370,8 @@ func (l *peerProof) confirmFIN(final uint64) peerEnd {
 	if e.state != tcpCloseWait || final <= e.acked {
 		return e // nothing past the FIN's acknowledgement
 	}
-	for deadline := time.Now().Add(finConfirm); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	deadline := after(finConfirm)
+	for {
 		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 		switch {
 		case err != nil || info.Bytes_acked-l.ackBase > e.acked:
@@ -380,6 +379,14 @@ func (l *peerProof) confirmFIN(final uint64) peerEnd {
 		case info.State == tcpClose:
 			return e
 		}
+		select { // the kernel announces no RST: look again every millisecond of the clock
+		case <-deadline:
+			return e.drop("no RST for the bytes past its FIN within " + finConfirm.String())
+		case <-after(time.Millisecond):
+		}
 	}
-	return e.drop("no RST for the bytes past its FIN within " + finConfirm.String())
 }
+
+// afterFunc is the server's clock's wait (Server.after): the proof's waits are on
+// Options.Clock, so a test on a manual clock decides when they end.
+type afterFunc func(time.Duration) <-chan time.Time

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
@@ -387,7 +388,7 @@ func TestFINRuleNeedsTheRST(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		end := l.confirmFIN(150)
+		end := l.confirmFIN(150, time.After)
 		if got := end.unseen(100, 50, 150); got == halfClose {
 			t.Fatalf("half-close %v: the bytes past the FIN unseen = %v", halfClose, got)
 		}
@@ -451,7 +452,7 @@ func TestFINThenRSTBeforeCapture(t *testing.T) {
 		waitFor(t, 5*time.Second, "the RST", func() bool { return tcpInfo(t, c).State == tcpClose })
 		l.captureEnd(fdOf(t, c)) // the end first seen now, after the RST
 		counter := prometheus.NewCounter(prometheus.CounterOpts{Name: "vetoed"})
-		end = l.vetoAbortive(l.confirmFIN(150), counter)
+		end = l.vetoAbortive(l.confirmFIN(150, time.After), counter, time.After)
 		return end, value(counter)
 	}
 	for attempt := 1; ; attempt++ {
@@ -515,5 +516,65 @@ func TestProviderResetReholdsEveryUnreadRequest(t *testing.T) {
 	}
 	if n := f.holdOutcome(holdReheldUnseen); n != 2 {
 		t.Fatalf("reheld_unseen %v, want 2", n)
+	}
+}
+
+// TestProofWaitsEndOnTheClock: the peer-end proof's waits are on the server's clock
+// (Options.Clock), not the real one: on a manual clock, the wait for the socket's
+// destruction to be announced (diagWait) and the settling of the reset counters
+// (resetSettle) begin on that clock and end when it has moved that far.
+func TestProofWaitsEndOnTheClock(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		wait time.Duration
+		run  func(after afterFunc)
+	}{
+		{"announcement", diagWait, func(after afterFunc) {
+			l := peerProof{diag: &diagSlot{done: make(chan struct{})}, end: peerEnd{state: tcpCloseWait}}
+			if _, ok := l.providerRead(100, after); ok {
+				t.Error("no announcement proved something")
+			}
+		}},
+		{"reset counters", resetSettle, func(after afterFunc) {
+			var l peerProof
+			l.resets.Store(&resetCounts{})
+			_ = l.vetoAbortive(peerEnd{state: tcpClose}, prometheus.NewCounter(prometheus.CounterOpts{Name: "vetoed"}), after)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
+			began := make(chan time.Duration, 1)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				c.run(func(d time.Duration) <-chan time.Time {
+					ch := keepalive.After(clk, d)
+					began <- d
+					return ch
+				})
+			}()
+			select {
+			case d := <-began:
+				if d != c.wait {
+					t.Fatalf("waits %v; want %v", d, c.wait)
+				}
+			case <-done:
+				t.Fatal("ended without waiting on the clock")
+			case <-time.After(10 * time.Second):
+				t.Fatal("no wait on the clock began")
+			}
+			clk.Add(c.wait - 1)
+			select {
+			case <-done:
+				t.Fatalf("ended before the clock moved %v", c.wait)
+			default:
+			}
+			clk.Add(1)
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("still waiting after the clock moved %v", c.wait)
+			}
+		})
 	}
 }

@@ -218,12 +218,12 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 				}
 			}
 			uc.close("shutting down")
-			p.retire(uc)
+			p.foldCounts(uc)
 			sl.uc.CompareAndSwap(uc, nil)
 			p.connChanged()
 			return
 		}
-		p.retire(uc)
+		p.foldCounts(uc)
 		sl.uc.CompareAndSwap(uc, nil)
 		p.connChanged()
 		// Reconnect after a short jittered pause, then with growing backoff.
@@ -253,10 +253,10 @@ func (p *pool) connect(slot int) (*upConn, error) {
 	return uc, nil
 }
 
-// retire moves the counts of a connection that ended to the closed totals.
-func (p *pool) retire(uc *upConn) {
+// foldCounts moves the counts of a connection that ended to the closed totals.
+func (p *pool) foldCounts(uc *upConn) {
 	p.sentRetired.Add(uc.sent.Load())
-	p.srv.upClosed.retire(uc)
+	p.srv.upClosed.fold(uc)
 }
 
 // sentTotal is the two-way requests sent on this pool's connections, ever.

@@ -7,11 +7,14 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
@@ -32,6 +35,14 @@ func TestTrickledFramesAreBoundedAndTimedOut(t *testing.T) {
 		c.FrameReadTimeout = 30 * time.Second
 		c.MaxFrameBytes = 16 << 20
 	})
+	var fdsMu sync.Mutex
+	var served []int // Stormgate's side of every consumer connection
+	hook := func(fd int) {
+		fdsMu.Lock()
+		served = append(served, fd)
+		fdsMu.Unlock()
+	}
+	f.srv.hookServeFD.Store(&hook)
 	hdr := dubbo.AppendHeader(nil, dubbo.Header{Flags: dubbo.FlagRequest | dubbo.FlagTwoWay | dubbo.SerialHessian2,
 		ID: 1, BodyLen: 8 << 20})
 	conns := make([]net.Conn, 0, consumers)
@@ -66,12 +77,25 @@ func TestTrickledFramesAreBoundedAndTimedOut(t *testing.T) {
 		}
 		sample()
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && f.srv.Stats().LocalReplies[replyOverloaded.String()] == 0 {
+	// Until Stormgate has read every byte of the second burst: each consumer's kernel
+	// has it acknowledged (SIOCOUTQ 0) and Stormgate's side holds none unread (FIONREAD 0).
+	fdsMu.Lock()
+	mine := slices.Clone(served)
+	fdsMu.Unlock()
+	waitFor(t, 30*time.Second, "the second burst read", func() bool {
 		sample()
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond)
+		for _, c := range conns {
+			if sockQueue(t, c.(*net.TCPConn), unix.SIOCOUTQ) != 0 {
+				return false
+			}
+		}
+		for _, fd := range mine {
+			if n, err := unix.IoctlGetInt(fd, unix.SIOCINQ); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	})
 	sample()
 	if p := peak.Load(); p > budgetBytes {
 		t.Errorf("buffered bytes peaked at %d; limits.max_buffered_bytes is %d", p, budgetBytes)
@@ -210,4 +234,22 @@ func TestMaxAgeNeverAnswersQueuedBytes(t *testing.T) {
 	if byStatus[dubbo.StatusOK] != 0 {
 		t.Errorf("%d OK answers from a provider that answered nothing", byStatus[dubbo.StatusOK])
 	}
+}
+
+// sockQueue reads a socket's queue length with ioctl req (SIOCINQ: received, not read;
+// SIOCOUTQ: sent, not acknowledged).
+func sockQueue(t *testing.T, c *net.TCPConn, req uint) int {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := rc.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), req) }); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

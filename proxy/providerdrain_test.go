@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
@@ -40,7 +41,8 @@ func TestClosingAnswerDrainsTheProvider(t *testing.T) {
 	var seen atomic.Int32
 	prov := closingProvider(t, "127.0.0.1:0", &closing, &seen)
 	addr := prov.addr()
-	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.Upstream = addr })
+	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
+	f := newFixtureWith(t, peer.ProviderConfig{}, Options{Clock: clk}, func(c *Config) { c.Upstream = addr; c.HoldTimeout = 10 * time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cl := f.dial(ctx)
@@ -49,14 +51,18 @@ func TestClosingAnswerDrainsTheProvider(t *testing.T) {
 	wantHi(t, "the answer that says closing", callAsync(ctx, cl, 2, "hi"))
 	held := callAsync(ctx, cl, 3, "hi")
 	waitFor(t, 5*time.Second, "the next request held", func() bool { return f.srv.Stats().Held == 1 })
-	time.Sleep(50 * time.Millisecond)
-	if n := seen.Load(); n != 2 {
-		t.Fatalf("the draining provider got %d requests, want 2 (none after it said closing)", n)
+	// Every timer due in the next 5 s fires (sweeps, heartbeats, the hold queue's), half
+	// of the hold: none of them sends the held request to the provider that said closing
+	// (sentTotal counts a request when it is handed to a writer).
+	f.advance(5*time.Second, 100*time.Millisecond, true)
+	if n, sent := seen.Load(), f.srv.poolList()[0].sentTotal(); n != 2 || sent != 2 || f.srv.Stats().Held != 1 {
+		t.Fatalf("the draining provider got %d requests (%d sent, %d held), want 2 (none after it said closing)", n, sent, f.srv.Stats().Held)
 	}
 	prov.stop() // exits: connections closed, nothing listens
-	waitFor(t, 5*time.Second, "the drain to end on a refused dial", func() bool { return !f.srv.poolList()[0].providerDraining() })
+	f.stepUntil(30*time.Second, 100*time.Millisecond, "the drain to end on a refused dial", func() bool { return !f.srv.poolList()[0].providerDraining() })
 	closing.Store(false)
 	closingProvider(t, addr, &closing, &seen)
+	f.stepUntil(30*time.Second, 100*time.Millisecond, "a connection to the restarted provider", func() bool { return f.readyConns() > 0 })
 	wantHi(t, "the held request, after the restart", held)
 	if n := value(f.srv.m.life.drains[drainClosing]); n != 1 {
 		t.Fatalf("drains %v, want 1", n)

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/stormgate/stormgate/proxy"
-	"github.com/stormgate/stormgate/xds"
-	sg "github.com/stormgate/stormgate/xds/stormgatev1"
+	"github.com/stormgate/stormgate/settings"
+	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 )
 
 // otherStages are the live durations that do not reach the proxy, and where the live
@@ -27,8 +27,8 @@ var otherStages = map[string]string{
 // running wait, or each wait it bounds ends by the new value when it is lowered
 // (proxy/rearm.go). A new duration setting fails here until it has an entry.
 func TestEveryLiveDurationIsRearmed(t *testing.T) {
-	base := xds.Defaults()
-	for _, f := range xds.Fields() {
+	base := settings.Defaults()
+	for _, f := range settings.Fields() {
 		fd := leafField(t, f.Path)
 		if !f.Live || fd.Kind() != protoreflect.MessageKind || fd.Message().FullName() != "google.protobuf.Duration" {
 			continue
@@ -73,22 +73,22 @@ func leafField(t *testing.T, path string) protoreflect.FieldDescriptor {
 }
 
 // proxyFieldOf sets the duration at path to other valid values until one changes
-// xds.ProxyConfig, and returns the path of the Config field it changed ("" when
+// settings.ProxyConfig, and returns the path of the Config field it changed ("" when
 // none does: the setting is another stage's).
 func proxyFieldOf(t *testing.T, base *sg.Settings, path string) string {
 	parts := strings.Split(path, ".")
 	for _, d := range []time.Duration{3 * time.Second, 7 * time.Second, 100 * time.Millisecond, 0} {
-		s := xds.Defaults()
+		s := settings.Defaults()
 		msg := s.ProtoReflect()
 		for _, p := range parts[:len(parts)-1] {
 			msg = msg.Mutable(msg.Descriptor().Fields().ByName(protoreflect.Name(p))).Message()
 		}
 		leaf := msg.Descriptor().Fields().ByName(protoreflect.Name(parts[len(parts)-1]))
 		msg.Set(leaf, protoreflect.ValueOfMessage(durationpb.New(d).ProtoReflect()))
-		if xds.Validate(s) != nil || xds.Equal(s, base) {
+		if settings.Validate(s) != nil || settings.Equal(s, base) {
 			continue
 		}
-		if changed := diffFields(reflect.ValueOf(xds.ProxyConfig(base)), reflect.ValueOf(xds.ProxyConfig(s)), ""); len(changed) > 0 {
+		if changed := diffFields(reflect.ValueOf(settings.ProxyConfig(base)), reflect.ValueOf(settings.ProxyConfig(s)), ""); len(changed) > 0 {
 			if len(changed) > 1 {
 				t.Fatalf("%s changed several proxy fields: %v", path, changed)
 			}

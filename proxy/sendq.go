@@ -317,21 +317,23 @@ func (uc *upConn) refill() {
 }
 
 // takeQueued empties the send queue (the connection died, or takes no new requests):
-// the two-way requests in it never left Stormgate; the one-way ones are dropped and
-// counted. Called with mu held.
+// the two-way requests in it never left Stormgate and go to rehold carrying their
+// budget charge and waiting bytes (released here, the room could go to others before
+// rehold charges them again); the one-way ones are dropped and counted. Called with
+// mu held.
 func (uc *upConn) takeQueuedLocked() []held {
 	es := uc.sendq.takeAll()
 	uc.nqueued.Store(0)
 	srv := uc.pool.srv
 	var back []held
 	for _, e := range es {
-		srv.budget.release(len(e.frame))
-		e.sess.doneWaiting(len(e.frame))
 		if e.oneWay {
+			srv.budget.release(len(e.frame))
+			e.sess.doneWaiting(len(e.frame))
 			srv.m.dropped[dropOneWayNoUpstream].Inc()
 			continue
 		}
-		back = append(back, held{request: e.request, frame: e.frame})
+		back = append(back, held{request: e.request, frame: e.frame, carried: true})
 	}
 	return back
 }

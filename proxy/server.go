@@ -133,6 +133,10 @@ func (systemClock) Now() time.Time { return time.Now() }
 // now is the server's clock in unix nanoseconds.
 func (s *Server) now() int64 { return s.clock.Now().UnixNano() }
 
+// after waits d on the server's clock, for waits that are not the wheel's timers (the
+// peer-end proof in fail, which must not depend on a wheel that Freeze and Close stop).
+func (s *Server) after(d time.Duration) <-chan time.Time { return keepalive.After(s.clock, d) }
+
 // spawn runs f on a goroutine that Close waits for.
 func (s *Server) spawn(f func()) { s.tasks.Go(f) }
 
@@ -228,7 +232,7 @@ func (s *Server) Update(cfg Config) error {
 // Whatever happens, the fd is closed exactly once and OnConnClosed runs once.
 func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 	cfg := s.cfg.Load()
-	refuse := func(r closeReason) {
+	turnAway := func(r closeReason) { // a connection never served: closed and counted
 		_ = unix.Close(fd)
 		s.m.downClosed[r].Inc()
 		if s.opts.OnConnClosed != nil {
@@ -236,7 +240,7 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		}
 	}
 	if s.draining.Load() || s.closed.Load() {
-		refuse(closeDrain)
+		turnAway(closeDrain)
 		return
 	}
 	var p *pool
@@ -245,7 +249,7 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		if !cfg.portAllowed(port) {
 			s.log.Warn("refused a redirected connection for a port outside listener.inbound_ports",
 				zap.Stringer("peer", remote), zap.Uint16("port", port))
-			refuse(closeNoPort)
+			turnAway(closeNoPort)
 			return
 		}
 		p = s.poolFor(port)
@@ -255,13 +259,13 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		s.mu.Unlock()
 	}
 	if p == nil {
-		refuse(closeShutdown)
+		turnAway(closeShutdown)
 		return
 	}
 	conn, err := netpoll.NewFDConnection(fd)
 	if err != nil {
 		s.log.Error("cannot register consumer connection with netpoll", zap.Error(err))
-		refuse(closePeer)
+		turnAway(closePeer)
 		return
 	}
 	if h := s.hookServeFD.Load(); h != nil {

@@ -49,11 +49,10 @@ type session struct {
 	inflight atomic.Int32 // accepted two-way requests not yet answered
 	counts   sessionCounters
 
-	wait     consumerWait // its requests waiting for the provider; backpressure (backpressure.go)
-	closing  atomic.Bool
-	closed   atomic.Bool
-	reason   atomic.Uint32 // closeReason+1; 0 until closeWith
-	readonly atomic.Bool   // READONLY sent to this consumer
+	wait    consumerWait // its requests waiting for the provider; backpressure (backpressure.go)
+	closing atomic.Bool
+	closed  atomic.Bool
+	reason  atomic.Uint32 // closeReason+1; 0 until closeWith
 }
 
 func newSession(srv *Server, p *pool, conn netpoll.Connection, fd int, remote netip.AddrPort) *session {
@@ -284,5 +283,4 @@ func (s *session) sendEvent(ev Event) {
 	var buf [64]byte
 	id := s.srv.eventIDs.Add(1)
 	s.write(s.srv.codec.AppendEvent(buf[:0], id, ev))
-	s.readonly.Store(ev == EventReadonly)
 }

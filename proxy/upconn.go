@@ -62,9 +62,9 @@ type upConn struct {
 	scratch        [64]byte // onRequest only: heartbeat replies
 	stash          []byte   // bytes read during a handover, not yet handled (handover.go)
 
-	counts  upCounters
-	sent    atomic.Uint64 // two-way requests sent (warm-up's rate meter)
-	retired bool          // counts moved to the closed totals; guarded by Server.upClosed.mu
+	counts upCounters
+	sent   atomic.Uint64 // two-way requests sent (warm-up's rate meter)
+	folded bool          // counts moved to the closed totals; guarded by Server.upClosed.mu
 
 	mu      sync.Mutex
 	pending pendingTable
@@ -530,14 +530,14 @@ func (uc *upConn) fail(why string) {
 	var end peerEnd
 	read, readOK := uint64(0), false
 	if taken {
-		read, readOK = uc.proof.providerRead(final)
+		read, readOK = uc.proof.providerRead(final, srv.after)
 	}
 	if readOK {
 		end = uc.proof.readEnd(read)
 	} else {
-		end = uc.proof.confirmFIN(final)
+		end = uc.proof.confirmFIN(final, srv.after)
 		if taken {
-			end = uc.proof.vetoAbortive(end, srv.m.life.vetoed)
+			end = uc.proof.vetoAbortive(end, srv.m.life.vetoed, srv.after)
 		}
 	}
 	uc.proof.releaseDiag()

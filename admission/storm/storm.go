@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stormgate/stormgate/admission"
+	"github.com/stormgate/stormgate/internal/netns"
 	"github.com/stormgate/stormgate/settings"
 )
 
@@ -210,7 +211,7 @@ func Run(ctx context.Context, opt Options) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	defer ns.remove()
+	defer ns.Remove() //nolint:errcheck // its sockets went with the children, stopped by now
 
 	srv, err := startChild(ctx, ns, exe, childSpec{Role: roleServer, Opt: opt})
 	if err != nil {
@@ -322,31 +323,19 @@ func Run(ctx context.Context, opt Options) (Report, error) {
 	return rep, nil
 }
 
-// netns is a network namespace created for one storm.
-type netns struct{ name string }
-
-func newNetns(ctx context.Context, somaxconn int) (*netns, error) {
+// newNetns creates the namespace of one storm, its listen queue limit set to somaxconn.
+func newNetns(ctx context.Context, somaxconn int) (*netns.Namespace, error) {
 	var b [4]byte
 	rand.Read(b[:])
-	ns := &netns{name: "sg-adm-" + hex.EncodeToString(b[:])}
-	if out, err := exec.CommandContext(ctx, "ip", "netns", "add", ns.name).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("storm: ip netns add: %v: %s", err, out)
+	ns, err := netns.Create(ctx, "sg-adm-"+hex.EncodeToString(b[:]))
+	if err != nil {
+		return nil, fmt.Errorf("storm: %w", err)
 	}
-	for _, args := range [][]string{
-		{"ip", "-n", ns.name, "link", "set", "lo", "up"},
-		{"ip", "netns", "exec", ns.name, "sysctl", "-q", "-w", fmt.Sprintf("net.core.somaxconn=%d", somaxconn)},
-	} {
-		if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
-			ns.remove()
-			return nil, fmt.Errorf("storm: %v: %v: %s", args, err, out)
-		}
+	if _, err := ns.Exec(ctx, "sysctl", "-q", "-w", fmt.Sprintf("net.core.somaxconn=%d", somaxconn)); err != nil {
+		_ = ns.Remove()
+		return nil, fmt.Errorf("storm: %w", err)
 	}
 	return ns, nil
-}
-
-// remove deletes the namespace (its sockets go with the processes, which are gone by now).
-func (ns *netns) remove() {
-	exec.Command("ip", "netns", "del", ns.name).Run()
 }
 
 // child is a re-executed copy of this binary running one role inside the namespace.
@@ -359,12 +348,12 @@ type child struct {
 	done   chan error
 }
 
-func startChild(ctx context.Context, ns *netns, exe string, spec childSpec) (*child, error) {
+func startChild(ctx context.Context, ns *netns.Namespace, exe string, spec childSpec) (*child, error) {
 	js, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns.name, exe) // ip execs exe: same pid
+	cmd := ns.Command(ctx, exe) // ip execs exe: same pid
 	cmd.Env = append(os.Environ(), envSpec+"="+string(js))
 	c := &child{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = c.stderr

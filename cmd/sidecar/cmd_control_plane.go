@@ -3,12 +3,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"os/signal"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -106,8 +107,9 @@ certificate is served without a restart. Without --cert the control plane is pla
 				if err != nil {
 					return fmt.Errorf("--metrics %s: %w", metrics, err)
 				}
-				hs := serveHTTP("metrics", ln, mux, log)
-				defer hs.Shutdown(context.Background()) //nolint:errcheck
+				var g sync.WaitGroup
+				defer g.Wait()
+				defer serveHTTP(&g, "metrics", ln, mux, log).shutdown(time.Second)
 			}
 			err = cp.Run(ctx, listen)
 			log.Info("control plane stopped", zap.Error(err))

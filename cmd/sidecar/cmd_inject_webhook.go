@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -96,7 +97,10 @@ server verifies them with the configuration's caBundle. --metrics serves /metric
 			mux.Handle(webhook.PodSecurityPath, h) // namespaces that enforce baseline or restricted
 			hs := &http.Server{Handler: mux, TLSConfig: tc, ReadHeaderTimeout: 5 * time.Second,
 				ErrorLog: zap.NewStdLog(log.Named("https"))}
-			var servers []*http.Server
+			var (
+				servers []*httpServer
+				g       sync.WaitGroup // their goroutines
+			)
 			if metrics != "" {
 				mux := http.NewServeMux()
 				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -108,7 +112,7 @@ server verifies them with the configuration's caBundle. --metrics serves /metric
 					ln.Close()
 					return fmt.Errorf("--metrics %s: %w", metrics, err)
 				}
-				servers = append(servers, serveHTTP("metrics", mln, mux, log))
+				servers = append(servers, serveHTTP(&g, "metrics", mln, mux, log))
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -125,8 +129,9 @@ server verifies them with the configuration's caBundle. --metrics serves /metric
 			defer cancel()
 			_ = hs.Shutdown(sctx) // in-flight reviews finish; the API server retries elsewhere meanwhile
 			for _, s := range servers {
-				_ = s.Shutdown(sctx)
+				s.shutdown(5 * time.Second)
 			}
+			g.Wait()
 			log.Info("inject webhook stopped")
 			if errors.Is(err, http.ErrServerClosed) {
 				return nil

@@ -15,8 +15,10 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/stormgate/stormgate/admission"
 	"github.com/stormgate/stormgate/handover"
 	"github.com/stormgate/stormgate/inject/appprobe"
+	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
@@ -142,11 +144,66 @@ func inheritedListeners(fds map[string]int) (map[string]net.Listener, []*os.File
 	return lns, files, nil
 }
 
-// restoring is a handover this image is receiving.
+// restoring is a handover this image is receiving: the origin of a restored plane.
 type restoring struct {
 	in            *handover.Incoming
-	start         time.Time  // this image's start, wall clock
-	listenerFiles []*os.File // the handed-over HTTP listeners' descriptors, kept for a rollback
+	start         time.Time     // this image's start, wall clock
+	ss            settingsState // the settings section
+	listenerFiles []*os.File    // the handed-over HTTP listeners' descriptors, kept for a rollback
+}
+
+func (r *restoring) upgraded() bool { return true }
+
+func (r *restoring) settings(*cobra.Command, runFlags) (settings.Layered, *sg.Settings, error) {
+	ss, base, active, err := restoredSettings(r.in.State.Sections[secSettings])
+	r.ss = ss
+	if err == nil && faultInjection == "slow" {
+		time.Sleep(500 * time.Millisecond) // test builds only: a window to aim signals at
+	}
+	return base, active, err
+}
+
+func (r *restoring) store(base settings.Layered, active *sg.Settings, reg prometheus.Registerer) (*settings.Store, error) {
+	return restoredStore(r.ss, base, active, reg)
+}
+
+// listeners are the old image's, and any that f turns on and it had not.
+func (r *restoring) listeners(f runFlags) (map[string]net.Listener, error) {
+	lns, files, err := inheritedListeners(r.in.State.Header.Listeners)
+	r.listenerFiles = files
+	if err != nil {
+		return nil, err
+	}
+	return bindHTTP(lns, f)
+}
+
+func (r *restoring) admitter(cfg admission.Config, log *zap.Logger, reg prometheus.Registerer) (*admission.Admitter, error) {
+	var sn admission.Snapshot
+	if err := sn.UnmarshalBinary(r.in.State.Sections[secAdmission]); err != nil {
+		return nil, err
+	}
+	return admission.Restore(&sn, cfg, log, reg)
+}
+
+// proxy restores the data plane. On failure the listening socket goes back to the old
+// binary: fail does not close it.
+func (r *restoring) proxy(cfg proxy.Config, opts proxy.Options) (*proxy.Server, error) {
+	if faultInjection == "restore" && r.in.Rollback == "" {
+		// As late as a rollback is still safe: listeners and admission restored.
+		return nil, errors.New("fault injected by a test build: this binary refuses every handed-over state")
+	}
+	var psn proxy.Snapshot
+	if err := psn.UnmarshalBinary(r.in.State.Sections[secProxy]); err != nil {
+		return nil, err
+	}
+	return proxy.Restore(&psn, cfg, opts)
+}
+
+// serving: the restored sockets are this image's (a later preflight must not inherit them),
+// and there is nothing to roll back to any more.
+func (r *restoring) serving(u *upgrader, log *zap.Logger) {
+	handover.CloseOnExec(r.in.State.Header.FDs...)
+	r.done(u, log)
 }
 
 // fail gives up on the restore: the new binary rolls back to the old one (which restores

@@ -111,14 +111,16 @@ type plane struct {
 	handler  admission.Handler
 	lns      map[string]net.Listener
 	serveErr chan error // of the current adm.Serve
+
+	goroutines *sync.WaitGroup // run's (sidecar.goroutines)
 }
 
-// serve runs adm.Serve; its result arrives on p.serveErr.
+// serve runs adm.Serve on one of run's goroutines; its result arrives on p.serveErr.
 func (p *plane) serve() {
 	ch := make(chan error, 1)
 	p.serveErr = ch
 	adm := p.adm
-	go func() { ch <- adm.Serve(p.ctx, p.handler) }()
+	p.goroutines.Go(func() { ch <- adm.Serve(p.ctx, p.handler) })
 }
 
 // upgrader runs upgrades of this process and keeps their record.
@@ -251,10 +253,10 @@ func (u *upgrader) prepare(ctx context.Context, binary, trigger string, timeout 
 	return job, nil
 }
 
-// fromSignal starts an upgrade to --upgrade-binary on SIGUSR2: the preflight on its own
-// goroutine, the handover on the main one.
-func (u *upgrader) fromSignal(ctx context.Context) {
-	go func() {
+// fromSignal starts an upgrade to --upgrade-binary on SIGUSR2: the preflight on a goroutine
+// of g (it ends with ctx), the handover on the main one.
+func (u *upgrader) fromSignal(ctx context.Context, g *sync.WaitGroup) {
+	g.Go(func() {
 		job, err := u.prepare(ctx, "", "SIGUSR2", defaultPreflightTimeout)
 		if errors.Is(err, errUpgradeBusy) {
 			u.log.Warn("SIGUSR2 ignored: " + err.Error())
@@ -263,7 +265,7 @@ func (u *upgrader) fromSignal(ctx context.Context) {
 		if err == nil {
 			u.jobs <- job
 		}
-	}()
+	})
 }
 
 // handler serves /upgrade on the admin listener: GET reports, POST starts an upgrade

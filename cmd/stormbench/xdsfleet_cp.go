@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +16,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/stormgate/stormgate/internal/promscrape"
 )
 
 // fleetCP is one control plane: spawned by the tool, or given by address.
@@ -170,7 +167,7 @@ func (r *fleetRun) scrape(ctx context.Context) fleetScrape {
 		if cp.metrics == "" || cp.dead {
 			continue
 		}
-		mfs, err := scrapeFamilies(ctx, cp.metrics)
+		mfs, err := promscrape.Families(ctx, nil, cp.metrics)
 		if err != nil {
 			r.logf("scrape %s: %v", cp.metrics, err)
 			continue
@@ -178,25 +175,6 @@ func (r *fleetRun) scrape(ctx context.Context) fleetScrape {
 		out = append(out, mfs)
 	}
 	return out
-}
-
-func scrapeFamilies(ctx context.Context, addr string) (map[string]*dto.MetricFamily, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(io.LimitReader(resp.Body, 32<<20))
 }
 
 // sum adds a counter or gauge (all series) over every control plane.

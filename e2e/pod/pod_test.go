@@ -229,7 +229,8 @@ spec:
 		}
 	})
 
-	metricsURL := fmt.Sprintf("http://127.0.0.1:%d", metricsHostPort)
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", metricsHostPort)
+	metricsURL := "http://" + metricsAddr
 	if !poll(60*time.Second, func() bool { code, _ := httpGet(metricsURL + "/readyz"); return code == 200 }) {
 		code, body := httpGet(metricsURL + "/readyz")
 		t.Fatalf("/readyz on the probe port: %d %q after 60 s (the sidecar gets ready once it has its settings over mTLS)", code, body)
@@ -326,7 +327,7 @@ spec:
 	}
 
 	// Stormgate's view: every consumer and call went through it, on the control plane's connection count.
-	ms := metrics(t, metricsURL+"/metrics")
+	ms := metrics(t, metricsAddr)
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -341,11 +342,11 @@ spec:
 		{"stormgate_xds_connected", nil, 1},
 		{"stormgate_listen_queue_limit", nil, 4096}, // a pod's own somaxconn caps the 65535 backlog
 	} {
-		if got := sum(ms, c.name, c.labels...); got != c.want {
+		if got := ms.Sum(c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-	if acks := sum(ms, "stormgate_xds_updates_total", `result="ack"`); acks < 1 {
+	if acks := ms.Sum("stormgate_xds_updates_total", `result="ack"`); acks < 1 {
 		t.Errorf("no settings applied from the control plane over mTLS (acks %v)", acks)
 	}
 	// The provider's view: only Stormgate's connections, from loopback.
@@ -406,8 +407,8 @@ spec:
 			t.Errorf("consumer %d, same connection, after the upgrade: status %d value %q err %v", i, resp.Status, resp.Value, err)
 		}
 	}
-	ms = metrics(t, metricsURL+"/metrics")
-	if got := sum(ms, "stormgate_downstream_connections"); got != consumers {
+	ms = metrics(t, metricsAddr)
+	if got := ms.Sum("stormgate_downstream_connections"); got != consumers {
 		t.Errorf("consumer connections after the upgrade: %v, want the same %d", got, consumers)
 	}
 

@@ -18,11 +18,8 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/stormgate/stormgate/build/image"
+	"github.com/stormgate/stormgate/internal/promscrape"
 )
 
 // Host facts for podman 4.3 on this kind of machine (see the package doc). The test's own
@@ -222,40 +219,14 @@ func freePort(t *testing.T) int {
 
 func randomID() string { return fmt.Sprintf("%08x", rand.Uint32()) }
 
-// metrics scrapes a Prometheus text endpoint.
-func metrics(t *testing.T, url string) map[string]*dto.MetricFamily {
+// metrics scrapes http://addr/metrics.
+func metrics(t *testing.T, addr string) promscrape.Samples {
 	t.Helper()
-	resp, err := http.Get(url)
+	ms, err := promscrape.Get(context.Background(), nil, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("%s: %v", url, err)
-	}
-	return mfs
-}
-
-// sum adds the values of name's series that carry every label name=value in labels.
-func sum(mfs map[string]*dto.MetricFamily, name string, labels ...string) float64 {
-	var s float64
-	for _, m := range mfs[name].GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		ok := true
-		for _, l := range labels {
-			k, v, _ := strings.Cut(l, "=")
-			ok = ok && have[k] == strings.Trim(v, `"`)
-		}
-		if ok {
-			s += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
-		}
-	}
-	return s
+	return ms
 }
 
 // httpGet returns the status and body of a GET, or 0 when the request failed.

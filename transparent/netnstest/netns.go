@@ -7,17 +7,15 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
-	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/stormgate/stormgate/internal/netns"
 )
 
-// Namespace is a network namespace that lives until the end of the test that created it.
+// Namespace is a network namespace that lives until the end of the test that created it
+// (internal/netns, with the test's failures instead of errors).
 type Namespace struct {
-	// Name is the name under /run/netns, unique on the machine while the test runs.
-	Name string
+	*netns.Namespace
 }
 
 // RequireRoot skips t unless the process runs as root.
@@ -50,58 +48,26 @@ func New(t testing.TB, prefix string) *Namespace {
 	RequireTools(t, "ip")
 	// The pid keeps concurrent test binaries apart, the random part concurrent tests in one binary.
 	name := fmt.Sprintf("%s-%d-%08x", prefix, os.Getpid(), rand.Uint32())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	ns, err := netns.Create(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v: %s", name, err, out)
+		if err := ns.Remove(); err != nil {
+			t.Error(err)
 		}
 	})
-	n := &Namespace{Name: name}
-	n.Run(t, "ip", "link", "set", "lo", "up")
-	return n
-}
-
-// Command returns `ip netns exec <name> argv...`, ready to start.
-func (n *Namespace) Command(ctx context.Context, argv ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name}, argv...)...)
+	return &Namespace{ns}
 }
 
 // Run runs argv inside the namespace and returns its standard output; t fails if it exits non-zero.
 func (n *Namespace) Run(t testing.TB, argv ...string) string {
 	t.Helper()
-	cmd := n.Command(context.Background(), argv...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := n.Exec(context.Background(), argv...)
 	if err != nil {
-		t.Fatalf("in netns %s: %s: %v: %s", n.Name, strings.Join(argv, " "), err, stderr.String())
+		t.Fatal(err)
 	}
-	return string(out)
-}
-
-// Do runs fn on an OS thread switched into the namespace and returns fn's error. Sockets fn creates
-// belong to the namespace for their whole life.
-func (n *Namespace) Do(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: when this goroutine returns, the runtime ends the thread instead of reusing it,
-		// so no other goroutine ever runs in this namespace.
-		runtime.LockOSThread()
-		f, err := os.Open("/run/netns/" + n.Name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", n.Name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	return out
 }
 
 // Link connects a and b with a veth pair, gives a the address aAddr and b the address bAddr (same
