@@ -52,6 +52,7 @@ type connection struct {
 	outputBarrier *barrier
 	maxSize       int       // The maximum size of data between two Release().
 	bookSize      int       // The size of data that can be read at once.
+	booked        int       // The size of the last read's booking (inputs).
 	state         connState // Connection state should be changed sequentially.
 }
 

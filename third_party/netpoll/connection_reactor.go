@@ -84,7 +84,15 @@ func (c *connection) closeBuffer() {
 
 // inputs implements FDOperator.
 func (c *connection) inputs(vs [][]byte) (rs [][]byte) {
-	vs[0] = c.inputBuffer.book(c.bookSize, c.maxSize)
+	// A new buffer node is sized by the read size too, not only by what the handler left unread
+	// between releases: a handler that consumes everything it is given would otherwise keep every
+	// read at the first node's size, whatever bookSize has grown to.
+	nodeSize := c.maxSize
+	if nodeSize < c.bookSize {
+		nodeSize = c.bookSize
+	}
+	vs[0] = c.inputBuffer.book(c.bookSize, nodeSize)
+	c.booked = len(vs[0])
 	return vs[:1]
 }
 
@@ -95,8 +103,10 @@ func (c *connection) inputAck(n int) (err error) {
 		return nil
 	}
 
-	// Auto size bookSize, up to maxReadSize.
-	if n == c.bookSize && c.bookSize < maxReadSize {
+	// Auto size bookSize, up to maxReadSize: it doubles after a read that filled what bookSize
+	// booked (the socket may hold more).
+	short := n < c.booked
+	if !short && c.booked == c.bookSize && c.bookSize < maxReadSize {
 		c.bookSize <<= 1
 		if c.bookSize > maxReadSize {
 			c.bookSize = maxReadSize
@@ -104,8 +114,10 @@ func (c *connection) inputAck(n int) (err error) {
 	}
 
 	length, _ := c.inputBuffer.bookAck(n)
-	if c.maxSize < length {
-		c.maxSize = length
+	// maxSize sizes new nodes for a handler that lets input pile up (one waiting for a large
+	// message): it follows what the handler left unread, not this read, which bookSize sizes.
+	if left := length - n; c.maxSize < left {
+		c.maxSize = left
 	}
 	if c.maxSize > mallocMax {
 		c.maxSize = mallocMax
@@ -118,7 +130,33 @@ func (c *connection) inputAck(n int) (err error) {
 	if needTrigger && length >= int(atomic.LoadInt64(&c.waitReadSize)) {
 		c.triggerRead(nil)
 	}
+	if short && c.inputBuffer.IsEmpty() {
+		// The read drained the socket and the handler consumed everything: the burst is over. The
+		// read size goes back to what this read needed, and a node grown for the burst is not kept
+		// by a connection gone quiet: the next read starts a node of the new size, and the
+		// handler's next Release frees the old one. (A handler that lets input pile up, waiting
+		// for a large message, keeps its large reads.)
+		c.bookSize = readSizeFor(n)
+		keep := c.bookSize
+		if keep < LinkBufferCap {
+			keep = LinkBufferCap
+		}
+		c.inputBuffer.shrinkTail(keep)
+	}
 	return nil
+}
+
+// readSizeFor is the read size after a short read of n bytes: the initial size doubled until it
+// holds n, at most maxReadSize.
+func readSizeFor(n int) int {
+	size := defaultLinkBufferSize
+	for size < n && size < maxReadSize {
+		size <<= 1
+	}
+	if size > maxReadSize {
+		size = maxReadSize
+	}
+	return size
 }
 
 // outputs implements FDOperator.

@@ -689,6 +689,18 @@ func (b *UnsafeLinkBuffer) resetTail(maxSize int) {
 	b.flush = b.write
 }
 
+// shrinkTail starts a new, empty tail node when the buffer holds no unread data and the tail's
+// capacity is over size, so that the next book allocates a node of the size then asked for. The
+// old tail is freed by the next Release (a reader may still hold slices of it until then).
+func (b *UnsafeLinkBuffer) shrinkTail(size int) {
+	if b.Len() != 0 || cap(b.write.buf) <= size || b.write.malloc != len(b.write.buf) {
+		return
+	}
+	b.write.next = newLinkBufferNode(0)
+	b.write = b.write.next
+	b.flush = b.write
+}
+
 // indexByte returns the index of the first instance of c in buffer, or -1 if c is not present in buffer.
 func (b *UnsafeLinkBuffer) indexByte(c byte, skip int) int {
 	size := b.Len()

@@ -217,6 +217,12 @@ func (b *SafeLinkBuffer) calcMaxSize() (sum int) {
 	return b.UnsafeLinkBuffer.calcMaxSize()
 }
 
+func (b *SafeLinkBuffer) shrinkTail(size int) {
+	b.Lock()
+	defer b.Unlock()
+	b.UnsafeLinkBuffer.shrinkTail(size)
+}
+
 func (b *SafeLinkBuffer) resetTail(maxSize int) {
 	b.Lock()
 	defer b.Unlock()

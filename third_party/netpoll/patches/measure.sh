@@ -6,15 +6,26 @@
 #
 #   measure.sh idle DIR npfloor|sidecar CONNS HEARTBEAT WINDOW_S   # heartbeats only
 #   measure.sh fwd  DIR npfwd|sidecar   CONNS RATE WINDOW_S        # stormbench provider behind it
+#   measure.sh greedy DIR npfwd|sidecar CONNS SIZE WINDOW_S        # bulk senders, echo provider behind it
 #
-# idle prints calls per answered write (one write per readable consumer); fwd prints calls per request.
+# idle prints calls per answered write (one write per readable consumer); fwd prints calls per request;
+# greedy runs `stormbench greedy --read` (CONNS connections sending SIZE-byte requests back to back and
+# reading their answers) for the window through the proxy to an echo provider that reads well, and
+# prints MiB/s of answered requests (sent: what the senders wrote, kernel buffers included) and readv and
+# epoll_wait calls per answered MiB (the proxy reads each request twice: from the consumer and, echoed,
+# from the provider).
 # Ports are taken below 32768, away from the load tool's ephemeral ports. Every process it starts is
 # stopped before it returns.
 set -euo pipefail
 mode=$1 dir=$2 kind=$3 conns=$4 arg=$5 win=${6:-10}
 port=$((20000 + RANDOM % 8000))
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -f "${res:-}"' EXIT
+res=$(mktemp)
+listening() { # waits up to 20 s for $1 to accept
+  for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
+  echo "measure.sh: nothing listens on port $1" >&2; exit 1
+}
 start_proxy() { # $1: upstream address (fwd) or none
   case $kind in
     npfloor) exec "$dir/npfloor" --listen 127.0.0.1:$port ;;
@@ -23,19 +34,50 @@ start_proxy() { # $1: upstream address (fwd) or none
       --metrics '' --admin '' --log-level error ;;
   esac
 }
+if [ "$mode" = greedy ]; then
+  "$dir/stormbench" echo-provider --listen 127.0.0.1:$((port + 1)) --slow-chance 0 --stall-chance 0 \
+    --rcvbuf 0 --mss 0 --stats-every 0 >/dev/null 2>&1 & pids+=($!)
+  listening $((port + 1))
+  start_proxy 127.0.0.1:$((port + 1)) >/dev/null 2>&1 & px=$!; pids+=($px)
+  listening $port
+  out=$(mktemp)
+  t0=$(awk '{print $14+$15}' /proc/$px/stat)
+  perf stat -x, -e 'syscalls:sys_enter_*' -p "$px" -o "$out" &
+  pf=$!; pids+=($pf)
+  sleep 0.2
+  "$dir/stormbench" greedy --target 127.0.0.1:$port --conns "$conns" --size "$arg" --read \
+    --duration "${win}s" --json "$res" >/dev/null 2>&1 || true
+  kill -INT "$pf"; wait "$pf" || true
+  t1=$(awk '{print $14+$15}' /proc/$px/stat)
+  calls() { awk -F, -v e="syscalls:sys_enter_$1" '$3 == e {print $1}' "$out"; }
+  top=$(awk -F, '$1 ~ /^[0-9]+$/ && $1 > 0 {sub("syscalls:sys_enter_","",$3); print $3 "=" $1}' "$out" |
+    sort -t= -k2 -nr | head -7 | tr '\n' ' ')
+  python3 - "$res" "$win" "$arg" "$(calls readv)" "$(calls epoll_wait)" "$((t1 - t0))" "$kind $dir conns=$conns size=$arg" "$top" <<'PY'
+import json, sys
+res, win, size, readv, ew, ticks, what, top = sys.argv[1:]
+d = json.load(open(res))
+mib = d["answered"] * int(size) / 2**20  # answered round trips: what crossed the proxy both ways
+print("greedy %s window=%ss answered_MiB/s=%.1f sent_MiB/s=%.1f readv=%s readv_per_MiB=%.1f epoll_wait_per_MiB=%.1f "
+      "cpu_ticks=%s cpu_ticks_per_MiB=%.2f answered=%d/%d errors=%d closed=%d | %s" % (what, win, mib / float(win),
+      d["bytes"] / 2**20 / float(win), readv, int(readv) / mib, int(ew or 0) / mib, ticks, int(ticks) / mib,
+      d["answered"], d["sent"], d["errors"], d["closed"], top))
+PY
+  rm -f "$out"
+  exit 0
+fi
 if [ "$mode" = fwd ]; then
   "$dir/stormbench" provider --listen 127.0.0.1:$((port + 1)) >/dev/null 2>&1 & pids+=($!)
-  sleep 0.5
+  listening $((port + 1))
   start_proxy 127.0.0.1:$((port + 1)) >/dev/null 2>&1 & px=$!; pids+=($px)
-  sleep 1
+  listening $port
   "$dir/stormbench" load --target 127.0.0.1:$port --conns "$conns" --rate "$arg" --heartbeat 30s \
-    --duration $((win + 5))s >/dev/null 2>&1 & ld=$!
+    --duration $((win + 5))s --json "$res" >/dev/null 2>&1 & ld=$!
   reqs=$((arg * win))
 else
   start_proxy >/dev/null 2>&1 & px=$!; pids+=($px)
-  sleep 0.5
+  listening $port
   "$dir/stormbench" load --target 127.0.0.1:$port --conns "$conns" --heartbeat "$arg" \
-    --duration $((win + 8))s >/dev/null 2>&1 & ld=$!
+    --duration $((win + 8))s --json "$res" >/dev/null 2>&1 & ld=$!
 fi
 pids+=($ld)
 sleep $((conns / 2000 + 3))
@@ -49,4 +91,8 @@ per=${reqs:-$(awk -F, '$3 ~ /sys_enter_write$/ {print $1}' "$out")}
 top=$(awk -F, '$1 ~ /^[0-9]+$/ && $1 > 0 {sub("syscalls:sys_enter_","",$3); print $3 "=" $1}' "$out" |
   sort -t= -k2 -nr | head -7 | tr '\n' ' ')
 rm -f "$out"
-echo "$mode $kind $dir conns=$conns $arg window=${win}s cpu_ticks=$((t1 - t0)) calls=$tot calls_per_unit=$(echo "scale=2; $tot / $per" | bc) | $top"
+# The load's own outcome: a window without the offered load says nothing about the proxy.
+load=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
+print("load_ok=%d/%d hb_answered=%d/%d" % (d["ok"], d["scheduled"], d["heartbeats_answered"], d["heartbeats_sent"]))' "$res" 2>/dev/null ||
+  echo "load_result=missing")
+echo "$mode $kind $dir conns=$conns $arg window=${win}s cpu_ticks=$((t1 - t0)) calls=$tot calls_per_unit=$(echo "scale=2; $tot / $per" | bc) $load | $top"
