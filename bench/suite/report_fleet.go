@@ -151,8 +151,8 @@ func (p *reporter) fleetVerdicts() {
 	p.ln("")
 }
 
-// updateSections replaces the marked sections of the scenarios in r (fleet; restart, with
-// its summary rows and its plot) in the doc at path, keeping everything else.
+// updateSections replaces, in the doc at path, the sections that the scenarios in r have of
+// their own (fleet; restart, with its summary rows and its plot), keeping everything else.
 func updateSections(r *Results, path, imgDir string) error {
 	if r.Fleet == nil && r.Restart == nil {
 		return errors.New("--update-section: only the fleet and restart scenarios have sections of their own; run one of them (--scenarios fleet or restart)")
@@ -161,29 +161,44 @@ func updateSections(r *Results, path, imgDir string) error {
 	if err != nil {
 		return err
 	}
-	doc := string(old)
-	if r.Fleet != nil {
-		p := &reporter{r: r}
-		p.fleetSection()
-		doc = spliceSection(doc, fleetBegin, fleetEnd, strings.TrimRight(p.b.String(), "\n"))
+	rel, err := filepath.Rel(filepath.Dir(path), imgDir)
+	if err != nil {
+		rel = imgDir
 	}
-	if r.Restart != nil {
-		rel, err := filepath.Rel(filepath.Dir(path), imgDir)
-		if err != nil {
-			rel = imgDir
+	doc := string(old)
+	for _, sc := range scenarios {
+		if sc.update == nil {
+			continue
 		}
-		p := &reporter{r: r, img: filepath.ToSlash(rel)}
-		p.restartSection()
-		doc = spliceSection(doc, restartBegin, restartEnd, strings.TrimRight(p.b.String(), "\n"))
-		doc = spliceSummaryRows(doc, p, p.restartSummaryRows())
-		if err := os.MkdirAll(imgDir, 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(imgDir, "restart.svg"), p.plots()["restart.svg"], 0o644); err != nil {
+		if doc, err = sc.update(&reporter{r: r, img: filepath.ToSlash(rel)}, doc, imgDir); err != nil {
 			return err
 		}
 	}
 	return os.WriteFile(path, []byte(doc), 0o644)
+}
+
+// updateFleetSection rewrites section 6 of doc when r measured the fleet.
+func updateFleetSection(p *reporter, doc, _ string) (string, error) {
+	if p.r.Fleet == nil {
+		return doc, nil
+	}
+	p.fleetSection()
+	return spliceSection(doc, fleetBegin, fleetEnd, strings.TrimRight(p.b.String(), "\n")), nil
+}
+
+// updateRestartSection rewrites section 4 of doc, the summary's restart rows and restart.svg
+// when r measured the restart.
+func updateRestartSection(p *reporter, doc, imgDir string) (string, error) {
+	if p.r.Restart == nil {
+		return doc, nil
+	}
+	p.restartSection()
+	doc = spliceSection(doc, restartBegin, restartEnd, strings.TrimRight(p.b.String(), "\n"))
+	doc = spliceSummaryRows(doc, p, p.restartSummaryRows())
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		return "", err
+	}
+	return doc, os.WriteFile(filepath.Join(imgDir, "restart.svg"), p.plots()["restart.svg"], 0o644)
 }
 
 // spliceSummaryRows replaces, in the doc's summary table, the rows whose figure starts as one
