@@ -50,13 +50,6 @@ func (p *reporter) fwdRow(tg string, l FwdLoad) *FwdRow {
 	return nil
 }
 
-func (p *reporter) fwdLoads() []FwdLoad {
-	if p.r.Forward != nil {
-		return p.r.Forward.Loads
-	}
-	return p.r.Options.FwdLoads
-}
-
 func (p *reporter) quietRow(tg string) *QuietRow {
 	if p.r.Quiet == nil {
 		return nil
@@ -93,7 +86,7 @@ func (p *reporter) heartbeatSummaryRow() sumRow {
 	r, fl, sg, pairs := hr.ratio()
 	known := len(pairs) > 0
 	row := sumRow{
-		figure: fmt.Sprintf("CPU per answered heartbeat, %s consumers beating every second: Stormgate ÷ the bare epoll responder (same run, alternating windows, median of %d)", count(uint64(p.hbConns())), max(len(pairs), p.hbPairs())),
+		figure: fmt.Sprintf("CPU per answered heartbeat, %s consumers beating every second: Stormgate ÷ the bare epoll responder (same run, alternating windows, median of %d)", count(uint64(p.r.Options.HBConns)), max(len(pairs), p.r.Options.HBPairs)),
 		d:      "–", h: "–", target: fmt.Sprintf("≤ %s×", num(targetHBRatio, 2)), known: known, ok: r <= targetHBRatio,
 	}
 	row.s = na
@@ -125,7 +118,7 @@ func (p *reporter) quietSummaryRow() sumRow {
 	}
 	sv := cores(s)
 	row := sumRow{
-		figure: fmt.Sprintf("CPU with no consumer connected, over %s (Direct: the dubbo-go provider alone)", dur(p.quietWindow())),
+		figure: fmt.Sprintf("CPU with no consumer connected, over %s (Direct: the dubbo-go provider alone)", dur(p.r.Options.QuietWindow)),
 		d:      pctCore3(cores(d)), h: pctCore3(cores(h)), s: pctCore3(sv), target: "Stormgate ≤ " + pctCore2(targetQuiet),
 		known: s != nil, ok: sv <= targetQuiet,
 	}
@@ -141,7 +134,7 @@ func (p *reporter) idle30SummaryRow() sumRow {
 	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
 	hv, sv := fIdle(h, pc), fIdle(s, pc)
 	row := sumRow{
-		figure: fmt.Sprintf("Proxy CPU with %s idle consumers heartbeating every 30 s", count(uint64(p.idleConns()))),
+		figure: fmt.Sprintf("Proxy CPU with %s idle consumers heartbeating every 30 s", count(uint64(p.r.Options.IdleConns))),
 		d:      "–", h: pctCore2(hv), s: pctCore2(sv), target: "Stormgate ≤ HAProxy", known: !math.IsNaN(hv + sv), ok: sv <= hv,
 	}
 	if row.known {
@@ -153,12 +146,12 @@ func (p *reporter) idle30SummaryRow() sumRow {
 
 func (p *reporter) forwardSummaryRows() []sumRow {
 	var rows []sumRow
-	for _, l := range p.fwdLoads() {
+	for _, l := range p.r.Options.FwdLoads {
 		h, s, f, n := p.fwdRow(haproxy, l), p.fwdRow(stormgate, l), p.fwdRow(fwdFloor, l), p.fwdRow(npFwd, l)
 		hv, sv, fv, nv := h.median(), s.median(), f.median(), n.median()
 		row := sumRow{
 			figure: fmt.Sprintf("Proxy CPU per forwarded request, SayHello on the dubbo-go provider, %s conns, %s req/s: Stormgate ÷ HAProxy (median of %d alternating rounds)",
-				count(uint64(l.Conns)), num(l.Rate, 0), p.fwdWindows()),
+				count(uint64(l.Conns)), num(l.Rate, 0), p.r.Options.FwdWindows),
 			d: "–", h: usStr(hv), s: usStr(sv), target: fmt.Sprintf("≤ %s×", num(targetFwdRatio, 1)),
 			known: !math.IsNaN(hv+sv) && hv > 0, ok: sv <= targetFwdRatio*hv,
 		}
@@ -197,7 +190,7 @@ func (p *reporter) labelCostRow(l FwdLoad) sumRow {
 	sv, nv := s.median(), n.median()
 	row := sumRow{
 		figure: fmt.Sprintf("Stormgate CPU per forwarded request with per-method metrics ÷ without (metrics.max_methods 0), %s conns, %s req/s (median of %d alternating rounds)",
-			count(uint64(l.Conns)), num(l.Rate, 0), p.fwdWindows()),
+			count(uint64(l.Conns)), num(l.Rate, 0), p.r.Options.FwdWindows),
 		d: "–", h: "–", s: usStr(sv) + " ÷ " + usStr(nv) + " (" + ratio(sv, nv) + ")", target: fmt.Sprintf("≤ %s×", num(targetLabelCost, 2)),
 		known: !math.IsNaN(sv+nv) && nv > 0, ok: sv <= targetLabelCost*nv,
 	}
@@ -229,7 +222,7 @@ func (p *reporter) baseCostRow(l FwdLoad) sumRow {
 	sv, bv := s.median(), b.median()
 	row := sumRow{
 		figure: fmt.Sprintf("Stormgate CPU per forwarded request (per-method metrics off) ÷ the same at %s, %s conns, %s req/s (median of %d alternating rounds)",
-			p.r.Forward.Base, count(uint64(l.Conns)), num(l.Rate, 0), p.fwdWindows()),
+			p.r.Forward.Base, count(uint64(l.Conns)), num(l.Rate, 0), p.r.Options.FwdWindows),
 		d: "–", h: "–", s: usStr(sv) + " ÷ " + usStr(bv) + " (" + ratio(sv, bv) + ")", target: fmt.Sprintf("≤ %s×", num(targetBaseCost, 2)),
 		known: !math.IsNaN(sv+bv) && bv > 0, ok: sv <= targetBaseCost*bv,
 	}
@@ -489,33 +482,6 @@ func upperFirst(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-// --- option fallbacks ---
-
-func (p *reporter) hbConns() int {
-	if p.r.Heartbeat != nil {
-		return p.r.Heartbeat.Conns
-	}
-	return p.r.Options.HBConns
-}
-func (p *reporter) hbPairs() int {
-	if p.r.Heartbeat != nil {
-		return p.r.Heartbeat.Pairs
-	}
-	return p.r.Options.HBPairs
-}
-func (p *reporter) quietWindow() time.Duration {
-	if p.r.Quiet != nil {
-		return p.r.Quiet.Window
-	}
-	return p.r.Options.QuietWindow
-}
-func (p *reporter) fwdWindows() int {
-	if p.r.Forward != nil {
-		return p.r.Forward.Windows
-	}
-	return p.r.Options.FwdWindows
-}
-
 // --- sections ---
 
 func (p *reporter) heartbeatSection() {
@@ -523,7 +489,7 @@ func (p *reporter) heartbeatSection() {
 	p.ln("")
 	hr := p.r.Heartbeat
 	p.f("What it costs to answer a heartbeat, against the least it can cost on this machine: `bench/floor/hbfloor.c`, a single-threaded C program on one level-triggered epoll set that reads a readable connection once, answers every heartbeat in what it read with the Java-exact reply and writes them in one write(2), and does nothing else. Beside it, the least a design on netpoll's connections can cost: `bench/floor/npfloor`, a Go program that sets netpoll up as Stormgate does (one poller per core, handlers inline on the pollers, 256-byte input buffers) and whose handler answers every heartbeat in a connection's input in one write(2), keeping a header split across reads as the C responder does, and does nothing else. All three run for the whole scenario, each with %s consumers of its own beating every second (`stormbench load`); the load tools of the targets not being measured are stopped (SIGSTOP), so each window has the machine to itself. Windows alternate (responder, netpoll responder, Stormgate, then the reverse order, …) so a change in the machine's load hits all alike; each starts %s after its load tool resumed (the tool sends what fell due while it was stopped at once, then goes back to its even schedule). CPU is utime+stime of the target's process over the window; heartbeats are the target's own count of heartbeats answered (Stormgate's `stormgate_heartbeats_answered_total{side=\"downstream\"}`, the responder's count printed on SIGUSR1), read just outside the CPU samples. The figure is the median over the rounds of Stormgate's CPU per heartbeat ÷ the responder's. A last round runs under the profilers (section 10) and is not part of the figure.\n",
-		count(uint64(p.hbConns())), dur(p.hbSettle()))
+		count(uint64(p.r.Options.HBConns)), dur(p.r.Options.HBSettle))
 	p.ln("")
 	if hr == nil {
 		p.ln("Not measured in this run.")
@@ -585,27 +551,12 @@ func (p *reporter) heartbeatSection() {
 	p.cmds("Commands (each target's load tool; the suite stops and resumes them)", cmds)
 }
 
-func (p *reporter) hbSettle() time.Duration {
-	if p.r.Heartbeat != nil {
-		return p.r.Heartbeat.Settle
-	}
-	return p.r.Options.HBSettle
-}
-
 func (p *reporter) quietSection() {
 	p.ln("## 8. Nothing to do, nothing spent")
 	p.ln("")
-	q := p.r.Quiet
-	settle := p.r.Options.QuietSettle
-	if q != nil {
-		settle = q.Settle
-	}
-	pw := p.r.Options.QuietProfile
-	if q != nil {
-		pw = q.ProfWindow
-	}
+	q, settle, pw := p.r.Quiet, p.r.Options.QuietSettle, p.r.Options.QuietProfile
 	p.f("No consumer connected at all. One dubbo-go provider, HAProxy (its %d processes) and Stormgate in front of it (Stormgate with its upstream connections open, beating on them every 30 s), and the bare epoll responder start together; %s later their CPU is sampled over %s (a sleeping process costs the others nothing, so they sit side by side), as the run time of their threads from `/proc/PID/task/*/schedstat` (nanoseconds; `/proc/PID/stat`'s 10 ms ticks cannot resolve 0.03 %% of a core over 30 s). Then HAProxy and Stormgate run %s under perf (system calls and context switches per second: how often they wake up, and in section 10 for what); Stormgate also under Go's profiler, whose HTTP exchanges on the admin listener fall outside that window's CPU sample.\n\n",
-		haproxyProcs, dur(settle), dur(p.quietWindow()), dur(pw))
+		haproxyProcs, dur(settle), dur(p.r.Options.QuietWindow), dur(pw))
 	p.ln("| Target | CPU, % of one core | CPU time in the window | RSS | System calls per second (profiled window) | Context switches per second (profiled window) |")
 	p.ln("|---|---|---|---|---|---|")
 	if q == nil {
@@ -634,7 +585,7 @@ func (p *reporter) quietSection() {
 	h30, s30 := p.idle(haproxy, 30*time.Second), p.idle(stormgate, 30*time.Second)
 	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
 	p.f("With %s idle consumers heartbeating every 30 s (section 1's window of %s): HAProxy %s, Stormgate %s of a core. Stormgate's profile of one more window of that load is in section 10.\n\n",
-		count(uint64(p.idleConns())), dur(p.r.Options.IdleWindow30), pctCore2(fIdle(h30, pc)), pctCore2(fIdle(s30, pc)))
+		count(uint64(p.r.Options.IdleConns)), dur(p.r.Options.IdleWindow30), pctCore2(fIdle(h30, pc)), pctCore2(fIdle(s30, pc)))
 }
 
 func (p *reporter) forwardSection() {
@@ -658,7 +609,7 @@ func (p *reporter) forwardSection() {
 	p.ln("| Load | Target | Proxy µs/request (median) | Windows' range | of which in the kernel | ÷ HAProxy | Proxy CPU | Provider µs/request | System calls per request | Context switches per request | p50 | p99 | Failed |")
 	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var cmds []string
-	for _, l := range p.fwdLoads() {
+	for _, l := range p.r.Options.FwdLoads {
 		load := fmt.Sprintf("%s conns, %s req/s", count(uint64(l.Conns)), num(l.Rate, 0))
 		hv := p.fwdRow(haproxy, l).median()
 		for _, tg := range p.fwdTargets() {
@@ -699,10 +650,10 @@ func (p *reporter) fwdErr(tg string, l FwdLoad) string {
 func (p *reporter) profileScenarios() []struct{ key, title string } {
 	out := []struct{ key, title string }{
 		{profileQuiet, "No consumer connected"},
-		{profileHeartbeat, fmt.Sprintf("%s consumers heartbeating every second", count(uint64(p.hbConns())))},
-		{profileIdle30, fmt.Sprintf("%s consumers heartbeating every 30 s", count(uint64(p.idleConns())))},
+		{profileHeartbeat, fmt.Sprintf("%s consumers heartbeating every second", count(uint64(p.r.Options.HBConns)))},
+		{profileIdle30, fmt.Sprintf("%s consumers heartbeating every 30 s", count(uint64(p.r.Options.IdleConns)))},
 	}
-	for _, l := range p.fwdLoads() {
+	for _, l := range p.r.Options.FwdLoads {
 		out = append(out, struct{ key, title string }{profileForward(l),
 			fmt.Sprintf("Forwarding SayHello, %s conns, %s req/s (dubbo-go provider)", count(uint64(l.Conns)), num(l.Rate, 0))})
 	}
@@ -794,7 +745,7 @@ func (p *reporter) profilesSection() {
 
 // fwdLossWhy explains Stormgate's CPU per request from the forward scenario's largest load.
 func (p *reporter) fwdLossWhy() string {
-	ls := p.fwdLoads()
+	ls := p.r.Options.FwdLoads
 	if len(ls) == 0 {
 		return "not measured."
 	}
@@ -819,7 +770,7 @@ func (p *reporter) floorPlot() []byte {
 	}
 	floor.Values, npf.Values, ha.Values, sg.Values = []float64{fl}, []float64{nf}, []float64{math.NaN()}, []float64{s}
 	ha.Labels = []string{"–"}
-	for _, l := range p.fwdLoads() {
+	for _, l := range p.r.Options.FwdLoads {
 		groups = append(groups, fmt.Sprintf("SayHello %s conns %s/s", shortNum(float64(l.Conns)), shortNum(l.Rate)))
 		floor.Values = append(floor.Values, p.fwdRow(fwdFloor, l).median())
 		npf.Values = append(npf.Values, p.fwdRow(npFwd, l).median())

@@ -122,7 +122,7 @@ func (p *reporter) summaryRows() []sumRow {
 	ratioStr, ratioOK, known := p.provRatio(dv, s1)
 	floor := fIdle(s1, func(x *IdleRow) float64 { return x.ProviderIdleCPU })
 	rows = append(rows, sumRow{
-		figure: fmt.Sprintf("Provider CPU, %s idle consumers, 1 s heartbeats (dubbo-go provider)", count(uint64(p.idleConns()))),
+		figure: fmt.Sprintf("Provider CPU, %s idle consumers, 1 s heartbeats (dubbo-go provider)", count(uint64(p.r.Options.IdleConns))),
 		d:      pctCore(dv), h: pctCore(fIdle(h1, provCPU)), s: pctCore(sv), target: "direct ÷ Stormgate ≥ 10×",
 		known: known, ok: ratioOK, verdict: ratioStr + ": " + verdict(known, ratioOK),
 		note: fmt.Sprintf("Behind Stormgate the provider sees no consumer heartbeat, so what it still burns is its own floor (%s with no consumer at all: runtime and getty timers); the ratio cannot exceed direct ÷ floor.", pctCore(floor)),
@@ -147,7 +147,7 @@ func (p *reporter) summaryRows() []sumRow {
 	p99 := func(x *LatencyRow) float64 { return x.P99ms }
 	addS := fLat(ls, p99) - fLat(ld, p99)
 	rows = append(rows, sumRow{
-		figure: fmt.Sprintf("p99 latency, %s conns, %s req/s, echo on the fast provider (added over direct)", count(uint64(p.latConns())), num(p.latRate(), 0)),
+		figure: fmt.Sprintf("p99 latency, %s conns, %s req/s, echo on the fast provider (added over direct)", count(uint64(p.r.Options.LatConns)), num(p.r.Options.LatRate, 0)),
 		d:      msStr(fLat(ld, p99)), h: msStr(fLat(lh, p99)) + " (" + signedMs(fLat(lh, p99)-fLat(ld, p99)) + ")",
 		s: msStr(fLat(ls, p99)) + " (" + signedMs(addS) + ")", target: "added ≤ " + msStr(targetAddedP99), known: !math.IsNaN(addS), ok: addS <= targetAddedP99,
 		note: signedMs(addS-targetAddedP99) + " over the target. The proxy, the provider and the load tool share 2 cores: a request's tail includes the time Stormgate's event loop waits for a core behind the other two, on top of the extra hop, frame parsing and the shared upstream connections' write queue.",
@@ -158,7 +158,7 @@ func (p *reporter) summaryRows() []sumRow {
 	sd, sh, ss := p.lat(direct, sleepMethod), p.lat(haproxy, sleepMethod), p.lat(stormgate, sleepMethod)
 	s99 := fLat(ss, p99)
 	rows = append(rows, sumRow{
-		figure: fmt.Sprintf("p99 latency, %s conns, 100 ms method", count(uint64(p.latConns()))),
+		figure: fmt.Sprintf("p99 latency, %s conns, 100 ms method", count(uint64(p.r.Options.LatConns))),
 		d:      msStr(fLat(sd, p99)), h: msStr(fLat(sh, p99)), s: msStr(s99), target: "≤ 105 ms", known: !math.IsNaN(s99), ok: s99 <= 105,
 		note: fmt.Sprintf("The tail of a 100 ms call on this machine is the provider's timer plus scheduling delay on 2 shared cores: the same run measured %s direct and %s through HAProxy; the proxy adds little to it.", msStr(fLat(sd, p99)), msStr(fLat(sh, p99))),
 	})
@@ -193,7 +193,7 @@ func (p *reporter) summaryRows() []sumRow {
 		return count(x.ListenOverflows)
 	}
 	rows = append(rows, sumRow{
-		figure: fmt.Sprintf("Accept storm, %s connections at once: listen overflows (\"direct\" = the baseline listener, backlog %d)", count(uint64(p.stormConns())), p.stormBacklog()),
+		figure: fmt.Sprintf("Accept storm, %s connections at once: listen overflows (\"direct\" = the baseline listener, backlog %d)", count(uint64(p.r.Options.StormConns)), p.r.Options.StormBacklog),
 		d:      ov(sb), h: ov(shp), s: ov(ssg), target: "0", known: ssg != nil, ok: ssg != nil && ssg.ListenOverflows == 0,
 		note: "The accept loop did not drain the kernel queue as fast as the connections arrived: the process did not get a core in time.",
 	})
@@ -331,49 +331,6 @@ func signedMs(v float64) string {
 	return "+" + s
 }
 
-func (p *reporter) idleConns() int {
-	if p.r.Idle != nil {
-		return p.r.Idle.Conns
-	}
-	return p.r.Options.IdleConns
-}
-func (p *reporter) latConns() int {
-	if p.r.Latency != nil {
-		return p.r.Latency.Conns
-	}
-	return p.r.Options.LatConns
-}
-func (p *reporter) latRate() float64 {
-	if p.r.Latency != nil {
-		return p.r.Latency.Rate
-	}
-	return p.r.Options.LatRate
-}
-func (p *reporter) restartConns() int {
-	if p.r.Restart != nil {
-		return p.r.Restart.Conns
-	}
-	return p.r.Options.RestartConns
-}
-func (p *reporter) restartRate() float64 {
-	if p.r.Restart != nil {
-		return p.r.Restart.Rate
-	}
-	return p.r.Options.RestartRate
-}
-func (p *reporter) stormConns() int {
-	if p.r.Storm != nil {
-		return p.r.Storm.Conns
-	}
-	return p.r.Options.StormConns
-}
-func (p *reporter) stormBacklog() int {
-	if p.r.Storm != nil {
-		return p.r.Storm.BaseBacklog
-	}
-	return p.r.Options.StormBacklog
-}
-
 // --- where Stormgate loses ---
 
 // loss is one fixed comparison of the "where Stormgate loses" table.
@@ -431,7 +388,7 @@ func (p *reporter) lossRows() []loss {
 	cpr := func(x *LatencyRow) float64 { return x.ProxyUsPerReq }
 	sc, hc := get(ls, cpr), get(lh, cpr)
 	out = append(out, loss{
-		figure: fmt.Sprintf("proxy CPU per request at %s req/s", num(p.latRate(), 0)), sg: usStr(sc), best: "HAProxy " + usStr(hc),
+		figure: fmt.Sprintf("proxy CPU per request at %s req/s", num(p.r.Options.LatRate, 0)), sg: usStr(sc), best: "HAProxy " + usStr(hc),
 		known: !math.IsNaN(sc+hc) && hc > 0, loses: sc > hc,
 		why: fmt.Sprintf("Stormgate does L7 work in Go (frame decode, id rewrite, pending table, per-request metrics); HAProxy does L4 forwarding in C. Batching only saves system calls when many requests meet in a write: at this rate it averaged %s frames per upstream write. Where the CPU goes at a similar load (section 9 and 10, dubbo-go provider): %s", num(batch, 2), p.fwdLossWhy()),
 	})
@@ -460,9 +417,9 @@ func (p *reporter) lossRows() []loss {
 	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
 	s30c, h30c := fIdle(s30, pc), fIdle(h30, pc)
 	out = append(out, loss{
-		figure: fmt.Sprintf("proxy CPU with %s idle consumers, 30 s heartbeats", count(uint64(p.idleConns()))), sg: pctCore(s30c), best: "HAProxy " + pctCore(h30c),
+		figure: fmt.Sprintf("proxy CPU with %s idle consumers, 30 s heartbeats", count(uint64(p.r.Options.IdleConns))), sg: pctCore(s30c), best: "HAProxy " + pctCore(h30c),
 		known: !math.IsNaN(s30c + h30c), loses: s30c > h30c,
-		why: fmt.Sprintf("Stormgate burns %s of a core with no consumer at all (section 8, over %s). %s", pctCore2(fQuiet(p.quietRow(stormgate))), dur(p.quietWindow()), quietWhy(p.profile(profileQuiet, stormgate), p.profile(profileQuiet, haproxy))),
+		why: fmt.Sprintf("Stormgate burns %s of a core with no consumer at all (section 8, over %s). %s", pctCore2(fQuiet(p.quietRow(stormgate))), dur(p.r.Options.QuietWindow), quietWhy(p.profile(profileQuiet, stormgate), p.profile(profileQuiet, haproxy))),
 	})
 	hbF := func(x *IdleRow) float64 { return x.ProxyUsPerHB }
 	sh, hh := fIdle(s1, hbF), fIdle(h1, hbF)
@@ -529,7 +486,7 @@ func (p *reporter) idleSection() {
 	o := p.r.Options
 	p.f("Provider: the real **dubbo-go %s provider** (`dgprovider --session-number %d`, raised from its default of 700 so it accepts the direct consumers). ",
 		p.r.Machine.DubboGo, dubbogoSessions)
-	p.f("%s consumer connections opened at %s/s, each sending a Dubbo heartbeat every period at a random phase. ", count(uint64(p.idleConns())), num(p.r.Options.ConnectRate, 0))
+	p.f("%s consumer connections opened at %s/s, each sending a Dubbo heartbeat every period at a random phase. ", count(uint64(p.r.Options.IdleConns)), num(p.r.Options.ConnectRate, 0))
 	p.f("After the connect phase and %s of settling, CPU and RSS are sampled over a window of %s (1 s period) and %s (30 s period: about two thirds of the consumers beat in it). ",
 		dur(o.IdleSettle), dur(o.IdleWindow1s), dur(o.IdleWindow30))
 	p.ln("The provider's CPU with no consumer connected (its own timers and runtime, sampled for 2 s before the load) is its floor: with Stormgate in front the provider cannot go below it.")
@@ -599,7 +556,7 @@ func (p *reporter) latencySection() {
 	p.ln("## 2. Latency at a fixed rate with many connections")
 	p.ln("")
 	p.f("Provider: the project's **fast provider** (`stormbench provider`), so the figures show the proxy's overhead rather than the provider's. %s connections (opened at %s/s), %s requests/s open loop spread over them, for %s per method; latency is measured from each request's scheduled send time, so stalls cannot hide. Percentiles cover the whole request phase, which starts as soon as the last connection is open; the median of the one-second p99s (the load tool's progress lines after the first 2 s) is the steady state, which one stall of a shared core moves less; proxy CPU is sampled over the middle of the phase.\n",
-		count(uint64(p.latConns())), num(p.r.Options.ConnectRate, 0), num(p.latRate(), 0), dur(p.r.Options.LatDuration))
+		count(uint64(p.r.Options.LatConns)), num(p.r.Options.ConnectRate, 0), num(p.r.Options.LatRate, 0), dur(p.r.Options.LatDuration))
 	p.ln("")
 	p.ln("| Method | Target | Sent | Failed | p50 | p99 | p99.9 | max | p99 added over direct | p99, median of the one-second p99s | Proxy CPU | Proxy µs/request | Frames per upstream write | Load tool µs/request |")
 	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -728,7 +685,7 @@ func (p *reporter) restartSummaryRows() []sumRow {
 	}
 	okG := gs != nil && gs.ClosedByPeer+gs.Resets == 0 && gs.visibleErrors() == 0
 	return []sumRow{{
-		figure: fmt.Sprintf("Provider SIGKILLed and restarted, %s consumers at %s req/s", count(uint64(p.restartConns())), num(p.restartRate(), 0)),
+		figure: fmt.Sprintf("Provider SIGKILLed and restarted, %s consumers at %s req/s", count(uint64(p.r.Options.RestartConns)), num(p.r.Options.RestartRate, 0)),
 		d:      kill(rd), h: kill(rh), s: kill(rs), target: "0, 0, only requests already inside the provider", known: rs != nil, ok: okK,
 		note: "More errors than requests inside the provider at the kill: a provider that dies with requests unread in its socket resets the connection, and a reset says only that the end of the stream was unread: Stormgate proves unread (and sends again) the last request on each such connection, not the ones before it; and a reset whose cause the namespace's reset counters cannot tell from an abortive close (another connection of the provider reset at the same instant) proves nothing. Stormgate answers those rather than risk running a request twice; the sidecar's WARN line per closed connection (provider_end) shows which (docs/design.md, provider lifecycle).",
 	}, {
@@ -748,7 +705,7 @@ func (p *reporter) restartSection() {
 			p.r.Started.UTC().Format("2006-01-02 15:04"))
 	}
 	p.f("Provider: the **fast provider**, in its own process. %s consumers send %s req/s in total (timeout %s; a consumer whose connection closes redials after 1 s, as Dubbo consumers reconnect). %s into the request phase the provider is killed with SIGKILL and started again on the same port %s later. Consumer-visible failures are everything but a normal answer: errors, timeouts, requests lost with a closing connection, requests that found no open connection (unsent). *Inside at the kill* is what the provider had read and not answered when it died (`stormbench provider --inside-file`: a counter in shared memory, read after the kill): those may have run, and Stormgate answers them with an error rather than run them twice. *Re-held* are requests in flight on a dying connection that Stormgate proved the provider never read (never written, or past what the provider's kernel acknowledged before its FIN, or the last one before its RST) and sent again after the restart. Time to full rate is from the kill to the end of the last one-second interval that answered under 90 %% of the rate (1 s resolution).\n",
-		count(uint64(p.restartConns())), num(p.restartRate(), 0), dur(o.RestartTimeout), dur(o.RestartKill), dur(o.RestartDown))
+		count(uint64(p.r.Options.RestartConns)), num(p.r.Options.RestartRate, 0), dur(o.RestartTimeout), dur(o.RestartKill), dur(o.RestartDown))
 	p.ln("")
 	p.ln("| Target | Sent | OK | Errors | Timeouts | Lost | Unsent | Inside the provider at the kill | Conns closed by peer | Resets | Failed redials | p99 | max | Provider down for | Time to full rate | Answered after a hold | Re-held |")
 	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -807,9 +764,9 @@ func (p *reporter) stormSection() {
 		rate, burst, harate, habl = num(st.SGRate, 0), count(uint64(st.SGBurst)), count(uint64(st.HARate)), count(uint64(st.HABacklog))
 	}
 	p.f("Each target runs alone in a network namespace the suite creates (`net.core.somaxconn = %d` there, `tcp_max_syn_backlog = %s`, `tcp_syncookies = %s`), so the TcpExt counters of `/proc/net/netstat` count only the storm. %s connections are opened at once by two client processes started together (`suite storm-client`: non-blocking connect(2) in a tight loop from one thread and one epoll set, so the storm really is at once and the timestamps carry no goroutine scheduling). Each connection sends a Dubbo heartbeat as soon as it is established and waits up to 20 s for the answer; the first answer is timed from the connect(2) call, and split into the handshake (connect) and the wait for the answer once connected. ListenOverflows counts every handshake the kernel dropped because the accept queue was full, retransmissions included. A first-answer percentile reads \"never\" when more connections than it leaves out got no answer within the 20 s.\n",
-		somax, syn, cookies, count(uint64(p.stormConns())))
+		somax, syn, cookies, count(uint64(p.r.Options.StormConns)))
 	p.ln("")
-	p.f("- **baseline listener** (`suite baseline`): like the incident's provider, backlog %d and a %v pause after every accept; it answers heartbeats itself.\n", p.stormBacklog(), delay)
+	p.f("- **baseline listener** (`suite baseline`): like the incident's provider, backlog %d and a %v pause after every accept; it answers heartbeats itself.\n", p.r.Options.StormBacklog, delay)
 	p.f("- **HAProxy**: `backlog` %s and `rate-limit sessions` %s/s in total over its %d processes (the same total backlog as Stormgate's effective one, and Stormgate's admission rate), in front of the fast provider.\n", habl, harate, haproxyProcs)
 	p.f("- **Stormgate**: shipped defaults (backlog 65535, capped by somaxconn to %d; admission token bucket %s/s, burst %s, max wait 1 s), in front of the fast provider.\n", somax, rate, burst)
 	p.ln("")
