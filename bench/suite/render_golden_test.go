@@ -54,7 +54,8 @@ func TestRenderOldResults(t *testing.T) {
 	opts := raw["options"].(map[string]any)
 	for _, k := range []string{"idle_conns", "lat_conns", "lat_rate", "restart_conns", "restart_rate", "storm_conns",
 		"storm_baseline_backlog", "hb_conns", "hb_pairs", "hb_settle_ns", "quiet_window_ns", "quiet_settle_ns",
-		"quiet_profile_ns", "fwd_loads", "fwd_windows"} {
+		"quiet_profile_ns", "fwd_loads", "fwd_windows", "storm_somaxconn", "storm_accept_delay_ns", "fwd_lead_ns", "fwd_window_ns",
+		"fwd_prof_window_ns"} {
 		if _, ok := opts[k]; !ok {
 			t.Fatalf("options.%s: no such setting in results.json", k)
 		}

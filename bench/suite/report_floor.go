@@ -591,12 +591,8 @@ func (p *reporter) quietSection() {
 func (p *reporter) forwardSection() {
 	p.ln("## 9. CPU per forwarded request: HAProxy, a bare epoll forwarder, a netpoll forwarder, Stormgate")
 	p.ln("")
-	f := p.r.Forward
 	o := p.r.Options
 	lead, win, n, pw := o.FwdLead, o.FwdWindow, o.FwdWindows, o.FwdProfWindow
-	if f != nil {
-		lead, win, n, pw = f.Lead, f.Window, f.Windows, f.ProfWindow
-	}
 	p.f("Provider: the real **dubbo-go %s provider**; every request is `SayHello(\"%s\")` (`org.stormgate.Greeter`, answered \"Hello, %s\"). Every target runs for the whole scenario in front of a provider of its own. For each load the targets take turns, %d rounds in which each target gets one run of the load tool: it opens its connections (10,000 at %s/s), skips %s and samples one window of %s (proxy and provider CPU from `/proc`; requests = rate × window, open loop). The order (the table's) is reversed every other round, so that a change in the machine's speed hits all targets alike. Then each target gets one more run whose window of %s is under the profilers and is not part of the figure. The figure is the median of the rounds; the spread is their range; p50 is the median of the rounds' p50s and p99 the worst round's. System calls and context switches per request come from `perf stat` in the profiled window.\n\n",
 		p.r.Machine.DubboGo, fwdArg, fwdArg, n, num(o.ConnectRate, 0), dur(lead), dur(win), dur(pw))
 	p.f("The **bare epoll forwarder** (`bench/floor/fwdfloor.c`) multiplexes, as Stormgate does: each consumer's requests go to the provider over %d shared upstream connections (consumer descriptor mod %d) with the request id rewritten, and each response goes back with the consumer's id restored. It is single-threaded on one level-triggered epoll set, reads each readable socket once per wake-up, forwards whole frames and writes what one epoll_wait(2) batch produced for a socket in one write(2), so the requests of many consumers share upstream writes and reads. It answers heartbeats and has nothing else (no timers, limits, metrics, hold queue or reconnect). A forwarder with one upstream connection per consumer would be a floor for HAProxy's design, which HAProxy already nearly is; the multiplexing one is the floor for Stormgate's design, the least its way of forwarding can cost here. HAProxy in TCP mode (two sockets per consumer) stays the yardstick the target names.\n\n",

@@ -760,7 +760,7 @@ func (p *reporter) stormSection() {
 	st := p.r.Storm
 	somax, syn, cookies, rate, burst, harate, habl, delay := p.r.Options.StormSomaxconn, na, na, na, na, na, na, p.r.Options.StormAcceptDelay
 	if st != nil {
-		somax, syn, cookies, delay = st.Somaxconn, st.SynBacklog, st.Syncookies, st.AcceptDelay
+		syn, cookies = st.SynBacklog, st.Syncookies
 		rate, burst, harate, habl = num(st.SGRate, 0), count(uint64(st.SGBurst)), count(uint64(st.HARate)), count(uint64(st.HABacklog))
 	}
 	p.f("Each target runs alone in a network namespace the suite creates (`net.core.somaxconn = %d` there, `tcp_max_syn_backlog = %s`, `tcp_syncookies = %s`), so the TcpExt counters of `/proc/net/netstat` count only the storm. %s connections are opened at once by two client processes started together (`suite storm-client`: non-blocking connect(2) in a tight loop from one thread and one epoll set, so the storm really is at once and the timestamps carry no goroutine scheduling). Each connection sends a Dubbo heartbeat as soon as it is established and waits up to 20 s for the answer; the first answer is timed from the connect(2) call, and split into the handshake (connect) and the wait for the answer once connected. ListenOverflows counts every handshake the kernel dropped because the accept queue was full, retransmissions included. A first-answer percentile reads \"never\" when more connections than it leaves out got no answer within the 20 s.\n",

@@ -279,7 +279,7 @@ func (r *Results) settingsFromResults() {
 		o.RestartConns, o.RestartRate = x.Conns, x.Rate
 	}
 	if x := r.Storm; x != nil {
-		o.StormConns, o.StormBacklog = x.Conns, x.BaseBacklog
+		o.StormConns, o.StormBacklog, o.StormSomaxconn, o.StormAcceptDelay = x.Conns, x.BaseBacklog, x.Somaxconn, x.AcceptDelay
 	}
 	if x := r.Heartbeat; x != nil {
 		o.HBConns, o.HBPairs, o.HBSettle = x.Conns, x.Pairs, x.Settle
@@ -288,6 +288,6 @@ func (r *Results) settingsFromResults() {
 		o.QuietWindow, o.QuietSettle, o.QuietProfile = x.Window, x.Settle, x.ProfWindow
 	}
 	if x := r.Forward; x != nil {
-		o.FwdLoads, o.FwdWindows = x.Loads, x.Windows
+		o.FwdLoads, o.FwdLead, o.FwdWindow, o.FwdWindows, o.FwdProfWindow = x.Loads, x.Lead, x.Window, x.Windows, x.ProfWindow
 	}
 }
