@@ -29,7 +29,11 @@ func writeReport(r *Results, docPath, imgDir string) error {
 	if err := os.MkdirAll(filepath.Dir(docPath), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(docPath, []byte(keepSections(rp.markdown(), docPath)), 0o644)
+	doc := rp.markdown()
+	if rp.err != nil {
+		return rp.err
+	}
+	return os.WriteFile(docPath, []byte(keepSections(doc, docPath)), 0o644)
 }
 
 // Sections other runs write into the same doc, which make bench keeps as they are: the soak's
@@ -72,6 +76,7 @@ type reporter struct {
 	r   *Results
 	img string // plots directory relative to the doc
 	b   strings.Builder
+	err error // the first template error
 }
 
 func (p *reporter) f(format string, args ...any) { fmt.Fprintf(&p.b, format, args...) }

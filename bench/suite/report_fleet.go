@@ -183,7 +183,7 @@ func updateFleetSection(p *reporter, doc, _ string) (string, error) {
 		return doc, nil
 	}
 	p.fleetSection()
-	return spliceSection(doc, fleetBegin, fleetEnd, strings.TrimRight(p.b.String(), "\n")), nil
+	return spliceSection(doc, fleetBegin, fleetEnd, strings.TrimRight(p.b.String(), "\n")), p.err
 }
 
 // updateRestartSection rewrites section 4 of doc, the summary's restart rows and restart.svg
@@ -195,6 +195,9 @@ func updateRestartSection(p *reporter, doc, imgDir string) (string, error) {
 	p.restartSection()
 	doc = spliceSection(doc, restartBegin, restartEnd, strings.TrimRight(p.b.String(), "\n"))
 	doc = spliceSummaryRows(doc, p, p.restartSummaryRows())
+	if p.err != nil {
+		return "", p.err
+	}
 	if err := os.MkdirAll(imgDir, 0o755); err != nil {
 		return "", err
 	}

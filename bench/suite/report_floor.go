@@ -485,70 +485,38 @@ func upperFirst(s string) string {
 // --- sections ---
 
 func (p *reporter) heartbeatSection() {
-	p.ln("## 7. Heartbeats against the kernel's floor")
-	p.ln("")
-	hr := p.r.Heartbeat
-	p.f("What it costs to answer a heartbeat, against the least it can cost on this machine: `bench/floor/hbfloor.c`, a single-threaded C program on one level-triggered epoll set that reads a readable connection once, answers every heartbeat in what it read with the Java-exact reply and writes them in one write(2), and does nothing else. Beside it, the least a design on netpoll's connections can cost: `bench/floor/npfloor`, a Go program that sets netpoll up as Stormgate does (one poller per core, handlers inline on the pollers, 256-byte input buffers) and whose handler answers every heartbeat in a connection's input in one write(2), keeping a header split across reads as the C responder does, and does nothing else. All three run for the whole scenario, each with %s consumers of its own beating every second (`stormbench load`); the load tools of the targets not being measured are stopped (SIGSTOP), so each window has the machine to itself. Windows alternate (responder, netpoll responder, Stormgate, then the reverse order, …) so a change in the machine's load hits all alike; each starts %s after its load tool resumed (the tool sends what fell due while it was stopped at once, then goes back to its even schedule). CPU is utime+stime of the target's process over the window; heartbeats are the target's own count of heartbeats answered (Stormgate's `stormgate_heartbeats_answered_total{side=\"downstream\"}`, the responder's count printed on SIGUSR1), read just outside the CPU samples. The figure is the median over the rounds of Stormgate's CPU per heartbeat ÷ the responder's. A last round runs under the profilers (section 10) and is not part of the figure.\n",
-		count(uint64(p.r.Options.HBConns)), dur(p.r.Options.HBSettle))
-	p.ln("")
-	if hr == nil {
-		p.ln("Not measured in this run.")
-		p.ln("")
-		return
-	}
-	if hr.Error != "" {
-		p.f("The scenario failed: %s\n\n", oneLine(hr.Error))
-	}
-	r, fl, sg, pairs := hr.ratio()
-	p.ln("| Pair | Target | Window | CPU | Heartbeats answered | CPU per heartbeat | of which in the kernel |")
-	p.ln("|---|---|---|---|---|---|---|")
-	for _, w := range hr.Windows {
-		pair := fmt.Sprint(w.Pair + 1)
-		if w.Profiled {
-			pair = "profiled"
+	type window struct{ Pair, Target, Window, CPU, HB, PerHB, Kernel string }
+	d := struct {
+		Opt                      Options
+		HR                       *HeartbeatResult
+		Windows                  []window
+		Ratio, Floor, SG, Target float64
+		Met                      bool
+		Pairs, NPPairs           []float64
+		NPRatio, NPUs, SGOverNP  float64
+		Targets, Commands        []string
+	}{Opt: p.r.Options, HR: p.r.Heartbeat, Target: targetHBRatio, Targets: hbTargets}
+	if hr := d.HR; hr != nil {
+		d.Ratio, d.Floor, d.SG, d.Pairs = hr.ratio()
+		d.Met = d.Ratio <= targetHBRatio
+		d.NPRatio, _, d.NPUs, d.NPPairs = hr.ratioOf(npFloor)
+		d.SGOverNP = d.SG / d.NPUs
+		for _, w := range hr.Windows {
+			x := window{Pair: fmt.Sprint(w.Pair + 1), Target: w.Target, Window: dur(w.Elapsed),
+				CPU: pctCore(float64(w.CPU) / float64(max(w.Elapsed, 1))), HB: num(w.HB, 0), PerHB: usStr(w.UsPerHB()), Kernel: na}
+			if w.Profiled {
+				x.Pair = "profiled"
+			}
+			if w.HB > 0 {
+				x.Kernel = usStr(float64(w.Sys) / 1e3 / w.HB)
+			}
+			d.Windows = append(d.Windows, x)
 		}
-		kern := na
-		if w.HB > 0 {
-			kern = usStr(float64(w.Sys) / 1e3 / w.HB)
+		for _, tg := range hbTargets {
+			d.Commands = append(d.Commands, hr.Commands[tg])
 		}
-		p.f("| %s | %s | %s | %s | %s | %s | %s |\n", pair, targetTitle[w.Target], dur(w.Elapsed), pctCore(float64(w.CPU)/float64(max(w.Elapsed, 1))),
-			num(w.HB, 0), usStr(w.UsPerHB()), kern)
 	}
-	p.ln("")
-	if len(pairs) > 0 {
-		var ps []string
-		for _, x := range pairs {
-			ps = append(ps, num(x, 2)+"×")
-		}
-		p.f("**Stormgate ÷ responder: %s** (median of the rounds %s; medians %s and %s per heartbeat). Target ≤ %s×: %s.\n\n",
-			num(r, 2)+"×", strings.Join(ps, ", "), usStr(sg), usStr(fl), num(targetHBRatio, 2), verdict(true, r <= targetHBRatio))
-	}
-	if nr, _, nu, nps := hr.ratioOf(npFloor); len(nps) > 0 {
-		var ps []string
-		for _, x := range nps {
-			ps = append(ps, num(x, 2)+"×")
-		}
-		p.f("**netpoll responder ÷ responder: %s** (median of the rounds %s; median %s per heartbeat): what netpoll's connection layer and the Go runtime cost with no other code, the least Stormgate's design can reach here. Stormgate ÷ netpoll responder: %s.\n\n",
-			num(nr, 2)+"×", strings.Join(ps, ", "), usStr(nu), num(sg/nu, 2)+"×")
-	}
-	same := "**identical**"
-	if !hr.Same {
-		same = "**different**"
-	}
-	p.f("All answer the load tool's heartbeat request (`%s`, sent in two writes so the header is reassembled) with the same bytes: %s.\n\n", hr.Probe, same)
-	p.ln("| Target | Answer to the probe heartbeat | Heartbeats the load tool timed out or lost (whole run) | Answers it read after their timeout |")
-	p.ln("|---|---|---|---|")
-	for _, tg := range hbTargets {
-		p.f("| %s | `%s` | %s | %s |\n", targetTitle[tg], hr.Answers[tg], count(hr.HBFailed[tg]), count(hr.HBLate[tg]))
-	}
-	p.ln("")
-	p.ln("Stopping a load tool catches the heartbeats it has in flight (up to one send batch); their answers wait in the socket while the tool is stopped and are read after its 3 s timeout, so the tool counts them as timed out and then as late answers. Where the two columns are equal, every heartbeat was answered.")
-	p.ln("")
-	var cmds []string
-	for _, tg := range hbTargets {
-		cmds = append(cmds, hr.Commands[tg])
-	}
-	p.cmds("Commands (each target's load tool; the suite stops and resumes them)", cmds)
+	p.exec("heartbeat", d)
 }
 
 func (p *reporter) quietSection() {

@@ -467,18 +467,6 @@ func (p *reporter) lossRows() []loss {
 
 // --- sections ---
 
-func (p *reporter) cmds(title string, lines []string) {
-	p.ln("<details><summary>" + title + "</summary>")
-	p.ln("")
-	p.ln("```")
-	for _, l := range lines {
-		p.ln(l)
-	}
-	p.ln("```")
-	p.ln("</details>")
-	p.ln("")
-}
-
 func (p *reporter) idleSection() {
 	p.ln("## 1. Idle C10K: consumers that only heartbeat")
 	p.ln("")

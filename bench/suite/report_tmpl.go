@@ -1,0 +1,73 @@
+package main
+
+import (
+	"embed"
+	"fmt"
+	"strings"
+	"text/template"
+	"time"
+)
+
+// The doc's prose and tables are text/template files in templates/, one or more sections per
+// file, executed with a section's data as dot. Go code gathers the figures (and formats the
+// cells that take logic); the templates say what the page says. The functions below are the
+// only formatting the templates do, with the same rules as the Go code's.
+
+//go:embed templates/*.md.tmpl
+var templateFiles embed.FS
+
+var reportTemplates = template.Must(template.New("report").Funcs(template.FuncMap{
+	"count":   countOf,
+	"num":     num,
+	"dur":     dur,
+	"us":      usStr,
+	"ms":      msStr,
+	"pctCore": pctCore,
+	"ratio":   ratio,
+	"times":   times,
+	"verdict": verdict,
+	"title":   func(tg string) string { return targetTitle[tg] },
+	"oneLine": oneLine,
+	"details": func(title string, lines []string) cmdsBlock { return cmdsBlock{title, lines} },
+}).ParseFS(templateFiles, "templates/*.md.tmpl"))
+
+// countOf is count for any integer a template holds.
+func countOf(v any) string {
+	switch n := v.(type) {
+	case int:
+		return count(uint64(n))
+	case int64:
+		return count(uint64(n))
+	case uint64:
+		return count(n)
+	case time.Duration:
+		return count(uint64(n))
+	}
+	panic(fmt.Sprintf("count: %T is not an integer", v))
+}
+
+// times prints ratios as "1.52×, 1.61×".
+func times(v []float64) string {
+	var s []string
+	for _, x := range v {
+		s = append(s, num(x, 2)+"×")
+	}
+	return strings.Join(s, ", ")
+}
+
+// cmdsBlock is a folded list of command lines under a title (the "cmds" template).
+type cmdsBlock struct {
+	Title string
+	Lines []string
+}
+
+// exec appends template name, executed with data, to the doc. The first error is kept for
+// writeReport (a template that does not fit its data is the code's mistake: every test renders
+// every section).
+func (p *reporter) exec(name string, data any) {
+	if err := reportTemplates.ExecuteTemplate(&p.b, name, data); err != nil && p.err == nil {
+		p.err = fmt.Errorf("report template %s: %w", name, err)
+	}
+}
+
+func (p *reporter) cmds(title string, lines []string) { p.exec("cmds", cmdsBlock{title, lines}) }
