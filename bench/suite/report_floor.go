@@ -520,83 +520,70 @@ func (p *reporter) heartbeatSection() {
 }
 
 func (p *reporter) quietSection() {
-	p.ln("## 8. Nothing to do, nothing spent")
-	p.ln("")
-	q, settle, pw := p.r.Quiet, p.r.Options.QuietSettle, p.r.Options.QuietProfile
-	p.f("No consumer connected at all. One dubbo-go provider, HAProxy (its %d processes) and Stormgate in front of it (Stormgate with its upstream connections open, beating on them every 30 s), and the bare epoll responder start together; %s later their CPU is sampled over %s (a sleeping process costs the others nothing, so they sit side by side), as the run time of their threads from `/proc/PID/task/*/schedstat` (nanoseconds; `/proc/PID/stat`'s 10 ms ticks cannot resolve 0.03 %% of a core over 30 s). Then HAProxy and Stormgate run %s under perf (system calls and context switches per second: how often they wake up, and in section 10 for what); Stormgate also under Go's profiler, whose HTTP exchanges on the admin listener fall outside that window's CPU sample.\n\n",
-		haproxyProcs, dur(settle), dur(p.r.Options.QuietWindow), dur(pw))
-	p.ln("| Target | CPU, % of one core | CPU time in the window | RSS | System calls per second (profiled window) | Context switches per second (profiled window) |")
-	p.ln("|---|---|---|---|---|---|")
-	if q == nil {
-		p.ln("| not measured | | | | | |")
-	} else {
-		for _, x := range q.Rows {
-			sys, cs := "–", "–"
+	type row struct{ Name, CPU, CPUTime, RSS, Sys, CS string }
+	d := struct {
+		Opt        Options
+		Q          *QuietResult
+		Procs      int
+		Rows       []row
+		HA30, SG30 string
+	}{Opt: p.r.Options, Q: p.r.Quiet, Procs: haproxyProcs}
+	if d.Q != nil {
+		for _, x := range d.Q.Rows {
+			r := row{Name: targetTitle[x.Target], CPU: pctCore3(x.Cores()), CPUTime: x.CPUTime.Round(100 * time.Microsecond).String(),
+				RSS: num(x.RSSMiB, 1), Sys: "–", CS: "–"}
 			if pr := p.profile(profileQuiet, x.Target); pr != nil && pr.Syscalls >= 0 {
-				sys, cs = num(pr.perfPerSec(pr.Syscalls), 1), num(pr.perfPerSec(pr.CtxSwitches), 1)
+				r.Sys, r.CS = num(pr.perfPerSec(pr.Syscalls), 1), num(pr.perfPerSec(pr.CtxSwitches), 1)
 			}
-			name := targetTitle[x.Target]
 			if x.Target == direct {
-				name = "dubbo-go provider"
+				r.Name = "dubbo-go provider"
 			}
-			cpuTime := x.CPUTime.Round(100 * time.Microsecond).String()
 			if x.Ticks {
-				cpuTime = x.CPUTime.Round(time.Millisecond).String() + " (10 ms ticks)"
+				r.CPUTime = x.CPUTime.Round(time.Millisecond).String() + " (10 ms ticks)"
 			}
-			p.f("| %s | %s | %s | %s MiB | %s | %s |\n", name, pctCore3(x.Cores()), cpuTime, num(x.RSSMiB, 1), sys, cs)
-		}
-		if q.Error != "" {
-			p.f("\nThe scenario failed: %s\n", oneLine(q.Error))
+			d.Rows = append(d.Rows, r)
 		}
 	}
-	p.ln("")
-	h30, s30 := p.idle(haproxy, 30*time.Second), p.idle(stormgate, 30*time.Second)
 	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
-	p.f("With %s idle consumers heartbeating every 30 s (section 1's window of %s): HAProxy %s, Stormgate %s of a core. Stormgate's profile of one more window of that load is in section 10.\n\n",
-		count(uint64(p.r.Options.IdleConns)), dur(p.r.Options.IdleWindow30), pctCore2(fIdle(h30, pc)), pctCore2(fIdle(s30, pc)))
+	d.HA30, d.SG30 = pctCore2(fIdle(p.idle(haproxy, 30*time.Second), pc)), pctCore2(fIdle(p.idle(stormgate, 30*time.Second), pc))
+	p.exec("quiet", d)
 }
 
 func (p *reporter) forwardSection() {
-	p.ln("## 9. CPU per forwarded request: HAProxy, a bare epoll forwarder, a netpoll forwarder, Stormgate")
-	p.ln("")
-	o := p.r.Options
-	lead, win, n, pw := o.FwdLead, o.FwdWindow, o.FwdWindows, o.FwdProfWindow
-	p.f("Provider: the real **dubbo-go %s provider**; every request is `SayHello(\"%s\")` (`org.stormgate.Greeter`, answered \"Hello, %s\"). Every target runs for the whole scenario in front of a provider of its own. For each load the targets take turns, %d rounds in which each target gets one run of the load tool: it opens its connections (10,000 at %s/s), skips %s and samples one window of %s (proxy and provider CPU from `/proc`; requests = rate × window, open loop). The order (the table's) is reversed every other round, so that a change in the machine's speed hits all targets alike. Then each target gets one more run whose window of %s is under the profilers and is not part of the figure. The figure is the median of the rounds; the spread is their range; p50 is the median of the rounds' p50s and p99 the worst round's. System calls and context switches per request come from `perf stat` in the profiled window.\n\n",
-		p.r.Machine.DubboGo, fwdArg, fwdArg, n, num(o.ConnectRate, 0), dur(lead), dur(win), dur(pw))
-	p.f("The **bare epoll forwarder** (`bench/floor/fwdfloor.c`) multiplexes, as Stormgate does: each consumer's requests go to the provider over %d shared upstream connections (consumer descriptor mod %d) with the request id rewritten, and each response goes back with the consumer's id restored. It is single-threaded on one level-triggered epoll set, reads each readable socket once per wake-up, forwards whole frames and writes what one epoll_wait(2) batch produced for a socket in one write(2), so the requests of many consumers share upstream writes and reads. It answers heartbeats and has nothing else (no timers, limits, metrics, hold queue or reconnect). A forwarder with one upstream connection per consumer would be a floor for HAProxy's design, which HAProxy already nearly is; the multiplexing one is the floor for Stormgate's design, the least its way of forwarding can cost here. HAProxy in TCP mode (two sockets per consumer) stays the yardstick the target names.\n\n",
-		floorUpstreamConns, floorUpstreamConns)
-	p.ln("The **netpoll forwarder** (`bench/floor/npfwd`, Go) forwards the same way on netpoll's connections, with netpoll set up as Stormgate sets it up (a poller per core, handlers inline, 256-byte input buffers, raw write(2)): a consumer's readable event sends every whole request in its input to its upstream connection in one write, an upstream's readable event sends each response to its consumer in one write, and a frame split across reads is copied out of netpoll's buffer. It answers heartbeats and has nothing else. Between it and the bare epoll forwarder is what netpoll's connection layer and the Go runtime cost; between it and Stormgate, what Stormgate's own code (hold queue, limits, lifecycle, metrics) costs.")
-	p.ln("")
-	p.f("![CPU per heartbeat and per forwarded request](%s/cpu-per-op.svg)\n\n", p.img)
-	p.ln("The p50 and p99 cover the whole request phase, which starts as soon as the last connection is open (the latency figures are sections 2 and 3's); the CPU windows start after the lead.")
-	p.ln("")
-	p.ln("| Load | Target | Proxy µs/request (median) | Windows' range | of which in the kernel | ÷ HAProxy | Proxy CPU | Provider µs/request | System calls per request | Context switches per request | p50 | p99 | Failed |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	var cmds []string
+	type row struct {
+		Load, Target, Missing                                                       string
+		Median, Spread, Kernel, VsHAProxy, CPU, Provider, Sys, CS, P50, P99, Failed string
+	}
+	d := struct {
+		Opt               Options
+		DubboGo, Arg, Img string
+		Upstreams         int
+		Rows              []row
+		Commands          []string
+	}{Opt: p.r.Options, DubboGo: p.r.Machine.DubboGo, Arg: fwdArg, Img: p.img, Upstreams: floorUpstreamConns}
 	for _, l := range p.r.Options.FwdLoads {
 		load := fmt.Sprintf("%s conns, %s req/s", count(uint64(l.Conns)), num(l.Rate, 0))
 		hv := p.fwdRow(haproxy, l).median()
 		for _, tg := range p.fwdTargets() {
 			x := p.fwdRow(tg, l)
 			if x == nil {
-				p.f("| %s | %s | %s | | | | | | | | | | |\n", load, targetTitle[tg], p.fwdErr(tg, l))
+				d.Rows = append(d.Rows, row{Load: load, Target: tg, Missing: p.fwdErr(tg, l)})
 				continue
 			}
-			sys, cs := na, na
+			r := row{Load: load, Target: tg, Median: usStr(x.median()), Spread: spread(x.UsPerReq, 1), Kernel: usStr(median(x.SysUsPerReq)),
+				VsHAProxy: "–", CPU: pctCore(median(x.ProxyCores)), Provider: usStr(median(x.ProviderUsPerReq)), Sys: na, CS: na,
+				P50: msStr(x.P50ms), P99: msStr(x.P99ms), Failed: count(x.Failed)}
 			if pr := p.profile(profileForward(l), tg); pr != nil && pr.Syscalls >= 0 {
-				sys, cs = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
+				r.Sys, r.CS = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
 			}
-			rel := "–"
 			if tg != haproxy {
-				rel = ratio(x.median(), hv)
+				r.VsHAProxy = ratio(x.median(), hv)
 			}
-			p.f("| %s | %s | %s | %s µs | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", load, targetTitle[tg], usStr(x.median()), spread(x.UsPerReq, 1),
-				usStr(median(x.SysUsPerReq)), rel, pctCore(median(x.ProxyCores)), usStr(median(x.ProviderUsPerReq)), sys, cs, msStr(x.P50ms), msStr(x.P99ms), count(x.Failed))
-			cmds = append(cmds, x.Command)
+			d.Rows = append(d.Rows, r)
+			d.Commands = append(d.Commands, x.Command)
 		}
 	}
-	p.ln("")
-	p.cmds("Commands", cmds)
+	p.exec("forward", d)
 }
 
 func (p *reporter) fwdErr(tg string, l FwdLoad) string {
