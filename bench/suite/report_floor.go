@@ -436,22 +436,6 @@ func quietWhy(sg, ha *Profile) string {
 	return strings.TrimSpace(s)
 }
 
-// shareTable prints the largest shares with their top items ("–" when none).
-func (p *reporter) shareTable(what, whoTitle string, shares []Share) {
-	if len(shares) == 0 {
-		return
-	}
-	p.f("| %s | Share of all samples | %s |\n", what, whoTitle)
-	p.ln("|---|---|---|")
-	for i, k := range shares {
-		if i == kernelRowsShown {
-			break
-		}
-		p.f("| %s | %s %% | %s |\n", k.Name, num(100*k.Frac, 1), callerText(k.Top))
-	}
-	p.ln("")
-}
-
 // callerText prints a share's top item: a function in code format, or the runtime's own
 // activity ("the runtime: sysmon") as text.
 func callerText(s string) string {
@@ -618,29 +602,32 @@ func (p *reporter) profileScenarios() []struct{ key, title string } {
 }
 
 func (p *reporter) profilesSection() {
-	p.ln("## 10. Where Stormgate's CPU goes")
-	p.ln("")
-	perfNote := fmt.Sprintf("`perf record -e cpu-clock -F %d -g` (this machine is a VM without hardware counters, so perf samples on the CPU clock) and `perf stat -e raw_syscalls:sys_enter,context-switches`", perfFreq)
-	if !p.r.Machine.Perf {
-		perfNote = "perf, which could not sample on this machine in this run (so the split below is estimated from Go's profile: a function that only enters the kernel counts as kernel)"
+	type row struct{ Title, Target, CPU, Kernel, Runtime, Netpoll, SG, Other, Sys, CS, Samples string }
+	type section struct {
+		Title string
+		Pr    *Profile
 	}
-	p.f("Each scenario's profile comes from a window of its own, right after the windows that make its figures, with the same load on the same processes: %s on every target's processes, and Go's CPU profiler (`/debug/pprof/profile` on Stormgate's admin listener, 100 Hz) on Stormgate. The split charges each perf sample to whose code it is in: **kernel** (with the system call it is in, and the Go function that made the call), **Go runtime** (scheduler, GC, allocation, timers, the runtime's netpoller; with what it was doing, and the netpoll or Stormgate function on whose behalf when the call chain has one), **netpoll** (cloudwego/netpoll and the goroutine pool it runs handlers on), **Stormgate** (this repository's code), **other user space** (the standard library, Prometheus, zap, …, when no caller in the three above owns it: standard-library frames are charged to their nearest caller that has an owner). µs per operation is the share × the window's CPU per heartbeat or request.\n\n", perfNote)
-	p.ln("| Profile | Target | CPU per op (or % of a core) | Kernel | Go runtime | netpoll | Stormgate | Other user space | System calls per op | Context switches per op | perf samples |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|---|")
+	d := struct {
+		Perf       bool
+		Freq, TopN int
+		Rows       []row
+		Sections   []section
+	}{Perf: p.r.Machine.Perf, Freq: perfFreq, TopN: pprofTopN}
 	for _, sc := range p.profileScenarios() {
+		d.Sections = append(d.Sections, section{sc.title, p.profile(sc.key, stormgate)})
 		for _, pr := range p.r.Profiles {
 			if pr.Scenario != sc.key {
 				continue
 			}
-			cpu := pctCore3(float64(pr.CPU) / float64(max(pr.Window, 1)))
-			sys, cs := "–", "–"
+			r := row{Title: sc.title, Target: pr.Target, CPU: pctCore3(float64(pr.CPU) / float64(max(pr.Window, 1))), Sys: "–", CS: "–",
+				Samples: count(uint64(pr.PerfSamples))}
 			if pr.Ops > 0 {
-				cpu = usStr(pr.perOp(pr.CPU)) + " per " + pr.OpName
+				r.CPU = usStr(pr.perOp(pr.CPU)) + " per " + pr.OpName
 				if pr.Syscalls >= 0 {
-					sys, cs = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
+					r.Sys, r.CS = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
 				}
 			} else if pr.Syscalls >= 0 {
-				sys, cs = num(pr.perfPerSec(pr.Syscalls), 1)+"/s", num(pr.perfPerSec(pr.CtxSwitches), 1)+"/s"
+				r.Sys, r.CS = num(pr.perfPerSec(pr.Syscalls), 1)+"/s", num(pr.perfPerSec(pr.CtxSwitches), 1)+"/s"
 			}
 			split := pr.Split
 			if len(split) == 0 {
@@ -656,42 +643,11 @@ func (p *reporter) profilesSection() {
 				}
 				return na
 			}
-			p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sc.title, targetTitle[pr.Target], cpu, cell(catKernel), cell(catRuntime),
-				cell(catNetpoll), cell(catSG), cell(catOther), sys, cs, count(uint64(pr.PerfSamples)))
+			r.Kernel, r.Runtime, r.Netpoll, r.SG, r.Other = cell(catKernel), cell(catRuntime), cell(catNetpoll), cell(catSG), cell(catOther)
+			d.Rows = append(d.Rows, r)
 		}
 	}
-	p.ln("")
-	for _, sc := range p.profileScenarios() {
-		pr := p.profile(sc.key, stormgate)
-		p.f("### %s\n\n", sc.title)
-		if pr == nil {
-			p.ln("Not profiled in this run.")
-			p.ln("")
-			continue
-		}
-		if pr.Error != "" {
-			p.f("Profiling errors: %s\n\n", oneLine(pr.Error))
-		}
-		if len(pr.Split) > 0 {
-			p.f("Stormgate (perf, %s samples): %s.\n\n", count(uint64(pr.PerfSamples)), splitText(pr.Split, pr))
-		}
-		p.shareTable("Kernel time in", "Most often called from", pr.Kernel)
-		p.shareTable("Go runtime time in", "Most often on behalf of", pr.Runtime)
-		p.ln("<details><summary>Go profile: top " + fmt.Sprint(pprofTopN) + " by flat time (" + pr.PprofSamples.String() + " sampled)</summary>")
-		p.ln("")
-		if len(pr.PprofTop) == 0 {
-			p.ln("No Go profile.")
-		} else {
-			p.ln("| flat | flat % | cum | cum % | function |")
-			p.ln("|---|---|---|---|---|")
-			for _, t := range pr.PprofTop {
-				p.f("| %s | %s %% | %s | %s %% | `%s` |\n", t.Flat, num(t.FlatPct, 1), t.Cum, num(t.CumPct, 1), t.Func)
-			}
-		}
-		p.ln("")
-		p.ln("</details>")
-		p.ln("")
-	}
+	p.exec("profiles", d)
 }
 
 // fwdLossWhy explains Stormgate's CPU per request from the forward scenario's largest load.

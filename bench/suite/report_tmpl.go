@@ -29,6 +29,16 @@ var reportTemplates = template.Must(template.New("report").Funcs(template.FuncMa
 	"title":   func(tg string) string { return targetTitle[tg] },
 	"oneLine": oneLine,
 	"details": func(title string, lines []string) cmdsBlock { return cmdsBlock{title, lines} },
+	"pct":     func(frac float64) float64 { return 100 * frac },
+	"caller":  callerText,
+	"split":   func(pr *Profile) string { return splitText(pr.Split, pr) },
+	// shares are the largest shares of a profile (at most kernelRowsShown) under two column titles.
+	"shares": func(what, who string, s []Share) any {
+		return struct {
+			What, Who string
+			Shares    []Share
+		}{what, who, s[:min(len(s), kernelRowsShown)]}
+	},
 }).ParseFS(templateFiles, "templates/*.md.tmpl"))
 
 // countOf is count for any integer a template holds.
