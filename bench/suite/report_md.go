@@ -684,97 +684,79 @@ func (p *reporter) restartSummaryRows() []sumRow {
 }
 
 func (p *reporter) restartSection() {
-	p.ln(restartBegin)
-	p.ln("## 4. Provider restart under load")
-	p.ln("")
-	o := p.r.Options
-	if p.r.Command != "make bench" && p.r.Restart != nil {
-		p.f("Measured by `%s`, started %s UTC (the rest of this page may come from another run).\n\n", p.r.Command,
-			p.r.Started.UTC().Format("2006-01-02 15:04"))
+	type row struct {
+		Target                                                  string
+		Missing                                                 bool
+		Sent, OK, Errors, Timeouts, Lost, Unsent, Inside        string
+		Closed, Resets, Redials, P99, Max, Down, Recovery, Held string
+		Reheld, StopTook                                        string
 	}
-	p.f("Provider: the **fast provider**, in its own process. %s consumers send %s req/s in total (timeout %s; a consumer whose connection closes redials after 1 s, as Dubbo consumers reconnect). %s into the request phase the provider is killed with SIGKILL and started again on the same port %s later. Consumer-visible failures are everything but a normal answer: errors, timeouts, requests lost with a closing connection, requests that found no open connection (unsent). *Inside at the kill* is what the provider had read and not answered when it died (`stormbench provider --inside-file`: a counter in shared memory, read after the kill): those may have run, and Stormgate answers them with an error rather than run them twice. *Re-held* are requests in flight on a dying connection that Stormgate proved the provider never read (never written, or past what the provider's kernel acknowledged before its FIN, or the last one before its RST) and sent again after the restart. Time to full rate is from the kill to the end of the last one-second interval that answered under 90 %% of the rate (1 s resolution).\n",
-		count(uint64(p.r.Options.RestartConns)), num(p.r.Options.RestartRate, 0), dur(o.RestartTimeout), dur(o.RestartKill), dur(o.RestartDown))
-	p.ln("")
-	p.ln("| Target | Sent | OK | Errors | Timeouts | Lost | Unsent | Inside the provider at the kill | Conns closed by peer | Resets | Failed redials | p99 | max | Provider down for | Time to full rate | Answered after a hold | Re-held |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	var cmds []string
-	for _, tg := range targets {
-		x := p.restart(tg)
+	cells := func(tg string, x *RestartRow) row {
 		if x == nil {
-			p.f("| %s | not measured | | | | | | | | | | | | | | | |\n", targetTitle[tg])
-			continue
+			return row{Target: tg, Missing: true}
 		}
-		held, reheld, inside := "–", "–", na
+		r := row{Target: tg, Sent: count(x.Sent), OK: count(x.OK), Errors: count(x.Errors), Timeouts: count(x.Timeouts), Lost: count(x.Lost),
+			Unsent: count(x.Unsent), Inside: na, Closed: count(x.ClosedByPeer), Resets: count(x.Resets), Redials: count(x.ConnectFailures),
+			P99: msStr(x.P99ms), Max: msStr(x.MaxMs), Down: dur(x.DownFor), Recovery: dur(x.Recovery), Held: "–", Reheld: "–", StopTook: dur(x.StopTook)}
 		if tg == stormgate {
-			held, reheld = num(x.Held, 0), num(x.Reheld, 0)
+			r.Held, r.Reheld = num(x.Held, 0), num(x.Reheld, 0)
 		}
 		if x.InsideAtKill >= 0 {
-			inside = count(uint64(x.InsideAtKill))
+			r.Inside = count(uint64(x.InsideAtKill))
 		}
-		p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", targetTitle[tg], count(x.Sent), count(x.OK),
-			count(x.Errors), count(x.Timeouts), count(x.Lost), count(x.Unsent), inside, count(x.ClosedByPeer), count(x.Resets), count(x.ConnectFailures),
-			msStr(x.P99ms), msStr(x.MaxMs), dur(x.DownFor), dur(x.Recovery), held, reheld)
-		cmds = append(cmds, x.Command)
+		return r
 	}
-	p.ln("")
-	p.f("![Answers per second around the restart](%s/restart.svg)\n\n", p.img)
-	p.f("**Graceful restart.** The same load; the provider (`stormbench provider --readonly-on-sigterm --wait-disconnect 3s`) gets SIGTERM %s into the request phase and stops as Java Dubbo's server does: it closes its listener, sends READONLY on every connection, keeps serving until its consumers have disconnected (at most 3 s here; Java waits up to `dubbo.service.shutdown.wait`, 10 s), then closes and exits; it is started again %s after it exited. Stormgate holds new requests from the READONLY on (a drain), closes each connection once nothing is in flight on it (which lets the provider exit at once), and sends the held requests to the new provider.\n\n",
-		dur(o.RestartKill), dur(o.RestartDown))
-	p.ln("| Target | Sent | OK | Errors | Timeouts | Lost | Unsent | Conns closed by peer | Resets | p99 | max | SIGTERM to exit | Provider down for | Answered after a hold |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	d := struct {
+		Opt                               Options
+		Begin, End, Img, Command, Started string
+		ByOther                           bool
+		Kill, Graceful                    []row
+		Commands                          []string
+	}{Opt: p.r.Options, Begin: restartBegin, End: restartEnd, Img: p.img, Command: p.r.Command,
+		Started: p.r.Started.UTC().Format("2006-01-02 15:04"), ByOther: p.r.Command != "make bench" && p.r.Restart != nil}
 	for _, tg := range targets {
-		x := p.graceful(tg)
-		if x == nil {
-			p.f("| %s | not measured | | | | | | | | | | | | |\n", targetTitle[tg])
-			continue
+		x := p.restart(tg)
+		d.Kill = append(d.Kill, cells(tg, x))
+		d.Graceful = append(d.Graceful, cells(tg, p.graceful(tg)))
+		if x != nil {
+			d.Commands = append(d.Commands, x.Command)
 		}
-		held := "–"
-		if tg == stormgate {
-			held = num(x.Held, 0)
-		}
-		p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", targetTitle[tg], count(x.Sent), count(x.OK),
-			count(x.Errors), count(x.Timeouts), count(x.Lost), count(x.Unsent), count(x.ClosedByPeer), count(x.Resets),
-			msStr(x.P99ms), msStr(x.MaxMs), dur(x.StopTook), dur(x.DownFor), held)
 	}
-	p.ln("")
-	p.cmds("Commands (the provider is killed, or stopped, and restarted by the suite; the same load for both tables)", cmds)
-	p.ln(restartEnd)
-	p.ln("")
+	p.exec("restart", d)
 }
 
 func (p *reporter) stormSection() {
-	p.ln("## 5. Accept storm: connections opened at once")
-	p.ln("")
-	st := p.r.Storm
-	somax, syn, cookies, rate, burst, harate, habl, delay := p.r.Options.StormSomaxconn, na, na, na, na, na, na, p.r.Options.StormAcceptDelay
-	if st != nil {
-		syn, cookies = st.SynBacklog, st.Syncookies
-		rate, burst, harate, habl = num(st.SGRate, 0), count(uint64(st.SGBurst)), count(uint64(st.HARate)), count(uint64(st.HABacklog))
+	type row struct {
+		Target                                                              string
+		Missing                                                             bool
+		Overflows, Drops, SynRetrans, Cookies, Opened, ConnectFailures      string
+		Answered, Unanswered, P50, P99, Max, ConnectP99, AnswerP99, Opening string
 	}
-	p.f("Each target runs alone in a network namespace the suite creates (`net.core.somaxconn = %d` there, `tcp_max_syn_backlog = %s`, `tcp_syncookies = %s`), so the TcpExt counters of `/proc/net/netstat` count only the storm. %s connections are opened at once by two client processes started together (`suite storm-client`: non-blocking connect(2) in a tight loop from one thread and one epoll set, so the storm really is at once and the timestamps carry no goroutine scheduling). Each connection sends a Dubbo heartbeat as soon as it is established and waits up to 20 s for the answer; the first answer is timed from the connect(2) call, and split into the handshake (connect) and the wait for the answer once connected. ListenOverflows counts every handshake the kernel dropped because the accept queue was full, retransmissions included. A first-answer percentile reads \"never\" when more connections than it leaves out got no answer within the 20 s.\n",
-		somax, syn, cookies, count(uint64(p.r.Options.StormConns)))
-	p.ln("")
-	p.f("- **baseline listener** (`suite baseline`): like the incident's provider, backlog %d and a %v pause after every accept; it answers heartbeats itself.\n", p.r.Options.StormBacklog, delay)
-	p.f("- **HAProxy**: `backlog` %s and `rate-limit sessions` %s/s in total over its %d processes (the same total backlog as Stormgate's effective one, and Stormgate's admission rate), in front of the fast provider.\n", habl, harate, haproxyProcs)
-	p.f("- **Stormgate**: shipped defaults (backlog 65535, capped by somaxconn to %d; admission token bucket %s/s, burst %s, max wait 1 s), in front of the fast provider.\n", somax, rate, burst)
-	p.ln("")
-	p.ln("| Target | ListenOverflows | ListenDrops | TCPSynRetrans | SYN cookies sent | Connected | Failed connects | Answered | Unanswered | First answer p50 | First answer p99 | First answer max | Connect p99 | Answer after connect p99 | Connects issued in |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	var cmds []string
+	d := struct {
+		Opt                                                    Options
+		SynBacklog, Syncookies, Rate, Burst, HARate, HABacklog string
+		Procs                                                  int
+		Img                                                    string
+		Rows                                                   []row
+		Commands                                               []string
+	}{Opt: p.r.Options, SynBacklog: na, Syncookies: na, Rate: na, Burst: na, HARate: na, HABacklog: na, Procs: haproxyProcs, Img: p.img}
+	if st := p.r.Storm; st != nil {
+		d.SynBacklog, d.Syncookies = st.SynBacklog, st.Syncookies
+		d.Rate, d.Burst, d.HARate, d.HABacklog = num(st.SGRate, 0), count(uint64(st.SGBurst)), count(uint64(st.HARate)), count(uint64(st.HABacklog))
+	}
 	for _, tg := range []string{baseline, haproxy, stormgate} {
 		x := p.storm(tg)
 		if x == nil {
-			p.f("| %s | not measured | | | | | | | | | | | | | |\n", targetTitle[tg])
+			d.Rows = append(d.Rows, row{Target: tg, Missing: true})
 			continue
 		}
-		p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", targetTitle[tg], count(x.ListenOverflows), count(x.ListenDrops),
-			count(x.SynRetrans), count(x.ReqQFullDoCookies), count(x.Opened), count(x.ConnectFailures), count(x.HBAnswered), count(x.HBFailed),
-			firstAt(x, 0.5, x.FirstP50ms), firstP99(x), firstMax(x), msStr(x.ConnectP99ms), msStr(x.AnswerP99ms), msStr(x.OpeningMs))
-		cmds = append(cmds, x.Command)
+		d.Rows = append(d.Rows, row{Target: tg, Overflows: count(x.ListenOverflows), Drops: count(x.ListenDrops), SynRetrans: count(x.SynRetrans),
+			Cookies: count(x.ReqQFullDoCookies), Opened: count(x.Opened), ConnectFailures: count(x.ConnectFailures), Answered: count(x.HBAnswered),
+			Unanswered: count(x.HBFailed), P50: firstAt(x, 0.5, x.FirstP50ms), P99: firstP99(x), Max: firstMax(x), ConnectP99: msStr(x.ConnectP99ms),
+			AnswerP99: msStr(x.AnswerP99ms), Opening: msStr(x.OpeningMs)})
+		d.Commands = append(d.Commands, x.Command)
 	}
-	p.ln("")
-	p.f("![First answer in an accept storm](%s/storm-first-answer.svg)\n\n", p.img)
-	p.cmds("Commands ($NS is the namespace the suite creates; the targets are started by the suite)", cmds)
+	p.exec("storm", d)
 }
 
 func (p *reporter) loadToolSection() {
