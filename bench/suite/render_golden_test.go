@@ -55,7 +55,7 @@ func TestRenderOldResults(t *testing.T) {
 	for _, k := range []string{"idle_conns", "lat_conns", "lat_rate", "restart_conns", "restart_rate", "storm_conns",
 		"storm_baseline_backlog", "hb_conns", "hb_pairs", "hb_settle_ns", "quiet_window_ns", "quiet_settle_ns",
 		"quiet_profile_ns", "fwd_loads", "fwd_windows", "storm_somaxconn", "storm_accept_delay_ns", "fwd_lead_ns", "fwd_window_ns",
-		"fwd_prof_window_ns"} {
+		"fwd_prof_window_ns", "tp_step_ns", "tp_warmup_ns", "tp_max_p99_ns"} {
 		if _, ok := opts[k]; !ok {
 			t.Fatalf("options.%s: no such setting in results.json", k)
 		}

@@ -468,43 +468,37 @@ func (p *reporter) lossRows() []loss {
 // --- sections ---
 
 func (p *reporter) idleSection() {
-	p.ln("## 1. Idle C10K: consumers that only heartbeat")
-	p.ln("")
-	res := p.r.Idle
-	o := p.r.Options
-	p.f("Provider: the real **dubbo-go %s provider** (`dgprovider --session-number %d`, raised from its default of 700 so it accepts the direct consumers). ",
-		p.r.Machine.DubboGo, dubbogoSessions)
-	p.f("%s consumer connections opened at %s/s, each sending a Dubbo heartbeat every period at a random phase. ", count(uint64(p.r.Options.IdleConns)), num(p.r.Options.ConnectRate, 0))
-	p.f("After the connect phase and %s of settling, CPU and RSS are sampled over a window of %s (1 s period) and %s (30 s period: about two thirds of the consumers beat in it). ",
-		dur(o.IdleSettle), dur(o.IdleWindow1s), dur(o.IdleWindow30))
-	p.ln("The provider's CPU with no consumer connected (its own timers and runtime, sampled for 2 s before the load) is its floor: with Stormgate in front the provider cannot go below it.")
-	p.ln("Memory per connection is the RSS growth over the idle process divided by the open connections. Heartbeats reaching the provider: with direct and HAProxy every consumer heartbeat does (counted by the load tool); with Stormgate only Stormgate's own upstream heartbeats do (its `stormgate_upstream_heartbeats_sent_total`), while it answers the consumers' itself (`stormgate_heartbeats_answered_total{side=\"downstream\"}`).")
-	p.ln("")
-	p.ln("| Target | Period | Conns | Provider CPU | Provider CPU, no consumers | Provider RSS | Proxy CPU | Proxy RSS | Proxy KiB/conn | Consumer heartbeats/s | Heartbeats/s reaching provider | Provider CPU per consumer heartbeat | Proxy CPU per consumer heartbeat | Failed heartbeats |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	var cmds []string
+	type row struct {
+		Target, Missing, Conns, ProviderCPU, ProviderIdleCPU, ProviderRSS, ProxyCPU, ProxyRSS, ProxyKiB string
+		HB, ProviderHB, ProviderUs, ProxyUs, Failed                                                     string
+		Period                                                                                          time.Duration
+	}
+	d := struct {
+		Opt          Options
+		DubboGo, Img string
+		Sessions     int
+		Measured     bool
+		Rows         []row
+		Commands     []string
+	}{Opt: p.r.Options, DubboGo: p.r.Machine.DubboGo, Img: p.img, Sessions: dubbogoSessions, Measured: p.r.Idle != nil}
 	for _, period := range []time.Duration{time.Second, 30 * time.Second} {
 		for _, tg := range targets {
 			x := p.idle(tg, period)
 			if x == nil {
-				p.f("| %s | %v | %s | | | | | | | | | | | |\n", targetTitle[tg], period, p.errOf(tg, "idle"))
+				d.Rows = append(d.Rows, row{Target: tg, Period: period, Missing: p.errOf(tg, "idle")})
 				continue
 			}
-			pxCPU, pxRSS, pxK := pctCore(x.ProxyCPU), num(x.ProxyRSSMiB, 1)+" MiB", kibStr(x.ProxyKiBPerConn)
+			r := row{Target: tg, Period: period, Conns: count(uint64(x.Conns)), ProviderCPU: pctCore(x.ProviderCPU), ProviderIdleCPU: pctCore(x.ProviderIdleCPU),
+				ProviderRSS: num(x.ProviderRSSMiB, 1), ProxyCPU: pctCore(x.ProxyCPU), ProxyRSS: num(x.ProxyRSSMiB, 1) + " MiB", ProxyKiB: kibStr(x.ProxyKiBPerConn),
+				HB: num(x.HBPerSec, 0), ProviderHB: num(x.ProviderHBPerSec, 1), ProviderUs: usStr(x.ProviderUsPerHB), ProxyUs: usStr(x.ProxyUsPerHB), Failed: count(x.HBFailed)}
 			if tg == direct {
-				pxCPU, pxRSS, pxK = "–", "–", "–"
+				r.ProxyCPU, r.ProxyRSS, r.ProxyKiB = "–", "–", "–"
 			}
-			p.f("| %s | %v | %s | %s | %s | %s MiB | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-				targetTitle[tg], period, count(uint64(x.Conns)), pctCore(x.ProviderCPU), pctCore(x.ProviderIdleCPU), num(x.ProviderRSSMiB, 1), pxCPU, pxRSS, pxK,
-				num(x.HBPerSec, 0), num(x.ProviderHBPerSec, 1), usStr(x.ProviderUsPerHB), usStr(x.ProxyUsPerHB), count(x.HBFailed))
-			cmds = append(cmds, x.Command)
+			d.Rows = append(d.Rows, r)
+			d.Commands = append(d.Commands, x.Command)
 		}
 	}
-	p.ln("")
-	if res != nil {
-		p.f("![Provider CPU with idle consumers](%s/idle-provider-cpu.svg)\n\n", p.img)
-	}
-	p.cmds("Commands", cmds)
+	p.exec("idle", d)
 }
 
 func (p *reporter) errOf(tg, scen string) string {
@@ -541,82 +535,74 @@ func oneLine(s string) string {
 }
 
 func (p *reporter) latencySection() {
-	p.ln("## 2. Latency at a fixed rate with many connections")
-	p.ln("")
-	p.f("Provider: the project's **fast provider** (`stormbench provider`), so the figures show the proxy's overhead rather than the provider's. %s connections (opened at %s/s), %s requests/s open loop spread over them, for %s per method; latency is measured from each request's scheduled send time, so stalls cannot hide. Percentiles cover the whole request phase, which starts as soon as the last connection is open; the median of the one-second p99s (the load tool's progress lines after the first 2 s) is the steady state, which one stall of a shared core moves less; proxy CPU is sampled over the middle of the phase.\n",
-		count(uint64(p.r.Options.LatConns)), num(p.r.Options.ConnectRate, 0), num(p.r.Options.LatRate, 0), dur(p.r.Options.LatDuration))
-	p.ln("")
-	p.ln("| Method | Target | Sent | Failed | p50 | p99 | p99.9 | max | p99 added over direct | p99, median of the one-second p99s | Proxy CPU | Proxy µs/request | Frames per upstream write | Load tool µs/request |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	var cmds []string
+	type row struct {
+		Method, Target, Missing, Sent, Failed, P50, P99, P999, Max, Added, Median, ProxyCPU, ProxyUs, Batch, LoadUs string
+	}
+	d := struct {
+		Opt      Options
+		Img      string
+		Rows     []row
+		Commands []string
+	}{Opt: p.r.Options, Img: p.img}
 	for _, m := range latencyMethods {
-		d := p.lat(direct, m.name)
+		dr := p.lat(direct, m.name)
 		for _, tg := range targets {
 			x := p.lat(tg, m.name)
 			if x == nil {
-				p.f("| %s | %s | %s | | | | | | | | | | | |\n", m.name, targetTitle[tg], p.errOf(tg, "latency"))
+				d.Rows = append(d.Rows, row{Method: m.name, Target: tg, Missing: p.errOf(tg, "latency")})
 				continue
 			}
-			added, pxCPU, pxUs, batch := "–", "–", "–", "–"
+			r := row{Method: m.name, Target: tg, Sent: count(x.Sent), Failed: count(x.Failed), P50: msStr(x.P50ms), P99: msStr(x.P99ms),
+				P999: msStr(x.P999ms), Max: msStr(x.MaxMs), Added: "–", Median: na, ProxyCPU: "–", ProxyUs: "–", Batch: "–", LoadUs: usStr(x.LoadUsPerReq)}
 			if tg != direct {
-				added = signedMs(x.P99ms - fLat(d, func(x *LatencyRow) float64 { return x.P99ms }))
-				pxCPU, pxUs = pctCore(x.ProxyCPU), usStr(x.ProxyUsPerReq)
+				r.Added = signedMs(x.P99ms - fLat(dr, func(x *LatencyRow) float64 { return x.P99ms }))
+				r.ProxyCPU, r.ProxyUs = pctCore(x.ProxyCPU), usStr(x.ProxyUsPerReq)
 			}
 			if tg == stormgate {
-				batch = num(x.BatchFrames, 2)
+				r.Batch = num(x.BatchFrames, 2)
 			}
-			med := na
 			if x.P99Seconds > 0 {
-				med = msStr(x.MedianP99ms)
+				r.Median = msStr(x.MedianP99ms)
 			}
-			p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m.name, targetTitle[tg], count(x.Sent), count(x.Failed),
-				msStr(x.P50ms), msStr(x.P99ms), msStr(x.P999ms), msStr(x.MaxMs), added, med, pxCPU, pxUs, batch, usStr(x.LoadUsPerReq))
-			cmds = append(cmds, x.Command)
+			d.Rows = append(d.Rows, r)
+			d.Commands = append(d.Commands, x.Command)
 		}
 	}
-	p.ln("")
-	p.f("![Latency by percentile, echo](%s/latency-echo.svg)\n\n", p.img)
-	p.f("![Latency by percentile, 100 ms method](%s/latency-sleep.svg)\n\n", p.img)
-	p.cmds("Commands", cmds)
+	p.exec("latency", d)
 }
 
 func (p *reporter) throughputSection() {
-	p.ln("## 3. Throughput ceiling, small requests")
-	p.ln("")
-	tr := p.r.Throughput
-	step, maxP99 := p.r.Options.TPStep, ms(p.r.Options.TPMaxP99)
-	if tr != nil {
-		step, maxP99 = tr.StepTime, tr.MaxP99ms
+	type row struct {
+		Conns                                             int
+		Target                                            string
+		Missing                                           bool
+		Max, VsDirect, P99, CPU, Us, Batch, LoadUs, Steps string
 	}
-	warm := p.r.Options.TPWarmup
-	if tr != nil {
-		warm = tr.Warmup
-	}
-	p.f("Provider: the **fast provider**; method echo(\"hello\"). For each target and connection count the open-loop rate doubles from %s req/s until a step fails, then %d bisection steps narrow it. The targets' ladders run interleaved (one step of each in turn, the order alternating every round, all providers and proxies up for the whole series), so a change in the machine's load hits every target alike. Each step opens its connections anew (10,000 at %s/s) and runs %s of requests; its first %s are a warm-up (thousands of connections just opened), neither judged nor sampled. A step passes when at most 0.1 %% of its requests fail (error, timeout, lost, unsent) and every one-second p99 after the warm-up is ≤ %s. A step that fails narrowly (p99 within twice that, at most 1 %% failed) runs once more (↻) and the rate passes if the repeat does. The maximum is the highest passing rate; proxy CPU per request is measured at that rate, after the warm-up.\n",
-		num(p.r.Options.TPStart, 0), p.r.Options.TPRefine, num(p.r.Options.ConnectRate, 0), dur(step), dur(warm), msStr(maxP99))
-	p.ln("")
-	p.ln("| Conns | Target | Max req/s | ÷ direct | p99 at max: steady (whole step) | Proxy CPU at max | Proxy µs/request at max | Frames per upstream write | Load tool µs/request | Steps (req/s: pass ✓ / fail ✗) |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|")
-	var cmds []string
+	d := struct {
+		Opt      Options
+		MaxP99   float64
+		Img      string
+		Rows     []row
+		Commands []string
+	}{Opt: p.r.Options, MaxP99: ms(p.r.Options.TPMaxP99), Img: p.img}
 	for _, c := range p.tpConns() {
-		d := fTP(p.tp(direct, c))
+		dv := fTP(p.tp(direct, c))
 		for _, tg := range targets {
 			se := p.tp(tg, c)
 			if se == nil {
-				p.f("| %s | %s | not measured | | | | | | | |\n", count(uint64(c)), targetTitle[tg])
+				d.Rows = append(d.Rows, row{Conns: c, Target: tg, Missing: true})
 				continue
 			}
-			ms := se.maxStep()
-			p99, cpu, us, batch, lus := na, na, na, "–", na
-			if ms != nil {
-				p99, lus = msStr(ms.SteadyP99ms)+" ("+msStr(ms.P99ms)+")", usStr(ms.LoadUsPerReq)
-				cpu, us = pctCore(ms.ProxyCPU), usStr(ms.ProxyUsPerReq)
+			r := row{Conns: c, Target: tg, Max: tpLabel(se), VsDirect: ratio(fTP(se), dv), P99: na, CPU: na, Us: na, Batch: "–", LoadUs: na}
+			if ms := se.maxStep(); ms != nil {
+				r.P99, r.LoadUs = msStr(ms.SteadyP99ms)+" ("+msStr(ms.P99ms)+")", usStr(ms.LoadUsPerReq)
+				r.CPU, r.Us = pctCore(ms.ProxyCPU), usStr(ms.ProxyUsPerReq)
 				if tg == stormgate {
-					batch = num(ms.BatchFrames, 2)
+					r.Batch = num(ms.BatchFrames, 2)
 				}
 			}
 			if tg == direct {
-				cpu, us = "–", "–"
+				r.CPU, r.Us = "–", "–"
 			}
 			var steps []string
 			for _, st := range se.Steps {
@@ -630,16 +616,14 @@ func (p *reporter) throughputSection() {
 				}
 				steps = append(steps, again+shortNum(st.Rate)+mark)
 			}
-			p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", count(uint64(c)), targetTitle[tg], tpLabel(se), ratio(fTP(se), d),
-				p99, cpu, us, batch, lus, strings.Join(steps, " "))
+			r.Steps = strings.Join(steps, " ")
+			d.Rows = append(d.Rows, r)
 			if se.Command != "" {
-				cmds = append(cmds, se.Command)
+				d.Commands = append(d.Commands, se.Command)
 			}
 		}
 	}
-	p.ln("")
-	p.f("![Maximum throughput](%s/throughput.svg)\n\n", p.img)
-	p.cmds("Commands (the highest passing step of each series)", cmds)
+	p.exec("throughput", d)
 }
 
 // Markers around section 4, which `suite run --scenarios restart --update-section` may rewrite

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"time"
 )
@@ -274,6 +275,9 @@ func (r *Results) settingsFromResults() {
 	}
 	if x := r.Latency; x != nil {
 		o.LatConns, o.LatRate = x.Conns, x.Rate
+	}
+	if x := r.Throughput; x != nil {
+		o.TPStep, o.TPWarmup, o.TPMaxP99 = x.StepTime, x.Warmup, time.Duration(math.Round(x.MaxP99ms*float64(time.Millisecond)))
 	}
 	if x := r.Restart; x != nil {
 		o.RestartConns, o.RestartRate = x.Conns, x.Rate
