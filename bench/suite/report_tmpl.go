@@ -31,6 +31,7 @@ var reportTemplates = template.Must(template.New("report").Funcs(template.FuncMa
 	"details": func(title string, lines []string) cmdsBlock { return cmdsBlock{title, lines} },
 	"pct":     func(frac float64) float64 { return 100 * frac },
 	"caller":  callerText,
+	"kib":     kib,
 	"split":   func(pr *Profile) string { return splitText(pr.Split, pr) },
 	// shares are the largest shares of a profile (at most kernelRowsShown) under two column titles.
 	"shares": func(what, who string, s []Share) any {
