@@ -32,6 +32,7 @@ var reportTemplates = template.Must(template.New("report").Funcs(template.FuncMa
 	"pct":     func(frac float64) float64 { return 100 * frac },
 	"caller":  callerText,
 	"kib":     kib,
+	"div":     func(a, b float64) float64 { return a / b },
 	"split":   func(pr *Profile) string { return splitText(pr.Split, pr) },
 	// shares are the largest shares of a profile (at most kernelRowsShown) under two column titles.
 	"shares": func(what, who string, s []Share) any {
