@@ -33,7 +33,15 @@ var reportTemplates = template.Must(template.New("report").Funcs(template.FuncMa
 	"caller":  callerText,
 	"kib":     kib,
 	"div":     func(a, b float64) float64 { return a / b },
-	"split":   func(pr *Profile) string { return splitText(pr.Split, pr) },
+	"hot":     isHotPath,
+	// nsPrec: ns/op with one decimal below 100 ns, none above.
+	"nsPrec": func(ns float64) int {
+		if ns >= 100 {
+			return 0
+		}
+		return 1
+	},
+	"split": func(pr *Profile) string { return splitText(pr.Split, pr) },
 	// shares are the largest shares of a profile (at most kernelRowsShown) under two column titles.
 	"shares": func(what, who string, s []Share) any {
 		return struct {
