@@ -437,33 +437,25 @@ func (p *reporter) lossRows() []loss {
 
 func (p *reporter) idleSection() {
 	type row struct {
-		Target, Missing, Conns, ProviderCPU, ProviderIdleCPU, ProviderRSS, ProxyCPU, ProxyRSS, ProxyKiB string
-		HB, ProviderHB, ProviderUs, ProxyUs, Failed                                                     string
-		Period                                                                                          time.Duration
+		Target, Err string
+		Period      time.Duration
+		X           *IdleRow
 	}
 	d := struct {
-		Opt          Options
-		DubboGo, Img string
-		Sessions     int
-		Measured     bool
-		Rows         []row
-		Commands     []string
-	}{Opt: p.r.Options, DubboGo: p.r.Machine.DubboGo, Img: p.img, Sessions: dubbogoSessions, Measured: p.r.Idle != nil}
+		Opt                  Options
+		DubboGo, Img, Direct string
+		Sessions             int
+		Measured             bool
+		Rows                 []row
+		Commands             []string
+	}{Opt: p.r.Options, DubboGo: p.r.Machine.DubboGo, Img: p.img, Direct: direct, Sessions: dubbogoSessions, Measured: p.r.Idle != nil}
 	for _, period := range []time.Duration{time.Second, 30 * time.Second} {
 		for _, tg := range targets {
 			x := p.idle(tg, period)
-			if x == nil {
-				d.Rows = append(d.Rows, row{Target: tg, Period: period, Missing: p.errOf(tg, "idle")})
-				continue
+			d.Rows = append(d.Rows, row{tg, p.errOf(tg, "idle"), period, x})
+			if x != nil {
+				d.Commands = append(d.Commands, x.Command)
 			}
-			r := row{Target: tg, Period: period, Conns: count(uint64(x.Conns)), ProviderCPU: pctCore(x.ProviderCPU), ProviderIdleCPU: pctCore(x.ProviderIdleCPU),
-				ProviderRSS: num(x.ProviderRSSMiB, 1), ProxyCPU: pctCore(x.ProxyCPU), ProxyRSS: num(x.ProxyRSSMiB, 1) + " MiB", ProxyKiB: kibStr(x.ProxyKiBPerConn),
-				HB: num(x.HBPerSec, 0), ProviderHB: num(x.ProviderHBPerSec, 1), ProviderUs: usStr(x.ProviderUsPerHB), ProxyUs: usStr(x.ProxyUsPerHB), Failed: count(x.HBFailed)}
-			if tg == direct {
-				r.ProxyCPU, r.ProxyRSS, r.ProxyKiB = "–", "–", "–"
-			}
-			d.Rows = append(d.Rows, r)
-			d.Commands = append(d.Commands, x.Command)
 		}
 	}
 	p.exec("idle", d)
@@ -504,36 +496,27 @@ func oneLine(s string) string {
 
 func (p *reporter) latencySection() {
 	type row struct {
-		Method, Target, Missing, Sent, Failed, P50, P99, P999, Max, Added, Median, ProxyCPU, ProxyUs, Batch, LoadUs string
+		Method, Target, Err, Added string
+		X                          *LatencyRow
 	}
 	d := struct {
-		Opt      Options
-		Img      string
-		Rows     []row
-		Commands []string
-	}{Opt: p.r.Options, Img: p.img}
+		Opt             Options
+		Img, Direct, SG string
+		Rows            []row
+		Commands        []string
+	}{Opt: p.r.Options, Img: p.img, Direct: direct, SG: stormgate}
 	for _, m := range latencyMethods {
-		dr := p.lat(direct, m.name)
+		dp99 := fLat(p.lat(direct, m.name), func(x *LatencyRow) float64 { return x.P99ms })
 		for _, tg := range targets {
 			x := p.lat(tg, m.name)
-			if x == nil {
-				d.Rows = append(d.Rows, row{Method: m.name, Target: tg, Missing: p.errOf(tg, "latency")})
-				continue
-			}
-			r := row{Method: m.name, Target: tg, Sent: count(x.Sent), Failed: count(x.Failed), P50: msStr(x.P50ms), P99: msStr(x.P99ms),
-				P999: msStr(x.P999ms), Max: msStr(x.MaxMs), Added: "–", Median: na, ProxyCPU: "–", ProxyUs: "–", Batch: "–", LoadUs: usStr(x.LoadUsPerReq)}
-			if tg != direct {
-				r.Added = signedMs(x.P99ms - fLat(dr, func(x *LatencyRow) float64 { return x.P99ms }))
-				r.ProxyCPU, r.ProxyUs = pctCore(x.ProxyCPU), usStr(x.ProxyUsPerReq)
-			}
-			if tg == stormgate {
-				r.Batch = num(x.BatchFrames, 2)
-			}
-			if x.P99Seconds > 0 {
-				r.Median = msStr(x.MedianP99ms)
+			r := row{m.name, tg, p.errOf(tg, "latency"), "–", x}
+			if x != nil {
+				if tg != direct {
+					r.Added = signedMs(x.P99ms - dp99)
+				}
+				d.Commands = append(d.Commands, x.Command)
 			}
 			d.Rows = append(d.Rows, r)
-			d.Commands = append(d.Commands, x.Command)
 		}
 	}
 	p.exec("latency", d)
@@ -636,40 +619,18 @@ func (p *reporter) restartSummaryRows() []sumRow {
 }
 
 func (p *reporter) restartSection() {
-	type row struct {
-		Target                                                  string
-		Missing                                                 bool
-		Sent, OK, Errors, Timeouts, Lost, Unsent, Inside        string
-		Closed, Resets, Redials, P99, Max, Down, Recovery, Held string
-		Reheld, StopTook                                        string
-	}
-	cells := func(tg string, x *RestartRow) row {
-		if x == nil {
-			return row{Target: tg, Missing: true}
-		}
-		r := row{Target: tg, Sent: count(x.Sent), OK: count(x.OK), Errors: count(x.Errors), Timeouts: count(x.Timeouts), Lost: count(x.Lost),
-			Unsent: count(x.Unsent), Inside: na, Closed: count(x.ClosedByPeer), Resets: count(x.Resets), Redials: count(x.ConnectFailures),
-			P99: msStr(x.P99ms), Max: msStr(x.MaxMs), Down: dur(x.DownFor), Recovery: dur(x.Recovery), Held: "–", Reheld: "–", StopTook: dur(x.StopTook)}
-		if tg == stormgate {
-			r.Held, r.Reheld = num(x.Held, 0), num(x.Reheld, 0)
-		}
-		if x.InsideAtKill >= 0 {
-			r.Inside = count(uint64(x.InsideAtKill))
-		}
-		return r
-	}
 	d := struct {
-		Opt                               Options
-		Begin, End, Img, Command, Started string
-		ByOther                           bool
-		Kill, Graceful                    []row
-		Commands                          []string
-	}{Opt: p.r.Options, Begin: restartBegin, End: restartEnd, Img: p.img, Command: p.r.Command,
+		Opt                                   Options
+		Begin, End, Img, Command, Started, SG string
+		ByOther                               bool
+		Kill, Graceful                        []targetRow[RestartRow]
+		Commands                              []string
+	}{Opt: p.r.Options, Begin: restartBegin, End: restartEnd, Img: p.img, Command: p.r.Command, SG: stormgate,
 		Started: p.r.Started.UTC().Format("2006-01-02 15:04"), ByOther: p.r.Command != "make bench" && p.r.Restart != nil}
 	for _, tg := range targets {
 		x := p.restart(tg)
-		d.Kill = append(d.Kill, cells(tg, x))
-		d.Graceful = append(d.Graceful, cells(tg, p.graceful(tg)))
+		d.Kill = append(d.Kill, targetRow[RestartRow]{tg, x})
+		d.Graceful = append(d.Graceful, targetRow[RestartRow]{tg, p.graceful(tg)})
 		if x != nil {
 			d.Commands = append(d.Commands, x.Command)
 		}
@@ -678,18 +639,12 @@ func (p *reporter) restartSection() {
 }
 
 func (p *reporter) stormSection() {
-	type row struct {
-		Target                                                              string
-		Missing                                                             bool
-		Overflows, Drops, SynRetrans, Cookies, Opened, ConnectFailures      string
-		Answered, Unanswered, P50, P99, Max, ConnectP99, AnswerP99, Opening string
-	}
 	d := struct {
 		Opt                                                    Options
 		SynBacklog, Syncookies, Rate, Burst, HARate, HABacklog string
 		Procs                                                  int
 		Img                                                    string
-		Rows                                                   []row
+		Rows                                                   []targetRow[StormRow]
 		Commands                                               []string
 	}{Opt: p.r.Options, SynBacklog: na, Syncookies: na, Rate: na, Burst: na, HARate: na, HABacklog: na, Procs: haproxyProcs, Img: p.img}
 	if st := p.r.Storm; st != nil {
@@ -698,15 +653,10 @@ func (p *reporter) stormSection() {
 	}
 	for _, tg := range []string{baseline, haproxy, stormgate} {
 		x := p.storm(tg)
-		if x == nil {
-			d.Rows = append(d.Rows, row{Target: tg, Missing: true})
-			continue
+		d.Rows = append(d.Rows, targetRow[StormRow]{tg, x})
+		if x != nil {
+			d.Commands = append(d.Commands, x.Command)
 		}
-		d.Rows = append(d.Rows, row{Target: tg, Overflows: count(x.ListenOverflows), Drops: count(x.ListenDrops), SynRetrans: count(x.SynRetrans),
-			Cookies: count(x.ReqQFullDoCookies), Opened: count(x.Opened), ConnectFailures: count(x.ConnectFailures), Answered: count(x.HBAnswered),
-			Unanswered: count(x.HBFailed), P50: firstAt(x, 0.5, x.FirstP50ms), P99: firstP99(x), Max: firstMax(x), ConnectP99: msStr(x.ConnectP99ms),
-			AnswerP99: msStr(x.AnswerP99ms), Opening: msStr(x.OpeningMs)})
-		d.Commands = append(d.Commands, x.Command)
 	}
 	p.exec("storm", d)
 }

@@ -17,23 +17,27 @@ import (
 var templateFiles embed.FS
 
 var reportTemplates = template.Must(template.New("report").Funcs(template.FuncMap{
-	"count":   countOf,
-	"num":     num,
-	"dur":     dur,
-	"us":      usStr,
-	"ms":      msStr,
-	"pctCore": pctCore,
-	"ratio":   ratio,
-	"times":   times,
-	"verdict": verdict,
-	"title":   func(tg string) string { return targetTitle[tg] },
-	"oneLine": oneLine,
-	"details": func(title string, lines []string) cmdsBlock { return cmdsBlock{title, lines} },
-	"pct":     func(frac float64) float64 { return 100 * frac },
-	"caller":  callerText,
-	"kib":     kib,
-	"div":     func(a, b float64) float64 { return a / b },
-	"hot":     isHotPath,
+	"count":    countOf,
+	"num":      num,
+	"dur":      dur,
+	"us":       usStr,
+	"ms":       msStr,
+	"pctCore":  pctCore,
+	"ratio":    ratio,
+	"times":    times,
+	"verdict":  verdict,
+	"title":    func(tg string) string { return targetTitle[tg] },
+	"oneLine":  oneLine,
+	"details":  func(title string, lines []string) cmdsBlock { return cmdsBlock{title, lines} },
+	"pct":      func(frac float64) float64 { return 100 * frac },
+	"caller":   callerText,
+	"kib":      kib,
+	"div":      func(a, b float64) float64 { return a / b },
+	"hot":      isHotPath,
+	"kibStr":   kibStr,
+	"firstAt":  firstAt,
+	"firstP99": firstP99,
+	"firstMax": firstMax,
 	// nsPrec: ns/op with one decimal below 100 ns, none above.
 	"nsPrec": func(ns float64) int {
 		if ns >= 100 {
@@ -73,6 +77,12 @@ func times(v []float64) string {
 		s = append(s, num(x, 2)+"×")
 	}
 	return strings.Join(s, ", ")
+}
+
+// targetRow is one target's row of a table; X is nil when the target was not measured.
+type targetRow[T any] struct {
+	Target string
+	X      *T
 }
 
 // cmdsBlock is a folded list of command lines under a title (the "cmds" template).
