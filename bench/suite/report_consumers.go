@@ -12,24 +12,14 @@ func (p *reporter) giveUpRow(tg string, timeout time.Duration) *GiveUpRow {
 	if p.r.GiveUp == nil {
 		return nil
 	}
-	for i := range p.r.GiveUp.Rows {
-		if x := &p.r.GiveUp.Rows[i]; x.Target == tg && x.Timeout == timeout && x.Error == "" {
-			return x
-		}
-	}
-	return nil
+	return find(p.r.GiveUp.Rows, func(x *GiveUpRow) bool { return x.Target == tg && x.Timeout == timeout && x.Error == "" })
 }
 
 func (p *reporter) greedyRow(tg, kind string) *GreedyRow {
 	if p.r.Greedy == nil {
 		return nil
 	}
-	for i := range p.r.Greedy.Rows {
-		if x := &p.r.Greedy.Rows[i]; x.Target == tg && x.Neighbours == kind && x.Error == "" {
-			return x
-		}
-	}
-	return nil
+	return find(p.r.Greedy.Rows, func(x *GreedyRow) bool { return x.Target == tg && x.Neighbours == kind && x.Error == "" })
 }
 
 // consumersSummaryRows are the summary's rows for the give-up and greedy scenarios.

@@ -28,38 +28,23 @@ const (
 // --- lookups ---
 
 func (p *reporter) profile(key, tg string) *Profile {
-	for i := range p.r.Profiles {
-		x := &p.r.Profiles[i]
-		if x.Scenario == key && x.Target == tg {
-			return x
-		}
-	}
-	return nil
+	return find(p.r.Profiles, func(x *Profile) bool { return x.Scenario == key && x.Target == tg })
 }
 
 func (p *reporter) fwdRow(tg string, l FwdLoad) *FwdRow {
 	if p.r.Forward == nil {
 		return nil
 	}
-	for i := range p.r.Forward.Rows {
-		x := &p.r.Forward.Rows[i]
-		if x.Target == tg && x.Conns == l.Conns && x.Rate == l.Rate && x.Error == "" && len(x.UsPerReq) > 0 {
-			return x
-		}
-	}
-	return nil
+	return find(p.r.Forward.Rows, func(x *FwdRow) bool {
+		return x.Target == tg && x.Conns == l.Conns && x.Rate == l.Rate && x.Error == "" && len(x.UsPerReq) > 0
+	})
 }
 
 func (p *reporter) quietRow(tg string) *QuietRow {
 	if p.r.Quiet == nil {
 		return nil
 	}
-	for i := range p.r.Quiet.Rows {
-		if p.r.Quiet.Rows[i].Target == tg {
-			return &p.r.Quiet.Rows[i]
-		}
-	}
-	return nil
+	return find(p.r.Quiet.Rows, func(x *QuietRow) bool { return x.Target == tg })
 }
 
 func (r *FwdRow) median() float64 {
