@@ -198,10 +198,6 @@ func (se *TPSeries) maxStep() *TPStep {
 	return find(se.Steps, func(x *TPStep) bool { return x.Pass && x.Rate == se.Max })
 }
 
-func (se *TPSeries) stepAt(rate float64) *TPStep {
-	return find(se.Steps, func(x *TPStep) bool { return x.Rate == rate })
-}
-
 // restart and graceful are the SIGKILL and SIGTERM restart rows of a target.
 func (p *reporter) restart(tg string) *RestartRow {
 	if p.r.Restart == nil {
