@@ -454,11 +454,9 @@ func upperFirst(s string) string {
 // --- sections ---
 
 func (p *reporter) heartbeatSection() {
-	type window struct{ Pair, Target, Window, CPU, HB, PerHB, Kernel string }
 	d := struct {
 		Opt                      Options
 		HR                       *HeartbeatResult
-		Windows                  []window
 		Ratio, Floor, SG, Target float64
 		Met                      bool
 		Pairs, NPPairs           []float64
@@ -470,17 +468,6 @@ func (p *reporter) heartbeatSection() {
 		d.Met = d.Ratio <= targetHBRatio
 		d.NPRatio, _, d.NPUs, d.NPPairs = hr.ratioOf(npFloor)
 		d.SGOverNP = d.SG / d.NPUs
-		for _, w := range hr.Windows {
-			x := window{Pair: fmt.Sprint(w.Pair + 1), Target: w.Target, Window: dur(w.Elapsed),
-				CPU: pctCore(float64(w.CPU) / float64(max(w.Elapsed, 1))), HB: num(w.HB, 0), PerHB: usStr(w.UsPerHB()), Kernel: na}
-			if w.Profiled {
-				x.Pair = "profiled"
-			}
-			if w.HB > 0 {
-				x.Kernel = usStr(float64(w.Sys) / 1e3 / w.HB)
-			}
-			d.Windows = append(d.Windows, x)
-		}
 		for _, tg := range hbTargets {
 			d.Commands = append(d.Commands, hr.Commands[tg])
 		}

@@ -35,6 +35,7 @@ var reportTemplates = template.Must(template.New("report").Funcs(template.FuncMa
 	"div":      func(a, b float64) float64 { return a / b },
 	"hot":      isHotPath,
 	"kibStr":   kibStr,
+	"inc":      func(n int) int { return n + 1 },
 	"firstAt":  firstAt,
 	"firstP99": firstP99,
 	"firstMax": firstMax,
