@@ -123,3 +123,27 @@ func firstDiff(a, b []byte) int {
 	}
 	return min(len(a), len(b))
 }
+
+// TestSoakSectionMatchesGolden renders the soak section from testdata/render/soak.json (a real
+// `make soak` run's soak.json without its per-sample series and load details, which the section
+// does not show) and compares it with the golden copy: the section docs/benchmarks.md had, with
+// the local replies in name order.
+func TestSoakSectionMatchesGolden(t *testing.T) {
+	b, err := os.ReadFile("testdata/render/soak.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r SoakResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("testdata/render/soak.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 { // map order differs from one range to the next
+		if got := r.markdown(); got != string(want) {
+			t.Fatalf("soak section differs from testdata/render/soak.md at byte %d:\n%s", firstDiff([]byte(got), want), got)
+		}
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -48,8 +50,8 @@ func (r *SoakResult) markdown() string {
 	p("\n")
 	if len(r.LocalReplies) > 0 {
 		var parts []string
-		for k, v := range r.LocalReplies {
-			parts = append(parts, fmt.Sprintf("%s %.0f", k, v))
+		for _, k := range slices.Sorted(maps.Keys(r.LocalReplies)) {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k, r.LocalReplies[k]))
 		}
 		p("Error answers came from Stormgate itself (`stormgate_local_replies_total`: %s): requests in flight on a "+
 			"provider connection when the provider was killed, or held longer than the hold timeout while it was down.\n\n",
