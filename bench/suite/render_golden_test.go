@@ -142,7 +142,11 @@ func TestSoakSectionMatchesGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 5 { // map order differs from one range to the next
-		if got := r.markdown(); got != string(want) {
+		got, err := r.markdown()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != string(want) {
 			t.Fatalf("soak section differs from testdata/render/soak.md at byte %d:\n%s", firstDiff([]byte(got), want), got)
 		}
 	}
