@@ -34,9 +34,10 @@
 // The report: the doc's prose and tables are text/template files in templates/, embedded with
 // go:embed and parsed once with the Go code's formatting functions (report_tmpl.go); the Go code
 // gathers the figures, picks verdicts and notes, and draws the plots (svg.go). testdata/render
-// holds a real run's results.json and the doc and plots it renders to; TestRenderMatchesGolden
-// holds every change to the report to them byte for byte (go test -run TestRenderMatchesGolden
-// -update rewrites them for a change that is meant).
+// holds a real run's results.json and the doc and plots it renders to, and a real soak.json and its
+// section; TestRenderMatchesGolden and TestSoakSectionMatchesGolden hold every change to the
+// report to them byte for byte (go test -run TestRenderMatchesGolden -update rewrites the first
+// for a change that is meant).
 //
 // Subcommands:
 //
