@@ -99,7 +99,7 @@ func waitFor(ctx context.Context, p *Proc, timeout time.Duration, what string, c
 			return nil
 		}
 		if p != nil && p.Exited() {
-			return fmt.Errorf("%s exited while waiting for %s (%v); see %s", p.Name, what, p.waitErr, p.LogPath)
+			return fmt.Errorf("%s exited while waiting for %s (%v); see %s", p.Name, what, p.Err(), p.LogPath)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("timed out after %v waiting for %s", timeout, what)
