@@ -29,6 +29,8 @@ type Spec struct {
 	Log io.Writer
 	// OnLine, if set, is called with every output line from the reader goroutines.
 	OnLine func(Line)
+	// Stdin gives the Proc a pipe to the child's standard input (else it reads /dev/null).
+	Stdin bool
 }
 
 // Line is one line of the child's output.
@@ -39,8 +41,9 @@ type Line struct {
 
 // Proc is a started child process.
 type Proc struct {
-	Name string
-	PID  int
+	Name  string
+	PID   int
+	Stdin io.WriteCloser // with Spec.Stdin
 
 	group bool
 	cmd   *exec.Cmd
@@ -77,6 +80,11 @@ func Start(ctx context.Context, sp Spec) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	if sp.Stdin {
+		if p.Stdin, err = cmd.StdinPipe(); err != nil {
+			return nil, err
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", sp.Name, err)
 	}
@@ -84,7 +92,7 @@ func Start(ctx context.Context, sp Spec) (*Proc, error) {
 	var logMu sync.Mutex
 	read := func(r io.Reader, isStderr bool) {
 		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		sc.Buffer(make([]byte, 64<<10), 64<<20)
 		for sc.Scan() {
 			l := Line{Stderr: isStderr, Text: sc.Text()}
 			if sp.Log != nil {
@@ -139,13 +147,21 @@ func (p *Proc) Lines(stderr bool) []string {
 // WaitLine returns the first kept line, from the start, that match accepts, waiting for more
 // output until ctx ends (its error) or the process has exited (an error wrapping ErrExited).
 func (p *Proc) WaitLine(ctx context.Context, match func(Line) bool) (Line, error) {
-	seen := 0
+	var seen int
+	return p.WaitLineAfter(ctx, &seen, match)
+}
+
+// WaitLineAfter is WaitLine from the *seen-th line on (counted from the start, dropped lines
+// included); *seen is left just past the lines it read, so successive calls read on.
+func (p *Proc) WaitLineAfter(ctx context.Context, seen *int, match func(Line) bool) (Line, error) {
 	for {
 		exited := p.Exited() // before the scan: a process that has exited has no more lines
 		p.mu.Lock()
-		seen = max(seen, p.dropped)
-		for ; seen < p.dropped+len(p.lines); seen++ {
-			if l := p.lines[seen-p.dropped]; match(l) {
+		*seen = max(*seen, p.dropped)
+		for *seen < p.dropped+len(p.lines) {
+			l := p.lines[*seen-p.dropped]
+			*seen++
+			if match(l) {
 				p.mu.Unlock()
 				return l, nil
 			}

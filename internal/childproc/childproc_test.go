@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -100,5 +101,31 @@ func TestContextEndKills(t *testing.T) {
 			p.Kill()
 		}
 		cancel()
+	}
+}
+
+func TestStdinAndWaitLineAfter(t *testing.T) {
+	p, err := Start(context.Background(), Spec{Name: "cat", Argv: []string{"cat"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var seen int
+	for _, want := range []string{"a 1", "b", "a 2"} {
+		if _, err := io.WriteString(p.Stdin, want+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"a 1", "a 2"} { // each call reads on from the last
+		l, err := p.WaitLineAfter(ctx, &seen, func(l Line) bool { return strings.HasPrefix(l.Text, "a ") })
+		if err != nil || l.Text != want {
+			t.Fatalf("WaitLineAfter = %q, %v; want %q", l.Text, err, want)
+		}
+	}
+	p.Stdin.Close() // cat exits at EOF
+	if err := p.Wait(); err != nil {
+		t.Errorf("cat: %v", err)
 	}
 }
