@@ -64,10 +64,16 @@ func TestGroupKillReachesGrandchildren(t *testing.T) {
 	}
 	var child int
 	fmt.Sscan(l.Text, &child)
-	p.Kill() // returns once the pipes are at EOF: the sleep, which holds them too, is dead
-	// Dead: gone, or a zombie until init reaps it.
-	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child)); err == nil && !strings.Contains(string(st), ") Z ") {
-		t.Errorf("grandchild %d still alive after Kill: %s", child, st)
+	p.Kill() // returns once the pipes are at EOF: the sleep, which holds them too, is exiting
+	// Dead soon: gone, or a zombie until init reaps it (it closes its files before it is a zombie).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		if err != nil || strings.Contains(string(st), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("grandchild %d still alive 10s after Kill: %s", child, st)
+		}
 	}
 }
 
