@@ -24,6 +24,21 @@
 // profile from Stormgate's admin listener (fetched by one goroutine that the profile's finish waits
 // for); they are parsed after the load has ended.
 //
+// The scenarios are one table (scenarios.go): a name for --scenarios, the run method whose result
+// goes into Results, what it needs (HAProxy, the floor programs, the dubbo-go binaries) and, for
+// fleet and restart, how --update-section rewrites its section alone. A scenario copies its
+// settings into its result as it starts; the report reads them from Results.Options, and
+// loadResults puts a result's copies back into Options for results.json files written before
+// Options held them (settingsFromResults).
+//
+// The report: the doc's prose and tables are text/template files in templates/, embedded with
+// go:embed and parsed once with the Go code's formatting functions (report_tmpl.go); the Go code
+// gathers the figures, picks verdicts and notes, and draws the plots (svg.go). testdata/render
+// holds a real run's results.json and the doc and plots it renders to, and a real soak.json and its
+// section; TestRenderMatchesGolden and TestSoakSectionMatchesGolden hold every change to the
+// report to them byte for byte (go test -run TestRenderMatchesGolden -update rewrites the first
+// for a change that is meant).
+//
 // Subcommands:
 //
 //	suite run       run the scenarios, save results.json, write the doc and the plots

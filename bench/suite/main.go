@@ -93,8 +93,6 @@ type Options struct {
 	FleetChanges       int `json:"fleet_changes"`
 }
 
-var allScenarios = []string{"micro", "quiet", "idle", "heartbeat", "latency", "forward", "throughput", "restart", "giveup", "greedy", "storm", "fleet"}
-
 // Bins are the executables the suite drives.
 type Bins struct {
 	sidecar, stormbench, dgprovider, dgconsumer, haproxy, self string
@@ -271,10 +269,9 @@ func cmdRun(args []string) error {
 	_ = fs.Parse(args)
 
 	o.Scenarios = strings.Split(scen, ",")
-	for _, sc := range o.Scenarios {
-		if !slices.Contains(allScenarios, sc) {
-			return fmt.Errorf("unknown scenario %q", sc)
-		}
+	run, err := selectScenarios(o.Scenarios)
+	if err != nil {
+		return err
 	}
 	for f := range strings.SplitSeq(tpConns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -343,17 +340,21 @@ func cmdRun(args []string) error {
 	if s.bins.self, err = os.Executable(); err != nil {
 		return err
 	}
-	if s.bins.haproxy, err = exec.LookPath("haproxy"); err != nil && needsHAProxy(o.Scenarios) {
-		return errors.New("haproxy not found (bench/run.sh installs it with apt-get)")
-	}
+	s.bins.haproxy, _ = exec.LookPath("haproxy") // "" when missing; the doc names its version when found
 	need := []string{s.bins.sidecar, s.bins.stormbench}
-	if slices.Contains(o.Scenarios, "giveup") {
-		need = append(need, s.bins.dgprovider, s.bins.dgconsumer)
+	for _, sc := range run {
+		if sc.haproxy && s.bins.haproxy == "" {
+			return errors.New("haproxy not found (bench/run.sh installs it with apt-get)")
+		}
+		if sc.dubboGo {
+			need = append(need, s.bins.dgprovider, s.bins.dgconsumer)
+		}
+		if sc.floor {
+			need = append(need, s.bins.hbfloor, s.bins.fwdfloor, s.bins.npfloor, s.bins.npfwd)
+		}
 	}
-	if needsFloor(o.Scenarios) {
-		need = append(need, s.bins.hbfloor, s.bins.fwdfloor, s.bins.npfloor, s.bins.npfwd)
-	}
-	if err := requireBins("bench/run.sh", need...); err != nil {
+	slices.Sort(need)
+	if err := requireBins("bench/run.sh", slices.Compact(need)...); err != nil {
 		return err
 	}
 
@@ -368,46 +369,20 @@ func cmdRun(args []string) error {
 		s.logf("perf cannot sample here (perf stat -e task-clock,raw_syscalls:sys_enter failed): profiles from Go's profiler only")
 	}
 	start := time.Now()
-	for _, sc := range o.Scenarios {
+	for _, sc := range run {
 		if ctx.Err() != nil {
 			break
 		}
 		t0 := time.Now()
-		s.logf("== %s", sc)
-		var err error
-		switch sc {
-		case "micro":
-			res.Micro = s.runMicro(ctx)
-		case "idle":
-			res.Idle, err = s.runIdle(ctx)
-		case "latency":
-			res.Latency, err = s.runLatency(ctx)
-		case "throughput":
-			res.Throughput, err = s.runThroughput(ctx)
-		case "restart":
-			res.Restart, err = s.runRestart(ctx)
-		case "giveup":
-			res.GiveUp, err = s.runGiveUp(ctx)
-		case "greedy":
-			res.Greedy, err = s.runGreedy(ctx)
-		case "storm":
-			res.Storm, err = s.runStorm(ctx)
-		case "fleet":
-			res.Fleet, err = s.runFleet(ctx)
-		case "quiet":
-			res.Quiet, err = s.runQuiet(ctx)
-		case "heartbeat":
-			res.Heartbeat, err = s.runHeartbeat(ctx)
-		case "forward":
-			res.Forward, err = s.runForward(ctx)
-		}
+		s.logf("== %s", sc.name)
+		err := sc.run(s, ctx, res)
 		s.cleanup()
 		res.Profiles = append(res.Profiles, s.takeProfiles()...)
 		if err != nil {
-			s.logf("!! %s: %v", sc, err)
-			res.Failures = append(res.Failures, fmt.Sprintf("%s: %v", sc, err))
+			s.logf("!! %s: %v", sc.name, err)
+			res.Failures = append(res.Failures, fmt.Sprintf("%s: %v", sc.name, err))
 		}
-		s.logf("== %s done in %v", sc, time.Since(t0).Round(time.Second))
+		s.logf("== %s done in %v", sc.name, time.Since(t0).Round(time.Second))
 		// A partial results.json after every scenario: a killed run still leaves what it measured.
 		res.Wall = time.Since(start)
 		res.Machine.LoadAvgPost = loadAvg()
@@ -436,10 +411,6 @@ func cmdRun(args []string) error {
 	return nil
 }
 
-func needsFloor(sc []string) bool {
-	return slices.Contains(sc, "heartbeat") || slices.Contains(sc, "forward") || slices.Contains(sc, "quiet")
-}
-
 // requireBins fails when a binary is missing, naming the script that builds it.
 func requireBins(script string, paths ...string) error {
 	for _, b := range paths {
@@ -448,15 +419,6 @@ func requireBins(script string, paths ...string) error {
 		}
 	}
 	return nil
-}
-
-func needsHAProxy(sc []string) bool {
-	for _, s := range sc {
-		if s != "micro" && s != "fleet" {
-			return true
-		}
-	}
-	return false
 }
 
 // quickOptions shrinks every scenario for development runs.

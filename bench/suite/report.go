@@ -29,7 +29,11 @@ func writeReport(r *Results, docPath, imgDir string) error {
 	if err := os.MkdirAll(filepath.Dir(docPath), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(docPath, []byte(keepSections(rp.markdown(), docPath)), 0o644)
+	doc := rp.markdown()
+	if rp.err != nil {
+		return rp.err
+	}
+	return os.WriteFile(docPath, []byte(keepSections(doc, docPath)), 0o644)
 }
 
 // Sections other runs write into the same doc, which make bench keeps as they are: the soak's
@@ -72,6 +76,7 @@ type reporter struct {
 	r   *Results
 	img string // plots directory relative to the doc
 	b   strings.Builder
+	err error // the first template error
 }
 
 func (p *reporter) f(format string, args ...any) { fmt.Fprintf(&p.b, format, args...) }
@@ -171,58 +176,26 @@ func (p *reporter) idle(tg string, period time.Duration) *IdleRow {
 	if p.r.Idle == nil {
 		return nil
 	}
-	for i := range p.r.Idle.Rows {
-		x := &p.r.Idle.Rows[i]
-		if x.Target == tg && x.Period == period && x.Error == "" {
-			return x
-		}
-	}
-	return nil
+	return find(p.r.Idle.Rows, func(x *IdleRow) bool { return x.Target == tg && x.Period == period && x.Error == "" })
 }
 
 func (p *reporter) lat(tg, method string) *LatencyRow {
 	if p.r.Latency == nil {
 		return nil
 	}
-	for i := range p.r.Latency.Rows {
-		x := &p.r.Latency.Rows[i]
-		if x.Target == tg && x.Method == method && x.Error == "" {
-			return x
-		}
-	}
-	return nil
+	return find(p.r.Latency.Rows, func(x *LatencyRow) bool { return x.Target == tg && x.Method == method && x.Error == "" })
 }
 
 func (p *reporter) tp(tg string, conns int) *TPSeries {
 	if p.r.Throughput == nil {
 		return nil
 	}
-	for i := range p.r.Throughput.Series {
-		x := &p.r.Throughput.Series[i]
-		if x.Target == tg && x.Conns == conns && x.Error == "" {
-			return x
-		}
-	}
-	return nil
+	return find(p.r.Throughput.Series, func(x *TPSeries) bool { return x.Target == tg && x.Conns == conns && x.Error == "" })
 }
 
 // maxStep is the passing step at the series' maximum.
 func (se *TPSeries) maxStep() *TPStep {
-	for i := range se.Steps {
-		if se.Steps[i].Pass && se.Steps[i].Rate == se.Max {
-			return &se.Steps[i]
-		}
-	}
-	return nil
-}
-
-func (se *TPSeries) stepAt(rate float64) *TPStep {
-	for i := range se.Steps {
-		if se.Steps[i].Rate == rate {
-			return &se.Steps[i]
-		}
-	}
-	return nil
+	return find(se.Steps, func(x *TPStep) bool { return x.Pass && x.Rate == se.Max })
 }
 
 // restart and graceful are the SIGKILL and SIGTERM restart rows of a target.
@@ -244,19 +217,18 @@ func (p *reporter) storm(tg string) *StormRow {
 	if p.r.Storm == nil {
 		return nil
 	}
-	for i := range p.r.Storm.Rows {
-		x := &p.r.Storm.Rows[i]
-		if x.Target == tg && x.Error == "" {
-			return x
-		}
-	}
-	return nil
+	return find(p.r.Storm.Rows, func(x *StormRow) bool { return x.Target == tg && x.Error == "" })
 }
 
 func restartRowOf(rows []RestartRow, tg string) *RestartRow {
+	return find(rows, func(x *RestartRow) bool { return x.Target == tg && x.Error == "" })
+}
+
+// find is the first of rows that ok accepts, nil when none does.
+func find[T any](rows []T, ok func(*T) bool) *T {
 	for i := range rows {
-		if x := &rows[i]; x.Target == tg && x.Error == "" {
-			return x
+		if ok(&rows[i]) {
+			return &rows[i]
 		}
 	}
 	return nil

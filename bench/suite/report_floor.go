@@ -28,45 +28,23 @@ const (
 // --- lookups ---
 
 func (p *reporter) profile(key, tg string) *Profile {
-	for i := range p.r.Profiles {
-		x := &p.r.Profiles[i]
-		if x.Scenario == key && x.Target == tg {
-			return x
-		}
-	}
-	return nil
+	return find(p.r.Profiles, func(x *Profile) bool { return x.Scenario == key && x.Target == tg })
 }
 
 func (p *reporter) fwdRow(tg string, l FwdLoad) *FwdRow {
 	if p.r.Forward == nil {
 		return nil
 	}
-	for i := range p.r.Forward.Rows {
-		x := &p.r.Forward.Rows[i]
-		if x.Target == tg && x.Conns == l.Conns && x.Rate == l.Rate && x.Error == "" && len(x.UsPerReq) > 0 {
-			return x
-		}
-	}
-	return nil
-}
-
-func (p *reporter) fwdLoads() []FwdLoad {
-	if p.r.Forward != nil {
-		return p.r.Forward.Loads
-	}
-	return p.r.Options.FwdLoads
+	return find(p.r.Forward.Rows, func(x *FwdRow) bool {
+		return x.Target == tg && x.Conns == l.Conns && x.Rate == l.Rate && x.Error == "" && len(x.UsPerReq) > 0
+	})
 }
 
 func (p *reporter) quietRow(tg string) *QuietRow {
 	if p.r.Quiet == nil {
 		return nil
 	}
-	for i := range p.r.Quiet.Rows {
-		if p.r.Quiet.Rows[i].Target == tg {
-			return &p.r.Quiet.Rows[i]
-		}
-	}
-	return nil
+	return find(p.r.Quiet.Rows, func(x *QuietRow) bool { return x.Target == tg })
 }
 
 func (r *FwdRow) median() float64 {
@@ -93,7 +71,7 @@ func (p *reporter) heartbeatSummaryRow() sumRow {
 	r, fl, sg, pairs := hr.ratio()
 	known := len(pairs) > 0
 	row := sumRow{
-		figure: fmt.Sprintf("CPU per answered heartbeat, %s consumers beating every second: Stormgate ÷ the bare epoll responder (same run, alternating windows, median of %d)", count(uint64(p.hbConns())), max(len(pairs), p.hbPairs())),
+		figure: fmt.Sprintf("CPU per answered heartbeat, %s consumers beating every second: Stormgate ÷ the bare epoll responder (same run, alternating windows, median of %d)", count(uint64(p.r.Options.HBConns)), max(len(pairs), p.r.Options.HBPairs)),
 		d:      "–", h: "–", target: fmt.Sprintf("≤ %s×", num(targetHBRatio, 2)), known: known, ok: r <= targetHBRatio,
 	}
 	row.s = na
@@ -125,7 +103,7 @@ func (p *reporter) quietSummaryRow() sumRow {
 	}
 	sv := cores(s)
 	row := sumRow{
-		figure: fmt.Sprintf("CPU with no consumer connected, over %s (Direct: the dubbo-go provider alone)", dur(p.quietWindow())),
+		figure: fmt.Sprintf("CPU with no consumer connected, over %s (Direct: the dubbo-go provider alone)", dur(p.r.Options.QuietWindow)),
 		d:      pctCore3(cores(d)), h: pctCore3(cores(h)), s: pctCore3(sv), target: "Stormgate ≤ " + pctCore2(targetQuiet),
 		known: s != nil, ok: sv <= targetQuiet,
 	}
@@ -141,7 +119,7 @@ func (p *reporter) idle30SummaryRow() sumRow {
 	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
 	hv, sv := fIdle(h, pc), fIdle(s, pc)
 	row := sumRow{
-		figure: fmt.Sprintf("Proxy CPU with %s idle consumers heartbeating every 30 s", count(uint64(p.idleConns()))),
+		figure: fmt.Sprintf("Proxy CPU with %s idle consumers heartbeating every 30 s", count(uint64(p.r.Options.IdleConns))),
 		d:      "–", h: pctCore2(hv), s: pctCore2(sv), target: "Stormgate ≤ HAProxy", known: !math.IsNaN(hv + sv), ok: sv <= hv,
 	}
 	if row.known {
@@ -153,12 +131,12 @@ func (p *reporter) idle30SummaryRow() sumRow {
 
 func (p *reporter) forwardSummaryRows() []sumRow {
 	var rows []sumRow
-	for _, l := range p.fwdLoads() {
+	for _, l := range p.r.Options.FwdLoads {
 		h, s, f, n := p.fwdRow(haproxy, l), p.fwdRow(stormgate, l), p.fwdRow(fwdFloor, l), p.fwdRow(npFwd, l)
 		hv, sv, fv, nv := h.median(), s.median(), f.median(), n.median()
 		row := sumRow{
 			figure: fmt.Sprintf("Proxy CPU per forwarded request, SayHello on the dubbo-go provider, %s conns, %s req/s: Stormgate ÷ HAProxy (median of %d alternating rounds)",
-				count(uint64(l.Conns)), num(l.Rate, 0), p.fwdWindows()),
+				count(uint64(l.Conns)), num(l.Rate, 0), p.r.Options.FwdWindows),
 			d: "–", h: usStr(hv), s: usStr(sv), target: fmt.Sprintf("≤ %s×", num(targetFwdRatio, 1)),
 			known: !math.IsNaN(hv+sv) && hv > 0, ok: sv <= targetFwdRatio*hv,
 		}
@@ -197,7 +175,7 @@ func (p *reporter) labelCostRow(l FwdLoad) sumRow {
 	sv, nv := s.median(), n.median()
 	row := sumRow{
 		figure: fmt.Sprintf("Stormgate CPU per forwarded request with per-method metrics ÷ without (metrics.max_methods 0), %s conns, %s req/s (median of %d alternating rounds)",
-			count(uint64(l.Conns)), num(l.Rate, 0), p.fwdWindows()),
+			count(uint64(l.Conns)), num(l.Rate, 0), p.r.Options.FwdWindows),
 		d: "–", h: "–", s: usStr(sv) + " ÷ " + usStr(nv) + " (" + ratio(sv, nv) + ")", target: fmt.Sprintf("≤ %s×", num(targetLabelCost, 2)),
 		known: !math.IsNaN(sv+nv) && nv > 0, ok: sv <= targetLabelCost*nv,
 	}
@@ -229,7 +207,7 @@ func (p *reporter) baseCostRow(l FwdLoad) sumRow {
 	sv, bv := s.median(), b.median()
 	row := sumRow{
 		figure: fmt.Sprintf("Stormgate CPU per forwarded request (per-method metrics off) ÷ the same at %s, %s conns, %s req/s (median of %d alternating rounds)",
-			p.r.Forward.Base, count(uint64(l.Conns)), num(l.Rate, 0), p.fwdWindows()),
+			p.r.Forward.Base, count(uint64(l.Conns)), num(l.Rate, 0), p.r.Options.FwdWindows),
 		d: "–", h: "–", s: usStr(sv) + " ÷ " + usStr(bv) + " (" + ratio(sv, bv) + ")", target: fmt.Sprintf("≤ %s×", num(targetBaseCost, 2)),
 		known: !math.IsNaN(sv+bv) && bv > 0, ok: sv <= targetBaseCost*bv,
 	}
@@ -443,22 +421,6 @@ func quietWhy(sg, ha *Profile) string {
 	return strings.TrimSpace(s)
 }
 
-// shareTable prints the largest shares with their top items ("–" when none).
-func (p *reporter) shareTable(what, whoTitle string, shares []Share) {
-	if len(shares) == 0 {
-		return
-	}
-	p.f("| %s | Share of all samples | %s |\n", what, whoTitle)
-	p.ln("|---|---|---|")
-	for i, k := range shares {
-		if i == kernelRowsShown {
-			break
-		}
-		p.f("| %s | %s %% | %s |\n", k.Name, num(100*k.Frac, 1), callerText(k.Top))
-	}
-	p.ln("")
-}
-
 // callerText prints a share's top item: a function in code format, or the runtime's own
 // activity ("the runtime: sysmon") as text.
 func callerText(s string) string {
@@ -489,199 +451,95 @@ func upperFirst(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-// --- option fallbacks ---
-
-func (p *reporter) hbConns() int {
-	if p.r.Heartbeat != nil {
-		return p.r.Heartbeat.Conns
-	}
-	return p.r.Options.HBConns
-}
-func (p *reporter) hbPairs() int {
-	if p.r.Heartbeat != nil {
-		return p.r.Heartbeat.Pairs
-	}
-	return p.r.Options.HBPairs
-}
-func (p *reporter) quietWindow() time.Duration {
-	if p.r.Quiet != nil {
-		return p.r.Quiet.Window
-	}
-	return p.r.Options.QuietWindow
-}
-func (p *reporter) fwdWindows() int {
-	if p.r.Forward != nil {
-		return p.r.Forward.Windows
-	}
-	return p.r.Options.FwdWindows
-}
-
 // --- sections ---
 
 func (p *reporter) heartbeatSection() {
-	p.ln("## 7. Heartbeats against the kernel's floor")
-	p.ln("")
-	hr := p.r.Heartbeat
-	p.f("What it costs to answer a heartbeat, against the least it can cost on this machine: `bench/floor/hbfloor.c`, a single-threaded C program on one level-triggered epoll set that reads a readable connection once, answers every heartbeat in what it read with the Java-exact reply and writes them in one write(2), and does nothing else. Beside it, the least a design on netpoll's connections can cost: `bench/floor/npfloor`, a Go program that sets netpoll up as Stormgate does (one poller per core, handlers inline on the pollers, 256-byte input buffers) and whose handler answers every heartbeat in a connection's input in one write(2), keeping a header split across reads as the C responder does, and does nothing else. All three run for the whole scenario, each with %s consumers of its own beating every second (`stormbench load`); the load tools of the targets not being measured are stopped (SIGSTOP), so each window has the machine to itself. Windows alternate (responder, netpoll responder, Stormgate, then the reverse order, …) so a change in the machine's load hits all alike; each starts %s after its load tool resumed (the tool sends what fell due while it was stopped at once, then goes back to its even schedule). CPU is utime+stime of the target's process over the window; heartbeats are the target's own count of heartbeats answered (Stormgate's `stormgate_heartbeats_answered_total{side=\"downstream\"}`, the responder's count printed on SIGUSR1), read just outside the CPU samples. The figure is the median over the rounds of Stormgate's CPU per heartbeat ÷ the responder's. A last round runs under the profilers (section 10) and is not part of the figure.\n",
-		count(uint64(p.hbConns())), dur(p.hbSettle()))
-	p.ln("")
-	if hr == nil {
-		p.ln("Not measured in this run.")
-		p.ln("")
-		return
-	}
-	if hr.Error != "" {
-		p.f("The scenario failed: %s\n\n", oneLine(hr.Error))
-	}
-	r, fl, sg, pairs := hr.ratio()
-	p.ln("| Pair | Target | Window | CPU | Heartbeats answered | CPU per heartbeat | of which in the kernel |")
-	p.ln("|---|---|---|---|---|---|---|")
-	for _, w := range hr.Windows {
-		pair := fmt.Sprint(w.Pair + 1)
-		if w.Profiled {
-			pair = "profiled"
+	d := struct {
+		Opt                      Options
+		HR                       *HeartbeatResult
+		Ratio, Floor, SG, Target float64
+		Met                      bool
+		Pairs, NPPairs           []float64
+		NPRatio, NPUs, SGOverNP  float64
+		Targets, Commands        []string
+	}{Opt: p.r.Options, HR: p.r.Heartbeat, Target: targetHBRatio, Targets: hbTargets}
+	if hr := d.HR; hr != nil {
+		d.Ratio, d.Floor, d.SG, d.Pairs = hr.ratio()
+		d.Met = d.Ratio <= targetHBRatio
+		d.NPRatio, _, d.NPUs, d.NPPairs = hr.ratioOf(npFloor)
+		d.SGOverNP = d.SG / d.NPUs
+		for _, tg := range hbTargets {
+			d.Commands = append(d.Commands, hr.Commands[tg])
 		}
-		kern := na
-		if w.HB > 0 {
-			kern = usStr(float64(w.Sys) / 1e3 / w.HB)
-		}
-		p.f("| %s | %s | %s | %s | %s | %s | %s |\n", pair, targetTitle[w.Target], dur(w.Elapsed), pctCore(float64(w.CPU)/float64(max(w.Elapsed, 1))),
-			num(w.HB, 0), usStr(w.UsPerHB()), kern)
 	}
-	p.ln("")
-	if len(pairs) > 0 {
-		var ps []string
-		for _, x := range pairs {
-			ps = append(ps, num(x, 2)+"×")
-		}
-		p.f("**Stormgate ÷ responder: %s** (median of the rounds %s; medians %s and %s per heartbeat). Target ≤ %s×: %s.\n\n",
-			num(r, 2)+"×", strings.Join(ps, ", "), usStr(sg), usStr(fl), num(targetHBRatio, 2), verdict(true, r <= targetHBRatio))
-	}
-	if nr, _, nu, nps := hr.ratioOf(npFloor); len(nps) > 0 {
-		var ps []string
-		for _, x := range nps {
-			ps = append(ps, num(x, 2)+"×")
-		}
-		p.f("**netpoll responder ÷ responder: %s** (median of the rounds %s; median %s per heartbeat): what netpoll's connection layer and the Go runtime cost with no other code, the least Stormgate's design can reach here. Stormgate ÷ netpoll responder: %s.\n\n",
-			num(nr, 2)+"×", strings.Join(ps, ", "), usStr(nu), num(sg/nu, 2)+"×")
-	}
-	same := "**identical**"
-	if !hr.Same {
-		same = "**different**"
-	}
-	p.f("All answer the load tool's heartbeat request (`%s`, sent in two writes so the header is reassembled) with the same bytes: %s.\n\n", hr.Probe, same)
-	p.ln("| Target | Answer to the probe heartbeat | Heartbeats the load tool timed out or lost (whole run) | Answers it read after their timeout |")
-	p.ln("|---|---|---|---|")
-	for _, tg := range hbTargets {
-		p.f("| %s | `%s` | %s | %s |\n", targetTitle[tg], hr.Answers[tg], count(hr.HBFailed[tg]), count(hr.HBLate[tg]))
-	}
-	p.ln("")
-	p.ln("Stopping a load tool catches the heartbeats it has in flight (up to one send batch); their answers wait in the socket while the tool is stopped and are read after its 3 s timeout, so the tool counts them as timed out and then as late answers. Where the two columns are equal, every heartbeat was answered.")
-	p.ln("")
-	var cmds []string
-	for _, tg := range hbTargets {
-		cmds = append(cmds, hr.Commands[tg])
-	}
-	p.cmds("Commands (each target's load tool; the suite stops and resumes them)", cmds)
-}
-
-func (p *reporter) hbSettle() time.Duration {
-	if p.r.Heartbeat != nil {
-		return p.r.Heartbeat.Settle
-	}
-	return p.r.Options.HBSettle
+	p.exec("heartbeat", d)
 }
 
 func (p *reporter) quietSection() {
-	p.ln("## 8. Nothing to do, nothing spent")
-	p.ln("")
-	q := p.r.Quiet
-	settle := p.r.Options.QuietSettle
-	if q != nil {
-		settle = q.Settle
-	}
-	pw := p.r.Options.QuietProfile
-	if q != nil {
-		pw = q.ProfWindow
-	}
-	p.f("No consumer connected at all. One dubbo-go provider, HAProxy (its %d processes) and Stormgate in front of it (Stormgate with its upstream connections open, beating on them every 30 s), and the bare epoll responder start together; %s later their CPU is sampled over %s (a sleeping process costs the others nothing, so they sit side by side), as the run time of their threads from `/proc/PID/task/*/schedstat` (nanoseconds; `/proc/PID/stat`'s 10 ms ticks cannot resolve 0.03 %% of a core over 30 s). Then HAProxy and Stormgate run %s under perf (system calls and context switches per second: how often they wake up, and in section 10 for what); Stormgate also under Go's profiler, whose HTTP exchanges on the admin listener fall outside that window's CPU sample.\n\n",
-		haproxyProcs, dur(settle), dur(p.quietWindow()), dur(pw))
-	p.ln("| Target | CPU, % of one core | CPU time in the window | RSS | System calls per second (profiled window) | Context switches per second (profiled window) |")
-	p.ln("|---|---|---|---|---|---|")
-	if q == nil {
-		p.ln("| not measured | | | | | |")
-	} else {
-		for _, x := range q.Rows {
-			sys, cs := "–", "–"
+	type row struct{ Name, CPU, CPUTime, RSS, Sys, CS string }
+	d := struct {
+		Opt        Options
+		Q          *QuietResult
+		Procs      int
+		Rows       []row
+		HA30, SG30 string
+	}{Opt: p.r.Options, Q: p.r.Quiet, Procs: haproxyProcs}
+	if d.Q != nil {
+		for _, x := range d.Q.Rows {
+			r := row{Name: targetTitle[x.Target], CPU: pctCore3(x.Cores()), CPUTime: x.CPUTime.Round(100 * time.Microsecond).String(),
+				RSS: num(x.RSSMiB, 1), Sys: "–", CS: "–"}
 			if pr := p.profile(profileQuiet, x.Target); pr != nil && pr.Syscalls >= 0 {
-				sys, cs = num(pr.perfPerSec(pr.Syscalls), 1), num(pr.perfPerSec(pr.CtxSwitches), 1)
+				r.Sys, r.CS = num(pr.perfPerSec(pr.Syscalls), 1), num(pr.perfPerSec(pr.CtxSwitches), 1)
 			}
-			name := targetTitle[x.Target]
 			if x.Target == direct {
-				name = "dubbo-go provider"
+				r.Name = "dubbo-go provider"
 			}
-			cpuTime := x.CPUTime.Round(100 * time.Microsecond).String()
 			if x.Ticks {
-				cpuTime = x.CPUTime.Round(time.Millisecond).String() + " (10 ms ticks)"
+				r.CPUTime = x.CPUTime.Round(time.Millisecond).String() + " (10 ms ticks)"
 			}
-			p.f("| %s | %s | %s | %s MiB | %s | %s |\n", name, pctCore3(x.Cores()), cpuTime, num(x.RSSMiB, 1), sys, cs)
-		}
-		if q.Error != "" {
-			p.f("\nThe scenario failed: %s\n", oneLine(q.Error))
+			d.Rows = append(d.Rows, r)
 		}
 	}
-	p.ln("")
-	h30, s30 := p.idle(haproxy, 30*time.Second), p.idle(stormgate, 30*time.Second)
 	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
-	p.f("With %s idle consumers heartbeating every 30 s (section 1's window of %s): HAProxy %s, Stormgate %s of a core. Stormgate's profile of one more window of that load is in section 10.\n\n",
-		count(uint64(p.idleConns())), dur(p.r.Options.IdleWindow30), pctCore2(fIdle(h30, pc)), pctCore2(fIdle(s30, pc)))
+	d.HA30, d.SG30 = pctCore2(fIdle(p.idle(haproxy, 30*time.Second), pc)), pctCore2(fIdle(p.idle(stormgate, 30*time.Second), pc))
+	p.exec("quiet", d)
 }
 
 func (p *reporter) forwardSection() {
-	p.ln("## 9. CPU per forwarded request: HAProxy, a bare epoll forwarder, a netpoll forwarder, Stormgate")
-	p.ln("")
-	f := p.r.Forward
-	o := p.r.Options
-	lead, win, n, pw := o.FwdLead, o.FwdWindow, o.FwdWindows, o.FwdProfWindow
-	if f != nil {
-		lead, win, n, pw = f.Lead, f.Window, f.Windows, f.ProfWindow
+	type row struct {
+		Load, Target, Missing                                                       string
+		Median, Spread, Kernel, VsHAProxy, CPU, Provider, Sys, CS, P50, P99, Failed string
 	}
-	p.f("Provider: the real **dubbo-go %s provider**; every request is `SayHello(\"%s\")` (`org.stormgate.Greeter`, answered \"Hello, %s\"). Every target runs for the whole scenario in front of a provider of its own. For each load the targets take turns, %d rounds in which each target gets one run of the load tool: it opens its connections (10,000 at %s/s), skips %s and samples one window of %s (proxy and provider CPU from `/proc`; requests = rate × window, open loop). The order (the table's) is reversed every other round, so that a change in the machine's speed hits all targets alike. Then each target gets one more run whose window of %s is under the profilers and is not part of the figure. The figure is the median of the rounds; the spread is their range; p50 is the median of the rounds' p50s and p99 the worst round's. System calls and context switches per request come from `perf stat` in the profiled window.\n\n",
-		p.r.Machine.DubboGo, fwdArg, fwdArg, n, num(o.ConnectRate, 0), dur(lead), dur(win), dur(pw))
-	p.f("The **bare epoll forwarder** (`bench/floor/fwdfloor.c`) multiplexes, as Stormgate does: each consumer's requests go to the provider over %d shared upstream connections (consumer descriptor mod %d) with the request id rewritten, and each response goes back with the consumer's id restored. It is single-threaded on one level-triggered epoll set, reads each readable socket once per wake-up, forwards whole frames and writes what one epoll_wait(2) batch produced for a socket in one write(2), so the requests of many consumers share upstream writes and reads. It answers heartbeats and has nothing else (no timers, limits, metrics, hold queue or reconnect). A forwarder with one upstream connection per consumer would be a floor for HAProxy's design, which HAProxy already nearly is; the multiplexing one is the floor for Stormgate's design, the least its way of forwarding can cost here. HAProxy in TCP mode (two sockets per consumer) stays the yardstick the target names.\n\n",
-		floorUpstreamConns, floorUpstreamConns)
-	p.ln("The **netpoll forwarder** (`bench/floor/npfwd`, Go) forwards the same way on netpoll's connections, with netpoll set up as Stormgate sets it up (a poller per core, handlers inline, 256-byte input buffers, raw write(2)): a consumer's readable event sends every whole request in its input to its upstream connection in one write, an upstream's readable event sends each response to its consumer in one write, and a frame split across reads is copied out of netpoll's buffer. It answers heartbeats and has nothing else. Between it and the bare epoll forwarder is what netpoll's connection layer and the Go runtime cost; between it and Stormgate, what Stormgate's own code (hold queue, limits, lifecycle, metrics) costs.")
-	p.ln("")
-	p.f("![CPU per heartbeat and per forwarded request](%s/cpu-per-op.svg)\n\n", p.img)
-	p.ln("The p50 and p99 cover the whole request phase, which starts as soon as the last connection is open (the latency figures are sections 2 and 3's); the CPU windows start after the lead.")
-	p.ln("")
-	p.ln("| Load | Target | Proxy µs/request (median) | Windows' range | of which in the kernel | ÷ HAProxy | Proxy CPU | Provider µs/request | System calls per request | Context switches per request | p50 | p99 | Failed |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	var cmds []string
-	for _, l := range p.fwdLoads() {
+	d := struct {
+		Opt               Options
+		DubboGo, Arg, Img string
+		Upstreams         int
+		Rows              []row
+		Commands          []string
+	}{Opt: p.r.Options, DubboGo: p.r.Machine.DubboGo, Arg: fwdArg, Img: p.img, Upstreams: floorUpstreamConns}
+	for _, l := range p.r.Options.FwdLoads {
 		load := fmt.Sprintf("%s conns, %s req/s", count(uint64(l.Conns)), num(l.Rate, 0))
 		hv := p.fwdRow(haproxy, l).median()
 		for _, tg := range p.fwdTargets() {
 			x := p.fwdRow(tg, l)
 			if x == nil {
-				p.f("| %s | %s | %s | | | | | | | | | | |\n", load, targetTitle[tg], p.fwdErr(tg, l))
+				d.Rows = append(d.Rows, row{Load: load, Target: tg, Missing: p.fwdErr(tg, l)})
 				continue
 			}
-			sys, cs := na, na
+			r := row{Load: load, Target: tg, Median: usStr(x.median()), Spread: spread(x.UsPerReq, 1), Kernel: usStr(median(x.SysUsPerReq)),
+				VsHAProxy: "–", CPU: pctCore(median(x.ProxyCores)), Provider: usStr(median(x.ProviderUsPerReq)), Sys: na, CS: na,
+				P50: msStr(x.P50ms), P99: msStr(x.P99ms), Failed: count(x.Failed)}
 			if pr := p.profile(profileForward(l), tg); pr != nil && pr.Syscalls >= 0 {
-				sys, cs = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
+				r.Sys, r.CS = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
 			}
-			rel := "–"
 			if tg != haproxy {
-				rel = ratio(x.median(), hv)
+				r.VsHAProxy = ratio(x.median(), hv)
 			}
-			p.f("| %s | %s | %s | %s µs | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", load, targetTitle[tg], usStr(x.median()), spread(x.UsPerReq, 1),
-				usStr(median(x.SysUsPerReq)), rel, pctCore(median(x.ProxyCores)), usStr(median(x.ProviderUsPerReq)), sys, cs, msStr(x.P50ms), msStr(x.P99ms), count(x.Failed))
-			cmds = append(cmds, x.Command)
+			d.Rows = append(d.Rows, r)
+			d.Commands = append(d.Commands, x.Command)
 		}
 	}
-	p.ln("")
-	p.cmds("Commands", cmds)
+	p.exec("forward", d)
 }
 
 func (p *reporter) fwdErr(tg string, l FwdLoad) string {
@@ -699,10 +557,10 @@ func (p *reporter) fwdErr(tg string, l FwdLoad) string {
 func (p *reporter) profileScenarios() []struct{ key, title string } {
 	out := []struct{ key, title string }{
 		{profileQuiet, "No consumer connected"},
-		{profileHeartbeat, fmt.Sprintf("%s consumers heartbeating every second", count(uint64(p.hbConns())))},
-		{profileIdle30, fmt.Sprintf("%s consumers heartbeating every 30 s", count(uint64(p.idleConns())))},
+		{profileHeartbeat, fmt.Sprintf("%s consumers heartbeating every second", count(uint64(p.r.Options.HBConns)))},
+		{profileIdle30, fmt.Sprintf("%s consumers heartbeating every 30 s", count(uint64(p.r.Options.IdleConns)))},
 	}
-	for _, l := range p.fwdLoads() {
+	for _, l := range p.r.Options.FwdLoads {
 		out = append(out, struct{ key, title string }{profileForward(l),
 			fmt.Sprintf("Forwarding SayHello, %s conns, %s req/s (dubbo-go provider)", count(uint64(l.Conns)), num(l.Rate, 0))})
 	}
@@ -716,29 +574,32 @@ func (p *reporter) profileScenarios() []struct{ key, title string } {
 }
 
 func (p *reporter) profilesSection() {
-	p.ln("## 10. Where Stormgate's CPU goes")
-	p.ln("")
-	perfNote := fmt.Sprintf("`perf record -e cpu-clock -F %d -g` (this machine is a VM without hardware counters, so perf samples on the CPU clock) and `perf stat -e raw_syscalls:sys_enter,context-switches`", perfFreq)
-	if !p.r.Machine.Perf {
-		perfNote = "perf, which could not sample on this machine in this run (so the split below is estimated from Go's profile: a function that only enters the kernel counts as kernel)"
+	type row struct{ Title, Target, CPU, Kernel, Runtime, Netpoll, SG, Other, Sys, CS, Samples string }
+	type section struct {
+		Title string
+		Pr    *Profile
 	}
-	p.f("Each scenario's profile comes from a window of its own, right after the windows that make its figures, with the same load on the same processes: %s on every target's processes, and Go's CPU profiler (`/debug/pprof/profile` on Stormgate's admin listener, 100 Hz) on Stormgate. The split charges each perf sample to whose code it is in: **kernel** (with the system call it is in, and the Go function that made the call), **Go runtime** (scheduler, GC, allocation, timers, the runtime's netpoller; with what it was doing, and the netpoll or Stormgate function on whose behalf when the call chain has one), **netpoll** (cloudwego/netpoll and the goroutine pool it runs handlers on), **Stormgate** (this repository's code), **other user space** (the standard library, Prometheus, zap, …, when no caller in the three above owns it: standard-library frames are charged to their nearest caller that has an owner). µs per operation is the share × the window's CPU per heartbeat or request.\n\n", perfNote)
-	p.ln("| Profile | Target | CPU per op (or % of a core) | Kernel | Go runtime | netpoll | Stormgate | Other user space | System calls per op | Context switches per op | perf samples |")
-	p.ln("|---|---|---|---|---|---|---|---|---|---|---|")
+	d := struct {
+		Perf       bool
+		Freq, TopN int
+		Rows       []row
+		Sections   []section
+	}{Perf: p.r.Machine.Perf, Freq: perfFreq, TopN: pprofTopN}
 	for _, sc := range p.profileScenarios() {
+		d.Sections = append(d.Sections, section{sc.title, p.profile(sc.key, stormgate)})
 		for _, pr := range p.r.Profiles {
 			if pr.Scenario != sc.key {
 				continue
 			}
-			cpu := pctCore3(float64(pr.CPU) / float64(max(pr.Window, 1)))
-			sys, cs := "–", "–"
+			r := row{Title: sc.title, Target: pr.Target, CPU: pctCore3(float64(pr.CPU) / float64(max(pr.Window, 1))), Sys: "–", CS: "–",
+				Samples: count(uint64(pr.PerfSamples))}
 			if pr.Ops > 0 {
-				cpu = usStr(pr.perOp(pr.CPU)) + " per " + pr.OpName
+				r.CPU = usStr(pr.perOp(pr.CPU)) + " per " + pr.OpName
 				if pr.Syscalls >= 0 {
-					sys, cs = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
+					r.Sys, r.CS = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
 				}
 			} else if pr.Syscalls >= 0 {
-				sys, cs = num(pr.perfPerSec(pr.Syscalls), 1)+"/s", num(pr.perfPerSec(pr.CtxSwitches), 1)+"/s"
+				r.Sys, r.CS = num(pr.perfPerSec(pr.Syscalls), 1)+"/s", num(pr.perfPerSec(pr.CtxSwitches), 1)+"/s"
 			}
 			split := pr.Split
 			if len(split) == 0 {
@@ -754,47 +615,16 @@ func (p *reporter) profilesSection() {
 				}
 				return na
 			}
-			p.f("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sc.title, targetTitle[pr.Target], cpu, cell(catKernel), cell(catRuntime),
-				cell(catNetpoll), cell(catSG), cell(catOther), sys, cs, count(uint64(pr.PerfSamples)))
+			r.Kernel, r.Runtime, r.Netpoll, r.SG, r.Other = cell(catKernel), cell(catRuntime), cell(catNetpoll), cell(catSG), cell(catOther)
+			d.Rows = append(d.Rows, r)
 		}
 	}
-	p.ln("")
-	for _, sc := range p.profileScenarios() {
-		pr := p.profile(sc.key, stormgate)
-		p.f("### %s\n\n", sc.title)
-		if pr == nil {
-			p.ln("Not profiled in this run.")
-			p.ln("")
-			continue
-		}
-		if pr.Error != "" {
-			p.f("Profiling errors: %s\n\n", oneLine(pr.Error))
-		}
-		if len(pr.Split) > 0 {
-			p.f("Stormgate (perf, %s samples): %s.\n\n", count(uint64(pr.PerfSamples)), splitText(pr.Split, pr))
-		}
-		p.shareTable("Kernel time in", "Most often called from", pr.Kernel)
-		p.shareTable("Go runtime time in", "Most often on behalf of", pr.Runtime)
-		p.ln("<details><summary>Go profile: top " + fmt.Sprint(pprofTopN) + " by flat time (" + pr.PprofSamples.String() + " sampled)</summary>")
-		p.ln("")
-		if len(pr.PprofTop) == 0 {
-			p.ln("No Go profile.")
-		} else {
-			p.ln("| flat | flat % | cum | cum % | function |")
-			p.ln("|---|---|---|---|---|")
-			for _, t := range pr.PprofTop {
-				p.f("| %s | %s %% | %s | %s %% | `%s` |\n", t.Flat, num(t.FlatPct, 1), t.Cum, num(t.CumPct, 1), t.Func)
-			}
-		}
-		p.ln("")
-		p.ln("</details>")
-		p.ln("")
-	}
+	p.exec("profiles", d)
 }
 
 // fwdLossWhy explains Stormgate's CPU per request from the forward scenario's largest load.
 func (p *reporter) fwdLossWhy() string {
-	ls := p.fwdLoads()
+	ls := p.r.Options.FwdLoads
 	if len(ls) == 0 {
 		return "not measured."
 	}
@@ -819,7 +649,7 @@ func (p *reporter) floorPlot() []byte {
 	}
 	floor.Values, npf.Values, ha.Values, sg.Values = []float64{fl}, []float64{nf}, []float64{math.NaN()}, []float64{s}
 	ha.Labels = []string{"–"}
-	for _, l := range p.fwdLoads() {
+	for _, l := range p.r.Options.FwdLoads {
 		groups = append(groups, fmt.Sprintf("SayHello %s conns %s/s", shortNum(float64(l.Conns)), shortNum(l.Rate)))
 		floor.Values = append(floor.Values, p.fwdRow(fwdFloor, l).median())
 		npf.Values = append(npf.Values, p.fwdRow(npFwd, l).median())

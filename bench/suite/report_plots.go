@@ -21,7 +21,7 @@ func (p *reporter) plots() map[string][]byte {
 		idle = append(idle, barSeries{Name: targetTitle[tg], Color: targetColor[tg], Values: vals})
 	}
 	out["idle-provider-cpu.svg"] = barChart(chart{
-		Title:  fmt.Sprintf("dubbo-go provider CPU, %s idle consumers", count(uint64(p.idleConns()))),
+		Title:  fmt.Sprintf("dubbo-go provider CPU, %s idle consumers", count(uint64(p.r.Options.IdleConns))),
 		XLabel: "consumer heartbeat period", YLabel: "provider CPU, % of one core",
 	}, []string{"1 s", "30 s"}, idle)
 
@@ -48,7 +48,7 @@ func (p *reporter) plots() map[string][]byte {
 			ss = append(ss, s)
 		}
 		out[m.file] = lineChart(chart{
-			Title:  fmt.Sprintf("Latency by percentile, %s, %s conns, %s req/s", m.title, count(uint64(p.latConns())), num(p.latRate(), 0)),
+			Title:  fmt.Sprintf("Latency by percentile, %s, %s conns, %s req/s", m.title, count(uint64(p.r.Options.LatConns)), num(p.r.Options.LatRate, 0)),
 			XLabel: "percentile", YLabel: "latency, ms (log scale)", LogY: true,
 		}, xs[0]-0.1, 4.1, ticks, nil, ss)
 	}
@@ -91,7 +91,7 @@ func (p *reporter) plots() map[string][]byte {
 		rticks = append(rticks, xTick{X: x, Label: fmt.Sprintf("%.0f", x)})
 	}
 	out["restart.svg"] = lineChart(chart{
-		Title:  fmt.Sprintf("Answers per second, provider killed at 0 s (%s consumers, %s req/s)", count(uint64(p.restartConns())), num(p.restartRate(), 0)),
+		Title:  fmt.Sprintf("Answers per second, provider killed at 0 s (%s consumers, %s req/s)", count(uint64(p.r.Options.RestartConns)), num(p.r.Options.RestartRate, 0)),
 		XLabel: "seconds since the provider was killed", YLabel: "OK answers per second",
 	}, xlo, xhi, rticks, []xTick{{0, "kill"}, {down, "restart"}}, rs)
 
@@ -124,7 +124,7 @@ func (p *reporter) plots() map[string][]byte {
 		return v
 	}
 	out["storm-first-answer.svg"] = barChart(chart{
-		Title:  fmt.Sprintf("Accept storm: first answer, %s connections at once", count(uint64(p.stormConns()))),
+		Title:  fmt.Sprintf("Accept storm: first answer, %s connections at once", count(uint64(p.r.Options.StormConns))),
 		XLabel: "target", YLabel: "time from dial to first answer, ms (log scale)", LogY: true,
 	}, sg, []barSeries{
 		{Name: "p50", Color: "#9ecae1", Values: pick(func(x *StormRow) float64 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"time"
 )
@@ -249,6 +250,10 @@ func (r *Results) save(path string) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
+// loadResults reads a results.json for `suite render`. The report reads each scenario's settings
+// from Options alone; a scenario copies them into its result as it starts, and for a results.json
+// written before it did (or before Options held a setting) the copy in the result is what the
+// scenario ran with, so it is put back into Options here, once.
 func loadResults(path string) (*Results, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -258,5 +263,35 @@ func loadResults(path string) (*Results, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, err
 	}
+	r.settingsFromResults()
 	return &r, nil
+}
+
+// settingsFromResults puts the settings the scenarios' results recorded into Options.
+func (r *Results) settingsFromResults() {
+	o := &r.Options
+	if x := r.Idle; x != nil {
+		o.IdleConns = x.Conns
+	}
+	if x := r.Latency; x != nil {
+		o.LatConns, o.LatRate = x.Conns, x.Rate
+	}
+	if x := r.Throughput; x != nil {
+		o.TPStep, o.TPWarmup, o.TPMaxP99 = x.StepTime, x.Warmup, time.Duration(math.Round(x.MaxP99ms*float64(time.Millisecond)))
+	}
+	if x := r.Restart; x != nil {
+		o.RestartConns, o.RestartRate = x.Conns, x.Rate
+	}
+	if x := r.Storm; x != nil {
+		o.StormConns, o.StormBacklog, o.StormSomaxconn, o.StormAcceptDelay = x.Conns, x.BaseBacklog, x.Somaxconn, x.AcceptDelay
+	}
+	if x := r.Heartbeat; x != nil {
+		o.HBConns, o.HBPairs, o.HBSettle = x.Conns, x.Pairs, x.Settle
+	}
+	if x := r.Quiet; x != nil {
+		o.QuietWindow, o.QuietSettle, o.QuietProfile = x.Window, x.Settle, x.ProfWindow
+	}
+	if x := r.Forward; x != nil {
+		o.FwdLoads, o.FwdLead, o.FwdWindow, o.FwdWindows, o.FwdProfWindow = x.Loads, x.Lead, x.Window, x.Windows, x.ProfWindow
+	}
 }

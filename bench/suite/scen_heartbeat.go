@@ -56,6 +56,12 @@ func (w HBWindow) UsPerHB() float64 {
 	return float64(w.CPU) / 1e3 / w.HB
 }
 
+// Cores is the window's CPU in cores (1.0: one core busy).
+func (w HBWindow) Cores() float64 { return float64(w.CPU) / float64(max(w.Elapsed, 1)) }
+
+// KernelUsPerHB is kernel CPU µs per answered heartbeat.
+func (w HBWindow) KernelUsPerHB() float64 { return float64(w.Sys) / 1e3 / w.HB }
+
 // hbTargets are the targets of the heartbeat scenario, in the first round's order: the bare
 // responder (the figure's yardstick), the netpoll responder (what netpoll's connection layer
 // costs by itself) and Stormgate.

@@ -182,7 +182,11 @@ func cmdSoak(args []string) error {
 	}
 	fmt.Fprint(os.Stderr, res.summary())
 	if *doc != "" && res.Load != nil {
-		if err := writeSoakSection(*doc, res.markdown()); err != nil {
+		sec, err := res.markdown()
+		if err == nil {
+			err = writeSoakSection(*doc, sec)
+		}
+		if err != nil {
 			return err
 		}
 		s.logf("wrote the soak section of %s", *doc)
