@@ -354,7 +354,7 @@ func finAfterReading(t *testing.T, halfClose bool) (c, s *net.TCPConn, l *peerPr
 	t.Helper()
 	c, s = pair(t)
 	l = new(peerProof)
-	l.noteConnected(fdOf(t, c))
+	l.noteConnected(fdOf(t, c), systemClock{})
 	if _, err := c.Write(bytes.Repeat([]byte{'a'}, 100)); err != nil {
 		t.Fatal(err)
 	}
