@@ -235,7 +235,7 @@ func unread(c net.Conn) int {
 		return -1
 	}
 	n := -1
-	_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	_ = rc.Control(func(fd uintptr) { n = inq(int(fd)) })
 	return n
 }
 
