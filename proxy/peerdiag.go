@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -82,6 +83,9 @@ type diagWatch struct {
 	mu       sync.Mutex
 	slots    map[diagKey]*diagSlot
 	released map[diagKey]diagStamp
+	// tests: runs after each announcement is handled, with the destroyed socket's
+	// address pair, also for one that proves nothing (an event for "it was refused").
+	hookHandled atomic.Pointer[func(k diagKey)]
 }
 
 // diagStamp is when an address pair was released, on the clock of the slot that held it.
@@ -169,8 +173,12 @@ func (w *diagWatch) run(fd int) {
 			if l < unix.SizeofNlMsghdr || l > len(b) {
 				break
 			}
-			if k, r, ok := parseDestroyed(b[:l]); ok {
+			k, r, ok := parseDestroyed(b[:l])
+			if ok {
 				w.deliver(k, r)
+			}
+			if h := w.hookHandled.Load(); h != nil && k.provider.IsValid() {
+				(*h)(k)
 			}
 			b = b[min(nlmAlign(l), len(b)):]
 		}
