@@ -22,6 +22,8 @@ COPY go.mod go.sum ./
 # go.mod replaces netpoll with the patched copy in third_party/netpoll (its PATCHES.md): the module graph
 # needs that copy's go.mod before anything downloads.
 COPY third_party/netpoll/go.mod third_party/netpoll/go.sum ./third_party/netpoll/
+# And internal/childproc (the test and bench process harness) with its own go.mod, shared with interop/.
+COPY internal/childproc/go.mod ./internal/childproc/
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/sidecar ./cmd/sidecar

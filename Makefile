@@ -75,6 +75,7 @@ fmt-check:
 
 vet:
 	$(GO) vet $(PKGS)
+	cd internal/childproc && $(GO) vet .
 	$(GO) vet -tags dataplane ./cmd/sidecar
 
 # The Prometheus rules parse, and their unit tests (deploy/prometheus/stormgate-alerts.test.yaml) pass:
@@ -92,11 +93,12 @@ alerts:
 # Unit, integration (real sockets, 1,000+ connections), root-only namespace tests and the pod test
 # (e2e/pod: real containers with podman; skipped with a message where podman is not installed),
 # race detector on; then the tests of Stormgate's patches to netpoll (third_party/netpoll, a module
-# of its own that ./... does not reach).
+# of its own that ./... does not reach) and of the process harness (internal/childproc, likewise).
 race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	cd third_party/netpoll && $(GO) test -race -count=1 -run 'TestReadPause|TestMaxReadSize|TestReadGrowsWithSender|TestQuietAfterBurstHoldsNoLargeNode' .
 	cd third_party/netpoll && $(GO) test -count=1 -run '^TestConnectionUntil$$' . # parked pollers: without -race
+	cd internal/childproc && $(GO) test -race -count=1 .
 	$(GO) test -race -count=1 -tags dataplane ./cmd/sidecar
 
 # The accept-storm acceptance test measures timing, so it runs without the race

@@ -13,6 +13,7 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
+	github.com/stormgate/stormgate/internal/childproc v0.0.0
 	go.uber.org/zap v1.28.0
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/net v0.59.0
@@ -64,3 +65,7 @@ require (
 )
 
 replace github.com/cloudwego/netpoll => ./third_party/netpoll
+
+// childproc is a module of its own (standard library only) so that interop/, which must not pull
+// this module's dependencies, can use the same process harness.
+replace github.com/stormgate/stormgate/internal/childproc => ./internal/childproc

@@ -30,12 +30,12 @@ func TestSidecarSIGTERMDrainsUnderLoad(t *testing.T) {
 	time.Sleep(time.Until(st.start.Add(time.Second)))
 
 	sigAt := time.Now()
-	if err := sc.signal(syscall.SIGTERM); err != nil {
+	if err := sc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	var notReadyAt time.Time
 	if !poll(drainTimeout, func() bool {
-		if sc.exited() {
+		if sc.Exited() {
 			return true
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -159,7 +159,7 @@ func TestAdminDrainEndpoint(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("POST /drain: %s", resp.Status)
 	}
-	if !poll(5*time.Second, func() bool { return sc.exited() || sc.readyz(context.Background()) == http.StatusServiceUnavailable }) || sc.exited() {
+	if !poll(5*time.Second, func() bool { return sc.Exited() || sc.readyz(context.Background()) == http.StatusServiceUnavailable }) || sc.Exited() {
 		t.Errorf("/readyz did not answer 503 while the drain waited for the in-flight requests")
 	}
 	if code := sc.wait(t, 15*time.Second); code != 0 {
@@ -199,7 +199,7 @@ func TestDrainTimeoutAnswersInFlight(t *testing.T) {
 
 	results, wait := sleepOnEach(t, sc, f, "5s", 15*time.Second)
 	sigAt := time.Now()
-	if err := sc.signal(syscall.SIGTERM); err != nil {
+	if err := sc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	code := sc.wait(t, drainTimeout+5*time.Second)

@@ -31,7 +31,7 @@ func TestSIGTERMDrainWindowUnderLoad(t *testing.T) {
 	sc.waitMetric(t, 20*time.Second, "stormgate_requests_total", func(v float64) bool { return v >= rate })
 
 	sigAt := time.Now()
-	if err := sc.signal(syscall.SIGTERM); err != nil {
+	if err := sc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	var notReady time.Duration

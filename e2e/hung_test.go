@@ -26,10 +26,10 @@ func TestHungProviderNotReady(t *testing.T) {
 	}
 
 	stopAt := time.Now()
-	if err := prov.signal(syscall.SIGSTOP); err != nil {
+	if err := prov.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = prov.signal(syscall.SIGCONT) })
+	t.Cleanup(func() { _ = prov.Signal(syscall.SIGCONT) })
 	notReady := waitReadyz(t, ctx, sc, 503, 10*time.Second)
 	t.Logf("/readyz 503 %v after SIGSTOP", notReady.Sub(stopAt).Round(time.Millisecond))
 	waitEvent(t, f, 'R', stopAt, 10*time.Second-time.Since(stopAt))
@@ -39,7 +39,7 @@ func TestHungProviderNotReady(t *testing.T) {
 
 	time.Sleep(time.Until(stopAt.Add(12 * time.Second)))
 	contAt := time.Now()
-	if err := prov.signal(syscall.SIGCONT); err != nil {
+	if err := prov.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	ready := waitReadyz(t, ctx, sc, 200, 10*time.Second)

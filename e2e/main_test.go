@@ -1,19 +1,19 @@
 package e2e
 
 import (
-	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stormgate/stormgate/internal/childproc"
 )
 
 // Binaries built once by TestMain.
@@ -79,52 +79,21 @@ func moduleRoot() (string, error) {
 }
 
 // proc is a child process whose stdout and stderr lines are kept in memory.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
+type proc struct{ *childproc.Proc }
 
-	mu     sync.Mutex
-	stdout []string
-	stderr []string
-
-	done    chan struct{} // closed once the process has been reaped
-	waitErr error         // set before done is closed
-}
-
-// startProc starts bin with args. The process is killed and reaped when the test ends;
-// on failure its last log lines are printed.
+// startProc starts bin with args. The process is killed and reaped when the test ends; a data
+// race or panic in its log fails the test, and on failure its last log lines are printed.
 func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
-	// If the test binary dies without running its cleanups (SIGPIPE, SIGKILL, panic in
-	// another goroutine), the child must not outlive it.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	outR, err := p.cmd.StdoutPipe()
+	cp, err := childproc.Start(context.Background(), childproc.Spec{Name: name, Argv: append([]string{bin}, args...)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	errR, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	var readers sync.WaitGroup
-	readers.Add(2)
-	go func() { defer readers.Done(); p.scan(outR, &p.stdout) }()
-	go func() { defer readers.Done(); p.scan(errR, &p.stderr) }()
-	go func() {
-		readers.Wait() // both pipes at EOF: the process has exited (Wait must come after the reads)
-		p.waitErr = p.cmd.Wait()
-		close(p.done)
-	}()
+	p := &proc{cp}
 	t.Cleanup(func() {
-		p.kill()
-		for _, l := range p.logLines() {
-			if strings.Contains(l, "WARNING: DATA RACE") || strings.HasPrefix(l, "panic: ") {
-				t.Errorf("%s: %s", p.name, l)
-			}
+		p.Kill()
+		for _, l := range p.Failures() {
+			t.Errorf("%s: %s", p.Name, l)
 		}
 		if t.Failed() {
 			p.dumpLogs(t, 40)
@@ -133,57 +102,20 @@ func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	return p
 }
 
-func (p *proc) scan(r io.Reader, dst *[]string) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		p.mu.Lock()
-		*dst = append(*dst, sc.Text())
-		p.mu.Unlock()
-	}
-	_, _ = io.Copy(io.Discard, r)
-}
-
-// kill sends SIGKILL (if still running) and waits until the process is reaped.
-func (p *proc) kill() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-func (p *proc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
-
 // wait waits up to d for the process to exit and returns its exit code (-1 when killed
 // by a signal), or fails the test.
 func (p *proc) wait(t *testing.T, d time.Duration) int {
 	t.Helper()
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(d):
-		t.Fatalf("%s did not exit within %v", p.name, d)
+		t.Fatalf("%s did not exit within %v", p.Name, d)
 	}
-	return p.cmd.ProcessState.ExitCode()
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return p.ExitCode()
 }
 
 // logLines returns a copy of the stderr lines so far.
-func (p *proc) logLines() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.stderr...)
-}
+func (p *proc) logLines() []string { return p.Lines(true) }
 
 // jsonLines returns the process's JSON log lines (stderr) whose msg is msg.
 func (p *proc) jsonLines(msg string) []map[string]any {
@@ -197,54 +129,31 @@ func (p *proc) jsonLines(msg string) []map[string]any {
 	return out
 }
 
-func (p *proc) stdoutLines() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.stdout...)
-}
+func (p *proc) stdoutLines() []string { return p.Lines(false) }
 
 func (p *proc) dumpLogs(t *testing.T, n int) {
-	lines := p.logLines()
-	for i, l := range lines {
-		if strings.Contains(l, "WARNING: DATA RACE") || strings.HasPrefix(l, "panic: ") {
-			lines = lines[i:] // the report is what matters
-			n = max(n, 120)
-			break
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	t.Logf("last %d stderr lines of %s:\n%s", len(lines), p.name, strings.Join(lines, "\n"))
+	lines := p.Tail(n)
+	t.Logf("last %d stderr lines of %s:\n%s", len(lines), p.Name, strings.Join(lines, "\n"))
 }
 
-// waitJSONLine polls the given stream (stdout or stderr) for a JSON object line that
+// waitJSONLine waits for a JSON object line on the given stream (stdout or stderr) that
 // satisfies match, and returns it.
 func (p *proc) waitJSONLine(t *testing.T, stdout bool, d time.Duration, what string, match func(map[string]any) bool) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	seen := 0
-	for {
-		var lines []string
-		if stdout {
-			lines = p.stdoutLines()
-		} else {
-			lines = p.logLines()
-		}
-		for ; seen < len(lines); seen++ {
-			var m map[string]any
-			if json.Unmarshal([]byte(lines[seen]), &m) == nil && match(m) {
-				return m
-			}
-		}
-		if p.exited() {
-			t.Fatalf("%s exited (%v) before logging %s", p.name, p.waitErr, what)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not log %s within %v", p.name, what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var m map[string]any
+	_, err := p.WaitLine(ctx, func(l childproc.Line) bool {
+		m = nil
+		return l.Stderr != stdout && json.Unmarshal([]byte(l.Text), &m) == nil && match(m)
+	})
+	switch {
+	case errors.Is(err, childproc.ErrExited):
+		t.Fatalf("%s exited (%v) before logging %s", p.Name, p.Err(), what)
+	case err != nil:
+		t.Fatalf("%s did not log %s within %v", p.Name, what, d)
 	}
+	return m
 }
 
 // poll calls cond every few milliseconds until it returns true or d passes.

@@ -69,7 +69,7 @@ func TestOpsSIGHUPReloadsConfig(t *testing.T) {
 	}
 
 	writeFileAtomic(t, sc.configPath, "admission:\n  accept_burst: 700\nhold:\n  timeout: 4s\n")
-	if err := sc.signal(syscall.SIGHUP); err != nil {
+	if err := sc.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	sc.waitMetric(t, 5*time.Second, "stormgate_admission_burst", func(v float64) bool { return v == 700 })
@@ -96,7 +96,7 @@ func TestOpsSIGHUPReloadsConfig(t *testing.T) {
 
 	// A bad file: a range error and a field that cannot change live. Nothing applies.
 	writeFileAtomic(t, sc.configPath, "admission:\n  accept_burst: 0\nlog:\n  format: console\n")
-	if err := sc.signal(syscall.SIGHUP); err != nil {
+	if err := sc.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	var rejected map[string]any
@@ -125,13 +125,13 @@ func TestOpsSIGHUPReloadsConfig(t *testing.T) {
 	if err := os.Remove(sc.configPath); err != nil {
 		t.Fatal(err)
 	}
-	if err := sc.signal(syscall.SIGHUP); err != nil { // a missing file is rejected too
+	if err := sc.Signal(syscall.SIGHUP); err != nil { // a missing file is rejected too
 		t.Fatal(err)
 	}
 	if !poll(5*time.Second, func() bool { return len(sc.jsonLines("settings file rejected; keeping the running settings")) == 2 }) {
 		t.Fatal("a missing file was not rejected")
 	}
-	if sc.exited() {
+	if sc.Exited() {
 		t.Fatal("SIGHUP stopped the sidecar")
 	}
 }
@@ -198,7 +198,7 @@ func TestOpsSIGHUPWithXDSIsRefused(t *testing.T) {
 	v1 := fcp.push(t, node, &sg.Settings{})
 	sc := startXDSSidecar(t, prov.Addr(), fcp.addr, node, 0)
 	sc.waitXDSApplied(t, 10*time.Second, v1)
-	if err := sc.signal(syscall.SIGHUP); err != nil {
+	if err := sc.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	m := sc.waitJSONLine(t, false, 5*time.Second, "SIGHUP refusal", func(m map[string]any) bool {
@@ -207,7 +207,7 @@ func TestOpsSIGHUPWithXDSIsRefused(t *testing.T) {
 	if m["level"] != "warn" {
 		t.Errorf("refusal logged at %v", m["level"])
 	}
-	if sc.exited() {
+	if sc.Exited() {
 		t.Fatal("SIGHUP stopped the sidecar")
 	}
 }

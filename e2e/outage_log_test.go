@@ -17,7 +17,7 @@ func TestProviderKillLoggedAtOnce(t *testing.T) {
 	prov := startProvider(t, "")
 	sc := startSidecar(t, prov.addr, "", 4)
 	killed := time.Now()
-	if err := prov.signal(syscall.SIGKILL); err != nil {
+	if err := prov.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	m := sc.waitJSONLine(t, false, 5*time.Second, `"cannot connect to provider"`, func(m map[string]any) bool {

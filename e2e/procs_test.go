@@ -130,8 +130,8 @@ func (s *sidecar) waitMetric(t *testing.T, d time.Duration, name string, cond fu
 			}
 		}
 		lastErr = err
-		if s.exited() {
-			t.Fatalf("sidecar exited (%v) while waiting for %s%v (last value %v)", s.waitErr, name, labels, last)
+		if s.Exited() {
+			t.Fatalf("sidecar exited (%v) while waiting for %s%v (last value %v)", s.Err(), name, labels, last)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s%v did not reach the expected value within %v: last value %v, last scrape error %v",

@@ -13,7 +13,7 @@ import (
 func gracefulRestart(t *testing.T, prov *provider) (sigAt, exitedAt time.Time, next *provider) {
 	t.Helper()
 	sigAt = time.Now()
-	if err := prov.signal(syscall.SIGTERM); err != nil {
+	if err := prov.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if code := prov.wait(t, 15*time.Second); code != 0 {
@@ -100,7 +100,7 @@ func TestProviderReadonlyPropagate(t *testing.T) {
 	st := f.startStream(streamConfig{rate: 200, duration: 2 * time.Second, method: "sleep", arg: "100ms", honorReadonly: true})
 	time.Sleep(time.Until(st.start.Add(500 * time.Millisecond)))
 	sigAt := time.Now()
-	if err := prov.signal(syscall.SIGTERM); err != nil {
+	if err := prov.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	allReadonly := func() bool {

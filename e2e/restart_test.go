@@ -26,7 +26,7 @@ func TestProviderKilledAndRestarted(t *testing.T) {
 	time.Sleep(time.Until(st.start.Add(time.Second))) // one second of steady traffic first
 
 	killAt := time.Now()
-	prov.kill() // SIGKILL, then reaped: the provider is gone when this returns
+	prov.Kill() // SIGKILL, then reaped: the provider is gone when this returns
 	// t0: the sidecar has seen every upstream connection die. Requests sent after
 	// this instant cannot have been written to a dead connection: they must be held.
 	t0 := sc.waitMetric(t, 5*time.Second, "stormgate_upstream_connections", func(v float64) bool { return v == 0 })
@@ -151,7 +151,7 @@ func TestHoldTimeoutAnswersWithinBound(t *testing.T) {
 	sc.waitMetric(t, 20*time.Second, "stormgate_downstream_connections", func(v float64) bool { return v == conns })
 
 	killAt := time.Now()
-	prov.kill()
+	prov.Kill()
 	t0 := sc.waitMetric(t, 5*time.Second, "stormgate_upstream_connections", func(v float64) bool { return v == 0 })
 	t.Logf("sidecar saw the upstream die %v after SIGKILL", t0.Sub(killAt).Round(time.Millisecond))
 

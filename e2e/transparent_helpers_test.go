@@ -247,7 +247,7 @@ func (p *tpPod) stopProvider(t *testing.T) peer.ProviderStats {
 // counters it prints on exit.
 func stopProvider(t *testing.T, pr *proc) peer.ProviderStats {
 	t.Helper()
-	if err := pr.signal(syscall.SIGINT); err != nil {
+	if err := pr.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	if code := pr.wait(t, 10*time.Second); code != 0 {

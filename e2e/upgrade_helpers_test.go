@@ -139,7 +139,7 @@ func (f procFootprint) String() string {
 // from /metrics.
 func (s *sidecar) footprint(t *testing.T) procFootprint {
 	t.Helper()
-	pid := s.cmd.Process.Pid
+	pid := s.PID
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func startEchoProvider(t *testing.T, prefix ...string) *echoProvider {
 // stop ends the provider (SIGINT) and returns its final counters and violations.
 func (p *echoProvider) stop(t *testing.T) (peer.EchoStats, []peer.Violation) {
 	t.Helper()
-	_ = p.signal(syscall.SIGINT)
+	_ = p.Signal(syscall.SIGINT)
 	p.wait(t, 10*time.Second)
 	lines := p.stdoutLines()
 	for i := len(lines) - 1; i >= 0; i-- {

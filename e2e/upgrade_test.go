@@ -305,15 +305,15 @@ func TestUpgradeRollsBack(t *testing.T) {
 		t.Fatalf("GET /version says %s after the rollback, want the old %s", v, versionFirst)
 	}
 	st := upgradeStatusOf(t, sc)
-	if st.Last.Result != "rolled_back" || st.PID != sc.cmd.Process.Pid {
-		t.Errorf("GET /upgrade after the rollback: result %q pid %d; want rolled_back, pid %d", st.Last.Result, st.PID, sc.cmd.Process.Pid)
+	if st.Last.Result != "rolled_back" || st.PID != sc.PID {
+		t.Errorf("GET /upgrade after the rollback: result %q pid %d; want rolled_back, pid %d", st.Last.Result, st.PID, sc.PID)
 	}
 	if len(sc.jsonLines("upgrade: the new binary cannot restore the handed-over state; rolling back to the old binary")) != 1 {
 		t.Error("the new binary did not log its rollback")
 	}
 
 	// SIGUSR2: to --upgrade-binary, the same handover.
-	if err := sc.signal(syscall.SIGUSR2); err != nil {
+	if err := sc.Signal(syscall.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
 	if !poll(20*time.Second, func() bool {
@@ -476,12 +476,12 @@ func TestSIGTERMDuringUpgrade(t *testing.T) {
 
 			up := startProc(t, "upgrade", bins.sidecar, "upgrade", "--binary", c.to, "--admin", sc.admin, "--timeout", "20s")
 			if !poll(20*time.Second, func() bool {
-				return up.exited() || slices.ContainsFunc(up.stdoutLines(), func(l string) bool { return strings.HasPrefix(l, "preflight passed") })
+				return up.Exited() || slices.ContainsFunc(up.stdoutLines(), func(l string) bool { return strings.HasPrefix(l, "preflight passed") })
 			}) {
 				t.Fatal("sidecar upgrade printed nothing")
 			}
 			time.Sleep(200 * time.Millisecond) // into the 500 ms wait of the slow side
-			if err := sc.signal(syscall.SIGTERM); err != nil {
+			if err := sc.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
 			code := sc.wait(t, 20*time.Second)
@@ -546,7 +546,7 @@ func TestUpgradeCarriesSlowAndHeldRequests(t *testing.T) {
 
 	// The provider goes away; the other half's requests are held; upgrade back; the provider
 	// returns and the new binary sends them.
-	prov.kill()
+	prov.Kill()
 	sc.waitMetric(t, 10*time.Second, "stormgate_upstream_connections", func(v float64) bool { return v == 0 })
 	for i, c := range f.conns[conns/2:] {
 		go call(c, 2, "echo", fmt.Sprintf("held-%d", i))

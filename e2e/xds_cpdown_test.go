@@ -35,7 +35,7 @@ func TestXDSControlPlaneKilledAndRestarted(t *testing.T) {
 	time.Sleep(time.Until(st.start.Add(500 * time.Millisecond)))
 
 	killAt := time.Now()
-	cp.kill()
+	cp.Kill()
 	lostAt := sc.waitMetric(t, 5*time.Second, "stormgate_xds_connected", func(v float64) bool { return v == 0 })
 	// Issue 15: the state shows in /readyz detail too (still 200: traffic does not depend on it).
 	if body := sc.readyzBody(t); !strings.Contains(body, "xds: disconnected since") ||

@@ -108,7 +108,7 @@ func TestXDSSidecarFailsOverUnderTraffic(t *testing.T) {
 	time.Sleep(time.Until(st.start.Add(500 * time.Millisecond)))
 
 	killAt := time.Now()
-	on.kill()
+	on.Kill()
 	upAt := sc.waitMetric(t, 10*time.Second, "stormgate_xds_control_plane", func(v float64) bool { return v == 1 },
 		`address="`+other.addr+`"`)
 	t.Logf("sidecar on the other replica %v after the kill", upAt.Sub(killAt).Round(time.Millisecond))

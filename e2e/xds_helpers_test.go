@@ -168,8 +168,8 @@ func (s *sidecar) waitConfigDump(t *testing.T, d time.Duration, what string, con
 			last = cd
 		}
 		lastErr = err
-		if s.exited() {
-			t.Fatalf("sidecar exited (%v) while waiting for /config_dump to show %s", s.waitErr, what)
+		if s.Exited() {
+			t.Fatalf("sidecar exited (%v) while waiting for /config_dump to show %s", s.Err(), what)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("/config_dump did not show %s within %v: last version %q source %q, last error %v",

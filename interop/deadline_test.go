@@ -39,7 +39,7 @@ func testDeadlinesAcrossKill(t *testing.T) {
 			watch := watchConns(sc.listenPort)
 			time.Sleep(2 * time.Second)
 			killAt := time.Now()
-			prov.kill()
+			prov.Kill()
 			time.Sleep(1500 * time.Millisecond)
 			lifecycleProvider(t, prov.port, after)
 			t.Logf("provider killed, restarted 1.5 s later; up again %v after the kill", time.Since(killAt).Round(time.Millisecond))

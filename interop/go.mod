@@ -6,6 +6,7 @@ require (
 	dubbo.apache.org/dubbo-go/v3 v3.3.0
 	github.com/apache/dubbo-getty v1.4.10
 	github.com/dubbogo/gost v1.14.0
+	github.com/stormgate/stormgate/internal/childproc v0.0.0
 	go.uber.org/zap v1.21.0
 	google.golang.org/grpc v1.52.0
 )
@@ -87,3 +88,6 @@ require (
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
+
+// The process harness the main module's e2e tests and bench use: a module of its own, standard library only.
+replace github.com/stormgate/stormgate/internal/childproc => ../internal/childproc

@@ -60,7 +60,7 @@ func testTriple(t *testing.T) {
 	t.Logf("consumer: %s", line)
 	checkOnce(t, s, line)
 	c.wait(t, 10*time.Second)
-	if code := c.exitCode(); code != 0 {
+	if code := c.ExitCode(); code != 0 {
 		t.Errorf("dgconsumer exited %d", code)
 	}
 	ran := readRequestLog(t, reqLog)
@@ -132,7 +132,7 @@ func testGRPCInterop(t *testing.T) {
 		}
 	}
 	c.wait(t, 10*time.Second)
-	if code := c.exitCode(); code != 0 {
+	if code := c.ExitCode(); code != 0 {
 		t.Errorf("grpc interop client exited %d", code)
 	}
 	cs := relay.Counts()

@@ -86,7 +86,7 @@ func connsWaited(s onceSummary) string {
 func closeOnce(t *testing.T, c *proc) {
 	t.Helper()
 	closeStdinAndWait(t, c)
-	if code := c.exitCode(); code != 0 {
+	if code := c.ExitCode(); code != 0 {
 		t.Errorf("dgconsumer once exited %d", code)
 	}
 }
@@ -342,7 +342,7 @@ func restartBetweenCalls(t *testing.T, delay time.Duration, sidecarArgs []string
 		}
 		if tk.start.Sub(started) >= killAfter && time.Since(tk.end) < 20*time.Millisecond {
 			killAt = time.Now()
-			prov.kill()
+			prov.Kill()
 			diedAt = time.Now() // reaped: its sockets are closed
 		}
 	}
@@ -431,7 +431,7 @@ func checkNoneClosed(t *testing.T, sc *sidecar, before metrics) {
 // closeStdinAndWait releases a consumer started with --hold and waits for it to exit.
 func closeStdinAndWait(t *testing.T, c *proc) {
 	t.Helper()
-	c.stdin.Close()
+	c.Stdin.Close()
 	c.wait(t, 10*time.Second)
 }
 
@@ -457,7 +457,7 @@ func testRestartUnderLoad(t *testing.T) {
 
 	time.Sleep(time.Until(started.Add(killAfter))) // the scenario: steady traffic first
 	killAt := time.Now()
-	prov.kill()
+	prov.Kill()
 	time.Sleep(restartDelay)
 	startProvider(t, prov.port, "--metadata-service", *restartMetadata)
 	outage := time.Since(killAt)

@@ -63,16 +63,16 @@ func testGracefulRestarts(t *testing.T) {
 	for round := 1; round <= rounds; round++ {
 		time.Sleep(time.Second) // calls reach this provider (a restarted one's startup window included)
 		sigAt := time.Now()
-		if err := prov.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		if err := prov.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 		prov.wait(t, 30*time.Second)
 		exitedAt := time.Now()
 		exits = append(exits, exitedAt)
-		if code := prov.exitCode(); code != 0 {
+		if code := prov.ExitCode(); code != 0 {
 			t.Errorf("round %d: the provider exited %d after SIGTERM, want 0 (dubbo-go's graceful shutdown)", round, code)
 		}
-		if !strings.Contains(prov.stderr.String(), "Graceful shutdown --- Destroy protocols") {
+		if !strings.Contains(prov.stderrText(), "Graceful shutdown --- Destroy protocols") {
 			t.Errorf("round %d: the provider's log shows no graceful shutdown", round)
 		}
 		time.Sleep(time.Second)
@@ -195,7 +195,7 @@ func killRestarts(t *testing.T, rounds int, duration time.Duration, loopArgs ...
 	watch := watchConns(sc.listenPort)
 	for round := 1; round <= rounds; round++ {
 		time.Sleep(time.Second + time.Duration(rand.IntN(500))*time.Millisecond)
-		prov.kill()
+		prov.Kill()
 		time.Sleep(time.Second)
 		prov = lifecycleProvider(t, prov.port, reqLog)
 	}

@@ -1,7 +1,6 @@
 package interop
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,10 +16,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stormgate/stormgate/internal/childproc"
 )
 
 var (
@@ -97,125 +96,57 @@ func requireSidecar(t *testing.T) {
 	}
 }
 
-// proc is one child process whose stdout is read line by line and whose stderr is kept (the last 64 KiB).
+// proc is one child process whose output lines are kept; waitLine reads its stdout on from the last match.
 type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string // stdout lines; closed at EOF
-	stderr *tailBuffer
-	done   chan struct{} // closed once the process has exited and been reaped
-	err    error         // the Wait result, valid after done
+	*childproc.Proc
+	seen int // lines waitLine has read past
 }
 
 // startProc starts bin with args. t.Cleanup kills and reaps it if it still runs, and logs its stderr if the
 // test failed.
 func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{
-		name:   name,
-		cmd:    exec.Command(bin, args...),
-		lines:  make(chan string, 100000),
-		stderr: &tailBuffer{max: 64 << 10},
-		done:   make(chan struct{}),
-	}
-	p.cmd.Stderr = p.stderr
-	stdout, err := p.cmd.StdoutPipe()
+	cp, err := childproc.Start(context.Background(), childproc.Spec{Name: name, Argv: append([]string{bin}, args...), Stdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			select {
-			case p.lines <- sc.Text():
-			default: // nobody reads that much; never block the child on its stdout
-			}
-		}
-		close(p.lines)
-		_, _ = io.Copy(io.Discard, stdout)
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
+	p := &proc{Proc: cp}
 	t.Cleanup(func() {
-		p.kill()
+		p.Kill()
 		if t.Failed() {
-			t.Logf("%s (%v) stderr, last %d bytes:\n%s", name, p.err, p.stderr.Len(), p.stderr.String())
+			lines := p.Tail(200)
+			t.Logf("%s (%v) stderr, last %d lines:\n%s", name, p.Err(), len(lines), strings.Join(lines, "\n"))
 		}
 	})
 	return p
 }
 
-// kill sends SIGKILL (if the process still runs) and returns once it is reaped.
-func (p *proc) kill() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-// waitLine returns the first stdout line for which match is true, skipping others.
+// waitLine returns the next stdout line for which match is true, skipping others.
 func (p *proc) waitLine(timeout time.Duration, match func(string) bool) (string, error) {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		select {
-		case l, ok := <-p.lines:
-			if !ok {
-				<-p.done
-				return "", fmt.Errorf("%s exited (%v) before the expected line", p.name, p.err)
-			}
-			if match(l) {
-				return l, nil
-			}
-		case <-deadline.C:
-			return "", fmt.Errorf("%s: no expected line within %v", p.name, timeout)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	l, err := p.WaitLineAfter(ctx, &p.seen, func(l childproc.Line) bool { return !l.Stderr && match(l.Text) })
+	switch {
+	case errors.Is(err, childproc.ErrExited):
+		return "", fmt.Errorf("%s exited (%v) before the expected line", p.Name, p.Err())
+	case err != nil:
+		return "", fmt.Errorf("%s: no expected line within %v", p.Name, timeout)
 	}
+	return l.Text, nil
 }
 
 // wait returns once the process exits, or fails the test after timeout.
 func (p *proc) wait(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(timeout):
-		t.Fatalf("%s still running after %v", p.name, timeout)
+		t.Fatalf("%s still running after %v", p.Name, timeout)
 	}
 }
 
-// exitCode is the process's exit status (-1 if it was killed by a signal); valid after done.
-func (p *proc) exitCode() int { return p.cmd.ProcessState.ExitCode() }
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.b = append(b.b, p...)
-	if over := len(b.b) - b.max; over > 0 {
-		b.b = append(b.b[:0], b.b[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return string(b.b) }
-func (b *tailBuffer) Len() int       { b.mu.Lock(); defer b.mu.Unlock(); return len(b.b) }
+// stderrText is the process's stderr so far.
+func (p *proc) stderrText() string { return strings.Join(p.Lines(true), "\n") }
 
 // freePort returns a TCP port that was free on all interfaces a moment ago. The peers need fixed ports (a
 // provider restarts on the same one), and ports handed out by the kernel for port 0 come from the ephemeral
@@ -285,8 +216,8 @@ func startProvider(t *testing.T, port int, extra ...string) *provider {
 		if _, err = pr.waitLine(30*time.Second, func(l string) bool { return l == want }); err == nil {
 			return &provider{proc: pr, port: p}
 		}
-		pr.kill()
-		t.Logf("provider on port %d did not start: %v: %s", p, err, lastLine(pr.stderr.String()))
+		pr.Kill()
+		t.Logf("provider on port %d did not start: %v: %s", p, err, lastLine(pr.stderrText()))
 	}
 	t.Fatal(err)
 	return nil
@@ -326,8 +257,8 @@ func startSidecar(t *testing.T, upstreamPort int, extra ...string) *sidecar {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		select {
-		case <-s.done:
-			t.Fatalf("sidecar exited (%v) before it was ready", s.err)
+		case <-s.Done():
+			t.Fatalf("sidecar exited (%v) before it was ready", s.Err())
 		default:
 		}
 		if resp, err := http.Get("http://" + s.metrics + "/readyz"); err == nil {

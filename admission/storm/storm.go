@@ -1,7 +1,6 @@
 package storm
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -13,10 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/stormgate/stormgate/admission"
+	"github.com/stormgate/stormgate/internal/childproc"
 	"github.com/stormgate/stormgate/internal/netns"
 	"github.com/stormgate/stormgate/settings"
 )
@@ -341,11 +341,9 @@ func newNetns(ctx context.Context, somaxconn int) (*netns.Namespace, error) {
 // child is a re-executed copy of this binary running one role inside the namespace.
 // It speaks JSON lines: commands on stdin, messages on stdout.
 type child struct {
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	out    *bufio.Scanner
-	stderr *lockedBuffer
-	done   chan error
+	*childproc.Proc
+	ctx  context.Context // Run's: bounds every recv
+	seen int             // output lines recv has read past
 }
 
 func startChild(ctx context.Context, ns *netns.Namespace, exe string, spec childSpec) (*child, error) {
@@ -353,79 +351,45 @@ func startChild(ctx context.Context, ns *netns.Namespace, exe string, spec child
 	if err != nil {
 		return nil, err
 	}
-	cmd := ns.Command(ctx, exe) // ip execs exe: same pid
-	cmd.Env = append(os.Environ(), envSpec+"="+string(js))
-	c := &child{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan error, 1)}
-	cmd.Stderr = c.stderr
-	if c.in, err = cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
+	p, err := childproc.Start(ctx, childproc.Spec{Name: fmt.Sprintf("storm %s child", spec.Role),
+		Argv: []string{"ip", "netns", "exec", ns.Name, exe}, // ip execs exe: same pid
+		Env:  []string{envSpec + "=" + string(js)}, Stdin: true})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("storm: %w", err)
 	}
-	c.out = bufio.NewScanner(stdout)
-	c.out.Buffer(make([]byte, 0, 1<<16), 64<<20)
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("storm: starting %s child: %w", spec.Role, err)
-	}
-	return c, nil
+	return &child{Proc: p, ctx: ctx}, nil
 }
 
 func (c *child) send(cmd string) error {
-	_, err := io.WriteString(c.in, cmd+"\n")
+	_, err := io.WriteString(c.Stdin, cmd+"\n")
 	return err
 }
 
 func (c *child) recv(v any) error {
-	if !c.out.Scan() {
-		err := c.out.Err()
-		if err == nil {
-			err = io.ErrUnexpectedEOF
-		}
-		return fmt.Errorf("%w (stderr: %s)", err, c.stderr.tail())
+	l, err := c.WaitLineAfter(c.ctx, &c.seen, func(l childproc.Line) bool { return !l.Stderr })
+	if err != nil {
+		return fmt.Errorf("%w (stderr: %s)", err, c.stderrTail())
 	}
-	return json.Unmarshal(c.out.Bytes(), v)
+	return json.Unmarshal([]byte(l.Text), v)
 }
 
 // wait waits for the child to exit after "exit".
 func (c *child) wait() error {
-	c.in.Close()
-	for c.out.Scan() {
-	}
-	if err := c.cmd.Wait(); err != nil {
-		return fmt.Errorf("storm: child: %w (stderr: %s)", err, c.stderr.tail())
+	c.Stdin.Close()
+	if err := c.Wait(); err != nil {
+		return fmt.Errorf("storm: child: %w (stderr: %s)", err, c.stderrTail())
 	}
 	return nil
 }
 
 // stop kills the child if it is still running (error paths) and reaps it.
 func (c *child) stop() {
-	if c.cmd.ProcessState != nil {
-		return
-	}
-	c.in.Close()
-	c.cmd.Process.Kill()
-	c.cmd.Wait()
+	c.Stdin.Close()
+	c.Kill()
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) tail() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.b.Bytes()
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
+// stderrTail is the end of the child's stderr, for errors.
+func (c *child) stderrTail() string {
+	b := strings.Join(c.Lines(true), "\n")
+	return b[max(0, len(b)-2000):]
 }

@@ -5,10 +5,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stormgate/stormgate/internal/netns"
 )
 
 // netstat reads the TcpExt counters (ListenOverflows, ListenDrops, TCPSynRetrans, ...) of the
@@ -99,7 +100,7 @@ func waitFor(ctx context.Context, p *Proc, timeout time.Duration, what string, c
 			return nil
 		}
 		if p != nil && p.Exited() {
-			return fmt.Errorf("%s exited while waiting for %s (%v); see %s", p.Name, what, p.waitErr, p.LogPath)
+			return fmt.Errorf("%s exited while waiting for %s (%v); see %s", p.Name, what, p.Err(), p.LogPath)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("timed out after %v waiting for %s", timeout, what)
@@ -120,34 +121,27 @@ func waitListening(ctx context.Context, p *Proc, port, n int) error {
 	})
 }
 
-// netns is a network namespace created by the suite for accept storms.
-type netns struct{ name string }
+// stormNetns is the network namespace the storm scenario creates, with its own somaxconn.
+type stormNetns struct{ *netns.Namespace }
 
-func createNetns(ctx context.Context, name string, somaxconn int) (*netns, error) {
-	_ = exec.CommandContext(ctx, "ip", "netns", "del", name).Run() // a leftover of a killed run
-	if out, err := exec.CommandContext(ctx, "ip", "netns", "add", name).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("ip netns add %s: %v: %s", name, err, out)
+func createNetns(ctx context.Context, name string, somaxconn int) (*stormNetns, error) {
+	_ = (&netns.Namespace{Name: name}).Remove() // a leftover of a killed run
+	ns, err := netns.Create(ctx, name)
+	if err != nil {
+		return nil, err
 	}
-	ns := &netns{name: name}
-	for _, args := range [][]string{
-		{"ip", "-n", name, "link", "set", "lo", "up"},
-		{"ip", "netns", "exec", name, "sysctl", "-q", "-w", fmt.Sprintf("net.core.somaxconn=%d", somaxconn)},
-	} {
-		if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
-			ns.remove()
-			return nil, fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
-		}
+	if _, err := ns.Exec(ctx, "sysctl", "-q", "-w", fmt.Sprintf("net.core.somaxconn=%d", somaxconn)); err != nil {
+		_ = ns.Remove()
+		return nil, err
 	}
-	return ns, nil
+	return &stormNetns{ns}, nil
 }
 
-// sysctl reads a sysctl inside the namespace.
-func (ns *netns) sysctl(ctx context.Context, name string) string {
-	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns.name, "sysctl", "-n", name).Output()
+// sysctl reads a sysctl inside the namespace ("?" if it cannot).
+func (ns *stormNetns) sysctl(ctx context.Context, name string) string {
+	out, err := ns.Exec(ctx, "sysctl", "-n", name)
 	if err != nil {
 		return "?"
 	}
-	return strings.TrimSpace(string(out))
+	return strings.TrimSpace(out)
 }
-
-func (ns *netns) remove() { _ = exec.Command("ip", "netns", "del", ns.name).Run() }

@@ -199,13 +199,13 @@ func (h *loadHandle) waitRun(ctx context.Context) error {
 	select {
 	case <-h.runStart:
 		return nil
-	case <-h.proc.done:
+	case <-h.proc.Done():
 		select {
 		case <-h.runStart:
 			return nil
 		default:
 		}
-		return fmt.Errorf("load tool exited before its request phase (%v); see %s", h.proc.waitErr, h.proc.LogPath)
+		return fmt.Errorf("load tool exited before its request phase (%v); see %s", h.proc.Err(), h.proc.LogPath)
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -1,39 +1,26 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/stormgate/stormgate/internal/childproc"
 )
 
 // Proc is one child process started by the Suite. Its stdout and stderr go to a log file in the
 // output directory; lines can also be handed to a callback (the load tool's progress lines).
 type Proc struct {
-	Name    string
-	PID     int
+	*childproc.Proc
 	LogPath string
 	argv    []string
-
-	cmd     *exec.Cmd
-	cancel  context.CancelFunc
-	readers sync.WaitGroup // the pipe readers; Wait waits for them
-	done    chan struct{}  // closed when the process has exited and its pipes are drained
-	waitErr error
-
-	readyRe   *regexp.Regexp
-	readyOnce sync.Once
-	ready     chan []string // receives the submatches of the first line matching readyRe
+	readyRe *regexp.Regexp
 }
 
 // procSpec describes a child process.
@@ -50,6 +37,10 @@ type procSpec struct {
 // defaultProcBound is the longest any child may live unless its spec says otherwise.
 const defaultProcBound = 10 * time.Minute
 
+// keptLines is how many of a child's newest output lines stay in memory (Ready reads them; the
+// log file has them all).
+const keptLines = 1000
+
 // start launches a child in its own process group. It is killed when ctx ends, when its bound
 // passes, or by Suite.cleanup.
 func (s *Suite) start(ctx context.Context, sp procSpec) (*Proc, error) {
@@ -61,80 +52,36 @@ func (s *Suite) start(ctx context.Context, sp procSpec) (*Proc, error) {
 	if bound <= 0 {
 		bound = defaultProcBound
 	}
-	pctx, cancel := context.WithTimeout(ctx, bound)
 	s.mu.Lock()
 	s.seq++
 	logPath := filepath.Join(s.out, "logs", fmt.Sprintf("%03d-%s.log", s.seq, sp.name))
 	s.mu.Unlock()
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-		cancel()
 		return nil, err
 	}
 	logf, err := os.Create(logPath)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
 	fmt.Fprintf(logf, "$ %s\n", strings.Join(argv, " "))
-
-	cmd := exec.CommandContext(pctx, argv[0], argv[1:]...)
-	// Own process group (Kill reaches its children); SIGKILL if the suite itself dies unannounced.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	if sp.env != nil {
-		cmd.Env = append(os.Environ(), sp.env...)
+	var onLine func(childproc.Line)
+	if sp.onLine != nil {
+		onLine = func(l childproc.Line) { sp.onLine(l.Text) }
 	}
-	stdout, err := cmd.StdoutPipe()
+	pctx, cancel := context.WithTimeout(ctx, bound)
+	cp, err := childproc.Start(pctx, childproc.Spec{Name: sp.name, Argv: argv, Env: sp.env,
+		Group: true, Keep: keptLines, Log: logf, OnLine: onLine})
 	if err != nil {
 		cancel()
 		logf.Close()
 		return nil, err
 	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
+	go func() { // owned by the process: ends when it has exited
+		<-cp.Done()
 		cancel()
 		logf.Close()
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		cancel()
-		logf.Close()
-		return nil, fmt.Errorf("starting %s: %w", sp.name, err)
-	}
-	p := &Proc{
-		Name: sp.name, PID: cmd.Process.Pid, LogPath: logPath, argv: argv,
-		cmd: cmd, cancel: cancel, done: make(chan struct{}),
-		readyRe: sp.readyRe, ready: make(chan []string, 1),
-	}
-	var logMu sync.Mutex
-	read := func(r io.Reader) {
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			logMu.Lock()
-			fmt.Fprintln(logf, line)
-			logMu.Unlock()
-			if sp.onLine != nil {
-				sp.onLine(line)
-			}
-			if p.readyRe != nil {
-				if m := p.readyRe.FindStringSubmatch(line); m != nil {
-					p.readyOnce.Do(func() { p.ready <- m })
-				}
-			}
-		}
-	}
-	p.readers.Go(func() { read(stdout) })
-	p.readers.Go(func() { read(stderr) })
-	go func() { // owned by p: ends when the process has exited
-		p.readers.Wait()
-		p.waitErr = cmd.Wait()
-		cancel()
-		logf.Close()
-		close(p.done)
 	}()
+	p := &Proc{Proc: cp, LogPath: logPath, argv: argv, readyRe: sp.readyRe}
 	s.mu.Lock()
 	s.procs = append(s.procs, p)
 	s.mu.Unlock()
@@ -146,56 +93,22 @@ func (p *Proc) Command() string { return strings.Join(p.argv, " ") }
 
 // Ready waits for the first output line matching the spec's readyRe and returns its submatches.
 func (p *Proc) Ready(ctx context.Context, timeout time.Duration) ([]string, error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case m := <-p.ready:
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var m []string
+	_, err := p.WaitLine(wctx, func(l childproc.Line) bool {
+		m = p.readyRe.FindStringSubmatch(l.Text)
+		return m != nil
+	})
+	switch {
+	case err == nil:
 		return m, nil
-	case <-p.done:
-		return nil, fmt.Errorf("%s exited before it was ready (%v); see %s", p.Name, p.waitErr, p.LogPath)
-	case <-t.C:
-		return nil, fmt.Errorf("%s not ready after %v; see %s", p.Name, timeout, p.LogPath)
-	case <-ctx.Done():
+	case errors.Is(err, childproc.ErrExited):
+		return nil, fmt.Errorf("%s exited before it was ready (%v); see %s", p.Name, p.Err(), p.LogPath)
+	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	}
-}
-
-// Exited reports whether the process has ended.
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
 	default:
-		return false
-	}
-}
-
-// Wait waits for the process to exit and returns its exit error.
-func (p *Proc) Wait() error {
-	<-p.done
-	return p.waitErr
-}
-
-// Kill sends SIGKILL to the process group and waits for the exit.
-func (p *Proc) Kill() {
-	if !p.Exited() {
-		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
-	}
-	<-p.done
-}
-
-// Stop sends SIGTERM, waits up to grace, then kills.
-func (p *Proc) Stop(grace time.Duration) {
-	if p.Exited() {
-		return
-	}
-	_ = syscall.Kill(-p.PID, syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-p.done:
-	case <-t.C:
-		p.Kill()
+		return nil, fmt.Errorf("%s not ready after %v; see %s", p.Name, timeout, p.LogPath)
 	}
 }
 

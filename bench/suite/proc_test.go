@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -257,5 +258,19 @@ func TestStormClientCountsFailures(t *testing.T) {
 	}
 	if rep.Connected != 0 || rep.Failures["connect: ECONNREFUSED"] != 20 {
 		t.Fatalf("report %+v", rep)
+	}
+}
+
+func TestCreateNetnsSetsSomaxconn(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (ip netns add)")
+	}
+	ns, err := createNetns(context.Background(), fmt.Sprintf("sgbench-test-%d", os.Getpid()), 1234)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Remove()
+	if got := ns.sysctl(context.Background(), "net.core.somaxconn"); got != "1234" {
+		t.Errorf("somaxconn in the namespace = %q, want 1234", got)
 	}
 }

@@ -214,7 +214,7 @@ const profileHeartbeat = "heartbeat"
 // signalGroup signals a child's process group (the load tool's workers included).
 func signalGroup(p *Proc, sig syscall.Signal) error {
 	if p.Exited() {
-		return fmt.Errorf("%s has exited (%v); see %s", p.Name, p.waitErr, p.LogPath)
+		return fmt.Errorf("%s has exited (%v); see %s", p.Name, p.Err(), p.LogPath)
 	}
 	return syscall.Kill(-p.PID, sig)
 }

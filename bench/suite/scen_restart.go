@@ -86,7 +86,7 @@ func (s *Suite) restartTarget(ctx context.Context, tg string, graceful bool) (Re
 	tKill := time.Now()
 	if graceful {
 		_ = syscall.Kill(prov.proc.PID, syscall.SIGTERM)
-		<-prov.proc.done
+		<-prov.proc.Done()
 		row.StopTook = time.Since(tKill).Round(time.Millisecond)
 		s.logf("  restart %s: provider stopped gracefully in %v", tg, row.StopTook)
 	} else {

@@ -32,7 +32,7 @@ func (s *Suite) runStorm(ctx context.Context) (*StormResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer ns.remove()
+	defer ns.Remove()
 	res := &StormResult{Conns: o.StormConns, Somaxconn: o.StormSomaxconn,
 		SynBacklog: ns.sysctl(ctx, "net.ipv4.tcp_max_syn_backlog"), Syncookies: ns.sysctl(ctx, "net.ipv4.tcp_syncookies"),
 		AcceptDelay: o.StormAcceptDelay, BaseBacklog: o.StormBacklog, HABacklog: o.StormSomaxconn}
@@ -60,13 +60,13 @@ func (s *Suite) runStorm(ctx context.Context) (*StormResult, error) {
 
 var admissionLogRe = regexp.MustCompile(`"accept_rate":([\d.]+),"accept_burst":(\d+)`)
 
-func (s *Suite) stormTarget(ctx context.Context, ns *netns, tg string, res *StormResult) (StormRow, error) {
+func (s *Suite) stormTarget(ctx context.Context, ns *stormNetns, tg string, res *StormResult) (StormRow, error) {
 	o := s.opt
 	row := StormRow{Target: tg}
 	var pids []int
 	switch tg {
 	case baseline:
-		p, err := s.start(ctx, procSpec{name: "baseline", netns: ns.name,
+		p, err := s.start(ctx, procSpec{name: "baseline", netns: ns.Name,
 			argv: []string{s.bins.self, "baseline", "--listen", fmt.Sprintf("127.0.0.1:%d", stormTargetPort),
 				"--backlog", strconv.Itoa(o.StormBacklog), "--accept-delay", o.StormAcceptDelay.String()}})
 		if err != nil {
@@ -78,12 +78,12 @@ func (s *Suite) stormTarget(ctx context.Context, ns *netns, tg string, res *Stor
 		}
 		pids = []int{p.PID}
 	default:
-		prov, err := s.startProvider(ctx, fastProvider, stormProviderPort, ns.name)
+		prov, err := s.startProvider(ctx, fastProvider, stormProviderPort, ns.Name)
 		if err != nil {
 			return row, err
 		}
 		defer prov.proc.Kill()
-		po := proxyOpts{ns: ns.name, port: stormTargetPort}
+		po := proxyOpts{ns: ns.Name, port: stormTargetPort}
 		if tg == haproxy {
 			if res.SGRate <= 0 {
 				return row, fmt.Errorf("stormgate's admission rate is unknown (its run failed), so HAProxy's cannot match it")
@@ -135,7 +135,7 @@ func (s *Suite) stormTarget(ctx context.Context, ns *netns, tg string, res *Stor
 		if i == 0 {
 			n += o.StormConns % clients
 		}
-		p, err := s.start(ctx, procSpec{name: fmt.Sprintf("storm-client%d-%s", i, tg), netns: ns.name, bound: time.Minute,
+		p, err := s.start(ctx, procSpec{name: fmt.Sprintf("storm-client%d-%s", i, tg), netns: ns.Name, bound: time.Minute,
 			argv: []string{s.bins.self, "storm-client", "--target", target, "--conns", strconv.Itoa(n),
 				"--start-at", strconv.FormatInt(startAt, 10), "--timeout", stormTimeout.String()},
 			onLine: func(line string) {

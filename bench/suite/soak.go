@@ -326,7 +326,7 @@ func (s *Suite) soakSchedule(ctx context.Context, o SoakOptions, res *SoakResult
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case <-h.proc.done:
+		case <-h.proc.Done():
 			t.Stop()
 			return nil
 		case <-t.C:

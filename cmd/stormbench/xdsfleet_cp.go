@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,28 +11,27 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/stormgate/stormgate/internal/childproc"
 	"github.com/stormgate/stormgate/internal/promscrape"
 )
 
 // fleetCP is one control plane: spawned by the tool, or given by address.
 type fleetCP struct {
-	addr    string // ADS
-	metrics string // its --metrics address; "" = unknown
-	cmd     *exec.Cmd
+	addr    string          // ADS
+	metrics string          // its --metrics address; "" = unknown
+	proc    *childproc.Proc // nil: given by address
 	dead    bool
 }
 
 func (cp *fleetCP) kill() {
-	if cp.cmd == nil || cp.dead {
+	if cp.proc == nil || cp.dead {
 		return
 	}
 	cp.dead = true
-	_ = cp.cmd.Process.Signal(syscall.SIGKILL)
-	_ = cp.cmd.Wait()
+	cp.proc.Kill()
 }
 
 func (r *fleetRun) startControlPlanes(ctx context.Context) error {
@@ -106,56 +104,34 @@ func spawnControlPlane(ctx context.Context, bin, config, logPath string) (*fleet
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "control-plane", "--listen", "127.0.0.1:0", "--config", config,
-		"--metrics", "127.0.0.1:0", "--log-format", "json")
-	cmd.Stdout = logf
-	pipe, err := cmd.StderrPipe()
+	p, err := childproc.Start(context.Background(), childproc.Spec{Name: "control plane", Keep: 1000, Log: logf,
+		Argv: []string{bin, "control-plane", "--listen", "127.0.0.1:0", "--config", config,
+			"--metrics", "127.0.0.1:0", "--log-format", "json"}})
 	if err != nil {
 		logf.Close()
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting %s control-plane: %w", bin, err)
-	}
-	cp := &fleetCP{cmd: cmd}
-	found := make(chan struct{})
-	go func() {
-		defer logf.Close()
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(make([]byte, 1<<16), 1<<20)
-		signalled := false
-		for sc.Scan() {
-			line := sc.Bytes()
-			_, _ = logf.Write(append(line, '\n'))
-			if signalled {
-				continue
-			}
-			var m map[string]any
-			if json.Unmarshal(line, &m) != nil {
-				continue
-			}
-			switch m["msg"] {
-			case "control plane serving":
-				cp.addr, _ = m["listen"].(string)
-			case "http listener started":
-				cp.metrics, _ = m["address"].(string)
-			}
-			if cp.addr != "" && cp.metrics != "" {
-				signalled = true
-				close(found)
-			}
+	go func() { <-p.Done(); logf.Close() }() // owned by the process: ends when it has exited
+	cp := &fleetCP{proc: p}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := p.WaitLine(wctx, func(l childproc.Line) bool {
+		var m map[string]any
+		if !l.Stderr || json.Unmarshal([]byte(l.Text), &m) != nil {
+			return false
 		}
-	}()
-	select {
-	case <-found:
-		return cp, nil
-	case <-time.After(20 * time.Second):
-	case <-ctx.Done():
+		switch m["msg"] {
+		case "control plane serving":
+			cp.addr, _ = m["listen"].(string)
+		case "http listener started":
+			cp.metrics, _ = m["address"].(string)
+		}
+		return cp.addr != "" && cp.metrics != ""
+	}); err != nil {
+		cp.kill()
+		return nil, fmt.Errorf("control plane did not report its addresses within 20 s (log: %s)", logPath)
 	}
-	cp.dead = false
-	cp.kill()
-	return nil, fmt.Errorf("control plane did not report its addresses within 20 s (log: %s)", logPath)
+	return cp, nil
 }
 
 // fleetScrape is one scrape of every live control plane's /metrics.

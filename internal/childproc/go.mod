@@ -1,0 +1,3 @@
+module github.com/stormgate/stormgate/internal/childproc
+
+go 1.26.8
