@@ -82,26 +82,11 @@ func TestAcceptanceStorm(t *testing.T) {
 	}
 }
 
-// TestBaselineStorm is issue 4, acceptance 2 as a measurement: the same storm against a
-// listener like the incident's provider (backlog 50, slow accept). It logs the figures and
-// fails only if the harness fails; BenchmarkAcceptStorm reports the same as metrics.
-func TestBaselineStorm(t *testing.T) {
-	if raceEnabled {
-		t.Skip("skipping the baseline storm under -race (a measurement, not a race check)")
-	}
-	if testing.Short() {
-		t.Skip("skipping the baseline storm (about 8 s) in -short mode")
-	}
-	// A consumer that has no answer after 5 s has long timed out (Java Dubbo: 1 s by default).
-	rep := runStorm(t, storm.Options{Target: storm.Baseline, Connections: 10000, Clients: 2, Somaxconn: 4096,
-		ConnectTimeout: 5 * time.Second, FirstByteWait: 5 * time.Second})
-	if rep.Kernel.ListenOverflows == 0 {
-		t.Logf("note: the baseline did not overflow on this run")
-	}
-}
-
 // BenchmarkAcceptStorm runs one 10,000-connection storm per target and reports the kernel
 // counters and latencies as metrics (one iteration is one storm; use -benchtime 1x).
+// Against the baseline (a listener like the incident's provider: backlog 50, slow
+// accept) it is issue 4's acceptance 2, a documented measurement and not a pass/fail
+// test of the baseline: `make bench` shows the same storm (bench/suite, "storm").
 func BenchmarkAcceptStorm(b *testing.B) {
 	for _, target := range []storm.Target{storm.Stormgate, storm.Baseline} {
 		b.Run(string(target), func(b *testing.B) {

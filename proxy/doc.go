@@ -40,10 +40,11 @@
 // Close returns only after all of them have. Time comes from Options.Clock: timeouts
 // through the wheel, and the waits of a connection's death (the peer-end proof in
 // peerend.go) through Server.after, off the wheel, which Freeze and Close stop while
-// they wait for those goroutines. Tests drive both with a keepalive.ManualClock. Left
-// on the real clock: the dial deadline (a connect(2) in dial.go), the handover's
-// Taken stamp and log durations, and the process-wide sock_diag watcher's times
-// (peerdiag.go), which no single server's clock owns.
+// they wait for those goroutines. Tests drive both with a keepalive.ManualClock. The
+// handover's Taken stamp and its logged durations are on it too, and the process-wide
+// sock_diag watcher (peerdiag.go) reads each slot's times on the clock of the server
+// that registered it. Only the dial deadline (dial.go) is on the real clock: it bounds
+// the kernel's connect(2) and the resolver, which run in real time.
 //
 // # Concurrency rules
 //

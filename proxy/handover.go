@@ -115,7 +115,7 @@ func stashAll(dst []byte, r netpoll.Reader) []byte {
 // Snapshot is the data plane's state at a handover. It refers to sockets by fd number:
 // valid in this process, and in the process image exec starts (CLOEXEC is cleared).
 type Snapshot struct {
-	Taken    time.Time         `json:"taken"`
+	Taken    time.Time         `json:"taken"` // on the freezing server's clock (Options.Clock)
 	Sessions []SessionSnapshot `json:"sessions"`
 	Pools    []PoolSnapshot    `json:"pools"`
 }
@@ -211,7 +211,7 @@ func (s *Server) Freeze(ctx context.Context) (*Snapshot, error) {
 	if !g.stashing.CompareAndSwap(false, true) {
 		return nil, ErrFrozen
 	}
-	start := time.Now()
+	start := s.clock.Now()
 	g.mu.Lock()
 	g.release = make(chan struct{})
 	if g.onPark == nil {
@@ -236,7 +236,7 @@ func (s *Server) Freeze(ctx context.Context) (*Snapshot, error) {
 		return nil, fmt.Errorf("proxy: freeze: %w", err)
 	}
 	s.log.Info("data plane frozen for a handover", zap.Int("consumers", len(sn.Sessions)),
-		zap.Int("pools", len(sn.Pools)), zap.Duration("took", time.Since(start)))
+		zap.Int("pools", len(sn.Pools)), zap.Duration("took", s.clock.Now().Sub(start)))
 	return sn, nil
 }
 
@@ -331,7 +331,7 @@ func (s *Server) eachWriter(f func(*writer)) {
 // snapshot copies the frozen state.
 func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 	now := s.now()
-	sn := &Snapshot{Taken: time.Now()}
+	sn := &Snapshot{Taken: s.clock.Now()}
 	index := map[*session]int{}
 	var err error
 	s.sessions.each(func(ss *session) {
@@ -536,7 +536,7 @@ func (s *Server) restore(sn *Snapshot) error {
 		p.startLoops()
 	}
 	s.log.Info("data plane restored from a handover", zap.Int("consumers", len(sessions)),
-		zap.Int("provider_connections", len(ups)), zap.Duration("since_freeze", time.Since(sn.Taken)))
+		zap.Int("provider_connections", len(ups)), zap.Duration("since_freeze", s.clock.Now().Sub(sn.Taken)))
 	return nil
 }
 

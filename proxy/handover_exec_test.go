@@ -72,14 +72,13 @@ func TestHandoverAcrossExec(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "provider connections", func() bool { return prov.Stats().ConnsOpen == 2 })
 	load := startCalls(t, ctx, clients, 700)
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, 10*time.Second, "calls before the handover", func() bool { return load.calls.Load() >= 2*consumers })
 	before := load.calls.Load()
 	if err := child.Process.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
 	took := next("restored ")
 	waitFor(t, 10*time.Second, "calls after the handover", func() bool { return load.calls.Load() > before+5*consumers })
-	time.Sleep(300 * time.Millisecond)
 	load.finish(t, clients)
 	if n := prov.Stats().ConnsAccepted; n != 2 {
 		t.Errorf("the provider accepted %d connections; its 2 should have moved", n)

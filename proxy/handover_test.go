@@ -9,13 +9,17 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/stormgate/stormgate/peer"
 )
 
 // TestFreezeThawUnderLoad: consumers keep calling with unique bodies while the data
 // plane freezes for a handover and thaws again (what a failed exec does), three
 // times. Every call gets exactly its own answer, no connection closes, and the
-// snapshot holds every consumer and provider connection with their books.
+// snapshot holds every consumer and provider connection with their books. While
+// frozen, a probe consumer's request lies unread in Stormgate's socket and is not
+// answered; thawed, it is.
 func TestFreezeThawUnderLoad(t *testing.T) {
 	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.UpstreamConns = 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -25,19 +29,22 @@ func TestFreezeThawUnderLoad(t *testing.T) {
 	for i := range clients {
 		clients[i] = f.dial(ctx)
 	}
-	waitFor(t, 10*time.Second, "consumers", func() bool { return f.srv.Stats().DownstreamConns == consumers })
+	probe := f.dial(ctx) // calls only while the plane is frozen
+	waitFor(t, 10*time.Second, "consumers", func() bool { return f.srv.Stats().DownstreamConns == consumers+1 })
 
 	load := startCalls(t, ctx, clients, 300)
 	for round := range 3 {
-		time.Sleep(200 * time.Millisecond)
 		before := load.calls.Load()
+		waitFor(t, 10*time.Second, "calls before the freeze", func() bool { return load.calls.Load() >= before+consumers })
+		before = load.calls.Load()
 		fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
 		sn, err := f.srv.Freeze(fctx)
 		fcancel()
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		if len(sn.Sessions) != consumers || len(sn.Pools) != 1 || len(sn.Pools[0].Conns) != 2 {
+		frozenAt := load.calls.Load()
+		if len(sn.Sessions) != consumers+1 || len(sn.Pools) != 1 || len(sn.Pools[0].Conns) != 2 {
 			t.Fatalf("round %d: snapshot has %d sessions, %d pools", round, len(sn.Sessions), len(sn.Pools))
 		}
 		b, err := sn.MarshalBinary()
@@ -45,16 +52,30 @@ func TestFreezeThawUnderLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		var back Snapshot
-		if err := back.UnmarshalBinary(b); err != nil || len(back.FDs()) != consumers+2 {
+		if err := back.UnmarshalBinary(b); err != nil || len(back.FDs()) != consumers+3 {
 			t.Fatalf("round %d: snapshot round trip: %v, %d fds", round, err, len(back.FDs()))
 		}
-		// Frozen: nothing is answered.
-		frozenAt := load.calls.Load()
-		time.Sleep(100 * time.Millisecond)
+		// Frozen: the probe's request reaches Stormgate's socket and stays there unread,
+		// so unanswered; the load completes at most the answers already on their way.
+		fd := sessionFD(t, sn, probe)
+		body := fmt.Sprintf("probe-%d", round)
+		answer := callAsync(ctx, probe, int64(round+1), body)
+		waitFor(t, 10*time.Second, "the probe's request in Stormgate's socket", func() bool { return inq(fd) > 0 })
+		select {
+		case r := <-answer:
+			t.Fatalf("round %d: the probe was answered while frozen: %+v %v", round, r.resp, r.err)
+		default:
+		}
+		if n := inq(fd); n <= 0 {
+			t.Fatalf("round %d: a frozen plane read the probe's request (%d bytes left)", round, n)
+		}
 		if n := load.calls.Load() - frozenAt; n > consumers {
 			t.Errorf("round %d: %d calls completed while frozen", round, n)
 		}
 		f.srv.Thaw()
+		if r := <-answer; r.err != nil || r.resp.Status != 20 || r.resp.Value != body {
+			t.Fatalf("round %d: the probe after thaw: %+v %v", round, r.resp, r.err)
+		}
 		waitFor(t, 10*time.Second, "calls after thaw", func() bool { return load.calls.Load() > before+2*consumers })
 	}
 	load.finish(t, clients)
@@ -119,4 +140,25 @@ func (l *callLoad) finish(t *testing.T, clients []*peer.Client) {
 	if l.bad.Load() != 0 {
 		t.Fatalf("%d bad calls of %d", l.bad.Load(), l.calls.Load())
 	}
+}
+
+// sessionFD is Stormgate's fd for consumer c in a snapshot.
+func sessionFD(t *testing.T, sn *Snapshot, c *peer.Client) int {
+	t.Helper()
+	for _, ss := range sn.Sessions {
+		if ss.Remote == c.LocalAddr().String() {
+			return ss.FD
+		}
+	}
+	t.Fatalf("no session for %v in the snapshot", c.LocalAddr())
+	return -1
+}
+
+// inq is the number of bytes waiting in fd's receive queue.
+func inq(fd int) int {
+	n, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
+	if err != nil {
+		return -1
+	}
+	return n
 }

@@ -4,10 +4,13 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stormgate/stormgate/keepalive"
 )
 
 // What the provider's application read, from its kernel.
@@ -36,6 +39,9 @@ import (
 //
 // One process-wide netlink socket serves every connection; each loopback provider
 // connection Stormgate dials registers the provider end's address pair at connect.
+// The watcher has no clock of its own: a slot carries the clock of the server that
+// registered it (Options.Clock), and every time the watcher keeps (diagFresh,
+// diagReuseGuard) is read and aged on that clock.
 
 // diagWait bounds how long fail waits for the announcement of a provider socket whose
 // end (FIN or RST) Stormgate has seen: the kernel sends it when the socket is
@@ -60,8 +66,9 @@ type diagKey struct{ provider, stormgate netip.AddrPort }
 // diagSlot receives the announcement for one registered connection.
 type diagSlot struct {
 	done       chan struct{} // closed when the fields are set
-	registered time.Time
-	early      bool // announced within diagFresh of registering: perhaps an older socket's
+	clock      keepalive.Clock
+	registered time.Time // on clock
+	early      bool      // announced within diagFresh of registering: perhaps an older socket's
 	peerRead
 }
 
@@ -75,8 +82,20 @@ type peerRead struct {
 type diagWatch struct {
 	mu       sync.Mutex
 	slots    map[diagKey]*diagSlot
-	released map[diagKey]time.Time
+	released map[diagKey]diagStamp
+	// tests: runs after each announcement is handled, with the destroyed socket's
+	// address pair, also for one that proves nothing (an event for "it was refused").
+	hookHandled atomic.Pointer[func(k diagKey)]
 }
+
+// diagStamp is when an address pair was released, on the clock of the slot that held it.
+type diagStamp struct {
+	clock keepalive.Clock
+	at    time.Time
+}
+
+// recent reports whether the pair was released less than diagReuseGuard ago.
+func (st diagStamp) recent() bool { return st.clock.Now().Sub(st.at) < diagReuseGuard }
 
 var peerDiag struct {
 	once sync.Once
@@ -100,28 +119,28 @@ func diagWatcher() *diagWatch {
 		// Every TCP socket destroyed in the namespace is announced (consumers come and go
 		// in storms): a larger queue loses fewer. A lost announcement only costs the proof.
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
-		w := &diagWatch{slots: map[diagKey]*diagSlot{}, released: map[diagKey]time.Time{}}
+		w := &diagWatch{slots: map[diagKey]*diagSlot{}, released: map[diagKey]diagStamp{}}
 		peerDiag.w = w
 		go w.run(fd)
 	})
 	return peerDiag.w
 }
 
-// register starts watching for the destruction of k's provider socket; nil when k was
-// released too recently to tell its announcements apart.
-func (w *diagWatch) register(k diagKey) *diagSlot {
+// register starts watching for the destruction of k's provider socket, on clock (the
+// registering server's); nil when k was released too recently to tell its
+// announcements apart.
+func (w *diagWatch) register(k diagKey, clock keepalive.Clock) *diagSlot {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	now := time.Now()
-	if at, ok := w.released[k]; ok && now.Sub(at) < diagReuseGuard {
+	if st, ok := w.released[k]; ok && st.recent() {
 		return nil
 	}
-	for old, at := range w.released { // keeps the map small: entries live diagReuseGuard
-		if now.Sub(at) >= diagReuseGuard {
+	for old, st := range w.released { // keeps the map small: entries live diagReuseGuard
+		if !st.recent() {
 			delete(w.released, old)
 		}
 	}
-	s := &diagSlot{done: make(chan struct{}), registered: now}
+	s := &diagSlot{done: make(chan struct{}), clock: clock, registered: clock.Now()}
 	w.slots[k] = s
 	return s
 }
@@ -130,9 +149,9 @@ func (w *diagWatch) register(k diagKey) *diagSlot {
 func (w *diagWatch) release(k diagKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.slots[k]; ok {
+	if s, ok := w.slots[k]; ok {
 		delete(w.slots, k)
-		w.released[k] = time.Now()
+		w.released[k] = diagStamp{s.clock, s.clock.Now()}
 	}
 }
 
@@ -154,8 +173,12 @@ func (w *diagWatch) run(fd int) {
 			if l < unix.SizeofNlMsghdr || l > len(b) {
 				break
 			}
-			if k, r, ok := parseDestroyed(b[:l]); ok {
+			k, r, ok := parseDestroyed(b[:l])
+			if ok {
 				w.deliver(k, r)
+			}
+			if h := w.hookHandled.Load(); h != nil && k.provider.IsValid() {
+				(*h)(k)
 			}
 			b = b[min(nlmAlign(l), len(b)):]
 		}
@@ -165,13 +188,15 @@ func (w *diagWatch) run(fd int) {
 func (w *diagWatch) deliver(k diagKey, r peerRead) {
 	w.mu.Lock()
 	s := w.slots[k]
+	var now time.Time
 	if s != nil {
+		now = s.clock.Now()
 		delete(w.slots, k)
-		w.released[k] = time.Now()
+		w.released[k] = diagStamp{s.clock, now}
 	}
 	w.mu.Unlock()
 	if s != nil {
-		s.peerRead, s.early = r, time.Since(s.registered) < diagFresh
+		s.peerRead, s.early = r, now.Sub(s.registered) < diagFresh
 		close(s.done)
 	}
 }

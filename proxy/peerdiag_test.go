@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stormgate/stormgate/keepalive"
 )
 
 // TestPeerReadAnnounced checks, on this kernel, what peerdiag.go relies on: a destroyed
@@ -39,7 +41,8 @@ func TestPeerReadAnnounced(t *testing.T) {
 			if !ok {
 				t.Fatal("no address pair")
 			}
-			slot := w.register(k)
+			clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
+			slot := w.register(k, clk)
 			if slot == nil {
 				t.Fatal("a fresh address pair was refused")
 			}
@@ -47,7 +50,7 @@ func TestPeerReadAnnounced(t *testing.T) {
 			if _, err := c.Write(bytes.Repeat([]byte{'a'}, 100)); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(diagFresh) // announced sooner, the slot is marked early (checked below)
+			clk.Add(diagFresh) // announced sooner, the slot is marked early (checked below)
 			if _, err := io.ReadFull(s, make([]byte, tc.read)); err != nil {
 				t.Fatal(err)
 			}
@@ -55,7 +58,28 @@ func TestPeerReadAnnounced(t *testing.T) {
 			if tc.linger0 {
 				_ = s.SetLinger(0)
 			}
+			handled := make(chan struct{}, 1)
+			// The peer socket's own announcement: the listener it was accepted on has
+			// the same address and is announced with peer 0.0.0.0:0 (ln closes in
+			// pair, its announcement may come late); an abort zeroes the peer's port.
+			hook := func(got diagKey) {
+				if got.provider == k.provider && got.stormgate.Addr() == k.stormgate.Addr() {
+					select {
+					case handled <- struct{}{}:
+					default:
+					}
+				}
+			}
+			w.hookHandled.Store(&hook)
+			defer w.hookHandled.Store(nil)
 			s.Close()
+			// The watcher handles the announcement (delivering it first if it proves
+			// something); only then is the slot's state final.
+			select {
+			case <-handled:
+			case <-time.After(5 * time.Second):
+				t.Fatal("no announcement of the peer socket's destruction")
+			}
 			select {
 			case <-slot.done:
 				if !tc.announced {
@@ -64,9 +88,9 @@ func TestPeerReadAnnounced(t *testing.T) {
 				if slot.early || slot.received != tc.received || slot.unread != tc.unread {
 					t.Fatalf("announced %+v, want received %d unread %d", slot.peerRead, tc.received, tc.unread)
 				}
-			case <-time.After(2 * time.Second):
+			default:
 				if tc.announced {
-					t.Fatal("no announcement of the peer socket's destruction")
+					t.Fatal("the announcement of the peer socket's destruction was refused")
 				}
 			}
 		})
@@ -141,7 +165,8 @@ func unsafePointer(p *unix.TCPInfo) unsafe.Pointer { return unsafe.Pointer(p) }
 
 // TestPeerReadTooEarly: an announcement within diagFresh of registering may be an older
 // socket's with the same address pair (the kernel queues them): it is marked and proves
-// nothing.
+// nothing. The slot's clock never moves, so the announcement is early however long the
+// kernel takes to send it.
 func TestPeerReadTooEarly(t *testing.T) {
 	w := diagWatcher()
 	if w == nil {
@@ -149,13 +174,14 @@ func TestPeerReadTooEarly(t *testing.T) {
 	}
 	c, s := pair(t)
 	k, _ := diagKeyOf(fdOf(t, c))
-	slot := w.register(k)
+	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
+	slot := w.register(k, clk)
 	defer w.release(k)
 	s.Close()
 	select {
 	case <-slot.done:
 		if !slot.early {
-			t.Fatalf("announced %v after registering, not marked early", time.Since(slot.registered))
+			t.Fatalf("announced %v after registering on the slot's clock, not marked early", clk.Now().Sub(slot.registered))
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("no announcement")
@@ -163,5 +189,48 @@ func TestPeerReadTooEarly(t *testing.T) {
 	l := peerProof{diag: slot, end: peerEnd{state: tcpCloseWait}}
 	if _, ok := l.providerRead(100, time.After); ok {
 		t.Fatal("an early announcement proved something")
+	}
+}
+
+// TestDiagTimesOnTheSlotsClock: the watcher's times are read on the registering
+// server's clock: an address pair released is refused until diagReuseGuard has passed
+// on the clock that released it (whichever clock registers it next), and an
+// announcement is early until diagFresh has passed on the slot's clock.
+func TestDiagTimesOnTheSlotsClock(t *testing.T) {
+	w := &diagWatch{slots: map[diagKey]*diagSlot{}, released: map[diagKey]diagStamp{}}
+	k := diagKey{netip.MustParseAddrPort("127.0.0.1:20880"), netip.MustParseAddrPort("127.0.0.1:40000")}
+	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
+	other := keepalive.NewManualClock(time.Unix(9_000_000, 0))
+
+	s := w.register(k, clk)
+	clk.Add(diagFresh - time.Nanosecond)
+	w.deliver(k, peerRead{received: 10})
+	<-s.done
+	if !s.early {
+		t.Fatal("announced diagFresh-1ns after registering on its clock, not marked early")
+	}
+	for _, c := range []*keepalive.ManualClock{clk, other} {
+		if w.register(k, c) != nil {
+			t.Fatal("an address pair announced just now was registered again")
+		}
+	}
+	clk.Add(diagReuseGuard - time.Nanosecond)
+	if w.register(k, other) != nil {
+		t.Fatal("registered again diagReuseGuard-1ns after its release on the releasing clock")
+	}
+	clk.Add(time.Nanosecond)
+	s = w.register(k, other)
+	if s == nil {
+		t.Fatal("refused diagReuseGuard after its release")
+	}
+	other.Add(diagFresh)
+	w.deliver(k, peerRead{received: 10})
+	<-s.done
+	if s.early {
+		t.Fatal("announced diagFresh after registering on its clock, marked early")
+	}
+	w.release(k) // no slot: a no-op
+	if len(w.slots) != 0 || len(w.released) != 1 {
+		t.Fatalf("%d slots, %d released after the announcement", len(w.slots), len(w.released))
 	}
 }

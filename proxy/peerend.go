@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
+
+	"github.com/stormgate/stormgate/keepalive"
 )
 
 // What a dead provider read, from its kernel: the proof that lets fail re-hold a
@@ -118,8 +120,9 @@ func (e peerEnd) unseen(off uint64, n int, final uint64) bool {
 }
 
 // noteConnected reads the acknowledged-bytes base of a new connection. The FIN and RST
-// rules stay off (ackOK false) for a provider that is not on loopback.
-func (l *peerProof) noteConnected(fd int) {
+// rules stay off (ackOK false) for a provider that is not on loopback. The
+// announcement's times are on clock (Options.Clock).
+func (l *peerProof) noteConnected(fd int, clock keepalive.Clock) {
 	l.endFD = -1
 	if !loopbackPeer(fd) {
 		return
@@ -136,7 +139,7 @@ func (l *peerProof) noteConnected(fd int) {
 	if info.Bytes_acked == 1 && info.Bytes_sent == 0 {
 		if w := diagWatcher(); w != nil {
 			if k, ok := diagKeyOf(fd); ok {
-				l.diagKey, l.diag = k, w.register(k)
+				l.diagKey, l.diag = k, w.register(k, clock)
 			}
 		}
 	}

@@ -235,7 +235,7 @@ func unread(c net.Conn) int {
 		return -1
 	}
 	n := -1
-	_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	_ = rc.Control(func(fd uintptr) { n = inq(int(fd)) })
 	return n
 }
 
@@ -354,7 +354,7 @@ func finAfterReading(t *testing.T, halfClose bool) (c, s *net.TCPConn, l *peerPr
 	t.Helper()
 	c, s = pair(t)
 	l = new(peerProof)
-	l.noteConnected(fdOf(t, c))
+	l.noteConnected(fdOf(t, c), systemClock{})
 	if _, err := c.Write(bytes.Repeat([]byte{'a'}, 100)); err != nil {
 		t.Fatal(err)
 	}
@@ -543,20 +543,25 @@ func TestProofWaitsEndOnTheClock(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
-			began := make(chan time.Duration, 1)
+			type wait struct {
+				d  time.Duration
+				ch <-chan time.Time
+			}
+			began := make(chan wait, 1)
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
 				c.run(func(d time.Duration) <-chan time.Time {
 					ch := keepalive.After(clk, d)
-					began <- d
+					began <- wait{d, ch}
 					return ch
 				})
 			}()
+			var w wait
 			select {
-			case d := <-began:
-				if d != c.wait {
-					t.Fatalf("waits %v; want %v", d, c.wait)
+			case w = <-began:
+				if w.d != c.wait {
+					t.Fatalf("waits %v; want %v", w.d, c.wait)
 				}
 			case <-done:
 				t.Fatal("ended without waiting on the clock")
@@ -564,6 +569,10 @@ func TestProofWaitsEndOnTheClock(t *testing.T) {
 				t.Fatal("no wait on the clock began")
 			}
 			clk.Add(c.wait - 1)
+			// The clock fires its channels inside Add: one still empty has not ended the wait.
+			if len(w.ch) != 0 {
+				t.Fatalf("the wait's channel fired before the clock moved %v", c.wait)
+			}
 			select {
 			case <-done:
 				t.Fatalf("ended before the clock moved %v", c.wait)

@@ -133,17 +133,36 @@ func (c *connection) inputAck(n int) (err error) {
 	if short && c.inputBuffer.IsEmpty() {
 		// The read drained the socket and the handler consumed everything: the burst is over. The
 		// read size goes back to what this read needed, and a node grown for the burst is not kept
-		// by a connection gone quiet: the next read starts a node of the new size, and the
-		// handler's next Release frees the old one. (A handler that lets input pile up, waiting
-		// for a large message, keeps its large reads.)
+		// by a connection gone quiet: the next read starts a node of the new size. (A handler that
+		// lets input pile up, waiting for a large message, keeps its large reads.)
 		c.bookSize = readSizeFor(n)
 		keep := c.bookSize
 		if keep < LinkBufferCap {
 			keep = LinkBufferCap
 		}
-		c.inputBuffer.shrinkTail(keep)
+		if c.inputBuffer.shrinkTail(keep) {
+			c.releaseQuiet()
+		}
 	}
 	return nil
+}
+
+// releaseQuiet frees the grown node shrinkTail left behind when no handler runs and the handler
+// released it already (it read nothing since its last Release): otherwise the handler's next
+// Release frees it, which for a connection gone quiet is at its next message. Only for connections
+// read by OnRequest handlers: the processing lock keeps a handler, and the close callbacks that
+// recycle the buffer, from running meanwhile.
+func (c *connection) releaseQuiet() {
+	if _, ok := c.onRequestCallback.Load().(OnRequest); !ok || !c.lock(processing) {
+		return
+	}
+	c.inputBuffer.releaseIfReleased()
+	c.unlock(processing)
+	// As at the end of a handler task: a close meanwhile found the lock taken and left its callbacks
+	// to the holder.
+	if closedBy := c.status(closing); closedBy != none && c.lock(processing) {
+		c.closeCallback(false, closedBy == user)
+	}
 }
 
 // readSizeFor is the read size after a short read of n bytes: the initial size doubled until it

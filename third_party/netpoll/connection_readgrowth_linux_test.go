@@ -18,10 +18,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -122,4 +125,136 @@ func readGrowthChild(t *testing.T) {
 	}
 	b, _ := json.Marshal(res)
 	fmt.Printf("RESULT %s\n", b)
+}
+
+// TestQuietAfterBurstHoldsNoLargeNode: a connection that received a burst and went quiet holds no
+// node grown for the burst: 64 connections each take a 512 KiB burst (reads grow to 64 KiB), and
+// after it the heap (two GCs, so that freed nodes leave the pools) has grown by under 16 KiB per
+// connection over what they held after a small message. Without the release each kept its last 64 KiB
+// node until its next message. Configure and LinkBufferCap are process-wide: a child process again.
+func TestQuietAfterBurstHoldsNoLargeNode(t *testing.T) {
+	if os.Getenv("NETPOLL_TEST_QUIETBURST") != "" {
+		quietBurstChild(t)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestQuietAfterBurstHoldsNoLargeNode$", "-test.v", "-test.timeout=80s")
+	cmd.Env = append(os.Environ(), "NETPOLL_TEST_QUIETBURST=1")
+	out, err := cmd.CombinedOutput()
+	MustNil(t, err)
+	m := regexp.MustCompile(`RESULT (-?\d+)`).FindSubmatch(out)
+	Assert(t, m != nil, string(out))
+	var perConn int
+	_, _ = fmt.Sscan(string(m[1]), &perConn)
+	t.Logf("heap held per quiet connection after a 512 KiB burst, over one that took a small message: %d bytes", perConn)
+	Assert(t, perConn < 16<<10, perConn)
+}
+
+func quietBurstChild(t *testing.T) {
+	LinkBufferCap = 256
+	// One poller: its events are handled in order, so once a later message is handled every read
+	// before it has been acknowledged (inputAck) too, not only handed to the handler.
+	MustNil(t, Configure(Config{PollerNum: 1, BufferSize: 256, MaxReadSize: 64 << 10, Runner: func(_ context.Context, f func()) { f() }}))
+	const conns, burst = 64, 512 << 10
+	var got atomic.Int64
+	s := newPauseServer(t, func(_ context.Context, c Connection) error {
+		r := c.Reader()
+		n := r.Len()
+		_, _ = r.Next(n)
+		got.Add(int64(n))
+		return r.Release()
+	})
+	clients := make([]*net.TCPConn, conns)
+	for i := range clients {
+		clients[i], _ = s.dial(t)
+	}
+	heap := func() int64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	buf := make([]byte, burst)
+	for _, c := range clients {
+		_, err := c.Write(buf[:17])
+		MustNil(t, err)
+	}
+	waitFor(t, "the small messages", func() bool { return got.Load() == conns*17 })
+	before := heap()
+	for _, c := range clients {
+		_, err := c.Write(buf)
+		MustNil(t, err)
+	}
+	waitFor(t, "the bursts", func() bool { return got.Load() == conns*(17+burst) })
+	_, err := clients[0].Write(buf[:1]) // handled after every read of the bursts was acknowledged
+	MustNil(t, err)
+	waitFor(t, "the marker", func() bool { return got.Load() == conns*(17+burst)+1 })
+	after := heap()
+	fmt.Printf("RESULT %d\n", (after-before)/conns)
+}
+
+// BenchmarkLinkBufferReadCycle is one small read as a connection with inline handlers does it:
+// book, acknowledge 17 bytes, the handler's Next and Release.
+func BenchmarkLinkBufferReadCycle(b *testing.B) {
+	buf := NewLinkBuffer(256)
+	for b.Loop() {
+		p := buf.book(256, 256)
+		n := 17
+		if n > len(p) { // a read fills at most what was booked
+			n = len(p)
+		}
+		_, _ = buf.bookAck(n)
+		_, _ = buf.Next(n)
+		_ = buf.Release()
+	}
+}
+
+// BenchmarkInlineReads: a message written to a loopback connection, read and consumed by an inline
+// handler (Stormgate's settings: 256-byte buffers, 64 KiB MaxReadSize); one op is one message. The
+// 128 KiB messages are bursts: reads grow and each burst ends with the grown node released. It calls
+// Configure: run it alone (-run '^$' -bench InlineReads).
+func BenchmarkInlineReads(b *testing.B) {
+	LinkBufferCap = 256
+	if err := Configure(Config{PollerNum: 1, BufferSize: 256, MaxReadSize: 64 << 10, Runner: func(_ context.Context, f func()) { f() }}); err != nil {
+		b.Fatal(err)
+	}
+	for _, size := range []int{17, 128 << 10} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			var got atomic.Int64
+			done := make(chan struct{}, 1)
+			ln, err := CreateListener("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			loop, err := NewEventLoop(func(_ context.Context, c Connection) error {
+				r := c.Reader()
+				n := r.Len()
+				_, _ = r.Next(n)
+				if got.Add(int64(n))%int64(size) == 0 {
+					done <- struct{}{}
+				}
+				return r.Release()
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			go loop.Serve(ln)
+			defer loop.Shutdown(context.Background())
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			msg := make([]byte, size)
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				if _, err := c.Write(msg); err != nil {
+					b.Fatal(err)
+				}
+				<-done
+			}
+		})
+	}
 }

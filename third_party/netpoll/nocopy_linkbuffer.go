@@ -63,6 +63,10 @@ type UnsafeLinkBuffer struct {
 	// buf allocated by Next when cross-package, which should be freed when release
 	caches [][]byte
 
+	// where the reader was at its last Release (releaseIfReleased)
+	released    *linkBufferNode
+	releasedOff int
+
 	// for `Peek` only, avoid creating too many []byte in `caches`
 	// fix the issue when we have a large buffer and we call `Peek` multiple times
 	cachePeek []byte
@@ -212,6 +216,9 @@ func (b *UnsafeLinkBuffer) Release() (err error) {
 		node := b.head
 		b.head = b.head.next
 		node.Release()
+	}
+	if b.read != nil { // nil in a buffer from Slice, read to its end
+		b.released, b.releasedOff = b.read, b.read.off
 	}
 	for i := range b.caches {
 		free(b.caches[i])
@@ -690,15 +697,26 @@ func (b *UnsafeLinkBuffer) resetTail(maxSize int) {
 }
 
 // shrinkTail starts a new, empty tail node when the buffer holds no unread data and the tail's
-// capacity is over size, so that the next book allocates a node of the size then asked for. The
-// old tail is freed by the next Release (a reader may still hold slices of it until then).
-func (b *UnsafeLinkBuffer) shrinkTail(size int) {
+// capacity is over size, so that the next book allocates a node of the size then asked for, and
+// reports whether it did. The old tail is freed by the next Release (a reader may still hold slices
+// of it until then), or by releaseIfReleased.
+func (b *UnsafeLinkBuffer) shrinkTail(size int) bool {
 	if b.Len() != 0 || cap(b.write.buf) <= size || b.write.malloc != len(b.write.buf) {
-		return
+		return false
 	}
 	b.write.next = newLinkBufferNode(0)
 	b.write = b.write.next
 	b.flush = b.write
+	return true
+}
+
+// releaseIfReleased does what Release does if the reader has read nothing since its last Release
+// (so holds no slice of the buffer): frees the nodes it consumed.
+func (b *UnsafeLinkBuffer) releaseIfReleased() {
+	if b.released != b.read || b.releasedOff != b.read.off || b.head != b.read {
+		return
+	}
+	_ = b.Release()
 }
 
 // indexByte returns the index of the first instance of c in buffer, or -1 if c is not present in buffer.

@@ -217,10 +217,16 @@ func (b *SafeLinkBuffer) calcMaxSize() (sum int) {
 	return b.UnsafeLinkBuffer.calcMaxSize()
 }
 
-func (b *SafeLinkBuffer) shrinkTail(size int) {
+func (b *SafeLinkBuffer) shrinkTail(size int) bool {
 	b.Lock()
 	defer b.Unlock()
-	b.UnsafeLinkBuffer.shrinkTail(size)
+	return b.UnsafeLinkBuffer.shrinkTail(size)
+}
+
+func (b *SafeLinkBuffer) releaseIfReleased() {
+	b.Lock()
+	defer b.Unlock()
+	b.UnsafeLinkBuffer.releaseIfReleased()
 }
 
 func (b *SafeLinkBuffer) resetTail(maxSize int) {
