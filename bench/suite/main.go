@@ -71,6 +71,7 @@ type Options struct {
 	FwdWindow     time.Duration `json:"fwd_window_ns"`
 	FwdWindows    int           `json:"fwd_windows"`
 	FwdProfWindow time.Duration `json:"fwd_prof_window_ns"`
+	FwdTargets    []string      `json:"fwd_targets,omitempty"` // forward: a subset of the targets (empty: all)
 
 	IdleProfile time.Duration `json:"idle_profile_ns"` // idle: the proxies' profiled window at the 30 s period
 	TPProfile   bool          `json:"tp_profile"`      // throughput: one profiled step at Stormgate's maximum
@@ -260,6 +261,7 @@ func cmdRun(args []string) error {
 	fs.DurationVar(&o.FwdWindow, "fwd-window", 4*time.Second, "forward: one sampled window")
 	fs.IntVar(&o.FwdWindows, "fwd-windows", 3, "forward: alternating rounds per load, one window of each target per round (the figure is their median)")
 	fs.DurationVar(&o.FwdProfWindow, "fwd-profile", 4*time.Second, "forward: the profiled window of each target after the rounds")
+	fwdOnly := fs.String("fwd-targets", "", "forward: run only these targets, comma-separated (e.g. stormgate,stormgate-base with BENCH_BASE_REF and more --fwd-windows, to compare two builds closely); the report then misses the others")
 	fs.DurationVar(&o.IdleProfile, "idle-profile", 15*time.Second, "idle: the proxies' profiled window at the 30 s period (0: none)")
 	fs.BoolVar(&o.TPProfile, "tp-profile", true, "throughput: one more step at Stormgate's maximum, profiled, at the largest connection count")
 	fs.IntVar(&o.FleetNodes, "fleet-nodes", 5000, "fleet: xDS nodes against one control plane")
@@ -288,6 +290,16 @@ func cmdRun(args []string) error {
 			return fmt.Errorf("--fwd-loads: want conns:rate, got %q", f)
 		}
 		o.FwdLoads = append(o.FwdLoads, FwdLoad{Conns: n, Rate: rate})
+	}
+	if *fwdOnly != "" {
+		known := append(slices.Clone(fwdTargets), stormgateBase)
+		for f := range strings.SplitSeq(*fwdOnly, ",") {
+			if tg := strings.TrimSpace(f); slices.Contains(known, tg) {
+				o.FwdTargets = append(o.FwdTargets, tg)
+			} else {
+				return fmt.Errorf("--fwd-targets: %q is not one of %s", tg, strings.Join(known, ", "))
+			}
+		}
 	}
 	for f := range strings.SplitSeq(*giveUpTimeouts, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(f))

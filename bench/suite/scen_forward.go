@@ -83,6 +83,9 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 	if s.bins.sidecarBase != "" {
 		tgs = append(slices.Clone(tgs), stormgateBase)
 	}
+	if len(o.FwdTargets) > 0 {
+		tgs = slices.DeleteFunc(slices.Clone(tgs), func(tg string) bool { return !slices.Contains(o.FwdTargets, tg) })
+	}
 	res.Base = s.bins.baseRef
 	rows := map[string][]*FwdRow{} // by target, one per load
 	for _, tg := range tgs {
