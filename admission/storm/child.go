@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/admission"
+	"github.com/stormgate/stormgate/internal/connstorm"
 )
 
 // envSpec carries a child's role and options (JSON) to the re-executed binary.
@@ -430,193 +432,32 @@ func runBaseline(opt Options, base admission.ListenCounters, in *bufio.Scanner, 
 	return err
 }
 
-// runClient opens spec.Count connections as fast as it can with non-blocking connect(2) on
-// one epoll instance (no Go poller), timing each connect and the server's first byte.
+// runClient opens spec.Count connections as fast as it can (internal/connstorm: non-blocking
+// connect(2) on one epoll instance, no Go poller), writing a 1-byte request on each and timing each
+// connect and the server's first byte.
 func runClient(spec childSpec, in *bufio.Scanner, out *json.Encoder) error {
 	opt := spec.Opt
-	ap, err := net.ResolveTCPAddr("tcp4", spec.Addr)
+	ap, err := netip.ParseAddrPort(spec.Addr)
 	if err != nil {
 		return err
 	}
-	sa := &unix.SockaddrInet4{Port: ap.Port, Addr: [4]byte(ap.IP.To4())}
-	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(ep)
 	if err := out.Encode(struct{ Ready bool }{true}); err != nil {
 		return err
 	}
 	if err := expect(in, "go"); err != nil {
 		return err
 	}
-	runtime.LockOSThread() // the epoll loop is all syscalls; keep it on one thread
-	rep := runConnects(ep, sa, spec.Count, opt)
-	runtime.UnlockOSThread()
-	if err := out.Encode(rep.clientReport); err != nil {
+	res, err := connstorm.Run(connstorm.Spec{Target: ap, Count: spec.Count, Window: opt.Window,
+		Request: []byte{0xda}, AnswerLen: 1, ConnectTimeout: opt.ConnectTimeout, AnswerTimeout: opt.FirstByteWait})
+	if err != nil {
+		return err
+	}
+	rep := clientReport{Succeeded: res.Answered, Errors: res.Failures, Connect: res.Connect, FirstByte: res.First,
+		Opening: res.Settled}
+	if err := out.Encode(rep); err != nil {
 		return err
 	}
 	err = expect(in, "exit")
-	for _, fd := range rep.fds {
-		unix.Close(fd)
-	}
+	connstorm.CloseAll(res.FDs)
 	return err
-}
-
-type connPhase uint8
-
-const (
-	phaseIdle connPhase = iota
-	phaseConnecting
-	phaseWaitingByte
-	phaseDone
-	phaseFailed
-)
-
-type clientConn struct {
-	fd    int
-	start time.Time
-	phase connPhase
-}
-
-type connectsResult struct {
-	clientReport
-	fds []int
-}
-
-func runConnects(ep int, sa *unix.SockaddrInet4, n int, opt Options) connectsResult {
-	res := connectsResult{clientReport: clientReport{Errors: map[string]int{}}}
-	conns := make([]clientConn, n)
-	events := make([]unix.EpollEvent, 256)
-	request := []byte{0xda}
-	inFlight, finished, launched := 0, 0, 0
-	begin := time.Now()
-	var lastConnectDone time.Time
-	fail := func(i int, why string) {
-		c := &conns[i]
-		if c.phase <= phaseConnecting {
-			lastConnectDone = time.Now()
-		}
-		if c.fd >= 0 {
-			unix.Close(c.fd)
-			c.fd = -1
-		}
-		c.phase = phaseFailed
-		res.Errors[why]++
-		finished++
-		inFlight--
-	}
-	handle := func(ev unix.EpollEvent, now time.Time) {
-		i := int(ev.Fd)
-		c := &conns[i]
-		switch c.phase {
-		case phaseConnecting:
-			if soErr, err := unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || soErr != 0 {
-				if err == nil {
-					err = unix.Errno(soErr)
-				}
-				fail(i, "connect: "+errName(err))
-				return
-			}
-			if ev.Events&unix.EPOLLOUT == 0 {
-				return
-			}
-			res.Connect = append(res.Connect, now.Sub(c.start))
-			lastConnectDone = now
-			// Like a Dubbo consumer, send the first request at once. It also matters to the
-			// kernel: after an accept-queue overflow, a passive client would sit on a
-			// connection the server never got; this data retransmits until the server has it.
-			if _, err := unix.Write(c.fd, request); err != nil {
-				fail(i, "first request: "+errName(err))
-				return
-			}
-			c.phase = phaseWaitingByte
-			unix.EpollCtl(ep, unix.EPOLL_CTL_MOD, c.fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(i)})
-			// The byte may already be here (level-triggered epoll reports it next round).
-		case phaseWaitingByte:
-			var b [1]byte
-			k, err := unix.Read(c.fd, b[:])
-			switch {
-			case err == unix.EAGAIN:
-				return
-			case err != nil:
-				fail(i, "first byte: "+errName(err))
-			case k == 0:
-				fail(i, "first byte: EOF")
-			default:
-				res.FirstByte = append(res.FirstByte, now.Sub(c.start))
-				c.phase = phaseDone
-				unix.EpollCtl(ep, unix.EPOLL_CTL_DEL, c.fd, nil)
-				res.fds = append(res.fds, c.fd)
-				res.Succeeded++
-				finished++
-				inFlight--
-			}
-		}
-	}
-	poll := func(timeoutMs int) {
-		k, err := unix.EpollWait(ep, events, timeoutMs)
-		if err != nil {
-			return
-		}
-		now := time.Now()
-		for _, ev := range events[:k] {
-			handle(ev, now)
-		}
-	}
-	lastSweep := begin
-	for finished < n {
-		// Launch as many as the window allows, polling now and then so that completions are
-		// timestamped promptly.
-		for launched < n && (opt.Window <= 0 || inFlight < opt.Window) {
-			i := launched
-			launched++
-			inFlight++
-			c := &conns[i]
-			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				c.fd = -1
-				fail(i, "socket: "+errName(err))
-				continue
-			}
-			c.fd, c.start, c.phase = fd, time.Now(), phaseConnecting
-			if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLOUT | unix.EPOLLRDHUP, Fd: int32(i)}); err != nil {
-				fail(i, "epoll: "+err.Error())
-				continue
-			}
-			if err := unix.Connect(fd, sa); err != nil && err != unix.EINPROGRESS {
-				fail(i, "connect: "+errName(err))
-				continue
-			}
-			if launched%16 == 0 {
-				poll(0)
-			}
-		}
-		poll(10)
-		if now := time.Now(); now.Sub(lastSweep) > 50*time.Millisecond {
-			lastSweep = now
-			for i := range conns[:launched] {
-				c := &conns[i]
-				switch {
-				case c.phase == phaseConnecting && now.Sub(c.start) > opt.ConnectTimeout:
-					fail(i, "connect timeout")
-				case c.phase == phaseWaitingByte && now.Sub(c.start) > opt.FirstByteWait:
-					fail(i, "first byte timeout")
-				}
-			}
-		}
-	}
-	res.Opening = lastConnectDone.Sub(begin)
-	return res
-}
-
-// errName names an errno ("ECONNREFUSED"), else the error's text.
-func errName(err error) string {
-	var errno unix.Errno
-	if errors.As(err, &errno) {
-		if n := unix.ErrnoName(errno); n != "" {
-			return n
-		}
-	}
-	return err.Error()
 }

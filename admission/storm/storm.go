@@ -132,7 +132,7 @@ type Report struct {
 	Target      Target
 	Connections int
 	Succeeded   int            // connected and received the server's first byte
-	Errors      map[string]int // failures by kind ("connect: ECONNREFUSED", "first byte timeout", ...)
+	Errors      map[string]int // failures by kind (internal/connstorm's: "connect: ECONNREFUSED", "answer: timeout", ...)
 	Connect     Percentiles    // connect(2) start to established
 	FirstByte   Percentiles    // connect(2) start to the server's first byte (sent on admission/accept)
 	Opening     time.Duration  // how long the clients took to issue and complete all connects (slowest client)

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"runtime"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/stormgate/stormgate/internal/connstorm"
 	"github.com/stormgate/stormgate/loadgen/hist"
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
@@ -73,157 +71,31 @@ func cmdStormClient(args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(rep)
 }
 
-// Per-connection states.
-const (
-	scConnecting = iota + 1
-	scWaiting
-	scDone
-	scFailed
-)
-
-type stormConn struct {
-	state      int
-	start, est time.Time
-	got        int
-	reply      [dubbo.HeaderLen + 1]byte
-}
-
+// stormClient is one client's storm: internal/connstorm with a Dubbo heartbeat as the first request
+// and its answer's header checked, every connection kept open until all are settled.
 func stormClient(ap netip.AddrPort, n int, timeout time.Duration) (*stormReport, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	rep := newStormReport()
-	rep.Conns = n
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	res, err := connstorm.Run(connstorm.Spec{Target: ap, Count: n, Request: dubbo.AppendHeartbeatRequest(nil, 1),
+		AnswerLen: dubbo.HeaderLen + 1, Check: checkDubboAnswer, Deadline: timeout})
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(epfd)
-	sa := &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
-	byFD := map[int]*stormConn{}
-	defer func() {
-		for fd := range byFD {
-			unix.Close(fd)
-		}
-	}()
-	hb := dubbo.AppendHeartbeatRequest(nil, 1)
-	pending := 0
-	fail := func(fd int, c *stormConn, kind string) {
-		c.state = scFailed
-		rep.Failures[kind]++
-		pending--
-		_ = unix.EpollCtl(epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	defer connstorm.CloseAll(res.FDs)
+	rep := newStormReport()
+	rep.Conns, rep.Connected, rep.Answered, rep.Failures, rep.Opening = n, res.Connected, res.Answered, res.Failures, res.Issued
+	for _, d := range res.Connect {
+		rep.Connect.Record(d)
 	}
-	established := func(fd int, c *stormConn, now time.Time) {
-		c.est = now
-		rep.Connected++
-		rep.Connect.Record(now.Sub(c.start))
-		if _, err := unix.Write(fd, hb); err != nil {
-			fail(fd, c, "write: "+errName(err))
-			return
-		}
-		c.state = scWaiting
-		_ = unix.EpollCtl(epfd, unix.EPOLL_CTL_MOD, fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(fd)})
-	}
-
-	t0 := time.Now()
-	for range n {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			rep.Failures["socket: "+errName(err)]++
-			continue
-		}
-		c := &stormConn{state: scConnecting, start: time.Now()}
-		byFD[fd] = c
-		pending++
-		err = unix.Connect(fd, sa)
-		switch {
-		case err == nil:
-			if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
-				return nil, err
-			}
-			established(fd, c, time.Now())
-		case errors.Is(err, unix.EINPROGRESS):
-			if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLOUT, Fd: int32(fd)}); err != nil {
-				return nil, err
-			}
-		default:
-			fail(fd, c, "connect: "+errName(err))
-		}
-	}
-	rep.Opening = time.Since(t0)
-
-	deadline := t0.Add(timeout)
-	events := make([]unix.EpollEvent, 1024)
-	buf := make([]byte, 256)
-	for pending > 0 && time.Now().Before(deadline) {
-		k, err := unix.EpollWait(epfd, events, 100)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			return nil, err
-		}
-		now := time.Now()
-		for _, ev := range events[:k] {
-			fd := int(ev.Fd)
-			c := byFD[fd]
-			switch c.state {
-			case scConnecting:
-				soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
-				if err != nil || soerr != 0 {
-					if err == nil {
-						err = unix.Errno(soerr)
-					}
-					fail(fd, c, "connect: "+errName(err))
-					continue
-				}
-				established(fd, c, now)
-			case scWaiting:
-				m, err := unix.Read(fd, buf)
-				if err != nil {
-					if errors.Is(err, unix.EAGAIN) {
-						continue
-					}
-					fail(fd, c, "read: "+errName(err))
-					continue
-				}
-				if m == 0 {
-					fail(fd, c, "closed by peer")
-					continue
-				}
-				c.got += copy(c.reply[min(c.got, len(c.reply)):], buf[:m])
-				if c.got >= len(c.reply) {
-					if c.reply[0] != dubbo.Magic0 || c.reply[1] != dubbo.Magic1 {
-						fail(fd, c, "not a Dubbo answer")
-						continue
-					}
-					c.state = scDone
-					rep.Answered++
-					rep.Answer.Record(now.Sub(c.est))
-					rep.First.Record(now.Sub(c.start))
-					pending--
-					_ = unix.EpollCtl(epfd, unix.EPOLL_CTL_DEL, fd, nil)
-				}
-			}
-		}
-	}
-	for _, c := range byFD {
-		switch c.state {
-		case scConnecting:
-			rep.Failures["connect: timeout"]++
-		case scWaiting:
-			rep.Failures["answer: timeout"]++
-		}
+	for i := range res.Answer {
+		rep.Answer.Record(res.Answer[i])
+		rep.First.Record(res.First[i])
 	}
 	return rep, nil
 }
 
-func errName(err error) string {
-	var e unix.Errno
-	if errors.As(err, &e) {
-		if name := unix.ErrnoName(e); name != "" {
-			return name
-		}
+// checkDubboAnswer is the storm's check of a heartbeat's answer: it starts with Dubbo's magic.
+func checkDubboAnswer(a []byte) string {
+	if a[0] != dubbo.Magic0 || a[1] != dubbo.Magic1 {
+		return "not a Dubbo answer"
 	}
-	return err.Error()
+	return ""
 }
