@@ -61,7 +61,7 @@ func (p *reporter) consumersSummaryRows() []sumRow {
 					g.Greedy, kind, kib(g.Size), g.Conns, num(g.Rate, 0)),
 				d: cell(direct), h: cell(haproxy), s: cell(stormgate), target: "Stormgate ≤ 1.5 × direct + 5 ms, 0 failed",
 				known: d != nil && s != nil, ok: ok,
-				note: "The neighbours' bytes queued ahead of the well-behaved requests on Stormgate's shared provider connections: see section 12.",
+				note: text("note-greedy"),
 			})
 		}
 	}

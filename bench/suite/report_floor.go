@@ -82,12 +82,10 @@ func (p *reporter) heartbeatSummaryRow() sumRow {
 			pctOver(r, targetHBRatio), usStr(sg), usStr(sg-targetHBRatio*fl), usStr(targetHBRatio*fl), usStr(fl), num(targetHBRatio, 2),
 			p.profileWhy(profileHeartbeat, hbFloor, "the responder"))
 		if pr := p.profile(profileHeartbeat, stormgate); pr != nil {
-			row.note += fmt.Sprintf(" The target leaves %s per heartbeat above the responder for all of Stormgate's user space and every system call the responder does not make; netpoll's own code alone took %s of CPU per heartbeat in that profile (every consumer connection is a netpoll connection: a link buffer it reads into, a closure per readable event, a second epoll_wait(2) after each wake-up).",
-				usStr((targetHBRatio-1)*fl), usStr(shareUs(pr, catNetpoll)))
+			row.note += text("note-heartbeat-room", usStr((targetHBRatio-1)*fl), usStr(shareUs(pr, catNetpoll)))
 		}
 		if nr, _, nu, nps := hr.ratioOf(npFloor); len(nps) > 0 {
-			row.note += fmt.Sprintf(" A responder on netpoll's connections with no other code (section 7) spent %s per heartbeat, %s× the bare responder: the least a design on netpoll's connections reaches on this machine.",
-				usStr(nu), num(nr, 2))
+			row.note += text("note-heartbeat-npfloor", usStr(nu), num(nr, 2))
 		}
 	}
 	return row
@@ -142,16 +140,12 @@ func (p *reporter) forwardSummaryRows() []sumRow {
 		}
 		if row.known {
 			row.s += " (" + ratio(sv, hv) + ")"
-			row.note = fmt.Sprintf("%s above the target: Stormgate spent %s per request, %s more than the %s the target allows (HAProxy %s × %s); the bare epoll forwarder spent %s. %s",
-				pctOver(sv/hv, targetFwdRatio), usStr(sv), usStr(sv-targetFwdRatio*hv), usStr(targetFwdRatio*hv), usStr(hv), num(targetFwdRatio, 1), usStr(fv),
-				p.profileWhy(profileForward(l), haproxy, "HAProxy"))
+			row.note = text("note-forward-ratio", pctOver(sv/hv, targetFwdRatio), usStr(sv), usStr(sv-targetFwdRatio*hv), usStr(targetFwdRatio*hv), usStr(hv), num(targetFwdRatio, 1), usStr(fv), p.profileWhy(profileForward(l), haproxy, "HAProxy"))
 			if pr := p.profile(profileForward(l), stormgate); pr != nil {
-				row.note += fmt.Sprintf(" Its time in the kernel alone was %s per request in that profile, against the whole %s the target allows: the system calls per request (frames per upstream write, epoll_wait(2) calls per wake-up) set the bound before any user-space cost.",
-					usStr(shareUs(pr, catKernel)), usStr(targetFwdRatio*hv))
+				row.note += text("note-forward-kernel", usStr(shareUs(pr, catKernel)), usStr(targetFwdRatio*hv))
 			}
 			if !math.IsNaN(nv) {
-				row.note += fmt.Sprintf(" A forwarder on netpoll's connections with no other code (section 9) spent %s per request, %s HAProxy and %s the bare epoll forwarder; Stormgate spent %s that: the least a design on netpoll's connections reaches here, and what Stormgate's own code adds to it.",
-					usStr(nv), ratio(nv, hv), ratio(nv, fv), ratio(sv, nv))
+				row.note += text("note-forward-npfwd", usStr(nv), ratio(nv, hv), ratio(nv, fv), ratio(sv, nv))
 			}
 		}
 		rows = append(rows, row)
@@ -180,8 +174,7 @@ func (p *reporter) labelCostRow(l FwdLoad) sumRow {
 		known: !math.IsNaN(sv+nv) && nv > 0, ok: sv <= targetLabelCost*nv,
 	}
 	if row.known {
-		row.note = fmt.Sprintf("Both are the same binary and settings but metrics.max_methods; each round measured both. The labels' own code (identifying the call, interning it, counting the answer) is about 1,800 instructions per request in user space (docs/design.md, per-method metrics); the rounds' spread was %s to %s with labels and %s to %s without.",
-			usStr(slices.Min(s.UsPerReq)), usStr(slices.Max(s.UsPerReq)), usStr(slices.Min(n.UsPerReq)), usStr(slices.Max(n.UsPerReq)))
+		row.note = text("note-label-cost", usStr(slices.Min(s.UsPerReq)), usStr(slices.Max(s.UsPerReq)), usStr(slices.Min(n.UsPerReq)), usStr(slices.Max(n.UsPerReq)))
 	}
 	return row
 }
@@ -244,8 +237,7 @@ func (p *reporter) throughputSummaryRow(c int) sumRow {
 	}
 	if row.known {
 		row.verdict = ratio(sv, hv) + ": " + verdict(true, row.ok)
-		note := fmt.Sprintf("%s below the target: the target needs %s req/s. The load tool, the provider and the proxy share 2 cores, so the ceiling follows the CPU each request costs all three.",
-			pctUnder(sv/hv, targetTPRatio), num(targetTPRatio*hv, 0))
+		note := text("note-throughput-ratio", pctUnder(sv/hv, targetTPRatio), num(targetTPRatio*hv, 0))
 		if st := s.maxStep(); st != nil {
 			note += fmt.Sprintf(" At its maximum Stormgate used %s (%s per request); HAProxy at its own %s.", pctCore(st.ProxyCPU), usStr(st.ProxyUsPerReq), maxStepCPU(h))
 		}
@@ -679,8 +671,7 @@ func (p *reporter) steadyP99Row(ld, lh, ls *LatencyRow) sumRow {
 		figure: fmt.Sprintf("The same, p99 as the median of the one-second p99s after the first 2 s (%d seconds)", ls.p99Seconds()),
 		d:      msStr(d), h: msStr(h) + " (" + signedMs(h-d) + ")", s: msStr(s) + " (" + signedMs(add) + ")",
 		target: "added ≤ " + msStr(targetAddedP99), known: !math.IsNaN(add), ok: add <= targetAddedP99,
-		note: fmt.Sprintf("%s over the target in the steady state as well; HAProxy added %s in the same conditions. The load tool, the provider and the proxy share 2 cores with whatever else the machine runs (load average %s at the end of the run), so every tail includes waits for a core.",
-			signedMs(add-targetAddedP99), signedMs(h-d), p.r.Machine.LoadAvgPost),
+		note: text("note-steady-p99", signedMs(add-targetAddedP99), signedMs(h-d), p.r.Machine.LoadAvgPost),
 	}
 }
 

@@ -93,7 +93,7 @@ func (p *reporter) summaryRows() []sumRow {
 		figure: fmt.Sprintf("Provider CPU, %s idle consumers, 1 s heartbeats (dubbo-go provider)", count(uint64(p.r.Options.IdleConns))),
 		d:      pctCore(dv), h: pctCore(fIdle(h1, provCPU)), s: pctCore(sv), target: "direct ÷ Stormgate ≥ 10×",
 		known: known, ok: ratioOK, verdict: ratioStr + ": " + verdict(known, ratioOK),
-		note: fmt.Sprintf("Behind Stormgate the provider sees no consumer heartbeat, so what it still burns is its own floor (%s with no consumer at all: runtime and getty timers); the ratio cannot exceed direct ÷ floor.", pctCore(floor)),
+		note: text("note-provider-cpu-floor", pctCore(floor)),
 	})
 
 	// CPU per answered heartbeat against the bare epoll responder; CPU with nothing to do.
@@ -107,7 +107,7 @@ func (p *reporter) summaryRows() []sumRow {
 		figure: "Memory per idle consumer connection (the provider's when direct; the proxy's otherwise)",
 		d:      kibStr(fIdle(d1, pk)), h: kibStr(fIdle(h1, kib)), s: kibStr(sK), target: "Stormgate ≤ " + num(targetKiBIdle, 0) + " KiB",
 		known: !math.IsNaN(sK), ok: sK <= targetKiBIdle,
-		note: fmt.Sprintf("%s KiB over the target. A heap profile of 10,000 idle consumers (every allocation sampled) puts 3.4 KiB of heap on each: 1.4 KiB is netpoll's output barrier (32 iovecs and slices from its barrierPool), which every netpoll connection takes for netpoll's own write path although Stormgate never uses it (it writes with write(2) itself) and netpoll offers no way to skip it; 1.4 KiB is the rest of the netpoll connection (the connection object, its two link buffers with the 256-byte input buffer, its poll operator); 0.6 KiB is Stormgate's (the 512-byte session, its handler closures, its slot in the session set). RSS also counts the Go heap's free space: with 1 s heartbeats netpoll allocates a 32-byte closure for every readable event (connection_onevent.go, onProcess), about 0.38 MB/s at 10,000 heartbeats/s, so with Go's default GOGC=100 RSS per connection climbs from about 4 KiB after a garbage collection to about 7 KiB before the next one, some 90 s later; GOGC or GOMEMLIMIT (which `sidecar inject` sets) bounds the climb.", num(sK-targetKiBIdle, 1)),
+		note: text("note-idle-memory", num(sK-targetKiBIdle, 1)),
 	})
 
 	// p99 added latency.
@@ -128,7 +128,7 @@ func (p *reporter) summaryRows() []sumRow {
 	rows = append(rows, sumRow{
 		figure: fmt.Sprintf("p99 latency, %s conns, 100 ms method", count(uint64(p.r.Options.LatConns))),
 		d:      msStr(fLat(sd, p99)), h: msStr(fLat(sh, p99)), s: msStr(s99), target: "≤ 105 ms", known: !math.IsNaN(s99), ok: s99 <= 105,
-		note: fmt.Sprintf("The tail of a 100 ms call on this machine is the provider's timer plus scheduling delay on 2 shared cores: the same run measured %s direct and %s through HAProxy; the proxy adds little to it.", msStr(fLat(sd, p99)), msStr(fLat(sh, p99))),
+		note: text("note-sleep-p99", msStr(fLat(sd, p99)), msStr(fLat(sh, p99))),
 	})
 
 	// CPU per forwarded request against HAProxy (SayHello on the dubbo-go provider).
@@ -163,7 +163,7 @@ func (p *reporter) summaryRows() []sumRow {
 	rows = append(rows, sumRow{
 		figure: fmt.Sprintf("Accept storm, %s connections at once: listen overflows (\"direct\" = the baseline listener, backlog %d)", count(uint64(p.r.Options.StormConns)), p.r.Options.StormBacklog),
 		d:      ov(sb), h: ov(shp), s: ov(ssg), target: "0", known: ssg != nil, ok: ssg != nil && ssg.ListenOverflows == 0,
-		note: "The accept loop did not drain the kernel queue as fast as the connections arrived: the process did not get a core in time.",
+		note: text("note-storm-overflows"),
 	})
 	fa := func(x *StormRow) string {
 		if x == nil {
@@ -223,7 +223,7 @@ func stormNote(x *StormRow, st *StormResult) string {
 	if x == nil || st == nil {
 		return ""
 	}
-	return fmt.Sprintf("Split: the handshake (connect p99 %s) plus the wait for the answer once connected (p99 %s). Admission's token bucket (%s/s, burst %d by default) would need %s to admit %s connections, so most of them wait out the 1 s max wait and are admitted then, by design: the shipped rate and max wait, not the accept path, set this figure (a higher default rate or a shorter max wait would meet the target).",
+	return text("note-storm-first",
 		msStr(x.ConnectP99ms), msStr(x.AnswerP99ms), num(st.SGRate, 0), st.SGBurst, dur(time.Duration(float64(st.Conns-st.SGBurst)/math.Max(st.SGRate, 1)*float64(time.Second))), count(uint64(st.Conns)))
 }
 
@@ -340,12 +340,12 @@ func (p *reporter) lossRows() []loss {
 	out = append(out, loss{
 		figure: "p99 latency, echo, vs direct", sg: msStr(sp99), best: "direct " + msStr(dp99),
 		known: !math.IsNaN(sp99 + dp99), loses: sp99 > dp99,
-		why: "Every request crosses one more process and two more loopback hops, plus a header decode, an id rewrite and a pending-table lookup each way; on 2 cores shared with the load tool and the provider, the proxy's event loops also wait for a core. A proxy can only add latency to a direct connection.",
+		why: text("why-p99-vs-direct"),
 	})
 	out = append(out, loss{
 		figure: "p99 latency, echo, vs HAProxy", sg: msStr(sp99), best: "HAProxy " + msStr(hp99),
 		known: !math.IsNaN(sp99 + hp99), loses: sp99 > hp99,
-		why: fmt.Sprintf("HAProxy in TCP mode copies bytes between two sockets per consumer without parsing them. Stormgate parses every frame and multiplexes all consumers onto 4 upstream connections, so a request queues behind others on a shared connection and in its batching writer (%s frames per upstream write on average here).", num(batch, 2)),
+		why: text("why-p99-vs-haproxy", num(batch, 2)),
 	})
 	sp50, hp50 := get(ls, p50), get(lh, p50)
 	out = append(out, loss{
@@ -358,19 +358,19 @@ func (p *reporter) lossRows() []loss {
 	out = append(out, loss{
 		figure: fmt.Sprintf("proxy CPU per request at %s req/s", num(p.r.Options.LatRate, 0)), sg: usStr(sc), best: "HAProxy " + usStr(hc),
 		known: !math.IsNaN(sc+hc) && hc > 0, loses: sc > hc,
-		why: fmt.Sprintf("Stormgate does L7 work in Go (frame decode, id rewrite, pending table, per-request metrics); HAProxy does L4 forwarding in C. Batching only saves system calls when many requests meet in a write: at this rate it averaged %s frames per upstream write. Where the CPU goes at a similar load (section 9 and 10, dubbo-go provider): %s", num(batch, 2), p.fwdLossWhy()),
+		why: text("why-cpu-vs-haproxy", num(batch, 2), p.fwdLossWhy()),
 	})
 	for _, c := range p.tpConns() {
 		s, h, d := fTP(p.tp(stormgate, c)), fTP(p.tp(haproxy, c)), fTP(p.tp(direct, c))
 		out = append(out, loss{
 			figure: fmt.Sprintf("max throughput, %s conns, vs HAProxy", count(uint64(c))), sg: tpLabel(p.tp(stormgate, c)) + " req/s", best: "HAProxy " + tpLabel(p.tp(haproxy, c)) + " req/s",
 			known: !math.IsNaN(s + h), loses: s < h,
-			why: "The load tool, the provider and the proxy share the same 2 cores, so the ceiling follows CPU per request: Stormgate's is higher than HAProxy's at this connection count (see the CPU columns of the throughput table), which leaves less CPU to the load tool and the provider.",
+			why: text("why-throughput-vs-haproxy"),
 		})
 		out = append(out, loss{
 			figure: fmt.Sprintf("max throughput, %s conns, vs direct", count(uint64(c))), sg: tpLabel(p.tp(stormgate, c)) + " req/s", best: "direct " + tpLabel(p.tp(direct, c)) + " req/s",
 			known: !math.IsNaN(s + d), loses: s < d,
-			why: "A proxy's CPU comes out of the same 2 cores that the load tool and the provider need; the direct path has no proxy to pay for.",
+			why: text("why-throughput-vs-direct"),
 		})
 	}
 	h1, s1 := p.idle(haproxy, time.Second), p.idle(stormgate, time.Second)
@@ -379,7 +379,7 @@ func (p *reporter) lossRows() []loss {
 	out = append(out, loss{
 		figure: "memory per idle consumer connection", sg: kibStr(sk), best: "HAProxy " + kibStr(hk),
 		known: !math.IsNaN(sk + hk), loses: sk > hk,
-		why: "HAProxy holds no buffer for an idle connection (buffers are taken from a pool only while data moves) and stores two small session structs; Stormgate's netpoll keeps an input buffer, a connection object and an output barrier (1.4 KiB, for a write path Stormgate never uses) per consumer plus the session state (0.6 KiB), and between garbage collections the Go heap holds the garbage of netpoll's per-event closures, so RSS per connection climbs from about 4 KiB to about 7 KiB with 1 s heartbeats before each collection.",
+		why: text("why-idle-memory"),
 	})
 	h30, s30 := p.idle(haproxy, 30*time.Second), p.idle(stormgate, 30*time.Second)
 	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
@@ -394,7 +394,7 @@ func (p *reporter) lossRows() []loss {
 	out = append(out, loss{
 		figure: "proxy CPU per consumer heartbeat", sg: usStr(sh), best: "HAProxy " + usStr(hh) + " (forwarding it)",
 		known: !math.IsNaN(sh+hh) && hh > 0, loses: sh > hh,
-		why: "Stormgate reads, decodes and answers each heartbeat itself (a read and a write per heartbeat per consumer); HAProxy forwards it (a read and a write on each side) but in C with less per-event overhead. The saving Stormgate buys is on the provider, whose CPU per heartbeat is far higher than either proxy's.",
+		why: text("why-heartbeat-cpu"),
 	})
 	sb, shp, ssg := p.storm(baseline), p.storm(haproxy), p.storm(stormgate)
 	fp := func(x *StormRow) float64 {
@@ -415,7 +415,7 @@ func (p *reporter) lossRows() []loss {
 	out = append(out, loss{
 		figure: "accept storm, first answer p99", sg: msStr(sf), best: bestName + " " + msStr(best),
 		known: !math.IsNaN(sf + best), loses: sf > best,
-		why: fmt.Sprintf("Stormgate accepts at once but admits through a token bucket (%s/s by default, burst and a 1 s max wait), so the last connections of a storm wait for admission by design, to pace the work they bring; a baseline that answers on accept can be faster when it never overflows.", rate),
+		why: text("why-storm-first", rate),
 	})
 	rd, rs := p.restart(direct), p.restart(stormgate)
 	rec := func(x *RestartRow) float64 {
@@ -428,7 +428,7 @@ func (p *reporter) lossRows() []loss {
 	out = append(out, loss{
 		figure: "provider restart, time to full rate", sg: num(sr, 2) + " s", best: "direct " + num(dr, 2) + " s",
 		known: !math.IsNaN(sr + dr), loses: sr > dr,
-		why: "Stormgate reconnects with exponential backoff and full jitter (50 ms doubling to a 2 s cap), so the first successful dial after the restart can come up to one backoff step late; direct consumers redial on their own fixed timer.",
+		why: text("why-restart-recovery"),
 	})
 	return out
 }
@@ -610,7 +610,7 @@ func (p *reporter) restartSummaryRows() []sumRow {
 	return []sumRow{{
 		figure: fmt.Sprintf("Provider SIGKILLed and restarted, %s consumers at %s req/s", count(uint64(p.r.Options.RestartConns)), num(p.r.Options.RestartRate, 0)),
 		d:      kill(rd), h: kill(rh), s: kill(rs), target: "0, 0, only requests already inside the provider", known: rs != nil, ok: okK,
-		note: "More errors than requests inside the provider at the kill: a provider that dies with requests unread in its socket resets the connection, and a reset says only that the end of the stream was unread: Stormgate proves unread (and sends again) the last request on each such connection, not the ones before it; and a reset whose cause the namespace's reset counters cannot tell from an abortive close (another connection of the provider reset at the same instant) proves nothing. Stormgate answers those rather than risk running a request twice; the sidecar's WARN line per closed connection (provider_end) shows which (docs/design.md, provider lifecycle).",
+		note: text("note-restart-kill"),
 	}, {
 		figure: "Provider restarted gracefully (SIGTERM: READONLY, drain, exit; started 1 s after it exits), same load",
 		d:      stop(gd), h: stop(gh), s: stop(gs), target: "0, 0, 0", known: gs != nil, ok: okG,

@@ -108,3 +108,14 @@ func (p *reporter) exec(name string, data any) {
 }
 
 func (p *reporter) cmds(title string, lines []string) { p.exec("cmds", cmdsBlock{title, lines}) }
+
+// text is a template of notes.md.tmpl executed with args as dot ({{index . 0}} is the first): the
+// long notes of the summary and "where Stormgate loses" tables, whose figures the Go code formats.
+// A template that cannot run (a programming error the golden tests catch) says so in the note.
+func text(name string, args ...any) string {
+	var b strings.Builder
+	if err := reportTemplates.ExecuteTemplate(&b, name, args); err != nil {
+		return fmt.Sprintf("(report template %s: %v)", name, err)
+	}
+	return b.String()
+}
