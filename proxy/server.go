@@ -191,6 +191,9 @@ func (s *Server) Check(cfg Config) error {
 	if cfg.Transparent != old.Transparent {
 		return errors.New("listener.transparent cannot change while running: restart the sidecar to switch modes")
 	}
+	if cfg.Protocols.Dubbo() != old.Protocols.Dubbo() || cfg.Protocols.Triple() != old.Protocols.Triple() {
+		return errors.New("upstream.protocol cannot change while running: restart the sidecar")
+	}
 	if !cfg.Transparent && cfg.Upstream != old.Upstream {
 		return fmt.Errorf("upstream.address cannot change while running (%s -> %s): restart the sidecar, "+
 			"or run one sidecar per provider", old.Upstream, cfg.Upstream)
