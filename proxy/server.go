@@ -215,7 +215,7 @@ func (s *Server) Update(cfg Config) error {
 	s.budget.limit.Store(cfg.MaxBufferedBytes)
 	s.calls.table.setLimit(cfg.MaxMethods)
 	pools := s.poolList()
-	if cfg.UpstreamConns != old.UpstreamConns {
+	if cfg.UpstreamConns != old.UpstreamConns && cfg.Protocols.Dubbo() {
 		for _, p := range pools {
 			p.resize(cfg.UpstreamConns)
 		}
@@ -282,10 +282,13 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		// the timer sooner (frame_read_timeout); that schedule must win.
 		s.wheel.Schedule(&sess.timer, t)
 	}
+	if !cfg.Protocols.Triple() {
+		sess.proto.Store(protoDubbo) // nothing to sniff: every byte goes to the Dubbo path, as before Triple
+	}
 	_ = conn.AddCloseCallback(sess.onClosed)
 	_ = conn.SetOnRequest(sess.onRequest)
-	if p.readonlySent.Load() || s.announced.Load() {
-		sess.sendEvent(EventReadonly)
+	if sess.proto.Load() == protoDubbo && (p.readonlySent.Load() || s.announced.Load()) {
+		sess.sendEvent(EventReadonly) // else sniff.go sends it once the first bytes say Dubbo
 	}
 	if !conn.IsActive() {
 		// The consumer left before its handlers were set: netpoll saw the hangup with no
@@ -328,7 +331,7 @@ func (s *Server) broadcast(p *pool, ev Event) {
 	}
 	n := 0
 	s.sessions.each(func(ss *session) {
-		if p == nil || ss.pool == p {
+		if (p == nil || ss.pool == p) && ss.proto.Load() == protoDubbo {
 			ss.sendEvent(ev)
 			n++
 		}

@@ -49,7 +49,9 @@ type session struct {
 	inflight atomic.Int32 // accepted two-way requests not yet answered
 	counts   sessionCounters
 
-	wait    consumerWait // its requests waiting for the provider; backpressure (backpressure.go)
+	wait    consumerWait  // its requests waiting for the provider; backpressure (backpressure.go)
+	proto   atomic.Uint32 // protoUnknown until the first bytes decide (sniff.go); set once, by the handler
+	h2      *h2Session    // an HTTP/2 consumer's protocol state; nil for Dubbo (set once, by the handler)
 	closing atomic.Bool
 	closed  atomic.Bool
 	reason  atomic.Uint32 // closeReason+1; 0 until closeWith
@@ -68,6 +70,10 @@ func (s *session) onRequest(_ context.Context, conn netpoll.Connection) error {
 	if s.srv.handover.holding() { // a handover: keep the bytes for whoever serves next
 		s.srv.handover.stash(s, r)
 		s.srv.handover.park()
+		return nil
+	}
+	if s.proto.Load() != protoDubbo && s.otherProtocol(r) {
+		_ = r.Release()
 		return nil
 	}
 	s.consume(r, true)
@@ -233,6 +239,9 @@ func (s *session) onClosed(netpoll.Connection) error {
 		srv.log.Warn("consumer closed in the middle of a frame", zap.Stringer("peer", s.remote))
 	}
 	s.rd.reset(&srv.budget)
+	if s.h2 != nil {
+		s.h2.onClosed()
+	}
 	s.forgetPause()
 	srv.wheel.Stop(&s.timer)
 	srv.sessions.remove(s)

@@ -1,0 +1,652 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap/zaptest"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/stormgate/stormgate/peer"
+	"github.com/stormgate/stormgate/proxy/dubbo"
+	"github.com/stormgate/stormgate/proxy/h2"
+)
+
+// HTTP/2 through Stormgate (issue 26, first slice): real grpc-go and x/net peers on both sides, real
+// sockets.
+
+// rawCodec sends []byte messages as they are (the provider echoes bytes, whatever they encode).
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), b...)
+	return nil
+}
+func (rawCodec) Name() string { return "raw" }
+
+// killableListener counts the provider's connections and can end them all (a provider connection
+// killed mid-run) while the listener keeps accepting.
+type killableListener struct {
+	net.Listener
+	mu       sync.Mutex
+	conns    []net.Conn
+	accepted atomic.Int64
+}
+
+func (l *killableListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+// kill resets every connection accepted so far (RST: SO_LINGER 0), as a provider that dies does.
+func (l *killableListener) kill() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.conns)
+	for _, c := range l.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
+	}
+	l.conns = nil
+	return n
+}
+
+// grpcProvider is a grpc-go server that echoes each request message (after x-sleep-ms), or answers the
+// status named by an x-status header; it keeps the most calls it ran at once.
+type grpcProvider struct {
+	*killableListener
+	active, maxActive atomic.Int64
+}
+
+func startGRPCProvider(t *testing.T, opts ...grpc.ServerOption) *grpcProvider {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp := &grpcProvider{killableListener: &killableListener{Listener: ln}}
+	kl := gp.killableListener
+	opts = append(opts, grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+		n := gp.active.Add(1)
+		defer gp.active.Add(-1)
+		for m := gp.maxActive.Load(); n > m && !gp.maxActive.CompareAndSwap(m, n); m = gp.maxActive.Load() {
+		}
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		if v := md.Get("x-sleep-ms"); len(v) > 0 {
+			ms, _ := strconv.Atoi(v[0])
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+		}
+		if v := md.Get("x-status"); len(v) > 0 {
+			code, _ := strconv.Atoi(v[0])
+			return status.Error(codes.Code(code), "asked for "+v[0])
+		}
+		for {
+			var msg []byte
+			if err := ss.RecvMsg(&msg); err == io.EOF {
+				return nil
+			} else if err != nil {
+				return err
+			}
+			if err := ss.SendMsg(&msg); err != nil {
+				return err
+			}
+		}
+	}))
+	srv := grpc.NewServer(opts...)
+	go func() { _ = srv.Serve(kl) }()
+	t.Cleanup(srv.Stop)
+	return gp
+}
+
+// newH2Server starts a Server for a provider at upstream speaking protos, and a listener.
+func newH2Server(t *testing.T, upstream string, protos Protocols, mods ...func(*Config)) (*Server, string) {
+	t.Helper()
+	cfg := testConfig(upstream)
+	cfg.Protocols = protos
+	cfg.UpstreamConns = 2
+	for _, m := range mods {
+		m(&cfg)
+	}
+	srv, err := New(cfg, Options{Logger: zaptest.NewLogger(t).Named("proxy"), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ln := listenRaw(t, srv)
+	t.Cleanup(func() { srv.Close(); cancel() })
+	waitFor(t, 20*time.Second, "provider connections", func() bool {
+		n := 0
+		for _, p := range srv.poolList() {
+			r, _, _ := p.connStates()
+			n += r
+		}
+		return n == cfg.UpstreamConns*(btoi(protos.Dubbo())+btoi(protos.Triple()))
+	})
+	return srv, ln.addr
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func grpcClient(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func echo(ctx context.Context, cc *grpc.ClientConn, msg []byte, md ...string) ([]byte, error) {
+	var resp []byte
+	if len(md) > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, md...)
+	}
+	err := cc.Invoke(ctx, "/stormgate.Test/Echo", &msg, &resp)
+	return resp, err
+}
+
+// TestH2UnaryThroughStormgate: a grpc-go client through Stormgate to a grpc-go server (upstream.protocol
+// triple): messages from 0 B to 1 MiB across every flow-control window, 50 concurrent calls on one
+// consumer connection, 20 consumer connections, and statuses passed through; the provider sees
+// upstream.connections connections, not one per consumer.
+func TestH2UnaryThroughStormgate(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cc := grpcClient(t, addr)
+	for i, size := range []int{0, 1, 100, 16 << 10, 65535, 65536, 200 << 10, 1 << 20} {
+		msg := bytes.Repeat([]byte{byte('a' + i)}, size)
+		for j := range 3 {
+			resp, err := echo(ctx, cc, msg, "x-req", fmt.Sprint(i, j))
+			if err != nil || !bytes.Equal(resp, msg) {
+				t.Fatalf("size %d: %d bytes back, %v", size, len(resp), err)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			msg := fmt.Appendf(nil, "concurrent-%d-%s", i, bytes.Repeat([]byte{'x'}, i*997))
+			if resp, err := echo(ctx, cc, msg); err != nil || !bytes.Equal(resp, msg) {
+				t.Errorf("concurrent %d: %d bytes, %v", i, len(resp), err)
+			}
+		})
+	}
+	for i := range 20 {
+		wg.Go(func() {
+			c := grpcClient(t, addr)
+			msg := fmt.Appendf(nil, "consumer-%d", i)
+			if resp, err := echo(ctx, c, msg); err != nil || !bytes.Equal(resp, msg) {
+				t.Errorf("consumer %d: %q, %v", i, resp, err)
+			}
+		})
+	}
+	wg.Wait()
+	_, err := echo(ctx, cc, []byte("x"), "x-status", "9")
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || st.Message() != "asked for 9" {
+		t.Errorf("the provider's status: %v", err)
+	}
+	if n := prov.accepted.Load(); n != 2 {
+		t.Errorf("the provider accepted %d connections, want upstream.connections = 2", n)
+	}
+	if st := srv.Stats(); st.Closed["http2_error"] != 0 {
+		t.Errorf("consumers closed for HTTP/2 errors: %v", st.Closed)
+	}
+}
+
+// TestH2ProviderStreamLimit: the provider's SETTINGS_MAX_CONCURRENT_STREAMS is respected: 40 concurrent
+// calls against a provider allowing 3 streams per connection (2 connections) all succeed, the excess
+// waiting in Stormgate, and the provider never runs more than 6 at once.
+func TestH2ProviderStreamLimit(t *testing.T) {
+	prov := startGRPCProvider(t, grpc.MaxConcurrentStreams(3))
+	_, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			msg := fmt.Appendf(nil, "limited-%d", i)
+			if resp, err := echo(ctx, grpcClient(t, addr), msg, "x-sleep-ms", "20"); err != nil || !bytes.Equal(resp, msg) {
+				t.Errorf("call %d: %q %v", i, resp, err)
+			}
+		})
+	}
+	wg.Wait()
+	if m := prov.maxActive.Load(); m > 6 || m < 2 {
+		t.Errorf("the provider ran %d calls at once, want 2..6 (3 streams on each of 2 connections)", m)
+	}
+	t.Logf("the provider ran at most %d calls at once", prov.maxActive.Load())
+}
+
+// TestH2ConsumerSide drives Stormgate's consumer side with x/net's Framer: its SETTINGS (header table 0,
+// no push), the ACK of ours, a PING answered with the same 8 bytes and never forwarded, a request in
+// HEADERS + CONTINUATION, and a RST_STREAM that resets the provider's stream.
+func TestH2ConsumerSide(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(nc, bufio.NewReader(nc))
+	fr.ReadMetaHeaders = nil
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fr.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, ok := f.(*http2.SettingsFrame)
+	if !ok || sf.IsAck() {
+		t.Fatalf("first frame %v, want Stormgate's SETTINGS", f)
+	}
+	if v, ok := sf.Value(http2.SettingHeaderTableSize); !ok || v != 0 {
+		t.Errorf("SETTINGS_HEADER_TABLE_SIZE %d (sent %v), want 0", v, ok)
+	}
+	if err := fr.WriteSettingsAck(); err != nil {
+		t.Fatal(err)
+	}
+	ping := [8]byte{'s', 't', 'o', 'r', 'm', 0, 1, 2}
+	if err := fr.WritePing(false, ping); err != nil {
+		t.Fatal(err)
+	}
+	var gotAck, gotPing bool
+	for !gotAck || !gotPing {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			gotAck = gotAck || f.IsAck()
+		case *http2.PingFrame:
+			if !f.IsAck() || f.Data != ping {
+				t.Fatalf("PING answer %v % x", f.IsAck(), f.Data)
+			}
+			gotPing = true
+		case *http2.WindowUpdateFrame:
+		default:
+			t.Fatalf("unexpected %v", f)
+		}
+	}
+	if n := testutilCounter(srv.m.h2Pings); n != 1 {
+		t.Errorf("stormgate_http2_pings_answered_total %v, want 1", n)
+	}
+	// A request whose head comes in HEADERS + CONTINUATION.
+	var hb bytes.Buffer
+	enc := hpackEncoder(&hb)
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/stormgate.Test/Echo"},
+		{":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}, {"x-pad", string(bytes.Repeat([]byte{'p'}, 100))}} {
+		enc(kv[0], kv[1])
+	}
+	block := hb.Bytes()
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block[:20]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteContinuation(1, true, block[20:]); err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("through HEADERS and CONTINUATION")
+	if err := fr.WriteData(1, true, grpcFrame(msg)); err != nil {
+		t.Fatal(err)
+	}
+	var body []byte
+	var grpcStatus string
+	for grpcStatus == "" {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch f := f.(type) {
+		case *http2.DataFrame:
+			body = append(body, f.Data()...)
+		case *http2.HeadersFrame:
+			for _, hf := range decodeBlock(t, f.HeaderBlockFragment()) {
+				if hf.Name == "grpc-status" {
+					grpcStatus = hf.Value
+				}
+			}
+		}
+	}
+	if grpcStatus != "0" || !bytes.Equal(body, grpcFrame(msg)) {
+		t.Fatalf("answer: status %q, body %q", grpcStatus, body)
+	}
+	// A stream the consumer resets: the provider's stream is reset too (nothing stays open there).
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: staticHead(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteRSTStream(3, http2.ErrCodeCancel); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "no provider stream left open", func() bool {
+		hp := srv.poolList()[0].h2
+		hp.mu.Lock()
+		defer hp.mu.Unlock()
+		n := 0
+		for _, u := range hp.ups {
+			n += len(u.calls) + u.conn.OpenStreams()
+		}
+		return n == 0
+	})
+	if st := srv.Stats(); st.Closed["http2_error"] != 0 {
+		t.Errorf("closed for HTTP/2 errors: %v", st.Closed)
+	}
+}
+
+// grpcFrame is msg in gRPC's length-prefixed framing.
+func grpcFrame(msg []byte) []byte {
+	b := make([]byte, 5, 5+len(msg))
+	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
+	return append(b, msg...)
+}
+
+// staticHead is a gRPC request head for /stormgate.Test/Echo, stateless.
+func staticHead() []byte {
+	return h2.AppendFields(nil, []h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: "/stormgate.Test/Echo"}, {Name: ":authority", Value: "x"},
+		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}})
+}
+
+// TestH2FirstBytesDecide: one listener, both protocols (upstream.protocol both, with a provider that
+// serves both on one port): a Dubbo consumer and a gRPC consumer side by side; an HTTP/1 request gets
+// what it got before Triple. With triple alone a Dubbo consumer is closed (protocol_not_served); with
+// dubbo alone an HTTP/2 client gets what it got before (bad_magic).
+func TestH2FirstBytesDecide(t *testing.T) {
+	grpcProv := startGRPCProvider(t)
+	dubboProv, err := peer.NewProvider(peer.ProviderConfig{Addr: "127.0.0.1:0"}, zaptest.NewLogger(t).Named("provider"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go dubboProv.Serve(ctx)
+	t.Cleanup(func() { dubboProv.Close() })
+	both := startProtocolMux(t, dubboProv.Addr(), grpcProv.Addr().String())
+
+	t.Run("both", func(t *testing.T) {
+		srv, addr := newH2Server(t, both, ProtoDubbo|ProtoTriple)
+		dc, err := peer.Dial(ctx, addr, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dc.Close()
+		cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
+		defer ccancel()
+		if r, err := dc.Call(cctx, 1, svc, "echo", "dubbo beside h2"); err != nil || r.Value != "dubbo beside h2" {
+			t.Fatalf("Dubbo call: %+v %v", r, err)
+		}
+		if resp, err := echo(cctx, grpcClient(t, addr), []byte("h2 beside dubbo")); err != nil || string(resp) != "h2 beside dubbo" {
+			t.Fatalf("gRPC call: %q %v", resp, err)
+		}
+		if r, err := dc.Call(cctx, 2, svc, "echo", "again"); err != nil || r.Value != "again" {
+			t.Fatalf("Dubbo call: %+v %v", r, err)
+		}
+		reply := exchange(t, addr, "POST / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\r\n")
+		if !bytes.HasPrefix(reply, []byte("HTTP/1.1 400 Bad Request\r\n")) {
+			t.Errorf("an h2c Upgrade request got %q, want the 400 any HTTP/1 request gets", reply)
+		}
+		waitFor(t, 5*time.Second, "the HTTP/1 client counted", func() bool { return srv.Stats().Closed["bad_magic"] == 1 })
+	})
+	t.Run("triple_only", func(t *testing.T) {
+		srv, addr := newH2Server(t, grpcProv.Addr().String(), ProtoTriple)
+		dc, err := peer.Dial(ctx, addr, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dc.Close()
+		_ = dc.Send(dubboRequest(1, "refused"))
+		select {
+		case <-dc.Closed():
+		case <-time.After(10 * time.Second):
+			t.Fatal("a Dubbo consumer of a Triple-only provider was not closed")
+		}
+		waitFor(t, 5*time.Second, "counted", func() bool { return srv.Stats().Closed["protocol_not_served"] == 1 })
+	})
+	t.Run("dubbo_only", func(t *testing.T) {
+		srv, addr := newH2Server(t, dubboProv.Addr(), ProtoDubbo)
+		reply := exchange(t, addr, http2.ClientPreface)
+		if len(reply) != 0 {
+			t.Errorf("an HTTP/2 client of a Dubbo-only sidecar got %q, want nothing (as before Triple)", reply)
+		}
+		waitFor(t, 5*time.Second, "counted", func() bool { return srv.Stats().Closed["bad_magic"] == 1 })
+	})
+}
+
+// exchange sends in on a new connection and returns everything read until the peer closes.
+func exchange(t *testing.T, addr, in string) []byte {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(nc, in); err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(nc)
+	if err != nil && !isReset(err) {
+		t.Fatalf("reading: %v", err)
+	}
+	return out
+}
+
+func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
+
+// startProtocolMux is a provider port serving Dubbo and HTTP/2 at once (Dubbo 3's port unification):
+// each connection goes to the Dubbo or the gRPC provider by its first byte.
+func startProtocolMux(t *testing.T, dubboAddr, grpcAddr string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				first, err := br.Peek(1)
+				if err != nil {
+					return
+				}
+				to := dubboAddr
+				if first[0] == 'P' {
+					to = grpcAddr
+				}
+				up, err := net.Dial("tcp", to)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, br); up.(*net.TCPConn).CloseWrite() }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// h2cTransport is an x/net HTTP/2 client over cleartext TCP with prior knowledge, one connection.
+func h2cTransport(addr string) *http2.Transport {
+	return &http2.Transport{
+		AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, _ string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+}
+
+// h2Outcome is what a unary call through Stormgate got.
+type h2Outcome struct {
+	ok, unavailable bool
+	detail          string
+}
+
+// unaryH2 sends one gRPC unary call with x/net and checks the invariant of DESIGN §8a for HTTP/2: the
+// answer is exactly the call's own bytes with grpc-status 0, or grpc-status 14 after at most a prefix of
+// its own bytes. Anything else is reported in detail.
+func unaryH2(ctx context.Context, tr *http2.Transport, msg []byte) h2Outcome {
+	want := grpcFrame(msg)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://stormgate/stormgate.Test/Echo", bytes.NewReader(want))
+	req.Header.Set("content-type", "application/grpc")
+	req.Header.Set("te", "trailers")
+	req.ContentLength = int64(len(want))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return h2Outcome{detail: "round trip: " + err.Error()}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return h2Outcome{detail: fmt.Sprintf("body after %d bytes: %v", len(body), err)}
+	}
+	st := resp.Trailer.Get("grpc-status")
+	if st == "" {
+		st = resp.Header.Get("grpc-status") // trailers-only
+	}
+	switch {
+	case st == "0" && bytes.Equal(body, want):
+		return h2Outcome{ok: true}
+	case st == "14" && bytes.HasPrefix(want, body):
+		return h2Outcome{unavailable: true, detail: resp.Trailer.Get("grpc-message") + resp.Header.Get("grpc-message")}
+	}
+	return h2Outcome{detail: fmt.Sprintf("grpc-status %q, %d bytes back of %d (own prefix %v)", st, len(body), len(want), bytes.HasPrefix(want, body))}
+}
+
+// TestH2IntegrityProviderKilled (DESIGN §8a for HTTP/2, the first slice of issue 26's acceptance 2): 64
+// h2c consumers (x/net, one connection each) send unary calls with unique bodies from 1 B to 256 KiB
+// through Stormgate to a grpc-go provider whose connections are killed (RST) twice mid-run. Every call
+// gets exactly its own bytes and grpc-status 0, or grpc-status 14 after at most a prefix of its own
+// bytes: never another call's bytes, never a hang. Calls go on succeeding after each kill (the pool
+// reconnects), and the provider never sees more than upstream.connections connections at a time.
+func TestH2IntegrityProviderKilled(t *testing.T) {
+	prov := startGRPCProvider(t)
+	_, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	const consumers, calls = 64, 12
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	var ok, unavailable, done atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan string, consumers*calls)
+	for i := range consumers {
+		wg.Go(func() {
+			tr := h2cTransport(addr)
+			defer tr.CloseIdleConnections()
+			for j := range calls {
+				size := 1 << ((i*calls + j) % 19) // 1 B .. 256 KiB
+				msg := make([]byte, size)
+				for k := range msg {
+					msg[k] = byte(i*31 + j*7 + k)
+				}
+				copy(msg, fmt.Sprintf("%d/%d", i, j)) // unique from the first bytes on
+				o := unaryH2(ctx, tr, msg)
+				switch {
+				case o.ok:
+					ok.Add(1)
+				case o.unavailable:
+					unavailable.Add(1)
+				default:
+					errs <- fmt.Sprintf("consumer %d call %d (%d B): %s", i, j, size, o.detail)
+				}
+				done.Add(1)
+			}
+		})
+	}
+	for _, at := range []int64{consumers * calls / 4, consumers * calls / 2} {
+		waitFor(t, 60*time.Second, "calls to progress", func() bool { return done.Load() >= at })
+		t.Logf("killing the provider's %d connections after %d calls", prov.kill(), done.Load())
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	t.Logf("%d calls: %d answered, %d UNAVAILABLE; the provider accepted %d connections in all",
+		consumers*calls, ok.Load(), unavailable.Load(), prov.accepted.Load())
+	if ok.Load() < consumers*calls/2 {
+		t.Errorf("only %d of %d calls answered", ok.Load(), consumers*calls)
+	}
+	// After the run, calls succeed again: the pool reconnected.
+	if o := unaryH2(ctx, h2cTransport(addr), []byte("after")); !o.ok {
+		t.Errorf("a call after the kills: %s", o.detail)
+	}
+}
+
+func testutilCounter(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }
+
+// hpackEncoder is x/net's encoder after the peer's SETTINGS_HEADER_TABLE_SIZE 0 was acknowledged: its
+// first block begins with a dynamic table size update (RFC 7541 §4.2), as Stormgate requires.
+func hpackEncoder(w io.Writer) func(name, value string) {
+	enc := hpack.NewEncoder(w)
+	enc.SetMaxDynamicTableSizeLimit(0)
+	return func(name, value string) { _ = enc.WriteField(hpack.HeaderField{Name: name, Value: value}) }
+}
+
+// decodeBlock decodes one of Stormgate's header blocks, which need no table.
+func decodeBlock(t *testing.T, block []byte) []hpack.HeaderField {
+	t.Helper()
+	fs, err := hpack.NewDecoder(0, nil).DecodeFull(block)
+	if err != nil {
+		t.Fatalf("Stormgate's header block does not decode without a table: %v", err)
+	}
+	return fs
+}
+
+func dubboRequest(id int64, arg string) []byte {
+	return dubbo.AppendRequest(nil, id, true, svc, "echo", arg)
+}
