@@ -111,6 +111,15 @@ func startGRPCProvider(t *testing.T, opts ...grpc.ServerOption) *grpcProvider {
 			code, _ := strconv.Atoi(v[0])
 			return status.Error(codes.Code(code), "asked for "+v[0])
 		}
+		if v := md.Get("x-answer-bytes"); len(v) > 0 {
+			var msg []byte
+			if err := ss.RecvMsg(&msg); err != nil {
+				return err
+			}
+			n, _ := strconv.Atoi(v[0])
+			answer := bytes.Repeat([]byte{'a'}, n)
+			return ss.SendMsg(&answer)
+		}
 		for {
 			var msg []byte
 			if err := ss.RecvMsg(&msg); err == io.EOF {
@@ -258,6 +267,126 @@ func TestH2ProviderStreamLimit(t *testing.T) {
 		t.Errorf("the provider ran %d calls at once, want 2..6 (3 streams on each of 2 connections)", m)
 	}
 	t.Logf("the provider ran at most %d calls at once", prov.maxActive.Load())
+}
+
+// TestH2StalledConsumerSharesNoWindow (issue 26 item 4, the part this slice covers): a consumer that
+// announces a zero stream window and opens 40 streams for 256 KiB answers never reads a byte of them;
+// Stormgate keeps what the provider sent for them (at most a stream window each) but hands the shared
+// provider connections' windows back at once, so another consumer's 256 KiB answers still arrive.
+// (Without that, 20 stalled streams per connection hold 20 x 64 KiB of its 1 MiB window: it stalls.)
+func TestH2StalledConsumerSharesNoWindow(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	nc := stallingConsumer(t, addr, 40)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cc := grpcClient(t, addr)
+	for i := range 4 {
+		resp, err := echo(ctx, cc, []byte("beside"), "x-answer-bytes", "262144")
+		if err != nil || len(resp) != 262144 {
+			t.Fatalf("call %d beside the stalled consumer: %d bytes, %v", i, len(resp), err)
+		}
+	}
+	if held := srv.budget.inUse(); held < 40*32<<10 {
+		t.Errorf("%d bytes charged to limits.max_buffered_bytes for 40 stalled streams, want at least 40 x 32 KiB", held)
+	}
+	nc.Close()
+	waitFor(t, 10*time.Second, "the stalled consumer's bytes released", func() bool { return srv.budget.inUse() == 0 })
+}
+
+// TestH2StalledConsumerBound: past limits.max_queued_bytes_per_connection of answers it does not read, a
+// consumer is closed as a slow reader (as a Dubbo consumer is), and its bytes are released.
+func TestH2StalledConsumerBound(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple, func(c *Config) { c.MaxQueuedBytesPerConn = 256 << 10 })
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	fr := stall(t, nc, 10)
+	_ = nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		if _, err := fr.ReadFrame(); err != nil {
+			break // closed
+		}
+	}
+	waitFor(t, 10*time.Second, "counted as slow_consumer", func() bool { return srv.Stats().Closed["slow_consumer"] == 1 })
+	waitFor(t, 10*time.Second, "its bytes released", func() bool { return srv.budget.inUse() == 0 })
+}
+
+// stallingConsumer connects a consumer that announces a zero stream window, opens n streams each asking
+// for a 256 KiB answer, and has read their n answer heads; it never reads a byte of DATA.
+func stallingConsumer(t *testing.T, addr string, n int) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	fr := stall(t, nc, n)
+	heads := 0
+	_ = nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for heads < n {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %d answer heads: %v", heads, err)
+		}
+		if _, ok := f.(*http2.HeadersFrame); ok {
+			heads++
+		}
+	}
+	return nc
+}
+
+// stall does the HTTP/2 handshake on nc with SETTINGS_INITIAL_WINDOW_SIZE 0 and opens n streams each asking
+// for a 256 KiB answer.
+func stall(t *testing.T, nc net.Conn, n int) *http2.Framer {
+	t.Helper()
+	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(nc, bufio.NewReader(nc))
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+		t.Fatal(err)
+	}
+	for acked := false; !acked; { // Stormgate's SETTINGS, then its ACK of ours
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok {
+			if sf.IsAck() {
+				acked = true
+			} else if err := fr.WriteSettingsAck(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var hb bytes.Buffer
+	enc := hpackEncoder(&hb)
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/stormgate.Test/Echo"},
+		{":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}, {"x-answer-bytes", "262144"}} {
+		enc(kv[0], kv[1])
+	}
+	first := hb.Bytes()
+	later := h2.AppendFields(nil, []h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: "/stormgate.Test/Echo"}, {Name: ":authority", Value: "x"},
+		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}, {Name: "x-answer-bytes", Value: "262144"}})
+	for i := range n {
+		block := later
+		if i == 0 {
+			block = first
+		}
+		id := uint32(2*i + 1)
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := fr.WriteData(id, true, grpcFrame([]byte("stall"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fr
 }
 
 // TestH2ConsumerSide drives Stormgate's consumer side with x/net's Framer: its SETTINGS (header table 0,

@@ -250,6 +250,10 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 			_ = u.conn.Consumed(ev.Stream, len(ev.Data)) // a stream Stormgate reset: nobody wants it
 			return nil, nil
 		}
+		// The shared connection's window goes back now: the answer's bytes are the consumer's to take,
+		// held by Stormgate up to the stream's window (answerConsumed returns that), so a consumer that
+		// does not read stalls its own streams at the provider, never the connection (issue 26 item 4).
+		_ = u.conn.ConsumedConn(len(ev.Data))
 		if ev.EndStream {
 			u.endLocked(c, notes)
 		}
@@ -522,8 +526,8 @@ func (hp *h2Pool) cancel(c *h2Call) {
 	notes.run()
 }
 
-// answerConsumed hands n bytes of a call's answer back to the provider's windows: they were handed to
-// the consumer's writer, or dropped.
+// answerConsumed hands n bytes of a call's answer back to the provider's stream window (the connection's
+// went back on receipt): they were handed to the consumer's writer, or dropped.
 func (hp *h2Pool) answerConsumed(c *h2Call, n int) {
 	if n <= 0 {
 		return
@@ -531,7 +535,7 @@ func (hp *h2Pool) answerConsumed(c *h2Call, n int) {
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
 	if u := c.up; u != nil && !u.dead {
-		_ = u.conn.Consumed(c.upID, n) // a stream that ended only gets the connection window back
+		_ = u.conn.ConsumedStream(c.upID, n)
 		u.flushLocked()
 	}
 }

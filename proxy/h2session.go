@@ -29,8 +29,11 @@ import (
 //
 // Flow control: the consumer's stream and connection windows are handed back (h2.Conn.Consumed) only
 // once its bytes were handed to a provider connection (or dropped), so a consumer can make Stormgate
-// hold at most one stream window per open stream; the provider's, once the answer's bytes were handed
-// to this consumer's writer (h2pool.go).
+// hold at most one stream window per open stream. Toward the provider the connection window goes back
+// on receipt and a stream's window once its answer bytes were handed to this consumer's writer
+// (h2pool.go): answer bytes its windows do not take yet wait in the call, at most a provider stream
+// window each, charged to limits.max_buffered_bytes and bounded per consumer by
+// limits.max_queued_bytes_per_connection, past which the consumer is closed as a slow reader.
 //
 // Locks: mu guards conn, calls, closed and a call's consumer-side fields. Nothing holds mu and the
 // pool's lock at once: each side collects what it owes the other and calls it after unlocking.
@@ -45,6 +48,7 @@ type h2Session struct {
 	closed bool
 	out    []byte // frames being built under mu; the writer copies what it cannot write at once
 	pings  uint64 // PINGs answered, as counted into the metric
+	held   int    // answer bytes kept in calls for the consumer's windows (charged to the budget)
 
 	in []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
 }
@@ -174,6 +178,8 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 		dropped := 0
 		if c != nil {
 			dropped = len(c.out)
+			h.dropLocked(dropped)
+			c.out = nil
 			h.finishLocked(c)
 		}
 		h.mu.Unlock()
@@ -263,7 +269,9 @@ func (h *h2Session) answerData(c *h2Call, data []byte, end bool) int {
 		return len(data)
 	}
 	if len(c.out) > 0 {
-		c.out = append(c.out, data...)
+		if !h.keepLocked(c, data) {
+			return len(data)
+		}
 		c.outEnd = end
 		return 0
 	}
@@ -273,12 +281,36 @@ func (h *h2Session) answerData(c *h2Call, data []byte, end bool) int {
 	case err != nil: // the consumer reset the stream meanwhile: its EventReset ends the call
 		return len(data)
 	case n < len(data):
-		c.out = append(c.out, data[n:]...)
+		if !h.keepLocked(c, data[n:]) {
+			return len(data)
+		}
 		c.outEnd = end
 	case end:
 		h.finishLocked(c)
 	}
 	return n
+}
+
+// keepLocked keeps answer bytes the consumer's windows do not take yet, charged to the process budget
+// and to the consumer's bound (limits.max_queued_bytes_per_connection, as for a Dubbo consumer's unread
+// answers); past either the consumer is closed as a slow reader and false returned (b is dropped).
+func (h *h2Session) keepLocked(c *h2Call, b []byte) bool {
+	srv := h.sess.srv
+	if h.held+len(b) > srv.cfg.Load().MaxQueuedBytesPerConn || !srv.budget.tryReserve(len(b)) {
+		srv.log.Warn("closing HTTP/2 consumer that does not read its answers",
+			zap.Stringer("peer", h.sess.remote), zap.Int("held_bytes", h.held))
+		h.sess.closeWith(closeSlowReader)
+		return false
+	}
+	h.held += len(b)
+	c.out = append(c.out, b...)
+	return true
+}
+
+// dropLocked forgets n bytes kept in calls (sent or dropped).
+func (h *h2Session) dropLocked(n int) {
+	h.held -= n
+	h.sess.srv.budget.release(n)
 }
 
 // flushWaiting sends answer DATA that waited for the consumer's window (stream 0: every stream), and
@@ -298,11 +330,14 @@ func (h *h2Session) flushWaiting(stream uint32) {
 		if err != nil {
 			h.send(b)
 			notes = append(notes, handed{c, len(c.out)})
+			h.dropLocked(len(c.out))
+			c.out = nil
 			h.finishLocked(c)
 			continue
 		}
 		if n > 0 {
 			notes = append(notes, handed{c, n})
+			h.dropLocked(n)
 		}
 		c.out = c.out[n:]
 		if len(c.out) == 0 {
@@ -333,6 +368,7 @@ func (h *h2Session) fail(c *h2Call, reason replyReason, msg string) int {
 		return 0
 	}
 	dropped := len(c.out)
+	h.dropLocked(dropped)
 	c.out, c.trailers = nil, nil
 	b, err := h.conn.AppendHeaders(h.frames(), c.down, h2.ErrorTrailers(c.headSent, h2.GRPCUnavailable, msg), true)
 	h.send(b)
@@ -353,6 +389,7 @@ func (h *h2Session) reset(c *h2Call, code h2.ErrCode) int {
 		return 0
 	}
 	dropped := len(c.out)
+	h.dropLocked(dropped)
 	c.out, c.trailers = nil, nil
 	_ = h.conn.Reset(c.down, code)
 	h.flushLocked()
@@ -389,6 +426,7 @@ func (h *h2Session) onClosed() {
 	for _, c := range h.calls {
 		calls = append(calls, c)
 		dropped = append(dropped, len(c.out))
+		h.dropLocked(len(c.out))
 		c.out = nil
 	}
 	for _, c := range calls {
