@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -662,8 +663,8 @@ func h2cTransport(addr string) *http2.Transport {
 
 // h2Outcome is what a unary call through Stormgate got.
 type h2Outcome struct {
-	ok, unavailable bool
-	detail          string
+	ok, unavailable, cancelled bool
+	detail                     string
 }
 
 // unaryH2 sends one gRPC unary call with x/net and checks the invariant of DESIGN §8a for HTTP/2: the
@@ -677,12 +678,14 @@ func unaryH2(ctx context.Context, tr *http2.Transport, msg []byte) h2Outcome {
 	req.ContentLength = int64(len(want))
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
-		return h2Outcome{detail: "round trip: " + err.Error()}
+		return h2Outcome{cancelled: ctx.Err() != nil, detail: "round trip: " + err.Error()}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return h2Outcome{detail: fmt.Sprintf("body after %d bytes: %v", len(body), err)}
+		own := bytes.HasPrefix(want, body)
+		return h2Outcome{cancelled: ctx.Err() != nil && own,
+			detail: fmt.Sprintf("body after %d bytes (own prefix %v): %v", len(body), own, err)}
 	}
 	st := resp.Trailer.Get("grpc-status")
 	if st == "" {
@@ -699,17 +702,19 @@ func unaryH2(ctx context.Context, tr *http2.Transport, msg []byte) h2Outcome {
 
 // TestH2IntegrityProviderKilled (DESIGN §8a for HTTP/2, the first slice of issue 26's acceptance 2): 64
 // h2c consumers (x/net, one connection each) send unary calls with unique bodies from 1 B to 256 KiB
-// through Stormgate to a grpc-go provider whose connections are killed (RST) twice mid-run. Every call
-// gets exactly its own bytes and grpc-status 0, or grpc-status 14 after at most a prefix of its own
-// bytes: never another call's bytes, never a hang. Calls go on succeeding after each kill (the pool
-// reconnects), and the provider never sees more than upstream.connections connections at a time.
+// through Stormgate to a grpc-go provider whose connections are killed (RST) twice mid-run; one call in
+// eight is cancelled by its consumer at a random moment (RST_STREAM CANCEL). Every call that is not
+// cancelled gets exactly its own bytes and grpc-status 0, or grpc-status 14 after at most a prefix of its
+// own bytes: never another call's bytes, never a hang; a cancelled one may also end so, or in its
+// cancellation. Calls go on succeeding after each kill (the pool reconnects). At the end no stream is
+// left open at the provider or waiting in Stormgate, and every byte Stormgate kept is released.
 func TestH2IntegrityProviderKilled(t *testing.T) {
 	prov := startGRPCProvider(t)
-	_, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
 	const consumers, calls = 64, 12
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	var ok, unavailable, done atomic.Int64
+	var ok, unavailable, cancelled, done atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan string, consumers*calls)
 	for i := range consumers {
@@ -723,12 +728,20 @@ func TestH2IntegrityProviderKilled(t *testing.T) {
 					msg[k] = byte(i*31 + j*7 + k)
 				}
 				copy(msg, fmt.Sprintf("%d/%d", i, j)) // unique from the first bytes on
-				o := unaryH2(ctx, tr, msg)
+				cctx, ccancel := context.WithCancel(ctx)
+				cancelCall := (i+j)%8 == 3
+				if cancelCall {
+					time.AfterFunc(time.Duration(rand.N(2000))*time.Microsecond, ccancel)
+				}
+				o := unaryH2(cctx, tr, msg)
+				ccancel()
 				switch {
 				case o.ok:
 					ok.Add(1)
 				case o.unavailable:
 					unavailable.Add(1)
+				case cancelCall && o.cancelled:
+					cancelled.Add(1)
 				default:
 					errs <- fmt.Sprintf("consumer %d call %d (%d B): %s", i, j, size, o.detail)
 				}
@@ -745,8 +758,8 @@ func TestH2IntegrityProviderKilled(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
-	t.Logf("%d calls: %d answered, %d UNAVAILABLE; the provider accepted %d connections in all",
-		consumers*calls, ok.Load(), unavailable.Load(), prov.accepted.Load())
+	t.Logf("%d calls: %d answered, %d UNAVAILABLE, %d cancelled by their consumer; the provider accepted %d connections in all",
+		consumers*calls, ok.Load(), unavailable.Load(), cancelled.Load(), prov.accepted.Load())
 	if ok.Load() < consumers*calls/2 {
 		t.Errorf("only %d of %d calls answered", ok.Load(), consumers*calls)
 	}
@@ -754,6 +767,17 @@ func TestH2IntegrityProviderKilled(t *testing.T) {
 	if o := unaryH2(ctx, h2cTransport(addr), []byte("after")); !o.ok {
 		t.Errorf("a call after the kills: %s", o.detail)
 	}
+	hp := srv.poolList()[0].h2
+	waitFor(t, 10*time.Second, "no stream left at the provider or waiting", func() bool {
+		hp.mu.Lock()
+		defer hp.mu.Unlock()
+		n := len(hp.waiting)
+		for _, u := range hp.ups {
+			n += len(u.calls) + u.conn.OpenStreams()
+		}
+		return n == 0
+	})
+	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
 }
 
 func testutilCounter(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }
