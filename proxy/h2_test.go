@@ -803,3 +803,128 @@ func decodeBlock(t *testing.T, block []byte) []hpack.HeaderField {
 func dubboRequest(id int64, arg string) []byte {
 	return dubbo.AppendRequest(nil, id, true, svc, "echo", arg)
 }
+
+// freezingRelay forwards TCP to a target; freeze makes every connection open so far a black hole (bytes
+// read and dropped both ways, nothing closed): a provider host that vanished without a FIN or RST.
+type freezingRelay struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	frozen []*atomic.Bool
+}
+
+func startFreezingRelay(t *testing.T, target string) *freezingRelay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &freezingRelay{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			f := new(atomic.Bool)
+			r.mu.Lock()
+			r.frozen = append(r.frozen, f)
+			r.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				defer dst.Close()
+				defer src.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					if err != nil {
+						return
+					}
+					if !f.Load() {
+						if _, err := dst.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+				}
+			}
+			go pipe(up, c)
+			go pipe(c, up)
+			t.Cleanup(func() { c.Close(); up.Close() })
+		}
+	}()
+	return r
+}
+
+func (r *freezingRelay) freeze() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.frozen {
+		f.Store(true)
+	}
+}
+
+// TestH2ProviderLiveness: while a call waits on a provider connection that reads nothing, Stormgate PINGs
+// it every keepalive.upstream_interval and declares it dead when a PING goes unanswered for
+// upstream_max_missed intervals: a call sent to a provider that vanished (no FIN, no RST) gets
+// grpc-status 14 saying so, and the slot's new connection serves the next call.
+func TestH2ProviderLiveness(t *testing.T) {
+	prov := startGRPCProvider(t)
+	relay := startFreezingRelay(t, prov.Addr().String())
+	srv, addr := newH2Server(t, relay.ln.Addr().String(), ProtoTriple, func(c *Config) {
+		c.UpstreamConns = 1
+		c.UpstreamInterval = 100 * time.Millisecond
+		c.UpstreamMaxMissed = 3
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cc := grpcClient(t, addr)
+	if _, err := echo(ctx, cc, []byte("warm")); err != nil {
+		t.Fatal(err)
+	}
+	relay.freeze()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := echo(ctx, cc, []byte("stuck"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		st := status.Convert(err)
+		if st.Code() != codes.Unavailable || !bytes.Contains([]byte(st.Message()), []byte("no answer to a PING")) {
+			t.Fatalf("the call on the vanished provider: %v", err)
+		}
+		t.Logf("UNAVAILABLE after %v: %s", time.Since(start).Round(time.Millisecond), st.Message())
+	case <-time.After(15 * time.Second):
+		t.Fatal("the call on the vanished provider was not ended")
+	}
+	if resp, err := echo(ctx, cc, []byte("after")); err != nil || string(resp) != "after" {
+		t.Fatalf("a call on the new connection: %q %v", resp, err)
+	}
+	if n := testutilCounter(srv.m.hbSent); n < 1 || n > 2 {
+		t.Errorf("%v PINGs sent, want 1 or 2 (none while idle; unanswered ones end it)", n)
+	}
+}
+
+// TestH2PingsWithinGRPCPolicy: grpc-go's server (default keepalive enforcement) closes a connection whose
+// client PINGs more than twice while it sends nothing ("too_many_pings"). A call that stays silent for ten
+// upstream intervals still succeeds: Stormgate stops at maxQuietPings PINGs per silence.
+func TestH2PingsWithinGRPCPolicy(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple, func(c *Config) {
+		c.UpstreamConns = 1
+		c.UpstreamInterval = 100 * time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if resp, err := echo(ctx, grpcClient(t, addr), []byte("slow"), "x-sleep-ms", "1000"); err != nil || string(resp) != "slow" {
+		t.Fatalf("a call silent for 10 intervals: %q %v", resp, err)
+	}
+	if n := testutilCounter(srv.m.hbSent); n != maxQuietPings {
+		t.Errorf("%v PINGs during the silence, want %d", n, maxQuietPings)
+	}
+}

@@ -135,6 +135,13 @@ type h2Upstream struct {
 	away    bool // the provider's GOAWAY: no new streams, closed when the last one ends
 	dead    bool
 	scratch []byte
+	// Liveness (h2keepalive.go), under hp.mu but lastRead.
+	beat       keepalive.Timer
+	lastRead   atomic.Int64 // when bytes last came from the provider (the server's clock)
+	pingSeq    uint64
+	pingSent   int64  // when the outstanding PING went out; 0: none
+	quietPings int    // PINGs sent since the provider last sent HEADERS or DATA
+	deadWhy    string // set when liveness declared the connection dead
 
 	wmu     sync.Mutex
 	wbuf    []byte
@@ -144,6 +151,8 @@ type h2Upstream struct {
 
 func (hp *h2Pool) newUpstream(nc net.Conn) *h2Upstream {
 	u := &h2Upstream{hp: hp, nc: nc, calls: make(map[uint32]*h2Call), wake: make(chan struct{}, 1)}
+	u.beat.Init(u.onBeat)
+	u.lastRead.Store(hp.p.srv.now())
 	u.conn = h2.NewConn(h2.Config{Role: h2.RoleClient})
 	u.flushLocked() // the preface and Stormgate's SETTINGS (nobody else knows u yet)
 	return u
@@ -164,10 +173,17 @@ func (u *h2Upstream) serve(ctx context.Context) error {
 	u.closeWriter()
 	<-done
 	_ = u.nc.Close()
+	hp.p.srv.wheel.Stop(&u.beat)
 	why := "stormgate: provider connection lost"
-	if ctx.Err() != nil {
+	hp.mu.Lock()
+	deadWhy := u.deadWhy
+	hp.mu.Unlock()
+	switch {
+	case ctx.Err() != nil:
 		why = "stormgate: shutting down"
-	} else if err != nil {
+	case deadWhy != "":
+		why += " (" + deadWhy + ")"
+	case err != nil:
 		why += " (" + err.Error() + ")"
 	}
 	u.die(why)
@@ -179,6 +195,9 @@ func (u *h2Upstream) readLoop() error {
 	buf := make([]byte, 0, 64<<10) // more than a frame: Stormgate announces the default 16 KiB maximum
 	for {
 		n, rerr := u.nc.Read(buf[len(buf):cap(buf)])
+		if n > 0 {
+			u.lastRead.Store(u.hp.p.srv.now())
+		}
 		buf = buf[:len(buf)+n]
 		off := 0
 		for {
@@ -245,6 +264,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 	hp := u.hp
 	switch ev.Kind {
 	case h2.EventHeaders, h2.EventData:
+		u.quietPings = 0
 		c := u.calls[ev.Stream]
 		if c == nil {
 			_ = u.conn.Consumed(ev.Stream, len(ev.Data)) // a stream Stormgate reset: nobody wants it
@@ -283,12 +303,15 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		if !u.ready && !u.away {
 			u.ready = true
 			hp.ups = append(hp.ups, u)
+			u.startBeat()
 			hp.p.srv.spawn(hp.p.connChanged) // the gauges; never under mu
 		}
 		for _, c := range u.calls { // SETTINGS_INITIAL_WINDOW_SIZE may have grown the windows
 			u.pushLocked(c, now, notes)
 		}
 		hp.pumpLocked(now, notes)
+	case h2.EventPingAck:
+		u.pingAnswered(ev)
 	case h2.EventWindow:
 		for id, c := range u.calls {
 			if ev.Stream == 0 || id == ev.Stream {
