@@ -27,6 +27,7 @@
 //	              its streams (h2Call) end exactly once toward it
 //	h2pool.go     the provider's h2c connections: streams mapped onto them, waiting for a
 //	              stream when none can open one, grpc-status 14 when a connection dies
+//	h2keepalive.go Stormgate's own PINGs while a call waits on a silent provider connection
 //
 // # What runs where
 //
