@@ -615,6 +615,32 @@ func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
 // each connection goes to the Dubbo or the gRPC provider by its first byte.
 func startProtocolMux(t *testing.T, dubboAddr, grpcAddr string) string {
 	t.Helper()
+	return serveLoopback(t, func(c net.Conn) {
+		go func() {
+			defer c.Close()
+			br := bufio.NewReader(c)
+			first, err := br.Peek(1)
+			if err != nil {
+				return
+			}
+			to := dubboAddr
+			if first[0] == 'P' {
+				to = grpcAddr
+			}
+			up, err := net.Dial("tcp", to)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			go func() { _, _ = io.Copy(up, br); up.(*net.TCPConn).CloseWrite() }()
+			_, _ = io.Copy(c, up)
+		}()
+	}).Addr().String()
+}
+
+// serveLoopback listens on loopback and hands each accepted connection to handle, until the test ends.
+func serveLoopback(t *testing.T, handle func(net.Conn)) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -626,28 +652,10 @@ func startProtocolMux(t *testing.T, dubboAddr, grpcAddr string) string {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				first, err := br.Peek(1)
-				if err != nil {
-					return
-				}
-				to := dubboAddr
-				if first[0] == 'P' {
-					to = grpcAddr
-				}
-				up, err := net.Dial("tcp", to)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				go func() { _, _ = io.Copy(up, br); up.(*net.TCPConn).CloseWrite() }()
-				_, _ = io.Copy(c, up)
-			}()
+			handle(c)
 		}
 	}()
-	return ln.Addr().String()
+	return ln
 }
 
 // h2cTransport is an x/net HTTP/2 client over cleartext TCP with prior knowledge, one connection.
@@ -814,48 +822,36 @@ type freezingRelay struct {
 
 func startFreezingRelay(t *testing.T, target string) *freezingRelay {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &freezingRelay{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			f := new(atomic.Bool)
-			r.mu.Lock()
-			r.frozen = append(r.frozen, f)
-			r.mu.Unlock()
-			pipe := func(dst, src net.Conn) {
-				defer dst.Close()
-				defer src.Close()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := src.Read(buf)
-					if err != nil {
+	r := &freezingRelay{}
+	r.ln = serveLoopback(t, func(c net.Conn) {
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			c.Close()
+			return
+		}
+		f := new(atomic.Bool)
+		r.mu.Lock()
+		r.frozen = append(r.frozen, f)
+		r.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			defer dst.Close()
+			defer src.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := src.Read(buf)
+				if err != nil {
+					return
+				}
+				if !f.Load() {
+					if _, err := dst.Write(buf[:n]); err != nil {
 						return
-					}
-					if !f.Load() {
-						if _, err := dst.Write(buf[:n]); err != nil {
-							return
-						}
 					}
 				}
 			}
-			go pipe(up, c)
-			go pipe(c, up)
-			t.Cleanup(func() { c.Close(); up.Close() })
 		}
-	}()
+		go pipe(up, c)
+		go pipe(c, up)
+	})
 	return r
 }
 

@@ -177,9 +177,7 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 		c := h.calls[ev.Stream]
 		dropped := 0
 		if c != nil {
-			dropped = len(c.out)
-			h.dropLocked(dropped)
-			c.out = nil
+			dropped = h.discardLocked(c)
 			h.finishLocked(c)
 		}
 		h.mu.Unlock()
@@ -307,6 +305,14 @@ func (h *h2Session) keepLocked(c *h2Call, b []byte) bool {
 	return true
 }
 
+// discardLocked drops what a call kept for the consumer and returns how many bytes that was.
+func (h *h2Session) discardLocked(c *h2Call) int {
+	n := len(c.out)
+	h.dropLocked(n)
+	c.out, c.trailers = nil, nil
+	return n
+}
+
 // dropLocked forgets n bytes kept in calls (sent or dropped).
 func (h *h2Session) dropLocked(n int) {
 	h.held -= n
@@ -367,9 +373,7 @@ func (h *h2Session) fail(c *h2Call, reason replyReason, msg string) int {
 	if c.done || h.closed {
 		return 0
 	}
-	dropped := len(c.out)
-	h.dropLocked(dropped)
-	c.out, c.trailers = nil, nil
+	dropped := h.discardLocked(c)
 	b, err := h.conn.AppendHeaders(h.frames(), c.down, h2.ErrorTrailers(c.headSent, h2.GRPCUnavailable, msg), true)
 	h.send(b)
 	if err == nil && h.conn.StreamState(c.down) == h2.StateHalfClosedLocal {
@@ -388,9 +392,7 @@ func (h *h2Session) reset(c *h2Call, code h2.ErrCode) int {
 	if c.done || h.closed {
 		return 0
 	}
-	dropped := len(c.out)
-	h.dropLocked(dropped)
-	c.out, c.trailers = nil, nil
+	dropped := h.discardLocked(c)
 	_ = h.conn.Reset(c.down, code)
 	h.flushLocked()
 	h.finishLocked(c)
