@@ -924,3 +924,21 @@ func TestH2PingsWithinGRPCPolicy(t *testing.T) {
 		t.Errorf("%v PINGs during the silence, want %d", n, maxQuietPings)
 	}
 }
+
+// TestH2IdleTimeoutSparesOpenStreams: keepalive.downstream_idle_timeout closes an HTTP/2 consumer that sent
+// nothing for that long, but not while one of its calls is open: a gRPC client sends nothing while it
+// waits for a slow answer (it has no heartbeat of its own unless configured).
+func TestH2IdleTimeoutSparesOpenStreams(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple, func(c *Config) { c.DownstreamIdleTimeout = 300 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cc := grpcClient(t, addr)
+	if resp, err := echo(ctx, cc, []byte("slow"), "x-sleep-ms", "1200"); err != nil || string(resp) != "slow" {
+		t.Fatalf("a call four idle timeouts long: %q %v", resp, err)
+	}
+	if n := srv.Stats().Closed["idle_timeout"]; n != 0 {
+		t.Errorf("%d consumers closed as idle during the call", n)
+	}
+	waitFor(t, 10*time.Second, "the idle consumer closed after the call", func() bool { return srv.Stats().Closed["idle_timeout"] == 1 })
+}

@@ -276,6 +276,9 @@ func (s *session) onTimer() {
 	}
 	if t := cfg.DownstreamIdleTimeout; t > 0 {
 		rem := s.idle.Remaining(now, t)
+		if rem <= 0 && s.proto.Load() == protoH2 && s.inflight.Load() > 0 {
+			rem = t // an HTTP/2 consumer waiting for an answer sends nothing meanwhile: not idle
+		}
 		if rem <= 0 {
 			s.closeWith(closeIdle)
 			return
