@@ -344,11 +344,20 @@ func stallingConsumer(t *testing.T, addr string, n int) net.Conn {
 // for a 256 KiB answer.
 func stall(t *testing.T, nc net.Conn, n int) *http2.Framer {
 	t.Helper()
+	fr := h2Handshake(t, nc, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	rawRequests(t, fr, n, []byte("stall"), h2.HeaderField{Name: "x-answer-bytes", Value: "262144"})
+	return fr
+}
+
+// h2Handshake sends the preface and settings on nc, and returns once Stormgate's SETTINGS were acked and
+// ours were.
+func h2Handshake(t *testing.T, nc net.Conn, settings ...http2.Setting) *http2.Framer {
+	t.Helper()
 	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
 		t.Fatal(err)
 	}
 	fr := http2.NewFramer(nc, bufio.NewReader(nc))
-	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+	if err := fr.WriteSettings(settings...); err != nil {
 		t.Fatal(err)
 	}
 	for acked := false; !acked; { // Stormgate's SETTINGS, then its ACK of ours
@@ -364,16 +373,23 @@ func stall(t *testing.T, nc net.Conn, n int) *http2.Framer {
 			}
 		}
 	}
+	return fr
+}
+
+// rawRequests opens streams 1, 3, ... 2n-1 on a connection fresh from h2Handshake, each a whole gRPC call
+// to /stormgate.Test/Echo carrying msg with the extra headers. The first block begins with the dynamic table
+// size update Stormgate requires once its SETTINGS_HEADER_TABLE_SIZE 0 was acknowledged.
+func rawRequests(t *testing.T, fr *http2.Framer, n int, msg []byte, extra ...h2.HeaderField) {
+	t.Helper()
+	fields := append([]h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: "/stormgate.Test/Echo"}, {Name: ":authority", Value: "x"},
+		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}}, extra...)
 	var hb bytes.Buffer
 	enc := hpackEncoder(&hb)
-	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/stormgate.Test/Echo"},
-		{":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}, {"x-answer-bytes", "262144"}} {
-		enc(kv[0], kv[1])
+	for _, f := range fields {
+		enc(f.Name, f.Value)
 	}
-	first := hb.Bytes()
-	later := h2.AppendFields(nil, []h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
-		{Name: ":path", Value: "/stormgate.Test/Echo"}, {Name: ":authority", Value: "x"},
-		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}, {Name: "x-answer-bytes", Value: "262144"}})
+	first, later := hb.Bytes(), h2.AppendFields(nil, fields)
 	for i := range n {
 		block := later
 		if i == 0 {
@@ -383,11 +399,80 @@ func stall(t *testing.T, nc net.Conn, n int) *http2.Framer {
 		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true}); err != nil {
 			t.Fatal(err)
 		}
-		if err := fr.WriteData(id, true, grpcFrame([]byte("stall"))); err != nil {
+		if err := fr.WriteData(id, true, grpcFrame(msg)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return fr
+}
+
+// TestH2DrainSendsGoAway: when Stormgate starts draining (Announce, as SIGTERM or POST /drain do), an
+// HTTP/2 consumer gets GOAWAY NO_ERROR naming the last stream Stormgate will serve, so it opens its next
+// calls elsewhere, and the call it has in flight still gets its answer.
+func TestH2DrainSendsGoAway(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
+	fr := h2Handshake(t, nc)
+	rawRequests(t, fr, 1, []byte("in flight"), h2.HeaderField{Name: "x-sleep-ms", Value: "300"})
+	waitFor(t, 10*time.Second, "the call at the provider", func() bool { return prov.active.Load() == 1 })
+	srv.Announce()
+	var goAway *http2.GoAwayFrame
+	for grpcStatus := ""; grpcStatus == ""; {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading (GOAWAY %v): %v", goAway != nil, err)
+		}
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			goAway = f
+		case *http2.HeadersFrame:
+			for _, hf := range decodeBlock(t, f.HeaderBlockFragment()) {
+				if hf.Name == "grpc-status" {
+					grpcStatus = hf.Value
+				}
+			}
+			if grpcStatus != "" && goAway == nil {
+				t.Fatal("the answer came before any GOAWAY")
+			}
+		}
+		if grpcStatus != "" && grpcStatus != "0" {
+			t.Fatalf("the call in flight: grpc-status %s", grpcStatus)
+		}
+	}
+	if goAway.ErrCode != http2.ErrCodeNo || goAway.LastStreamID != 1 {
+		t.Errorf("GOAWAY %v last stream %d, want NO_ERROR and 1", goAway.ErrCode, goAway.LastStreamID)
+	}
+	// A consumer that connects while Stormgate drains gets its GOAWAY right after the handshake.
+	nc2, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	_ = nc2.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(nc2, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr2 := http2.NewFramer(nc2, bufio.NewReader(nc2))
+	if err := fr2.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr2.ReadFrame()
+		if err != nil {
+			t.Fatalf("a consumer connecting during the drain: %v", err)
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeNo || g.LastStreamID != 0 {
+				t.Errorf("GOAWAY %v last stream %d, want NO_ERROR and 0", g.ErrCode, g.LastStreamID)
+			}
+			break
+		}
+	}
 }
 
 // TestH2ConsumerSide drives Stormgate's consumer side with x/net's Framer: its SETTINGS (header table 0,

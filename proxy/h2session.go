@@ -49,6 +49,7 @@ type h2Session struct {
 	out    []byte // frames being built under mu; the writer copies what it cannot write at once
 	pings  uint64 // PINGs answered, as counted into the metric
 	held   int    // answer bytes kept in calls for the consumer's windows (charged to the budget)
+	drain  bool   // Stormgate is draining: GOAWAY sent (or due once the preface is in)
 
 	in []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
 }
@@ -91,6 +92,9 @@ func (h *h2Session) start(now int64) {
 	cfg := h.sess.srv.cfg.Load()
 	h.mu.Lock()
 	h.conn = h2.NewConn(h2.Config{Role: h2.RoleServer, MaxConcurrentStreams: uint32(min(max(cfg.MaxInflightPerConn, 1), h2.DefaultMaxConcurrentStreams))})
+	if h.drain || h.sess.srv.announced.Load() {
+		h.conn.GoAway(h2.ErrCodeNo, "stormgate is draining")
+	}
 	h.flushLocked()
 	h.mu.Unlock()
 	h.process(h.in, now)
@@ -118,16 +122,14 @@ func (h *h2Session) process(buf []byte, now int64) {
 	for !h.sess.closing.Load() {
 		h.mu.Lock()
 		n, ev, err := h.conn.Read(now, buf[off:])
-		h.flushLocked()
-		var pings uint64
 		if ev.Kind == h2.EventNone && n > 0 {
-			pings = h.conn.Counters().PingsAnswered - h.pings
-			h.pings += pings
+			if pings := h.conn.Counters().PingsAnswered - h.pings; pings > 0 {
+				h.pings += pings
+				h.sess.srv.m.h2Pings.Add(float64(pings)) // counted before the consumer can see the answer
+			}
 		}
+		h.flushLocked()
 		h.mu.Unlock()
-		if pings > 0 {
-			h.sess.srv.m.h2Pings.Add(float64(pings))
-		}
 		off += n
 		if err != nil {
 			h.sess.srv.log.Warn("closing HTTP/2 consumer after a connection error (GOAWAY sent)",
@@ -412,6 +414,22 @@ func (h *h2Session) finishLocked(c *h2Call) {
 		case srv.drainIdle <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// goAway tells the consumer that Stormgate is draining (Server.Announce): GOAWAY NO_ERROR naming the last
+// stream it will serve, so the consumer opens its next calls elsewhere. The calls in flight are still
+// answered; Drain waits for them as for Dubbo requests.
+func (h *h2Session) goAway() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.drain || h.closed {
+		return
+	}
+	h.drain = true
+	if h.conn != nil {
+		h.conn.GoAway(h2.ErrCodeNo, "stormgate is draining")
+		h.flushLocked()
 	}
 }
 

@@ -403,6 +403,11 @@ func (s *Server) Announce() {
 	}
 	s.log.Info("draining: sending READONLY to every consumer; still serving", zap.Int("consumers", s.sessions.len()))
 	s.broadcast(nil, EventReadonly)
+	s.sessions.each(func(ss *session) {
+		if ss.proto.Load() == protoH2 { // READONLY's HTTP/2 form: GOAWAY (h2session.go)
+			ss.h2.goAway()
+		}
+	})
 }
 
 // Drain shuts down gracefully: every consumer gets READONLY (so it stops sending
