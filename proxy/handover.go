@@ -464,6 +464,7 @@ func (s *Server) restore(sn *Snapshot) error {
 	for i, st := range sn.Sessions {
 		remote, _ := netip.ParseAddrPort(st.Remote)
 		ss := newSession(s, poolFor(st.Port), nil, st.FD, remote)
+		ss.proto.Store(protoDubbo) // a Snapshot holds Dubbo sessions only (Freeze refuses with Triple on)
 		ss.w.held = true
 		ss.idle.Touch(now - int64(st.Idle))
 		ss.rd.skip = st.Skip

@@ -59,11 +59,13 @@ type poolSlot struct {
 func newPool(srv *Server, addr string, port uint16) *pool {
 	p := newPoolStopped(srv, addr, port)
 	cfg := srv.cfg.Load()
+	if cfg.Protocols.Triple() {
+		p.h2 = newH2Pool(p) // before any slot loop reads it (connStates)
+	}
 	if cfg.Protocols.Dubbo() {
 		p.resize(cfg.UpstreamConns)
 	}
-	if cfg.Protocols.Triple() {
-		p.h2 = newH2Pool(p)
+	if p.h2 != nil {
 		p.h2.start(cfg.UpstreamConns)
 	}
 	return p
