@@ -87,12 +87,19 @@ func (l *killableListener) kill() int {
 // status named by an x-status header; it keeps the most calls it ran at once.
 type grpcProvider struct {
 	*killableListener
+	srv               *grpc.Server
 	active, maxActive atomic.Int64
 }
 
 func startGRPCProvider(t *testing.T, opts ...grpc.ServerOption) *grpcProvider {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return startGRPCProviderAt(t, "127.0.0.1:0", opts...)
+}
+
+// startGRPCProviderAt is startGRPCProvider on a given address (a provider restarted on its port).
+func startGRPCProviderAt(t *testing.T, addr string, opts ...grpc.ServerOption) *grpcProvider {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,9 +140,9 @@ func startGRPCProvider(t *testing.T, opts ...grpc.ServerOption) *grpcProvider {
 			}
 		}
 	}))
-	srv := grpc.NewServer(opts...)
-	go func() { _ = srv.Serve(kl) }()
-	t.Cleanup(srv.Stop)
+	gp.srv = grpc.NewServer(opts...)
+	go func() { _ = gp.srv.Serve(kl) }()
+	t.Cleanup(gp.srv.Stop)
 	return gp
 }
 
@@ -1026,4 +1033,48 @@ func TestH2IdleTimeoutSparesOpenStreams(t *testing.T) {
 		t.Errorf("%d consumers closed as idle during the call", n)
 	}
 	waitFor(t, 10*time.Second, "the idle consumer closed after the call", func() bool { return srv.Stats().Closed["idle_timeout"] == 1 })
+}
+
+// TestH2ProviderGoAway: a provider that stops gracefully (grpc-go's GracefulStop: GOAWAY, then it waits for
+// its streams) finishes the call it has; Stormgate opens no new stream on that connection, and the call made
+// meanwhile waits for the provider's next incarnation on the same port instead of failing.
+func TestH2ProviderGoAway(t *testing.T) {
+	prov := startGRPCProvider(t)
+	addr := prov.Addr().String()
+	srv, saddr := newH2Server(t, addr, ProtoTriple, func(c *Config) { c.UpstreamConns = 1; c.HoldTimeout = 10 * time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cc := grpcClient(t, saddr)
+	slow := make(chan error, 1)
+	go func() {
+		resp, err := echo(ctx, cc, []byte("finishing"), "x-sleep-ms", "800")
+		if err == nil && string(resp) != "finishing" {
+			err = fmt.Errorf("answer %q", resp)
+		}
+		slow <- err
+	}()
+	waitFor(t, 10*time.Second, "the slow call at the provider", func() bool { return prov.active.Load() == 1 })
+	stopped := make(chan struct{})
+	go func() { prov.srv.GracefulStop(); close(stopped) }()
+	hp := srv.poolList()[0].h2
+	waitFor(t, 10*time.Second, "the GOAWAY seen", func() bool { return hp.readyConns() == 0 })
+	next := make(chan error, 1)
+	go func() {
+		resp, err := echo(ctx, cc, []byte("next"))
+		if err == nil && string(resp) != "next" {
+			err = fmt.Errorf("answer %q", resp)
+		}
+		next <- err
+	}()
+	if err := <-slow; err != nil {
+		t.Fatalf("the call the provider had when it stopped: %v", err)
+	}
+	<-stopped
+	prov2 := startGRPCProviderAt(t, addr)
+	if err := <-next; err != nil {
+		t.Fatalf("the call made during the stop: %v", err)
+	}
+	if a, b := prov.accepted.Load(), prov2.accepted.Load(); a != 1 || b != 1 {
+		t.Errorf("connections: %d to the old provider, %d to the new one; want 1 and 1", a, b)
+	}
 }
