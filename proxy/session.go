@@ -22,7 +22,8 @@ import (
 //	| ServeFD     | admission goroutine            | wraps the fd, sets the handlers, arms the timer; closes a
 //	|             |                                | consumer that left before its handlers were set
 //	| onRequest   | netpoll, one at a time         | cuts frames without waiting for bytes that have not arrived;
-//	|             |                                | answers heartbeats; forwards requests to the pool
+//	|             |                                | answers heartbeats; forwards requests to the pool (an HTTP/2
+//	|             |                                | consumer's bytes go to sniff.go and h2session.go instead)
 //	| write       | any goroutine                  | through the session's writer: never blocks the caller
 //	| onTimer     | keepalive wheel goroutine      | idle timeout; a frame left unfinished for frame_read_timeout
 //	| closeWith   | anyone, the first caller wins  | records the reason, shuts the socket down (writer.close)
@@ -50,8 +51,8 @@ type session struct {
 	counts   sessionCounters
 
 	wait    consumerWait  // its requests waiting for the provider; backpressure (backpressure.go)
-	proto   atomic.Uint32 // protoUnknown until the first bytes decide (sniff.go); set once, by the handler
-	h2      *h2Session    // an HTTP/2 consumer's protocol state; nil for Dubbo (set once, by the handler)
+	proto   atomic.Uint32 // protoUnknown until decided, once: by ServeFD (a Dubbo-only provider) or the first bytes (sniff.go)
+	h2      *h2Session    // an HTTP/2 consumer's protocol state, set by the handler before proto; nil for Dubbo
 	closing atomic.Bool
 	closed  atomic.Bool
 	reason  atomic.Uint32 // closeReason+1; 0 until closeWith
