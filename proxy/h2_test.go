@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -1077,4 +1078,38 @@ func TestH2ProviderGoAway(t *testing.T) {
 	if a, b := prov.accepted.Load(), prov2.accepted.Load(); a != 1 || b != 1 {
 		t.Errorf("connections: %d to the old provider, %d to the new one; want 1 and 1", a, b)
 	}
+}
+
+// TestH2RequestBytesBudgeted: request bytes waiting in Stormgate for a provider that does not read yet are
+// charged to limits.max_buffered_bytes; past it a call ends with grpc-status 14 saying so, the others get
+// their answers, and every byte is released at the end. (Answers are small here: answer bytes over the
+// budget close their consumer as a slow reader, as for Dubbo, which TestH2StalledConsumerBound covers.)
+func TestH2RequestBytesBudgeted(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple, func(c *Config) { c.MaxBufferedBytes = 96 << 10 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var ok, over atomic.Int64
+	for i := range 6 {
+		wg.Go(func() {
+			msg := bytes.Repeat([]byte{byte('A' + i)}, 256<<10)
+			resp, err := echo(ctx, grpcClient(t, addr), msg, "x-sleep-ms", "500", "x-answer-bytes", "10")
+			st := status.Convert(err)
+			switch {
+			case err == nil && bytes.Equal(resp, []byte("aaaaaaaaaa")):
+				ok.Add(1)
+			case st.Code() == codes.Unavailable && strings.Contains(st.Message(), "limits.max_buffered_bytes"):
+				over.Add(1)
+			default:
+				t.Errorf("call %d: %d bytes, %v", i, len(resp), err)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d answered, %d refused for the budget", ok.Load(), over.Load())
+	if over.Load() == 0 {
+		t.Errorf("no call was refused: the request bytes waiting in Stormgate were not charged")
+	}
+	waitFor(t, 10*time.Second, "every byte released", func() bool { return srv.budget.inUse() == 0 })
 }

@@ -431,6 +431,7 @@ func (hp *h2Pool) unwaitLocked(c *h2Call, notes *h2Notes) {
 	c.waiting, c.upDone = false, true
 	hp.p.srv.wheel.Stop(&c.hold)
 	notes.add(c, len(c.in))
+	hp.p.srv.budget.release(len(c.in))
 	c.in, c.head, c.inTrail = nil, nil, nil
 }
 
@@ -461,6 +462,7 @@ func (u *h2Upstream) pushLocked(c *h2Call, now int64, notes *h2Notes) {
 		n = len(c.in)
 	}
 	notes.add(c, n)
+	u.hp.p.srv.budget.release(n)
 	c.in = c.in[n:]
 	if len(c.in) == 0 {
 		c.in = nil
@@ -483,6 +485,7 @@ func (u *h2Upstream) endLocked(c *h2Call, notes *h2Notes) {
 	delete(u.calls, c.upID)
 	u.ids.Unbind(c.upID)
 	notes.add(c, len(c.in))
+	u.hp.p.srv.budget.release(len(c.in))
 	c.in, c.inTrail, c.inEnd = nil, nil, false
 	if !u.dead {
 		if st := u.conn.StreamState(c.upID); st != h2.StateClosed && st != h2.StateIdle {
@@ -494,30 +497,54 @@ func (u *h2Upstream) endLocked(c *h2Call, notes *h2Notes) {
 }
 
 // data forwards request DATA from the consumer, or keeps it while the call waits or the provider's
-// window is closed.
+// window is closed: at most the consumer's stream window, charged to limits.max_buffered_bytes. A call
+// whose bytes the budget refuses ends with grpc-status 14 (its provider stream reset).
 func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
+	var notes h2Notes
 	hp.mu.Lock()
-	n := len(data)
+	n, over := len(data), false
 	switch {
 	case c.upDone:
 	case c.waiting || len(c.in) > 0 || c.inTrail != nil:
-		c.in = append(c.in, data...)
-		c.inEnd = end
-		n = 0
-	default:
-		var b []byte
-		var err error
-		b, n, err = c.up.conn.AppendData(hp.p.srv.now(), c.up.frames(), c.upID, data, end)
-		c.up.send(b)
-		if err != nil {
-			n = len(data)
-		} else if n < len(data) {
-			c.in = append(c.in, data[n:]...)
+		if over = !hp.keepInLocked(c, data); !over {
 			c.inEnd = end
+			n = 0
+		}
+	default: // nothing waits before data (the case above)
+		b, sent, err := c.up.conn.AppendData(hp.p.srv.now(), c.up.frames(), c.upID, data, end)
+		c.up.send(b)
+		if err == nil && sent < len(data) {
+			if over = !hp.keepInLocked(c, data[sent:]); !over {
+				c.inEnd = end
+				n = sent // the rest is kept: its window goes back when it leaves
+			}
+		}
+	}
+	if over {
+		n = len(data)
+		if c.waiting {
+			hp.waiting = slices.DeleteFunc(hp.waiting, func(x *h2Call) bool { return x == c })
+			hp.unwaitLocked(c, &notes)
+		} else {
+			c.up.endLocked(c, &notes)
 		}
 	}
 	hp.mu.Unlock()
+	if over {
+		c.sess.fail(c, replyOverloaded, "stormgate: out of buffer memory (limits.max_buffered_bytes)")
+	}
 	c.sess.consumed(c.down, n)
+	notes.run()
+}
+
+// keepInLocked keeps request bytes the provider cannot take yet, charged to the process budget; false
+// when the budget refuses them.
+func (hp *h2Pool) keepInLocked(c *h2Call, b []byte) bool {
+	if !hp.p.srv.budget.tryReserve(len(b)) {
+		return false
+	}
+	c.in = append(c.in, b...)
+	return true
 }
 
 // trailers forwards request trailers (END_STREAM), behind any DATA still waiting.
