@@ -296,9 +296,8 @@ func TestH2StalledConsumerSharesNoWindow(t *testing.T) {
 			t.Fatalf("call %d beside the stalled consumer: %d bytes, %v", i, len(resp), err)
 		}
 	}
-	if held := srv.budget.inUse(); held < 40*32<<10 {
-		t.Errorf("%d bytes charged to limits.max_buffered_bytes for 40 stalled streams, want at least 40 x 32 KiB", held)
-	}
+	waitFor(t, 10*time.Second, "the stalled streams' bytes charged to limits.max_buffered_bytes (40 x 32 KiB at least)",
+		func() bool { return srv.budget.inUse() >= 40*(32<<10) })
 	nc.Close()
 	waitFor(t, 10*time.Second, "the stalled consumer's bytes released", func() bool { return srv.budget.inUse() == 0 })
 }
@@ -994,8 +993,8 @@ func TestH2ProviderLiveness(t *testing.T) {
 	if resp, err := echo(ctx, cc, []byte("after")); err != nil || string(resp) != "after" {
 		t.Fatalf("a call on the new connection: %q %v", resp, err)
 	}
-	if n := testutilCounter(srv.m.hbSent); n < 1 || n > 2 {
-		t.Errorf("%v PINGs sent, want 1 or 2 (none while idle; unanswered ones end it)", n)
+	if n := testutilCounter(srv.m.hbSent); n < 1 {
+		t.Errorf("%v PINGs sent, want at least the one left unanswered", n)
 	}
 }
 
@@ -1013,22 +1012,23 @@ func TestH2PingsWithinGRPCPolicy(t *testing.T) {
 	if resp, err := echo(ctx, grpcClient(t, addr), []byte("slow"), "x-sleep-ms", "1000"); err != nil || string(resp) != "slow" {
 		t.Fatalf("a call silent for 10 intervals: %q %v", resp, err)
 	}
-	if n := testutilCounter(srv.m.hbSent); n != maxQuietPings {
-		t.Errorf("%v PINGs during the silence, want %d", n, maxQuietPings)
+	if n := testutilCounter(srv.m.hbSent); n < 1 || n > maxQuietPings {
+		t.Errorf("%v PINGs during the silence, want 1..%d", n, maxQuietPings)
 	}
 }
 
-// TestH2IdleTimeoutSparesOpenStreams: keepalive.downstream_idle_timeout closes an HTTP/2 consumer that sent
+// TestH2IdleTimeoutSparesOpenStreams (1 s idle timeout, a call 3 s long): keepalive.downstream_idle_timeout
+// closes an HTTP/2 consumer that sent
 // nothing for that long, but not while one of its calls is open: a gRPC client sends nothing while it
 // waits for a slow answer (it has no heartbeat of its own unless configured).
 func TestH2IdleTimeoutSparesOpenStreams(t *testing.T) {
 	prov := startGRPCProvider(t)
-	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple, func(c *Config) { c.DownstreamIdleTimeout = 300 * time.Millisecond })
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple, func(c *Config) { c.DownstreamIdleTimeout = time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cc := grpcClient(t, addr)
-	if resp, err := echo(ctx, cc, []byte("slow"), "x-sleep-ms", "1200"); err != nil || string(resp) != "slow" {
-		t.Fatalf("a call four idle timeouts long: %q %v", resp, err)
+	if resp, err := echo(ctx, cc, []byte("slow"), "x-sleep-ms", "3000"); err != nil || string(resp) != "slow" {
+		t.Fatalf("a call three idle timeouts long: %q %v", resp, err)
 	}
 	if n := srv.Stats().Closed["idle_timeout"]; n != 0 {
 		t.Errorf("%d consumers closed as idle during the call", n)
