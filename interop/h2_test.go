@@ -2,6 +2,7 @@ package interop
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,19 +15,40 @@ import (
 
 // The HTTP/2 peers (issue 26): dubbo-go v3.3.0's Triple provider and consumer, and grpc-go's interop server and
 // client, each pair run with an h2count relay in front of the server so the tests see what reaches it
-// (connections, PINGs). Today nothing else is in the path; once Stormgate speaks HTTP/2, h2Via starts it
-// between the consumer and the relay and the same checks run through it.
+// (connections, PINGs). h2Via puts Stormgate (upstream.protocol triple) between the consumer and the relay;
+// testTriplePlainDial and testTripleKeepaliveDirect pin what the peers do without it.
 
-// h2Via returns the address an HTTP/2 consumer dials to reach the server behind upstream (the relay in front of
-// it). Direct for now; through Stormgate it becomes startSidecar(t, <upstream port>, ...)'s listen address.
-func h2Via(t *testing.T, upstream string) string {
+// h2Via starts Stormgate in front of the server behind upstream (the relay in front of it) and returns the
+// address an HTTP/2 consumer dials, and the sidecar.
+func h2Via(t *testing.T, upstream string) (string, *sidecar) {
 	t.Helper()
-	return upstream
+	_, port, err := net.SplitHostPort(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	sc := startSidecar(t, p, "--upstream-protocol", "triple")
+	return sc.listen, sc
+}
+
+// checkThroughStormgate fails the test unless the server saw at most upstream.connections connections, all
+// HTTP/2, and no PING from a consumer (Stormgate answers them; it sends none of its own yet).
+func checkThroughStormgate(t *testing.T, relay *h2count.Relay) {
+	t.Helper()
+	cs := relay.Counts()
+	t.Logf("at the provider: %+v", cs)
+	if cs.Conns < 1 || cs.Conns > upstreamConns || cs.BadPreface != 0 {
+		t.Errorf("provider connections %d (bad preface %d), want 1..%d (upstream.connections)", cs.Conns, cs.BadPreface, upstreamConns)
+	}
+	if cs.Pings != 0 {
+		t.Errorf("%d PINGs reached the provider, want 0: Stormgate answers its consumers' PINGs", cs.Pings)
+	}
 }
 
 func TestH2Interop(t *testing.T) {
 	t.Run("triple", func(t *testing.T) { t.Parallel(); testTriple(t) })
 	t.Run("triple_keepalive", func(t *testing.T) { t.Parallel(); testTripleKeepalive(t) })
+	t.Run("triple_keepalive_direct", func(t *testing.T) { t.Parallel(); testTripleKeepaliveDirect(t) })
 	t.Run("triple_plain_dial", func(t *testing.T) { t.Parallel(); testTriplePlainDial(t) })
 	t.Run("grpc", func(t *testing.T) { t.Parallel(); testGRPCInterop(t) })
 }
@@ -54,7 +76,8 @@ func startTripleProvider(t *testing.T) (*provider, *h2count.Relay, string) {
 // business error, 50 KB argument, 100 ms sleep, 200 concurrent calls); the provider logged every call it ran.
 func testTriple(t *testing.T) {
 	_, relay, reqLog := startTripleProvider(t)
-	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--addr", h2Via(t, relay.Addr()), "once")
+	addr, _ := h2Via(t, relay.Addr())
+	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--addr", addr, "once")
 	var s onceSummary
 	line := readSummary(t, c, 60*time.Second, &s)
 	t.Logf("consumer: %s", line)
@@ -70,20 +93,29 @@ func testTriple(t *testing.T) {
 			t.Errorf("the provider ran %s %d times, want %d (log: %v)", m, ran[m], n, ran)
 		}
 	}
-	cs := relay.Counts()
-	t.Logf("at the provider: %+v", cs)
-	if cs.Conns != 1 || cs.BadPreface != 0 {
-		t.Errorf("provider connections %d (bad preface %d), want 1: dubbo-go's Triple client shares one h2c connection per address",
-			cs.Conns, cs.BadPreface)
-	}
+	checkThroughStormgate(t, relay)
 }
 
-// testTripleKeepalive: an idle dubbo-go Triple consumer PINGs its provider every 10 s (x/net's ReadIdleTimeout,
-// dubbo-go's default keepalive interval): the relay sees those PINGs arrive, which is what Stormgate must
-// absorb (issue 26 acceptance 1: 0 consumer PINGs at the provider).
+// testTripleKeepalive: an idle dubbo-go Triple consumer PINGs every 10 s (x/net's ReadIdleTimeout, dubbo-go's
+// default keepalive interval); through Stormgate they are answered there and none reaches the provider (issue 26
+// acceptance 1: 0 consumer PINGs at the provider).
 func testTripleKeepalive(t *testing.T) {
 	_, relay, _ := startTripleProvider(t)
-	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--addr", h2Via(t, relay.Addr()), "once", "--hold")
+	addr, sc := h2Via(t, relay.Addr())
+	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--addr", addr, "once", "--hold")
+	var s onceSummary
+	line := readSummary(t, c, 60*time.Second, &s)
+	checkOnce(t, s, line)
+	sc.waitMetric(t, 25*time.Second, "stormgate_http2_pings_answered_total", func(v float64) bool { return v > 0 })
+	checkThroughStormgate(t, relay)
+	closeStdinAndWait(t, c)
+}
+
+// testTripleKeepaliveDirect pins the behaviour Stormgate absorbs: without it, the idle consumer's PINGs reach
+// the provider.
+func testTripleKeepaliveDirect(t *testing.T) {
+	_, relay, _ := startTripleProvider(t)
+	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--addr", relay.Addr(), "once", "--hold")
 	var s onceSummary
 	line := readSummary(t, c, 60*time.Second, &s)
 	checkOnce(t, s, line)
@@ -104,7 +136,7 @@ func testTripleKeepalive(t *testing.T) {
 // that, this test says so and the Stormgate interop can add the plain-Dial consumer.
 func testTriplePlainDial(t *testing.T) {
 	_, relay, _ := startTripleProvider(t)
-	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--dial", "plain", "--addr", h2Via(t, relay.Addr()), "once")
+	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--dial", "plain", "--addr", relay.Addr(), "once")
 	var s onceSummary
 	line := readSummary(t, c, 60*time.Second, &s)
 	if s.OK || !strings.Contains(line, "request params len is 0") {
@@ -124,7 +156,8 @@ func testGRPCInterop(t *testing.T) {
 	cases := []string{"empty_unary", "large_unary", "client_streaming", "server_streaming", "ping_pong",
 		"empty_stream", "cancel_after_begin", "cancel_after_first_response", "timeout_on_sleeping_server",
 		"custom_metadata", "status_code_and_message", "special_status_message", "unimplemented_method"}
-	c := startProc(t, "grpcinterop-client", bins.grpc, "client", "--addr", h2Via(t, relay.Addr()),
+	addr, _ := h2Via(t, relay.Addr())
+	c := startProc(t, "grpcinterop-client", bins.grpc, "client", "--addr", addr,
 		"--test_cases", strings.Join(cases, ","))
 	for _, tc := range cases {
 		if _, err := c.waitLine(30*time.Second, func(l string) bool { return l == "PASS "+tc }); err != nil {
@@ -135,11 +168,7 @@ func testGRPCInterop(t *testing.T) {
 	if code := c.ExitCode(); code != 0 {
 		t.Errorf("grpc interop client exited %d", code)
 	}
-	cs := relay.Counts()
-	t.Logf("at the server: %+v", cs)
-	if cs.Conns < 1 || cs.BadPreface != 0 {
-		t.Errorf("server connections %d, bad preface %d", cs.Conns, cs.BadPreface)
-	}
+	checkThroughStormgate(t, relay)
 }
 
 // checkOnce fails the test unless every once check passed.

@@ -45,6 +45,10 @@ type Config struct {
 	// for them when there are at least two, and other frames avoid it (pool.pick); 0:
 	// every frame goes to the least loaded connection.
 	LargeRequestBytes int
+	// Protocols is what the provider speaks (upstream.protocol): the pools open
+	// UpstreamConns connections for each, and a consumer of another protocol is
+	// closed. Zero is Dubbo alone.
+	Protocols Protocols
 
 	// HoldTimeout is the longest a request that carries no timeout of its own waits
 	// for a usable connection; 0: no holding at all, requests fail at once.
@@ -157,3 +161,18 @@ func (c *Config) validate() error {
 }
 
 func (c *Config) portAllowed(p uint16) bool { return slices.Contains(c.InboundPorts, p) }
+
+// Protocols is a set of wire protocols a provider speaks (upstream.protocol).
+type Protocols uint8
+
+// The protocols.
+const (
+	ProtoDubbo  Protocols = 1 << iota // Dubbo 2
+	ProtoTriple                       // Dubbo 3 Triple and gRPC: HTTP/2 over cleartext TCP (h2c)
+)
+
+// Dubbo reports whether the set holds Dubbo 2 (the empty set does: Dubbo is the default).
+func (p Protocols) Dubbo() bool { return p == 0 || p&ProtoDubbo != 0 }
+
+// Triple reports whether the set holds Triple.
+func (p Protocols) Triple() bool { return p&ProtoTriple != 0 }

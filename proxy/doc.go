@@ -20,6 +20,15 @@
 //	  providerdrain.go READONLY / closing=true: the provider's drain, no new requests
 //	handover.go   Freeze / Restore: the whole data plane moves to a new process (an upgrade)
 //
+// HTTP/2 (Triple, gRPC; upstream.protocol triple or both, docs/design.md §14):
+//
+//	sniff.go      the first bytes of a consumer connection decide its protocol
+//	h2session.go  an HTTP/2 consumer: proxy/h2's Conn in the server role inside the session;
+//	              its streams (h2Call) end exactly once toward it
+//	h2pool.go     the provider's h2c connections: streams mapped onto them, waiting for a
+//	              stream when none can open one, grpc-status 14 when a connection dies
+//	h2keepalive.go Stormgate's own PINGs while a call waits on a silent provider connection
+//
 // # What runs where
 //
 //	| event                        | runs on                   | what happens
@@ -35,6 +44,8 @@
 //	|                              |                           | max_request_age sweep, warm-up retries
 //	| provider (re)connect         | one goroutine per slot    | dial (real errno), back off with full jitter
 //	| connection death, retirement | a goroutine of its own    | settle or re-hold everything that was on it
+//	| an HTTP/2 provider connection| its slot goroutine reads, | frames routed to consumer streams; a writer
+//	|                              | a writer goroutine writes | goroutine owns the socket's writes
 //
 // Every goroutine is started through the Server (spawn) or a pool's WaitGroup, and
 // Close returns only after all of them have. Time comes from Options.Clock: timeouts
@@ -54,6 +65,8 @@
 //     own q, the goroutine with the writer role owns the batch; see writer.go.
 //   - Every two-way request has exactly one owner at a time: the hold queue (under
 //     holdQueue.mu) or one pending table (under its upConn.mu); see pending.go.
+//   - HTTP/2: h2Session.mu -> writer.mu; h2Pool.mu -> h2Upstream.wmu; nothing holds an
+//     h2Session.mu and its h2Pool.mu at once (each side calls the other after unlocking).
 //   - Lock order: holdQueue.mu -> upConn.mu -> writer.mu -> writer.fdMu. Nothing that
 //     holds one of these calls upConn.fail (which re-holds); it is spawned instead.
 //   - A close callback runs before netpoll closes the fd, and closes the writer first,

@@ -207,6 +207,10 @@ func (s *Server) Freeze(ctx context.Context) (*Snapshot, error) {
 	if !netpollInline() {
 		return nil, errors.New("proxy: Freeze needs handlers on the pollers (ConfigureNetpoll)")
 	}
+	if s.cfg.Load().Protocols.Triple() {
+		// Their HTTP/2 state (stream maps, windows, the provider connections' Conns) is not in a Snapshot.
+		return nil, errors.New("proxy: an upgrade cannot carry HTTP/2 connections yet (upstream.protocol triple or both): restart the sidecar instead")
+	}
 	g := &s.handover
 	if !g.stashing.CompareAndSwap(false, true) {
 		return nil, ErrFrozen
@@ -460,6 +464,7 @@ func (s *Server) restore(sn *Snapshot) error {
 	for i, st := range sn.Sessions {
 		remote, _ := netip.ParseAddrPort(st.Remote)
 		ss := newSession(s, poolFor(st.Port), nil, st.FD, remote)
+		ss.proto.Store(protoDubbo) // a Snapshot holds Dubbo sessions only (Freeze refuses with Triple on)
 		ss.w.held = true
 		ss.idle.Touch(now - int64(st.Idle))
 		ss.rd.skip = st.Skip

@@ -21,6 +21,8 @@ const (
 	closeDrain
 	closeShutdown
 	closeNoPort
+	closeH2Error   // an HTTP/2 connection error (its GOAWAY was sent)
+	closeNotServed // a protocol the provider does not speak (upstream.protocol)
 	nCloseReasons
 )
 
@@ -36,6 +38,8 @@ var closeReasonNames = [nCloseReasons]string{
 	closeDrain:        "drain",
 	closeShutdown:     "shutdown",
 	closeNoPort:       "port_not_allowed",
+	closeH2Error:      "http2_error",
+	closeNotServed:    "protocol_not_served",
 }
 
 func (r closeReason) String() string { return closeReasonNames[r] }
@@ -148,6 +152,7 @@ type metrics struct {
 	readonlyIn    [2]prometheus.Counter // READONLY, WRITEABLE received from the provider
 	readonlyOut   [2]prometheus.Counter // sent to consumers
 	hangs         prometheus.Counter    // providers that became hung (hung.go)
+	h2Pings       prometheus.Counter    // consumer PINGs answered by Stormgate (h2session.go)
 	bp            bpMetrics             // backpressure (backpressure.go)
 	life          lifeMetrics           // set by New, which knows the codec's not-executed reasons
 	collectors    []prometheus.Collector
@@ -214,9 +219,12 @@ func newMetrics() *metrics {
 	m.hangs = prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_provider_hangs_total",
 		Help: "Times a provider became hung (keepalive.upstream_hung_timeout): no usable connection, one owing an " +
 			"answer and silent although probed with a heartbeat."})
+	m.h2Pings = prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_http2_pings_answered_total",
+		Help: "HTTP/2 PINGs from consumers that Stormgate answered itself (none reaches the provider)."})
 	m.bp = newBPMetrics()
 	m.collectors = append([]prometheus.Collector{m.downConns, downClosed, m.upConns, m.upConnected, m.upState, m.upReconnects,
-		m.upDialErrors, m.hbSent, localReplies, m.held, holdOutcomes, m.unknownIDs, m.lateResponses, dropped, ro, m.hangs},
+		m.upDialErrors, m.hbSent, localReplies, m.held, holdOutcomes, m.unknownIDs, m.lateResponses, dropped, ro, m.hangs,
+		m.h2Pings},
 		m.bp.collectors()...)
 	return m
 }

@@ -41,6 +41,7 @@ type pool struct {
 	pause        notRunPause   // after not-executed answers (notrun.go)
 	pdrain       providerDrain // the provider's graceful shutdown (providerdrain.go)
 	hang         hungState
+	h2           *h2Pool // upstream.protocol triple or both: the HTTP/2 connections (h2pool.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -57,7 +58,16 @@ type poolSlot struct {
 
 func newPool(srv *Server, addr string, port uint16) *pool {
 	p := newPoolStopped(srv, addr, port)
-	p.resize(srv.cfg.Load().UpstreamConns)
+	cfg := srv.cfg.Load()
+	if cfg.Protocols.Triple() {
+		p.h2 = newH2Pool(p) // before any slot loop reads it (connStates)
+	}
+	if cfg.Protocols.Dubbo() {
+		p.resize(cfg.UpstreamConns)
+	}
+	if p.h2 != nil {
+		p.h2.start(cfg.UpstreamConns)
+	}
 	return p
 }
 
@@ -403,6 +413,9 @@ func (p *pool) connStates() (ready, readonly, hung int) {
 			readonly++
 		}
 	}
+	if p.h2 != nil {
+		ready += p.h2.readyConns()
+	}
 	return
 }
 
@@ -503,6 +516,9 @@ func (p *pool) onSweep() {
 func (p *pool) close() {
 	p.cancel()
 	p.wg.Wait()
+	if p.h2 != nil {
+		p.h2.close()
+	}
 	p.hold.failAll("stormgate: shutting down")
 	p.srv.wheel.Stop(&p.sweep)
 	p.srv.wheel.Stop(&p.pdrain.timer)

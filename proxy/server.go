@@ -191,6 +191,9 @@ func (s *Server) Check(cfg Config) error {
 	if cfg.Transparent != old.Transparent {
 		return errors.New("listener.transparent cannot change while running: restart the sidecar to switch modes")
 	}
+	if cfg.Protocols.Dubbo() != old.Protocols.Dubbo() || cfg.Protocols.Triple() != old.Protocols.Triple() {
+		return errors.New("upstream.protocol cannot change while running: restart the sidecar")
+	}
 	if !cfg.Transparent && cfg.Upstream != old.Upstream {
 		return fmt.Errorf("upstream.address cannot change while running (%s -> %s): restart the sidecar, "+
 			"or run one sidecar per provider", old.Upstream, cfg.Upstream)
@@ -212,7 +215,7 @@ func (s *Server) Update(cfg Config) error {
 	s.budget.limit.Store(cfg.MaxBufferedBytes)
 	s.calls.table.setLimit(cfg.MaxMethods)
 	pools := s.poolList()
-	if cfg.UpstreamConns != old.UpstreamConns {
+	if cfg.UpstreamConns != old.UpstreamConns && cfg.Protocols.Dubbo() {
 		for _, p := range pools {
 			p.resize(cfg.UpstreamConns)
 		}
@@ -279,10 +282,13 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		// the timer sooner (frame_read_timeout); that schedule must win.
 		s.wheel.Schedule(&sess.timer, t)
 	}
+	if !cfg.Protocols.Triple() {
+		sess.proto.Store(protoDubbo) // nothing to sniff: every byte goes to the Dubbo path, as before Triple
+	}
 	_ = conn.AddCloseCallback(sess.onClosed)
 	_ = conn.SetOnRequest(sess.onRequest)
-	if p.readonlySent.Load() || s.announced.Load() {
-		sess.sendEvent(EventReadonly)
+	if sess.proto.Load() == protoDubbo && (p.readonlySent.Load() || s.announced.Load()) {
+		sess.sendEvent(EventReadonly) // else sniff.go sends it once the first bytes say Dubbo
 	}
 	if !conn.IsActive() {
 		// The consumer left before its handlers were set: netpoll saw the hangup with no
@@ -325,7 +331,7 @@ func (s *Server) broadcast(p *pool, ev Event) {
 	}
 	n := 0
 	s.sessions.each(func(ss *session) {
-		if p == nil || ss.pool == p {
+		if (p == nil || ss.pool == p) && ss.proto.Load() == protoDubbo {
 			ss.sendEvent(ev)
 			n++
 		}
@@ -397,6 +403,11 @@ func (s *Server) Announce() {
 	}
 	s.log.Info("draining: sending READONLY to every consumer; still serving", zap.Int("consumers", s.sessions.len()))
 	s.broadcast(nil, EventReadonly)
+	s.sessions.each(func(ss *session) {
+		if ss.proto.Load() == protoH2 { // READONLY's HTTP/2 form: GOAWAY (h2session.go)
+			ss.h2.goAway()
+		}
+	})
 }
 
 // Drain shuts down gracefully: every consumer gets READONLY (so it stops sending

@@ -22,7 +22,8 @@ import (
 //	| ServeFD     | admission goroutine            | wraps the fd, sets the handlers, arms the timer; closes a
 //	|             |                                | consumer that left before its handlers were set
 //	| onRequest   | netpoll, one at a time         | cuts frames without waiting for bytes that have not arrived;
-//	|             |                                | answers heartbeats; forwards requests to the pool
+//	|             |                                | answers heartbeats; forwards requests to the pool (an HTTP/2
+//	|             |                                | consumer's bytes go to sniff.go and h2session.go instead)
 //	| write       | any goroutine                  | through the session's writer: never blocks the caller
 //	| onTimer     | keepalive wheel goroutine      | idle timeout; a frame left unfinished for frame_read_timeout
 //	| closeWith   | anyone, the first caller wins  | records the reason, shuts the socket down (writer.close)
@@ -49,7 +50,9 @@ type session struct {
 	inflight atomic.Int32 // accepted two-way requests not yet answered
 	counts   sessionCounters
 
-	wait    consumerWait // its requests waiting for the provider; backpressure (backpressure.go)
+	wait    consumerWait  // its requests waiting for the provider; backpressure (backpressure.go)
+	proto   atomic.Uint32 // protoUnknown until decided, once: by ServeFD (a Dubbo-only provider) or the first bytes (sniff.go)
+	h2      *h2Session    // an HTTP/2 consumer's protocol state, set by the handler before proto; nil for Dubbo
 	closing atomic.Bool
 	closed  atomic.Bool
 	reason  atomic.Uint32 // closeReason+1; 0 until closeWith
@@ -68,6 +71,10 @@ func (s *session) onRequest(_ context.Context, conn netpoll.Connection) error {
 	if s.srv.handover.holding() { // a handover: keep the bytes for whoever serves next
 		s.srv.handover.stash(s, r)
 		s.srv.handover.park()
+		return nil
+	}
+	if s.proto.Load() != protoDubbo && s.otherProtocol(r) {
+		_ = r.Release()
 		return nil
 	}
 	s.consume(r, true)
@@ -233,6 +240,9 @@ func (s *session) onClosed(netpoll.Connection) error {
 		srv.log.Warn("consumer closed in the middle of a frame", zap.Stringer("peer", s.remote))
 	}
 	s.rd.reset(&srv.budget)
+	if s.h2 != nil {
+		s.h2.onClosed()
+	}
 	s.forgetPause()
 	srv.wheel.Stop(&s.timer)
 	srv.sessions.remove(s)
@@ -267,6 +277,9 @@ func (s *session) onTimer() {
 	}
 	if t := cfg.DownstreamIdleTimeout; t > 0 {
 		rem := s.idle.Remaining(now, t)
+		if rem <= 0 && s.proto.Load() == protoH2 && s.inflight.Load() > 0 {
+			rem = t // an HTTP/2 consumer waiting for an answer sends nothing meanwhile: not idle
+		}
 		if rem <= 0 {
 			s.closeWith(closeIdle)
 			return

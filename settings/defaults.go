@@ -44,6 +44,7 @@ func Defaults() *sg.Settings {
 			// One connection of the M for bulk transfers (issue 23): a 256 KiB request then never
 			// waits in front of the small ones in the kernel's buffers.
 			LargeRequestBytes: proto.Int32(64 << 10),
+			Protocol:          proto.String("dubbo"),
 		},
 		Hold: &sg.Hold{
 			Timeout:     dur(3 * time.Second),

@@ -23,6 +23,7 @@ var RunFlags = []RunFlag{
 	{"inbound-ports", "listener.inbound_ports", "transparent mode: provider ports Stormgate may forward to, comma-separated"},
 	{"upstream", "upstream.address", "provider address"},
 	{"upstream-conns", "upstream.connections", "connections to the provider"},
+	{"upstream-protocol", "upstream.protocol", "what the provider speaks: dubbo, triple or both"},
 	{"log-level", "log.level", "debug, info, warn or error"},
 	{"log-format", "log.format", "json or console"},
 }

@@ -31,6 +31,7 @@ func ProxyConfig(s *sg.Settings) proxy.Config {
 		WriteTimeout:              u.GetWriteTimeout().AsDuration(),
 		MaxQueuedBytesPerUpstream: int(u.GetMaxQueuedBytes()),
 		LargeRequestBytes:         int(u.GetLargeRequestBytes()),
+		Protocols:                 protocols(u.GetProtocol()),
 		HoldTimeout:               h.GetTimeout().AsDuration(),
 		HoldMaxTimeout:            h.GetMaxTimeout().AsDuration(),
 		DeadlineMargin:            h.GetDeadlineMargin().AsDuration(),
@@ -64,6 +65,17 @@ func ProxyConfig(s *sg.Settings) proxy.Config {
 			MaxPerSecond:  int(s.GetAccessLog().GetMaxPerSecond()),
 		},
 	}
+}
+
+// protocols is upstream.protocol as the proxy's set of protocols.
+func protocols(p string) proxy.Protocols {
+	switch p {
+	case "triple":
+		return proxy.ProtoTriple
+	case "both":
+		return proxy.ProtoDubbo | proxy.ProtoTriple
+	}
+	return proxy.ProtoDubbo
 }
 
 // frameHeader is the Dubbo header, which limits.max_frame_bytes does not count.

@@ -47,6 +47,7 @@ func TestEveryFieldReachesItsStage(t *testing.T) {
 		"upstream.warmup":                        {toProxy, func(s *sg.Settings) { s.Upstream.Warmup = dur(time.Second) }},
 		"upstream.write_timeout":                 {toProxy, func(s *sg.Settings) { s.Upstream.WriteTimeout = dur(0) }},
 		"upstream.max_queued_bytes":              {toProxy, func(s *sg.Settings) { s.Upstream.MaxQueuedBytes = proto.Int32(1 << 20) }},
+		"upstream.protocol":                      {toProxy, func(s *sg.Settings) { s.Upstream.Protocol = proto.String("triple") }},
 		"upstream.large_request_bytes":           {toProxy, func(s *sg.Settings) { s.Upstream.LargeRequestBytes = proto.Int32(0) }},
 		"hold.timeout":                           {toProxy, func(s *sg.Settings) { s.Hold.Timeout = dur(0) }},
 		"hold.max_requests":                      {toProxy, func(s *sg.Settings) { s.Hold.MaxRequests = proto.Int32(0) }},

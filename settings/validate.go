@@ -358,6 +358,7 @@ var fieldRules = []rule{
 	{"upstream.write_timeout", "A provider connection whose queued requests the kernel takes no byte of for this long is dead (the provider stopped reading): its requests that never left Stormgate are sent on another connection, the others answered; 0 turns the check off.", "0 (off) or between 100ms and 10m", durIn(100*time.Millisecond, 10*time.Minute, true), live},
 	{"upstream.max_queued_bytes", "Bytes that may wait in Stormgate for one provider connection; over it new requests go to another connection or the hold queue (an empty connection always takes one frame).", "between 65536 and 1073741824", intIn(64*kib, gib), live},
 	{"upstream.large_request_bytes", "Requests larger than this (header included) go to one provider connection kept for them, the last of upstream.connections when there are at least 2, and smaller ones avoid it: a bulk transfer then never waits in front of small requests, in Stormgate or in the kernel's socket buffers, which no queue can reorder. 0: every request goes to the least loaded connection.", "0 (off) or between 1024 and 1073741824", intOff(kib, gib), live},
+	{"upstream.protocol", "What the provider speaks: dubbo (Dubbo 2), triple (Dubbo 3 Triple or gRPC: HTTP/2 without TLS, prior knowledge) or both (a provider serving both on one port, Dubbo 3's port unification). Consumers of both protocols share the listener and the first bytes of a connection decide; a consumer of a protocol the provider does not speak is closed (counted as protocol_not_served), except that with dubbo an HTTP/2 client gets what any non-Dubbo client gets. Stormgate opens upstream.connections connections per protocol the provider speaks.", "dubbo, triple or both", oneOf(stringChoices["upstream.protocol"]...), restart("the provider's connections are opened in its protocol at start")},
 	{"hold.timeout", "Longest a request that carries no timeout of its own waits for the provider to come back (a request that carries one waits up to it: hold.max_timeout); 0 turns holding off, requests fail at once.", "between 0s and 1h", durIn(0, time.Hour, false), live},
 	{"hold.max_requests", "Requests the hold queue keeps; more get an error response.", "between 0 and 1000000", intIn(0, 1e6), live},
 	{"hold.max_bytes", "Bytes the hold queue keeps; more get an error response.", "between 0 and 1073741824", intIn(0, gib), live},
@@ -394,8 +395,9 @@ var fieldRules = []rule{
 // stringChoices are the string fields with a fixed set of values: files, flags and annotations
 // take them in any case and store them as written here (as enums take "hold" for HOLD).
 var stringChoices = map[string][]string{
-	"log.level":  {"debug", "info", "warn", "error"},
-	"log.format": {"json", "console"},
+	"log.level":         {"debug", "info", "warn", "error"},
+	"log.format":        {"json", "console"},
+	"upstream.protocol": {"dubbo", "triple", "both"},
 }
 
 // crossRules check relations between fields.

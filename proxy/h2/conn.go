@@ -561,13 +561,30 @@ func (c *Conn) data(now int64, h FrameHeader, payload []byte) (Event, error) {
 
 // Consumed tells the Conn that the owner is done with n bytes of a stream's DATA (forwarded or dropped):
 // WINDOW_UPDATEs go to Output once half a window is consumed, so the peer sends no more than the owner can
-// take. A stream that is gone only returns its bytes to the connection window.
+// take. A stream that is gone only returns its bytes to the connection window. It is ConsumedConn and
+// ConsumedStream at once.
 func (c *Conn) Consumed(id uint32, n int) error {
+	if err := c.ConsumedConn(n); err != nil {
+		return err
+	}
+	return c.ConsumedStream(id, n)
+}
+
+// ConsumedConn hands n bytes of received DATA back to the connection window alone. An owner that keeps a
+// stream's bytes itself (bounded by the stream's window, and by its own budget) calls it on receipt, so
+// that one stream whose bytes cannot move on holds only its own window, never the connection's: the other
+// streams keep flowing. It calls ConsumedStream when the bytes are gone.
+func (c *Conn) ConsumedConn(n int) error {
 	if c.err != nil || n <= 0 {
 		return c.Err()
 	}
-	if err := c.giveBack(n); err != nil {
-		return err
+	return c.giveBack(n)
+}
+
+// ConsumedStream hands n bytes of a stream's DATA back to the stream's window alone (see ConsumedConn).
+func (c *Conn) ConsumedStream(id uint32, n int) error {
+	if c.err != nil || n <= 0 {
+		return c.Err()
 	}
 	if s := c.streams[id]; s != nil && s.remoteOpen() {
 		if incr := s.recv.consume(n, c.local.InitialWindowSize); incr > 0 {

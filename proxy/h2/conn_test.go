@@ -174,6 +174,30 @@ func TestConnRecvFlowControl(t *testing.T) {
 	d.wantGoAway(ErrCodeFlowControl, NumGuards)
 }
 
+// TestConnConsumedSplit: ConsumedConn hands back the connection window alone (a WINDOW_UPDATE on stream 0),
+// ConsumedStream the stream's alone; together they are Consumed.
+func TestConnConsumedSplit(t *testing.T) {
+	d := serverDriver(t, Config{InitialWindowSize: 40000, ConnWindowSize: 1})
+	d.headers(1, false, request("/s/m")...)
+	for range 4 {
+		d.must(d.fr.WriteData(1, false, make([]byte, 10000)))
+	}
+	d.pump()
+	d.outFrames()
+	d.must(d.c.ConsumedConn(40000))
+	d.out.Write(d.c.Output())
+	d.c.ClearOutput()
+	if fs := d.outFrames(); len(fs) != 1 || fs[0].Type != http2.FrameWindowUpdate || fs[0].Stream != 0 {
+		t.Fatalf("ConsumedConn: %v, want one connection WINDOW_UPDATE", fs)
+	}
+	d.must(d.c.ConsumedStream(1, 40000))
+	d.out.Write(d.c.Output())
+	d.c.ClearOutput()
+	if fs := d.outFrames(); len(fs) != 1 || fs[0].Type != http2.FrameWindowUpdate || fs[0].Stream != 1 || fs[0].Increment != 40000 {
+		t.Fatalf("ConsumedStream: %v, want one stream WINDOW_UPDATE of 40000", fs)
+	}
+}
+
 // TestConnSendFlowControl: AppendData never exceeds the peer's windows; WINDOW_UPDATE and SETTINGS move them;
 // overflow past 2^31-1 is an error of the right scope.
 func TestConnSendFlowControl(t *testing.T) {

@@ -419,8 +419,12 @@ type Upstream struct {
 	// Requests larger than this go to one connection kept for them (the last, with
 	// at least 2 connections); the others carry the smaller ones. 0: no such lane.
 	LargeRequestBytes *int32 `protobuf:"varint,9,opt,name=large_request_bytes,json=largeRequestBytes,proto3,oneof" json:"large_request_bytes,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// What the provider speaks: dubbo (Dubbo 2), triple (Dubbo 3 Triple or gRPC,
+	// h2c with prior knowledge) or both (one port serving both). Consumers of
+	// either protocol share the listener; the first bytes decide.
+	Protocol      *string `protobuf:"bytes,10,opt,name=protocol,proto3,oneof" json:"protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Upstream) Reset() {
@@ -514,6 +518,13 @@ func (x *Upstream) GetLargeRequestBytes() int32 {
 		return *x.LargeRequestBytes
 	}
 	return 0
+}
+
+func (x *Upstream) GetProtocol() string {
+	if x != nil && x.Protocol != nil {
+		return *x.Protocol
+	}
+	return ""
 }
 
 // Hold bounds the queue of requests waiting for the provider to come back.
@@ -1120,7 +1131,7 @@ const file_settings_stormgatev1_settings_proto_rawDesc = "" +
 	"\f_max_pendingB\x16\n" +
 	"\x14_per_source_fairnessB\x0f\n" +
 	"\r_tcp_quickackB\x0f\n" +
-	"\r_tcp_fastopen\"\xae\x04\n" +
+	"\r_tcp_fastopen\"\xdc\x04\n" +
 	"\bUpstream\x12\x1d\n" +
 	"\aaddress\x18\x01 \x01(\tH\x00R\aaddress\x88\x01\x01\x12%\n" +
 	"\vconnections\x18\x02 \x01(\x05H\x01R\vconnections\x88\x01\x01\x12B\n" +
@@ -1131,12 +1142,15 @@ const file_settings_stormgatev1_settings_proto_rawDesc = "" +
 	"\x06warmup\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06warmup\x12>\n" +
 	"\rwrite_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\fwriteTimeout\x12-\n" +
 	"\x10max_queued_bytes\x18\b \x01(\x05H\x02R\x0emaxQueuedBytes\x88\x01\x01\x123\n" +
-	"\x13large_request_bytes\x18\t \x01(\x05H\x03R\x11largeRequestBytes\x88\x01\x01B\n" +
+	"\x13large_request_bytes\x18\t \x01(\x05H\x03R\x11largeRequestBytes\x88\x01\x01\x12\x1f\n" +
+	"\bprotocol\x18\n" +
+	" \x01(\tH\x04R\bprotocol\x88\x01\x01B\n" +
 	"\n" +
 	"\b_addressB\x0e\n" +
 	"\f_connectionsB\x13\n" +
 	"\x11_max_queued_bytesB\x16\n" +
-	"\x14_large_request_bytes\"\x94\x04\n" +
+	"\x14_large_request_bytesB\v\n" +
+	"\t_protocol\"\x94\x04\n" +
 	"\x04Hold\x123\n" +
 	"\atimeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12&\n" +
 	"\fmax_requests\x18\x02 \x01(\x05H\x00R\vmaxRequests\x88\x01\x01\x12 \n" +

@@ -1,0 +1,78 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/stormgate/stormgate/keepalive"
+	"github.com/stormgate/stormgate/proxy/h2"
+)
+
+// HTTP/2 provider liveness: Stormgate's own PINGs, on the wheel, with the Dubbo heartbeat's settings
+// (keepalive.upstream_interval, upstream_jitter, upstream_max_missed). A PING goes out when a stream is
+// open on the connection (an answer is owed), nothing was read from it for an interval, and none is
+// outstanding (counted in stormgate_upstream_heartbeats_sent_total); a PING unanswered for
+// upstream_max_missed intervals declares the connection dead: it is closed, each of its streams gets
+// grpc-status 14 saying so, and its slot dials again. Consumers' PINGs never reach the provider
+// (h2session.go); these are the only ones.
+//
+// Why not on idle connections, and at most maxQuietPings while the provider sends nothing: gRPC servers
+// police client PINGs. grpc-go's default policy counts a PING as a strike when no stream is open (unless
+// two hours passed since the last) or when it comes within 5 minutes of the last, forgives them only when
+// it sends HEADERS or DATA, and past 2 strikes answers GOAWAY ENHANCE_YOUR_CALM "too_many_pings" and
+// closes the connection, streams and all (grpc-java's permitKeepAliveTime is 5 minutes too). Dubbo-style
+// 30 s PINGs on idle connections would have such a provider close every connection every ~90 s. So an
+// idle connection is found dead by its next request, and a call silent for longer than maxQuietPings
+// intervals is watched by TCP alone from then on.
+const maxQuietPings = 2
+
+// startBeat arms the first beat once the connection is usable (under hp.mu).
+func (u *h2Upstream) startBeat() {
+	cfg := u.hp.p.srv.cfg.Load()
+	u.hp.p.srv.wheel.Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
+}
+
+// onBeat runs on the wheel goroutine.
+func (u *h2Upstream) onBeat() {
+	hp := u.hp
+	srv := hp.p.srv
+	cfg := srv.cfg.Load()
+	now := srv.now()
+	interval := int64(cfg.UpstreamInterval)
+	hp.mu.Lock()
+	if u.dead {
+		hp.mu.Unlock()
+		return
+	}
+	dead := u.pingSent != 0 && now-u.pingSent >= interval*int64(cfg.UpstreamMaxMissed)
+	switch {
+	case dead:
+		u.deadWhy = "no answer to a PING within " + (time.Duration(cfg.UpstreamMaxMissed) * cfg.UpstreamInterval).String()
+	case u.pingSent == 0 && len(u.calls) > 0 && u.quietPings < maxQuietPings && now-u.lastRead.Load() >= interval:
+		u.quietPings++
+		u.pingSeq++
+		var data [8]byte
+		binary.BigEndian.PutUint64(data[:], u.pingSeq)
+		u.conn.Ping(data)
+		u.flushLocked()
+		u.pingSent = now
+		srv.m.hbSent.Inc()
+	}
+	hp.mu.Unlock()
+	if dead {
+		srv.log.Warn("HTTP/2 provider connection dead: closing it", zap.String("provider", hp.p.addr),
+			zap.String("why", u.deadWhy))
+		_ = u.nc.Close() // the reader ends and ends every call on it
+		return
+	}
+	srv.wheel.Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
+}
+
+// pingAnswered takes the provider's PING ACK (under hp.mu).
+func (u *h2Upstream) pingAnswered(ev h2.Event) {
+	if binary.BigEndian.Uint64(ev.Ping[:]) == u.pingSeq {
+		u.pingSent = 0
+	}
+}

@@ -1,0 +1,691 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/stormgate/stormgate/keepalive"
+	"github.com/stormgate/stormgate/proxy/h2"
+)
+
+// h2Pool is the provider side of HTTP/2 for one provider address (upstream.protocol triple or both):
+// upstream.connections h2c connections (h2Upstream), each an h2.Conn in the client role with
+// Stormgate's own SETTINGS, onto which consumer streams are mapped. A consumer stream gets a fresh
+// upstream stream id (odd, increasing, never reused: h2.StreamMap), its head is re-encoded without a
+// dynamic table, and its DATA goes within the provider's windows; the answer comes back the same way.
+// A request no connection can take now (none is up yet, or every one is at the provider's
+// SETTINGS_MAX_CONCURRENT_STREAMS or after its GOAWAY) waits, oldest first, up to hold.timeout and at
+// most hold.max_requests of them, then gets UNAVAILABLE.
+//
+//	| event                                  | runs on                  | what happens to its calls
+//	|----------------------------------------|--------------------------|-----------------------------------
+//	| connected, the provider's SETTINGS came| the slot's goroutine     | usable; waiting requests start
+//	| a stream of it ends                    | the connection's reader  | the next waiting request starts
+//	| the provider's GOAWAY                  | the connection's reader  | no new streams; streams above its
+//	|                                        |                          | last id are refused to the consumer
+//	|                                        |                          | (RST_STREAM REFUSED_STREAM: not
+//	|                                        |                          | processed, a client may retry); it
+//	|                                        |                          | closes when its last stream ends
+//	|                                        |                          | and the slot dials a new one
+//	| the connection dies (EOF, reset, a     | the connection's reader  | every call on it ends with
+//	| connection error, shutdown)            |                          | grpc-status 14 and a message
+//
+// Locks: mu guards every h2Upstream's h2.Conn, StreamMap and calls, the waiting list, and the
+// provider-side fields of every h2Call of the pool. Nothing holds mu and a session's lock at once (see
+// h2session.go). Each connection has a writer goroutine that owns the socket's writes; frames are
+// queued to it under mu in the order the Conn produced them, so its output stays in order. The
+// goroutines are the pool's (its WaitGroup, which pool.close waits for).
+type h2Pool struct {
+	p          *pool
+	sessionIDs atomic.Uint64
+
+	mu      sync.Mutex
+	ups     []*h2Upstream // connections the provider's SETTINGS made usable, until they die or go away
+	waiting []*h2Call     // requests no connection could open a stream for, oldest first
+	closed  bool
+}
+
+func newH2Pool(p *pool) *h2Pool { return &h2Pool{p: p} }
+
+// start runs n slot loops. (upstream.connections is read once for HTTP/2 in this slice: not resized live.)
+func (hp *h2Pool) start(n int) {
+	for i := range n {
+		hp.p.wg.Add(1)
+		go func() { defer hp.p.wg.Done(); hp.slotLoop(hp.p.ctx, i) }()
+	}
+}
+
+// close ends the requests still waiting; the pool's context already ended the connections.
+func (hp *h2Pool) close() {
+	hp.mu.Lock()
+	hp.closed = true
+	waiting := hp.waiting
+	hp.waiting = nil
+	var notes h2Notes
+	for _, c := range waiting {
+		hp.unwaitLocked(c, &notes)
+	}
+	hp.mu.Unlock()
+	for _, c := range waiting {
+		c.sess.fail(c, replyNoUpstream, "stormgate: shutting down")
+	}
+	notes.run()
+}
+
+// readyConns is the number of usable connections (the upstream gauges).
+func (hp *h2Pool) readyConns() int {
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	return len(hp.ups)
+}
+
+// slotLoop keeps one connection up: dial, serve until it ends, back off with full jitter, redial.
+func (hp *h2Pool) slotLoop(ctx context.Context, slot int) {
+	srv := hp.p.srv
+	var bo keepalive.Backoff
+	for ctx.Err() == nil {
+		cfg := srv.cfg.Load()
+		bo.Base, bo.Max = cfg.BackoffBase, cfg.BackoffMax
+		d := net.Dialer{Timeout: cfg.ConnectTimeout}
+		nc, err := d.DialContext(ctx, "tcp", hp.p.addr)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			srv.m.upDialErrors.Inc()
+			a, wait := bo.Attempt(), bo.Next()
+			hp.p.dials.failed(hp.p, err, wait)
+			if !srv.waitBackoff(ctx, wait, a) {
+				return
+			}
+			continue
+		}
+		bo.Reset()
+		hp.p.dials.connected(hp.p, slot)
+		u := hp.newUpstream(nc)
+		err = u.serve(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		srv.log.Info("HTTP/2 provider connection ended; reconnecting", zap.String("provider", hp.p.addr),
+			zap.Int("slot", slot), zap.Error(err))
+		if a := bo.Attempt(); !srv.waitBackoff(ctx, bo.Next(), a) {
+			return
+		}
+	}
+}
+
+// h2Upstream is one h2c connection to the provider.
+type h2Upstream struct {
+	hp *h2Pool
+	nc net.Conn
+
+	// Under hp.mu.
+	conn    *h2.Conn
+	ids     h2.StreamMap
+	calls   map[uint32]*h2Call
+	ready   bool // the provider's first SETTINGS arrived
+	away    bool // the provider's GOAWAY: no new streams, closed when the last one ends
+	dead    bool
+	scratch []byte
+	// Liveness (h2keepalive.go), under hp.mu but lastRead.
+	beat       keepalive.Timer
+	lastRead   atomic.Int64 // when bytes last came from the provider (the server's clock)
+	pingSeq    uint64
+	pingSent   int64  // when the outstanding PING went out; 0: none
+	quietPings int    // PINGs sent since the provider last sent HEADERS or DATA
+	deadWhy    string // set when liveness declared the connection dead
+
+	wmu     sync.Mutex
+	wbuf    []byte
+	wclosed bool
+	wake    chan struct{}
+}
+
+func (hp *h2Pool) newUpstream(nc net.Conn) *h2Upstream {
+	u := &h2Upstream{hp: hp, nc: nc, calls: make(map[uint32]*h2Call), wake: make(chan struct{}, 1)}
+	u.beat.Init(u.onBeat)
+	u.lastRead.Store(hp.p.srv.now())
+	u.conn = h2.NewConn(h2.Config{Role: h2.RoleClient})
+	u.flushLocked() // the preface and Stormgate's SETTINGS (nobody else knows u yet)
+	return u
+}
+
+// serve runs the connection until it ends, then ends every call still on it.
+func (u *h2Upstream) serve(ctx context.Context) error {
+	hp := u.hp
+	done := make(chan struct{})
+	hp.p.wg.Add(1)
+	go func() { defer hp.p.wg.Done(); defer close(done); u.writeLoop() }()
+	stop := context.AfterFunc(ctx, func() { _ = u.nc.Close() })
+	err := u.readLoop()
+	stop()
+	// Let the writer finish what is queued (a GOAWAY after a connection error), but not wait on a
+	// provider that does not read.
+	_ = u.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	u.closeWriter()
+	<-done
+	_ = u.nc.Close()
+	hp.p.srv.wheel.Stop(&u.beat)
+	why := "stormgate: provider connection lost"
+	hp.mu.Lock()
+	deadWhy := u.deadWhy
+	hp.mu.Unlock()
+	switch {
+	case ctx.Err() != nil:
+		why = "stormgate: shutting down"
+	case deadWhy != "":
+		why += " (" + deadWhy + ")"
+	case err != nil:
+		why += " (" + err.Error() + ")"
+	}
+	u.die(why)
+	return err
+}
+
+// readLoop reads the provider's frames until the connection fails.
+func (u *h2Upstream) readLoop() error {
+	buf := make([]byte, 0, 64<<10) // more than a frame: Stormgate announces the default 16 KiB maximum
+	for {
+		n, rerr := u.nc.Read(buf[len(buf):cap(buf)])
+		if n > 0 {
+			u.lastRead.Store(u.hp.p.srv.now())
+		}
+		buf = buf[:len(buf)+n]
+		off := 0
+		for {
+			k, err := u.step(buf[off:])
+			if err != nil {
+				return err
+			}
+			if k == 0 {
+				break
+			}
+			off += k
+		}
+		buf = buf[:copy(buf, buf[off:])]
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// step handles one frame from the provider: the books under the pool's lock, then the delivery to the
+// consumer outside it.
+func (u *h2Upstream) step(b []byte) (int, error) {
+	hp := u.hp
+	now := hp.p.srv.now()
+	var notes h2Notes
+	var refused []*h2Call
+	var c *h2Call
+	hp.mu.Lock()
+	n, ev, err := u.conn.Read(now, b)
+	if err == nil && n > 0 {
+		c, refused = u.eventLocked(ev, now, &notes)
+	}
+	u.flushLocked()
+	closeNow := u.away && len(u.calls) == 0
+	hp.mu.Unlock()
+	if c != nil {
+		switch ev.Kind {
+		case h2.EventHeaders:
+			c.sess.answerHeaders(c, ev.Fields, ev.EndStream)
+		case h2.EventData:
+			hp.answerConsumed(c, c.sess.answerData(c, ev.Data, ev.EndStream))
+		case h2.EventReset:
+			if ev.ByPeer {
+				hp.answerConsumed(c, c.sess.reset(c, ev.Code))
+			} else {
+				hp.answerConsumed(c, c.sess.fail(c, replyBadResponse,
+					"stormgate: the provider's answer broke HTTP/2's rules: "+ev.Code.String()))
+			}
+		}
+	}
+	for _, r := range refused {
+		hp.answerConsumed(r, r.sess.reset(r, h2.ErrCodeRefusedStream))
+	}
+	notes.run()
+	if closeNow {
+		_ = u.nc.Close()
+	}
+	return n, err
+}
+
+// eventLocked does the books of one event: the call to deliver it to (nil: none), and the calls a
+// GOAWAY refused.
+func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Call, []*h2Call) {
+	hp := u.hp
+	switch ev.Kind {
+	case h2.EventHeaders, h2.EventData:
+		u.quietPings = 0
+		c := u.calls[ev.Stream]
+		if c == nil {
+			_ = u.conn.Consumed(ev.Stream, len(ev.Data)) // a stream Stormgate reset: nobody wants it
+			return nil, nil
+		}
+		// The shared connection's window goes back now: the answer's bytes are the consumer's to take,
+		// held by Stormgate up to the stream's window (answerConsumed returns that), so a consumer that
+		// does not read stalls its own streams at the provider, never the connection (issue 26 item 4).
+		_ = u.conn.ConsumedConn(len(ev.Data))
+		if ev.EndStream {
+			u.endLocked(c, notes)
+		}
+		return c, nil
+	case h2.EventReset:
+		c := u.calls[ev.Stream]
+		if c != nil {
+			u.endLocked(c, notes)
+		}
+		return c, nil
+	case h2.EventGoAway:
+		hp.p.srv.log.Info("the provider sent GOAWAY: no new streams on this connection",
+			zap.String("provider", hp.p.addr), zap.Uint32("last_stream", ev.LastStream), zap.Stringer("code", ev.Code))
+		u.away = true
+		hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
+		var refused []*h2Call
+		for id, c := range u.calls {
+			if id > ev.LastStream {
+				refused = append(refused, c)
+			}
+		}
+		for _, c := range refused {
+			u.endLocked(c, notes)
+		}
+		return nil, refused
+	case h2.EventSettings:
+		if !u.ready && !u.away {
+			u.ready = true
+			hp.ups = append(hp.ups, u)
+			u.startBeat()
+			hp.p.srv.spawn(hp.p.connChanged) // the gauges; never under mu
+		}
+		for _, c := range u.calls { // SETTINGS_INITIAL_WINDOW_SIZE may have grown the windows
+			u.pushLocked(c, now, notes)
+		}
+		hp.pumpLocked(now, notes)
+	case h2.EventPingAck:
+		u.pingAnswered(ev)
+	case h2.EventWindow:
+		for id, c := range u.calls {
+			if ev.Stream == 0 || id == ev.Stream {
+				u.pushLocked(c, now, notes)
+			}
+		}
+	}
+	return nil, nil
+}
+
+// die ends every call still on a connection that is gone, with msg.
+func (u *h2Upstream) die(msg string) {
+	hp := u.hp
+	var notes h2Notes
+	hp.mu.Lock()
+	u.dead = true
+	hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
+	calls := make([]*h2Call, 0, len(u.calls))
+	for _, c := range u.calls {
+		calls = append(calls, c)
+	}
+	for _, c := range calls {
+		u.endLocked(c, &notes)
+	}
+	hp.mu.Unlock()
+	for _, c := range calls {
+		c.sess.fail(c, replyUpstreamLost, msg)
+	}
+	notes.run()
+	if u.ready {
+		hp.p.connChanged()
+	}
+	if len(calls) > 0 {
+		hp.p.srv.log.Warn("HTTP/2 provider connection lost with streams open: each got grpc-status 14",
+			zap.String("provider", hp.p.addr), zap.Int("streams", len(calls)), zap.String("why", msg))
+	}
+}
+
+// open starts a consumer's request: on a connection that can open a stream now, or in the waiting list.
+// fields is valid only during the call.
+func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) {
+	cfg := hp.p.srv.cfg.Load()
+	var notes h2Notes
+	reason, msg := replyReason(0), ""
+	hp.mu.Lock()
+	switch u := hp.pickLocked(); {
+	case hp.closed:
+		reason, msg = replyNoUpstream, "stormgate: shutting down"
+	case u != nil && len(hp.waiting) == 0:
+		c.head, c.headEnd = fields, end
+		u.startLocked(c, now, &notes)
+	case cfg.HoldTimeout <= 0:
+		reason, msg = replyNoUpstream, "stormgate: no provider connection can take the request now and hold.timeout is 0"
+	case len(hp.waiting) >= cfg.HoldMaxRequests:
+		reason, msg = replyHoldFull, "stormgate: no provider connection can take the request now and the hold queue is full (hold.max_requests)"
+	default:
+		c.head, c.headEnd = slices.Clone(fields), end
+		c.waiting = true
+		hp.waiting = append(hp.waiting, c)
+		c.hold.Init(func() { hp.expire(c) })
+		hp.p.srv.wheel.Schedule(&c.hold, cfg.HoldTimeout)
+	}
+	if msg != "" {
+		c.upDone = true
+	}
+	hp.mu.Unlock()
+	if msg != "" {
+		c.sess.fail(c, reason, msg)
+	}
+	notes.run()
+}
+
+// pickLocked is the usable connection with the fewest streams that can open one more; nil when none.
+func (hp *h2Pool) pickLocked() *h2Upstream {
+	var best *h2Upstream
+	for _, u := range hp.ups {
+		if u.conn.CanOpenStream() && (best == nil || len(u.calls) < len(best.calls)) {
+			best = u
+		}
+	}
+	return best
+}
+
+// pumpLocked starts waiting requests while a connection can take them.
+func (hp *h2Pool) pumpLocked(now int64, notes *h2Notes) {
+	for len(hp.waiting) > 0 {
+		u := hp.pickLocked()
+		if u == nil {
+			return
+		}
+		c := hp.waiting[0]
+		hp.waiting[0] = nil
+		hp.waiting = hp.waiting[1:]
+		c.waiting = false
+		hp.p.srv.wheel.Stop(&c.hold)
+		u.startLocked(c, now, notes)
+	}
+}
+
+// expire ends a request that waited hold.timeout.
+func (hp *h2Pool) expire(c *h2Call) {
+	var notes h2Notes
+	hp.mu.Lock()
+	if !c.waiting {
+		hp.mu.Unlock()
+		return
+	}
+	hp.waiting = slices.DeleteFunc(hp.waiting, func(x *h2Call) bool { return x == c })
+	hp.unwaitLocked(c, &notes)
+	hp.mu.Unlock()
+	c.sess.fail(c, replyHoldTimeout, "stormgate: no provider connection could take the request within hold.timeout")
+	notes.run()
+}
+
+// unwaitLocked takes a call out of waiting for good (the caller removed it from the list).
+func (hp *h2Pool) unwaitLocked(c *h2Call, notes *h2Notes) {
+	c.waiting, c.upDone = false, true
+	hp.p.srv.wheel.Stop(&c.hold)
+	notes.add(c, len(c.in))
+	hp.p.srv.budget.release(len(c.in))
+	c.in, c.head, c.inTrail = nil, nil, nil
+}
+
+// startLocked opens the provider stream for a call and sends its head and what of its body has come.
+func (u *h2Upstream) startLocked(c *h2Call, now int64, notes *h2Notes) {
+	id, err := u.conn.OpenStream()
+	if err == nil {
+		err = u.ids.Bind(id, h2.Origin{Conn: c.sess.id, Stream: c.down})
+	}
+	if err != nil { // pickLocked said it could: a bug, not a peer's doing
+		panic(fmt.Sprintf("proxy: opening a provider stream: %v", err))
+	}
+	u.calls[id] = c
+	c.up, c.upID = u, id
+	b, _ := u.conn.AppendHeaders(u.frames(), id, c.head, c.headEnd)
+	u.send(b)
+	c.head = nil
+	u.pushLocked(c, now, notes)
+}
+
+// pushLocked sends what waits of a call's request, within the provider's windows.
+func (u *h2Upstream) pushLocked(c *h2Call, now int64, notes *h2Notes) {
+	if c.upDone || len(c.in) == 0 && !c.inEnd && c.inTrail == nil {
+		return
+	}
+	b, n, err := u.conn.AppendData(now, u.frames(), c.upID, c.in, c.inEnd && c.inTrail == nil)
+	if err != nil {
+		n = len(c.in)
+	}
+	notes.add(c, n)
+	u.hp.p.srv.budget.release(n)
+	c.in = c.in[n:]
+	if len(c.in) == 0 {
+		c.in = nil
+		if c.inTrail != nil && err == nil {
+			b, _ = u.conn.AppendHeaders(b, c.upID, c.inTrail, true)
+		}
+		c.inTrail, c.inEnd = nil, false
+	}
+	u.send(b)
+}
+
+// endLocked ends a call's provider stream (answered, reset, refused or lost): forgotten, its
+// unsent request bytes handed back to the consumer's windows, the stream reset if still open, and a
+// waiting request started in its place.
+func (u *h2Upstream) endLocked(c *h2Call, notes *h2Notes) {
+	if c.upDone {
+		return
+	}
+	c.upDone = true
+	delete(u.calls, c.upID)
+	u.ids.Unbind(c.upID)
+	notes.add(c, len(c.in))
+	u.hp.p.srv.budget.release(len(c.in))
+	c.in, c.inTrail, c.inEnd = nil, nil, false
+	if !u.dead {
+		if st := u.conn.StreamState(c.upID); st != h2.StateClosed && st != h2.StateIdle {
+			_ = u.conn.Reset(c.upID, h2.ErrCodeCancel) // the answer ended before the request: stop it
+		}
+		u.flushLocked()
+		u.hp.pumpLocked(u.hp.p.srv.now(), notes)
+	}
+}
+
+// data forwards request DATA from the consumer, or keeps it while the call waits or the provider's
+// window is closed: at most the consumer's stream window, charged to limits.max_buffered_bytes. A call
+// whose bytes the budget refuses ends with grpc-status 14 (its provider stream reset).
+func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
+	var notes h2Notes
+	hp.mu.Lock()
+	n, over := len(data), false
+	switch {
+	case c.upDone:
+	case c.waiting || len(c.in) > 0 || c.inTrail != nil:
+		if over = !hp.keepInLocked(c, data); !over {
+			c.inEnd = end
+			n = 0
+		}
+	default: // nothing waits before data (the case above)
+		b, sent, err := c.up.conn.AppendData(hp.p.srv.now(), c.up.frames(), c.upID, data, end)
+		c.up.send(b)
+		if err == nil && sent < len(data) {
+			if over = !hp.keepInLocked(c, data[sent:]); !over {
+				c.inEnd = end
+				n = sent // the rest is kept: its window goes back when it leaves
+			}
+		}
+	}
+	if over {
+		n = len(data)
+		if c.waiting {
+			hp.waiting = slices.DeleteFunc(hp.waiting, func(x *h2Call) bool { return x == c })
+			hp.unwaitLocked(c, &notes)
+		} else {
+			c.up.endLocked(c, &notes)
+		}
+	}
+	hp.mu.Unlock()
+	if over {
+		c.sess.fail(c, replyOverloaded, "stormgate: out of buffer memory (limits.max_buffered_bytes)")
+	}
+	c.sess.consumed(c.down, n)
+	notes.run()
+}
+
+// keepInLocked keeps request bytes the provider cannot take yet, charged to the process budget; false
+// when the budget refuses them.
+func (hp *h2Pool) keepInLocked(c *h2Call, b []byte) bool {
+	if !hp.p.srv.budget.tryReserve(len(b)) {
+		return false
+	}
+	c.in = append(c.in, b...)
+	return true
+}
+
+// trailers forwards request trailers (END_STREAM), behind any DATA still waiting.
+func (hp *h2Pool) trailers(c *h2Call, fields []h2.HeaderField) {
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	switch {
+	case c.upDone:
+	case c.waiting || len(c.in) > 0 || c.inEnd:
+		c.inTrail = slices.Clone(fields)
+	default:
+		b, _ := c.up.conn.AppendHeaders(c.up.frames(), c.upID, fields, true)
+		c.up.send(b)
+	}
+}
+
+// cancel ends a call the consumer reset or left: taken out of waiting, or its provider stream reset.
+func (hp *h2Pool) cancel(c *h2Call) {
+	var notes h2Notes
+	hp.mu.Lock()
+	switch {
+	case c.waiting:
+		hp.waiting = slices.DeleteFunc(hp.waiting, func(x *h2Call) bool { return x == c })
+		hp.unwaitLocked(c, &notes)
+	case c.up != nil:
+		c.up.endLocked(c, &notes)
+	}
+	hp.mu.Unlock()
+	notes.run()
+}
+
+// answerConsumed hands n bytes of a call's answer back to the provider's stream window (the connection's
+// went back on receipt): they were handed to the consumer's writer, or dropped.
+func (hp *h2Pool) answerConsumed(c *h2Call, n int) {
+	if n <= 0 {
+		return
+	}
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	if u := c.up; u != nil && !u.dead {
+		_ = u.conn.ConsumedStream(c.upID, n)
+		u.flushLocked()
+	}
+}
+
+// frames starts a batch of frames under hp.mu, behind what the Conn owes the provider.
+func (u *h2Upstream) frames() []byte {
+	b := append(u.scratch[:0], u.conn.Output()...)
+	u.conn.ClearOutput()
+	return b
+}
+
+// send queues a batch from frames.
+func (u *h2Upstream) send(b []byte) {
+	u.queue(b)
+	if cap(b) <= spareKeep {
+		u.scratch = b[:0]
+	} else {
+		u.scratch = nil
+	}
+}
+
+// flushLocked queues what the Conn owes the provider (SETTINGS ACKs, PING answers, WINDOW_UPDATEs,
+// RST_STREAM).
+func (u *h2Upstream) flushLocked() {
+	if out := u.conn.Output(); len(out) > 0 {
+		u.queue(out)
+		u.conn.ClearOutput()
+	}
+}
+
+// queue hands bytes to the writer goroutine (copied). What may wait there is bounded by the provider's
+// flow-control windows (DATA) and its stream limit (heads).
+func (u *h2Upstream) queue(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	u.wmu.Lock()
+	if !u.wclosed {
+		u.wbuf = append(u.wbuf, b...)
+	}
+	u.wmu.Unlock()
+	select {
+	case u.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (u *h2Upstream) closeWriter() {
+	u.wmu.Lock()
+	u.wclosed = true
+	u.wmu.Unlock()
+	select {
+	case u.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop owns the socket's writes: it writes what was queued, in order, until closeWriter.
+func (u *h2Upstream) writeLoop() {
+	var batch []byte
+	for range u.wake {
+		u.wmu.Lock()
+		batch, u.wbuf = u.wbuf, batch[:0]
+		closed := u.wclosed
+		u.wmu.Unlock()
+		if len(batch) > 0 {
+			if _, err := u.nc.Write(batch); err != nil {
+				_ = u.nc.Close() // the reader sees it and ends the calls
+				u.wmu.Lock()
+				u.wclosed, u.wbuf = true, nil
+				u.wmu.Unlock()
+				return
+			}
+		}
+		if cap(batch) > spareKeep {
+			batch = nil
+		}
+		if closed {
+			return
+		}
+	}
+}
+
+// h2Notes are bytes of consumer streams that left Stormgate's hands (forwarded or dropped), handed back to
+// the consumers' windows once the pool's lock is released.
+type h2Notes []h2Note
+
+type h2Note struct {
+	c *h2Call
+	n int
+}
+
+func (ns *h2Notes) add(c *h2Call, n int) {
+	if n > 0 {
+		*ns = append(*ns, h2Note{c, n})
+	}
+}
+
+func (ns h2Notes) run() {
+	for _, x := range ns {
+		x.c.sess.consumed(x.c.down, x.n)
+	}
+}

@@ -1,0 +1,460 @@
+package proxy
+
+import (
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/stormgate/stormgate/keepalive"
+	"github.com/stormgate/stormgate/proxy/h2"
+)
+
+// h2Session is the HTTP/2 side of a consumer connection (Triple, gRPC): Stormgate is the HTTP/2 server
+// its consumer talks to. The session (session.go) keeps what every consumer connection has (the
+// writer, the idle timer, the close path, the in-flight count Drain waits for); this keeps the HTTP/2
+// state: an h2.Conn in the server role, and the consumer's streams (h2Call) while they are open here.
+//
+//	| what                                | runs on                 | what happens
+//	|-------------------------------------|-------------------------|------------------------------------------
+//	| consumer bytes                      | netpoll handler         | h2.Conn.Read frame by frame: SETTINGS acked,
+//	|                                     |                         | PINGs answered (never forwarded), a request
+//	|                                     |                         | head opens an h2Call on the provider side
+//	|                                     |                         | (h2pool.go), its DATA follows it there
+//	| the provider's answer               | the provider connection | head, DATA within the consumer's windows
+//	|                                     | reader (h2pool.go)      | (the rest waits in the call), trailers
+//	| the consumer's window opens         | netpoll handler         | waiting answer DATA goes out
+//	| the provider connection is lost     | its reader              | grpc-status 14 trailers for its calls
+//	| the consumer resets a stream        | netpoll handler         | the provider's stream is reset too
+//	| the connection closes               | netpoll close callback  | every open call is cancelled upstream
+//
+// Flow control: the consumer's stream and connection windows are handed back (h2.Conn.Consumed) only
+// once its bytes were handed to a provider connection (or dropped), so a consumer can make Stormgate
+// hold at most one stream window per open stream. Toward the provider the connection window goes back
+// on receipt and a stream's window once its answer bytes were handed to this consumer's writer
+// (h2pool.go): answer bytes its windows do not take yet wait in the call, at most a provider stream
+// window each, charged to limits.max_buffered_bytes and bounded per consumer by
+// limits.max_queued_bytes_per_connection, past which the consumer is closed as a slow reader.
+//
+// Locks: mu guards conn, calls, closed and a call's consumer-side fields. Nothing holds mu and the
+// pool's lock at once: each side collects what it owes the other and calls it after unlocking.
+type h2Session struct {
+	sess *session
+	hp   *h2Pool
+	id   uint64 // the consumer connection in h2.Origin
+
+	mu     sync.Mutex
+	conn   *h2.Conn // nil until the client preface arrived
+	calls  map[uint32]*h2Call
+	closed bool
+	out    []byte // frames being built under mu; the writer copies what it cannot write at once
+	pings  uint64 // PINGs answered, as counted into the metric
+	held   int    // answer bytes kept in calls for the consumer's windows (charged to the budget)
+	drain  bool   // Stormgate is draining: GOAWAY sent (or due once the preface is in)
+
+	in []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
+}
+
+// h2Call is one consumer stream and the provider stream that carries it: the HTTP/2 form of a
+// forwarded Dubbo request. It ends exactly once toward the consumer (finish): with the provider's
+// whole answer, a reset, or Stormgate's own error trailers.
+type h2Call struct {
+	sess *h2Session
+	down uint32 // the consumer's stream id
+
+	// Consumer side, under sess.mu.
+	headSent bool             // a response head went to the consumer
+	done     bool             // ended toward the consumer
+	out      []byte           // answer DATA waiting for the consumer's window
+	outEnd   bool             // END_STREAM after out
+	trailers []h2.HeaderField // trailers waiting behind out
+
+	// Provider side, under the pool's mu (h2pool.go).
+	up      *h2Upstream // nil while waiting for a stream
+	upID    uint32
+	waiting bool
+	upDone  bool             // nothing more goes to or comes from the provider
+	head    []h2.HeaderField // the request head while waiting
+	headEnd bool
+	in      []byte // request DATA waiting for the provider's window or a stream
+	inEnd   bool   // END_STREAM after in
+	inTrail []h2.HeaderField
+	arrived int64
+	hold    keepalive.Timer // the hold timeout while waiting
+}
+
+func newH2Session(s *session, hp *h2Pool) *h2Session {
+	return &h2Session{sess: s, hp: hp, id: hp.sessionIDs.Add(1), calls: make(map[uint32]*h2Call)}
+}
+
+// start answers the client preface: Stormgate's SETTINGS (SETTINGS_HEADER_TABLE_SIZE 0, the consumer's
+// stream limit) go out, and the frames after the preface are read.
+func (h *h2Session) start(now int64) {
+	cfg := h.sess.srv.cfg.Load()
+	h.mu.Lock()
+	h.conn = h2.NewConn(h2.Config{Role: h2.RoleServer, MaxConcurrentStreams: uint32(min(max(cfg.MaxInflightPerConn, 1), h2.DefaultMaxConcurrentStreams))})
+	if h.drain || h.sess.srv.announced.Load() {
+		h.conn.GoAway(h2.ErrCodeNo, "stormgate is draining")
+	}
+	h.flushLocked()
+	h.mu.Unlock()
+	h.process(h.in, now)
+}
+
+// onInput takes what netpoll read (handler only).
+func (h *h2Session) onInput(r byteSource, now int64) {
+	h.sess.idle.Touch(now)
+	b, _ := r.Next(r.Len())
+	switch {
+	case h.sess.closing.Load():
+	case h.conn == nil:
+		h.sniff(b, now)
+	case len(h.in) > 0:
+		h.in = append(h.in, b...)
+		h.process(h.in, now)
+	default:
+		h.process(b, now)
+	}
+}
+
+// process reads whole frames from buf and keeps the rest (less than one frame) in h.in.
+func (h *h2Session) process(buf []byte, now int64) {
+	off := 0
+	for !h.sess.closing.Load() {
+		h.mu.Lock()
+		n, ev, err := h.conn.Read(now, buf[off:])
+		if ev.Kind == h2.EventNone && n > 0 {
+			if pings := h.conn.Counters().PingsAnswered - h.pings; pings > 0 {
+				h.pings += pings
+				h.sess.srv.m.h2Pings.Add(float64(pings)) // counted before the consumer can see the answer
+			}
+		}
+		h.flushLocked()
+		h.mu.Unlock()
+		off += n
+		if err != nil {
+			h.sess.srv.log.Warn("closing HTTP/2 consumer after a connection error (GOAWAY sent)",
+				zap.Stringer("peer", h.sess.remote), zap.Error(err))
+			h.sess.closeWith(closeH2Error)
+			break
+		}
+		if n == 0 {
+			break
+		}
+		h.event(ev, now)
+	}
+	if h.sess.closing.Load() {
+		h.in = h.in[:0]
+		return
+	}
+	h.in = append(h.in[:0], buf[off:]...) // less than a frame: Split bounds a frame by SETTINGS_MAX_FRAME_SIZE
+}
+
+// event acts on what one frame meant. Fields and Data are valid until the next Read (the handler's).
+func (h *h2Session) event(ev h2.Event, now int64) {
+	switch ev.Kind {
+	case h2.EventHeaders:
+		if c := h.call(ev.Stream); c != nil {
+			h.hp.trailers(c, ev.Fields) // request trailers (END_STREAM: h2.Conn checked)
+			return
+		}
+		c := &h2Call{sess: h, down: ev.Stream, arrived: now}
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return
+		}
+		h.calls[ev.Stream] = c
+		h.mu.Unlock()
+		h.sess.inflight.Add(1)
+		h.sess.counts.requests.Add(1)
+		h.hp.open(c, ev.Fields, ev.EndStream, now)
+	case h2.EventData:
+		if c := h.call(ev.Stream); c != nil {
+			h.hp.data(c, ev.Data, ev.EndStream)
+			return
+		}
+		h.consumed(ev.Stream, len(ev.Data)) // a stream Stormgate already ended: dropped
+	case h2.EventReset:
+		h.mu.Lock()
+		c := h.calls[ev.Stream]
+		dropped := 0
+		if c != nil {
+			dropped = h.discardLocked(c)
+			h.finishLocked(c)
+		}
+		h.mu.Unlock()
+		if c != nil {
+			h.hp.cancel(c)
+			h.hp.answerConsumed(c, dropped)
+		}
+	case h2.EventWindow, h2.EventSettings:
+		h.flushWaiting(ev.Stream)
+	}
+}
+
+func (h *h2Session) call(id uint32) *h2Call {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls[id]
+}
+
+// consumed hands n bytes of stream id back to the consumer's windows (WINDOW_UPDATE when due).
+func (h *h2Session) consumed(id uint32, n int) {
+	if n <= 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.conn == nil {
+		return
+	}
+	_ = h.conn.Consumed(id, n) // an error ends the connection: its GOAWAY is in Output
+	h.flushLocked()
+}
+
+// flushLocked writes what the Conn owes the consumer (SETTINGS ACKs, PING answers, WINDOW_UPDATEs,
+// RST_STREAM, GOAWAY): before anything else that goes out after it.
+func (h *h2Session) flushLocked() {
+	if out := h.conn.Output(); len(out) > 0 {
+		h.sess.write(out)
+		h.conn.ClearOutput()
+	}
+}
+
+// frames starts a batch of frames under mu, behind what the Conn owes the consumer.
+func (h *h2Session) frames() []byte {
+	b := append(h.out[:0], h.conn.Output()...)
+	h.conn.ClearOutput()
+	return b
+}
+
+// send writes a batch from frames.
+func (h *h2Session) send(b []byte) {
+	if len(b) > 0 {
+		h.sess.write(b)
+	}
+	if cap(b) <= spareKeep {
+		h.out = b[:0]
+	} else {
+		h.out = nil
+	}
+}
+
+// answerHeaders hands the consumer a response head or trailers (end) from the provider.
+func (h *h2Session) answerHeaders(c *h2Call, fields []h2.HeaderField, end bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c.done || h.closed {
+		return
+	}
+	if c.headSent && (len(c.out) > 0 || c.outEnd) {
+		c.trailers = append([]h2.HeaderField(nil), fields...) // behind the DATA still waiting
+		return
+	}
+	b, err := h.conn.AppendHeaders(h.frames(), c.down, fields, end)
+	h.send(b)
+	c.headSent = true
+	if end || err != nil {
+		h.finishLocked(c)
+	}
+}
+
+// answerData hands the consumer DATA from the provider, as much as its windows take; the rest waits in
+// the call. It returns how many bytes left Stormgate's hands now (handed to the writer, or dropped), for
+// the provider's windows.
+func (h *h2Session) answerData(c *h2Call, data []byte, end bool) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c.done || h.closed {
+		return len(data)
+	}
+	if len(c.out) > 0 {
+		if !h.keepLocked(c, data) {
+			return len(data)
+		}
+		c.outEnd = end
+		return 0
+	}
+	b, n, err := h.conn.AppendData(h.sess.srv.now(), h.frames(), c.down, data, end)
+	h.send(b)
+	switch {
+	case err != nil: // the consumer reset the stream meanwhile: its EventReset ends the call
+		return len(data)
+	case n < len(data):
+		if !h.keepLocked(c, data[n:]) {
+			return len(data)
+		}
+		c.outEnd = end
+	case end:
+		h.finishLocked(c)
+	}
+	return n
+}
+
+// keepLocked keeps answer bytes the consumer's windows do not take yet, charged to the process budget
+// and to the consumer's bound (limits.max_queued_bytes_per_connection, as for a Dubbo consumer's unread
+// answers); past either the consumer is closed as a slow reader and false returned (b is dropped).
+func (h *h2Session) keepLocked(c *h2Call, b []byte) bool {
+	srv := h.sess.srv
+	if h.held+len(b) > srv.cfg.Load().MaxQueuedBytesPerConn || !srv.budget.tryReserve(len(b)) {
+		srv.log.Warn("closing HTTP/2 consumer that does not read its answers",
+			zap.Stringer("peer", h.sess.remote), zap.Int("held_bytes", h.held))
+		h.sess.closeWith(closeSlowReader)
+		return false
+	}
+	h.held += len(b)
+	c.out = append(c.out, b...)
+	return true
+}
+
+// discardLocked drops what a call kept for the consumer and returns how many bytes that was.
+func (h *h2Session) discardLocked(c *h2Call) int {
+	n := len(c.out)
+	h.dropLocked(n)
+	c.out, c.trailers = nil, nil
+	return n
+}
+
+// dropLocked forgets n bytes kept in calls (sent or dropped).
+func (h *h2Session) dropLocked(n int) {
+	h.held -= n
+	h.sess.srv.budget.release(n)
+}
+
+// flushWaiting sends answer DATA that waited for the consumer's window (stream 0: every stream), and
+// then the trailers behind it.
+func (h *h2Session) flushWaiting(stream uint32) {
+	type handed struct {
+		c *h2Call
+		n int
+	}
+	var notes []handed
+	h.mu.Lock()
+	for id, c := range h.calls {
+		if stream != 0 && id != stream || len(c.out) == 0 && !c.outEnd && c.trailers == nil {
+			continue
+		}
+		b, n, err := h.conn.AppendData(h.sess.srv.now(), h.frames(), id, c.out, c.outEnd && c.trailers == nil)
+		if err != nil {
+			h.send(b)
+			notes = append(notes, handed{c, len(c.out)})
+			h.dropLocked(len(c.out))
+			c.out = nil
+			h.finishLocked(c)
+			continue
+		}
+		if n > 0 {
+			notes = append(notes, handed{c, n})
+			h.dropLocked(n)
+		}
+		c.out = c.out[n:]
+		if len(c.out) == 0 {
+			c.out = nil
+			if c.trailers != nil {
+				b, _ = h.conn.AppendHeaders(b, id, c.trailers, true)
+				h.finishLocked(c)
+			} else if c.outEnd {
+				h.finishLocked(c)
+			}
+		}
+		h.send(b)
+	}
+	h.mu.Unlock()
+	for _, x := range notes {
+		h.hp.answerConsumed(x.c, x.n)
+	}
+}
+
+// fail ends a call with Stormgate's own gRPC status (14 UNAVAILABLE) and msg: a trailers-only response
+// when no head went out yet, else trailers after what was sent; DATA that waited is dropped. A consumer
+// still sending the request is told to stop (RST_STREAM NO_ERROR, RFC 9113 §8.1). It returns the bytes
+// dropped, for the provider's windows.
+func (h *h2Session) fail(c *h2Call, reason replyReason, msg string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c.done || h.closed {
+		return 0
+	}
+	dropped := h.discardLocked(c)
+	b, err := h.conn.AppendHeaders(h.frames(), c.down, h2.ErrorTrailers(c.headSent, h2.GRPCUnavailable, msg), true)
+	h.send(b)
+	if err == nil && h.conn.StreamState(c.down) == h2.StateHalfClosedLocal {
+		_ = h.conn.Reset(c.down, h2.ErrCodeNo)
+		h.flushLocked()
+	}
+	h.sess.srv.m.localReplies[reason].Inc()
+	h.finishLocked(c)
+	return dropped
+}
+
+// reset ends a call with RST_STREAM(code) (the provider reset its stream, or refused it in a GOAWAY).
+func (h *h2Session) reset(c *h2Call, code h2.ErrCode) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c.done || h.closed {
+		return 0
+	}
+	dropped := h.discardLocked(c)
+	_ = h.conn.Reset(c.down, code)
+	h.flushLocked()
+	h.finishLocked(c)
+	return dropped
+}
+
+// finishLocked ends a call toward the consumer: once, whatever ended it.
+func (h *h2Session) finishLocked(c *h2Call) {
+	if c.done {
+		return
+	}
+	c.done = true
+	delete(h.calls, c.down)
+	srv := h.sess.srv
+	if h.sess.inflight.Add(-1) == 0 && srv.draining.Load() { // as Server.settle does for a Dubbo answer
+		select {
+		case srv.drainIdle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// goAway tells the consumer that Stormgate is draining (Server.Announce): GOAWAY NO_ERROR naming the last
+// stream it will serve, so the consumer opens its next calls elsewhere. The calls in flight are still
+// answered; Drain waits for them as for Dubbo requests.
+func (h *h2Session) goAway() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.drain || h.closed {
+		return
+	}
+	h.drain = true
+	if h.conn != nil {
+		h.conn.GoAway(h2.ErrCodeNo, "stormgate is draining")
+		h.flushLocked()
+	}
+}
+
+// onClosed runs from the session's close callback: every open call is cancelled at the provider.
+func (h *h2Session) onClosed() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	calls := make([]*h2Call, 0, len(h.calls))
+	dropped := make([]int, 0, len(h.calls))
+	for _, c := range h.calls {
+		calls = append(calls, c)
+		dropped = append(dropped, len(c.out))
+		h.dropLocked(len(c.out))
+		c.out = nil
+	}
+	for _, c := range calls {
+		h.finishLocked(c)
+	}
+	h.mu.Unlock()
+	for i, c := range calls {
+		h.hp.cancel(c)
+		h.hp.answerConsumed(c, dropped[i])
+	}
+}

@@ -1,0 +1,74 @@
+package proxy
+
+import (
+	"go.uber.org/zap"
+
+	"github.com/stormgate/stormgate/proxy/dubbo"
+	"github.com/stormgate/stormgate/proxy/h2"
+)
+
+// A consumer connection's protocol, decided by its first bytes (session.proto).
+const (
+	protoUnknown uint32 = iota // the first bytes have not decided yet
+	protoDubbo                 // Dubbo 2: session.consume
+	protoH2                    // HTTP/2 (Triple, gRPC): session.h2
+)
+
+// otherProtocol runs in onRequest until a consumer's first bytes have decided its protocol,
+// and for every later event of an HTTP/2 consumer. It reports whether it took the input
+// (false: the Dubbo path reads it, as it did before Triple). Only a pool whose provider
+// speaks Triple (upstream.protocol) gets here; ServeFD marks every other consumer Dubbo.
+//
+//	| first bytes                        | provider speaks      | the connection
+//	|------------------------------------|----------------------|------------------------------------------
+//	| the HTTP/2 client preface          | Triple               | an HTTP/2 session (h2session.go)
+//	| a prefix of it ("P", "PRI * ...")  | Triple               | waits for more (copied aside, ≤ 24 bytes)
+//	| the Dubbo magic 0xda               | not Dubbo            | closed: protocol_not_served, logged
+//	| anything else                      | —                    | the Dubbo path, as before: bad magic, the
+//	|                                    |                      | same log line and reply (an HTTP/1 request,
+//	|                                    |                      | h2c Upgrade included, gets a 400)
+func (s *session) otherProtocol(r byteSource) bool {
+	if s.h2 != nil {
+		s.h2.onInput(r, s.srv.now())
+		return true
+	}
+	n := r.Len()
+	if n == 0 {
+		return true
+	}
+	first, _ := r.Peek(1)
+	if first[0] == 'P' && s.pool.h2 != nil {
+		b, _ := r.Next(n)
+		s.h2 = newH2Session(s, s.pool.h2)
+		s.proto.Store(protoH2)
+		s.h2.sniff(b, s.srv.now())
+		return true
+	}
+	s.proto.Store(protoDubbo)
+	if !s.srv.cfg.Load().Protocols.Dubbo() && first[0] == dubbo.Magic0 {
+		s.srv.log.Warn("closing a Dubbo consumer: this sidecar's provider speaks Triple only (upstream.protocol: triple)",
+			zap.Stringer("peer", s.remote))
+		_ = r.Skip(n)
+		s.closeWith(closeNotServed)
+		return true
+	}
+	if s.pool.readonlySent.Load() || s.srv.announced.Load() {
+		s.sendEvent(EventReadonly) // what ServeFD sends a Dubbo consumer that connects during a drain
+	}
+	return false
+}
+
+// sniff takes the first bytes of a connection that began with 'P': once they are the HTTP/2 client
+// preface the session speaks HTTP/2; until then they are kept (at most the preface's 24 bytes); bytes
+// that stop matching get the Dubbo path's answer to foreign bytes, as before Triple.
+func (h *h2Session) sniff(b []byte, now int64) {
+	h.in = append(h.in, b...)
+	if _, err := h2.CheckPreface(h.in); err != nil {
+		h.sess.badInput(Frame{}, foreign(h.in))
+		h.in = nil
+		return
+	}
+	if len(h.in) >= len(h2.ClientPreface) {
+		h.start(now)
+	}
+}
