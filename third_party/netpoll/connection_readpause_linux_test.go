@@ -420,13 +420,20 @@ func maxReadChild(t *testing.T, v string) {
 	const total = 16 << 20
 	result := make(chan int, 1)
 	s := newPauseServer(t, func(ctx context.Context, c Connection) error {
-		// Waiting in Next for a large message is what lets reads grow; readTrigger orders the
-		// poller's last inputAck before this read of bookSize.
-		if _, err := c.Reader().Next(total); err != nil {
+		// Waiting for a large message is what lets reads grow; readTrigger orders the poller's
+		// inputAcks up to the last doubling before this read of bookSize. Peek, not Next: nothing is
+		// consumed until bookSize is read, so no inputAck finds the buffer empty and ends the burst
+		// (patch 0003's reset, which writes bookSize after triggering this handler); Skip then
+		// empties it, and an inputAck that sees it empty is ordered after this read.
+		if _, err := c.Reader().Peek(total); err != nil {
 			return err
 		}
-		result <- c.(*connection).bookSize
+		b := c.(*connection).bookSize
+		if err := c.Reader().Skip(total); err != nil {
+			return err
+		}
 		_ = c.Reader().Release()
+		result <- b
 		return nil
 	})
 	client, _ := s.dial(t)
