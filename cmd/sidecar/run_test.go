@@ -1,10 +1,13 @@
 package main
 
 import (
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,15 +38,43 @@ func ownedGoroutines(skip map[string]bool) []string {
 	return out
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
+// freeAddr returns a loopback address that was free a moment ago, on a port below the kernel's
+// ephemeral range: a port from 127.0.0.1:0 is an ephemeral one, which any outgoing connection of
+// the tests running beside this one (make test runs packages in parallel) may take as its source
+// port before run binds it (it did: "bind: address already in use", once in 5 runs of make test).
 func freeAddr(t *testing.T) string {
 	t.Helper()
+	lo, hi := 20000, ephemeralLow()
+	for range 100 {
+		if hi-lo < 1000 {
+			break
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			ln.Close()
+			return addr
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range (32768 when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	if f := strings.Fields(string(b)); len(f) == 2 {
+		if lo, err := strconv.Atoi(f[0]); err == nil {
+			return lo
+		}
+	}
+	return 32768
 }
 
 // Every goroutine run starts is joined before run returns: the xDS client (here retrying a
