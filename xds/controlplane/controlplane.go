@@ -182,6 +182,10 @@ func (cp *Server) Serve(ctx context.Context, lis net.Listener) error {
 		// Thousands of mostly idle streams: the write buffer is returned to a
 		// pool after each flush instead of staying with the connection.
 		grpc.SharedWriteBuffer(true),
+		// Stop waits for the stream handlers, so that Serve returns after the last one has run
+		// onClosed (and logged "node disconnected"), not before: nothing of the control plane
+		// outlives Serve (a test's logger panicked at a log line after its test had ended).
+		grpc.WaitForHandlers(true),
 	}, cp.cfg.ServerOptions...)
 	gs := grpc.NewServer(opts...)
 	xs := serverv3.NewServer(ctx, cp.cache, serverv3.CallbackFuncs{
