@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
@@ -22,6 +23,8 @@ type scriptedProvider struct {
 	mu      sync.Mutex
 	conns   []net.Conn
 	stopped bool
+
+	wg sync.WaitGroup // the accept loop and every connection's reader
 }
 
 func newScriptedProvider(t *testing.T, onFrame func(c net.Conn, h dubbo.Header, frame []byte)) *scriptedProvider {
@@ -37,10 +40,9 @@ func newScriptedProviderOn(t *testing.T, addr string, onFrame func(c net.Conn, h
 		t.Fatal(err)
 	}
 	p := &scriptedProvider{ln: ln, onFrame: onFrame}
-	var wg sync.WaitGroup
-	wg.Add(1)
+	p.wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer p.wg.Done()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -55,20 +57,21 @@ func newScriptedProviderOn(t *testing.T, addr string, onFrame func(c net.Conn, h
 			}
 			p.conns = append(p.conns, c)
 			p.mu.Unlock()
-			wg.Add(1)
-			go func() { defer wg.Done(); p.serve(c) }()
+			p.wg.Add(1)
+			go func() { defer p.wg.Done(); p.serve(c) }()
 		}
 	}()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		wg.Wait()
-	})
+	t.Cleanup(p.close)
 	return p
+}
+
+// close stops the provider and waits for its goroutines. It goes through stop, so
+// a connection the accept loop holds but has not yet recorded is closed too: the
+// peer (a sidecar's pool, closed by a later cleanup) would otherwise keep its
+// reader blocked for ever.
+func (p *scriptedProvider) close() {
+	p.stop()
+	p.wg.Wait()
 }
 
 func (p *scriptedProvider) addr() string { return p.ln.Addr().String() }
@@ -115,4 +118,26 @@ func argOf(t *testing.T, frame []byte) string {
 		t.Errorf("provider could not parse a request: %v", err)
 	}
 	return arg
+}
+
+// TestScriptedProviderCloseEndsLateConnections: a connection accepted just as the
+// provider closes is closed with it, so close returns while the peer still holds
+// its end open. (Before the fix, cleanup closed only recorded connections and a
+// make test run hung for 11 minutes in it.)
+func TestScriptedProviderCloseEndsLateConnections(t *testing.T) {
+	for i := 0; i < 200; i++ {
+		p := newScriptedProvider(t, func(net.Conn, dubbo.Header, []byte) {})
+		c, err := net.Dial("tcp", p.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan struct{})
+		go func() { p.close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: close still waiting after 10 s for a connection it never closed", i)
+		}
+		c.Close()
+	}
 }
