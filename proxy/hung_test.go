@@ -19,11 +19,12 @@ import (
 // frozen: then, like a process under SIGSTOP, it reads nothing and answers nothing
 // on any connection, which stay open, until thawed.
 type freezableProvider struct {
-	ln   net.Listener
-	mu   sync.RWMutex // write-locked while frozen: every reader waits for it before each frame
-	wg   sync.WaitGroup
-	cmu  sync.Mutex
-	conn []net.Conn
+	ln     net.Listener
+	mu     sync.RWMutex // write-locked while frozen: every reader waits for it before each frame
+	wg     sync.WaitGroup
+	cmu    sync.Mutex
+	conn   []net.Conn
+	closed bool // set by cleanup: a connection accepted after it is closed at once
 }
 
 func newFreezableProvider(t *testing.T) *freezableProvider {
@@ -42,6 +43,11 @@ func newFreezableProvider(t *testing.T) *freezableProvider {
 				return
 			}
 			p.cmu.Lock()
+			if p.closed { // accepted as cleanup swept: its peer may outlive this cleanup
+				p.cmu.Unlock()
+				c.Close()
+				continue
+			}
 			p.conn = append(p.conn, c)
 			p.cmu.Unlock()
 			p.wg.Add(1)
@@ -51,6 +57,7 @@ func newFreezableProvider(t *testing.T) *freezableProvider {
 	t.Cleanup(func() {
 		ln.Close()
 		p.cmu.Lock()
+		p.closed = true
 		for _, c := range p.conn {
 			c.Close()
 		}
