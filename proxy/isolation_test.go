@@ -43,8 +43,10 @@ func (r isolationRun) String() string {
 }
 
 // runIsolation runs the well-behaved load against target with greedy neighbours that
-// start once the well-behaved consumers are connected.
-func runIsolation(t *testing.T, target string, ld isolationLoad, read bool) isolationRun {
+// start once the well-behaved consumers are connected. Run numbers the runs made
+// against one provider: each gets body keys of its own, so that the provider's
+// integrity check (every key delivered once) holds across runs.
+func runIsolation(t *testing.T, target string, ld isolationLoad, read bool, run int) isolationRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), ld.duration+time.Minute)
 	defer cancel()
@@ -52,7 +54,7 @@ func runIsolation(t *testing.T, target string, ld isolationLoad, read bool) isol
 	start := func(context.Context, int) error {
 		go func() {
 			res, err := loadgen.Greedy(ctx, loadgen.GreedyConfig{Target: target, Conns: ld.greedy, Size: ld.size, Read: read,
-				Duration: ld.duration, KeyBase: 1 << 60})
+				Duration: ld.duration, KeyBase: 1<<60 + uint64(run)<<48})
 			if err != nil {
 				t.Errorf("greedy neighbours: %v", err)
 				res = &loadgen.GreedyResult{}
@@ -63,7 +65,8 @@ func runIsolation(t *testing.T, target string, ld isolationLoad, read bool) isol
 		return nil
 	}
 	res, err := loadgen.Run(ctx, loadgen.Config{Target: target, Conns: ld.conns, Rate: ld.rate, BodyMin: 1 << 10,
-		BodyMax: 1 << 10, Duration: ld.duration - 400*time.Millisecond, Timeout: 10 * time.Second, WaitStart: start}, nil)
+		BodyMax: 1 << 10, Duration: ld.duration - 400*time.Millisecond, Timeout: 10 * time.Second, WaitStart: start,
+		KeyBase: uint64(run) << 48}, nil)
 	if err != nil {
 		t.Fatalf("well-behaved load: %v", err)
 	}
@@ -102,11 +105,14 @@ func TestGreedyNeighboursCostOnlyThemselves(t *testing.T) {
 			// bound is measured again, up to isolationPairs pairs: the coupling this test is
 			// about (6-25 times direct before fair sharing) misses it in every pair.
 			for pair := 1; ; pair++ {
-				direct := runIsolation(t, directProv.Addr(), ld, c.read)
+				direct := runIsolation(t, directProv.Addr(), ld, c.read, pair)
 				t.Logf("pair %d direct:  %v", pair, direct)
-				via := runIsolation(t, addr, ld, c.read)
+				via := runIsolation(t, addr, ld, c.read, pair)
 				t.Logf("pair %d through: %v", pair, via)
 				t.Logf("stormgate: %+v", srv.Stats())
+				if v := prov.Stats().Violations; v != 0 {
+					t.Fatalf("the provider behind Stormgate saw %d integrity violations (DESIGN §8a)", v)
+				}
 
 				if n := via.polite.Errors + via.polite.BodyMismatches + via.polite.Timeouts + via.polite.Lost; n != 0 {
 					t.Errorf("%d well-behaved requests failed through Stormgate", n)
