@@ -66,12 +66,14 @@ type Options struct {
 	HBSettle time.Duration `json:"hb_settle_ns"` // heartbeat: after resuming a load tool
 	HBPairs  int           `json:"hb_pairs"`     // heartbeat: unprofiled window pairs (median)
 
-	FwdLoads      []FwdLoad     `json:"fwd_loads"`
-	FwdLead       time.Duration `json:"fwd_lead_ns"`
-	FwdWindow     time.Duration `json:"fwd_window_ns"`
-	FwdWindows    int           `json:"fwd_windows"`
-	FwdProfWindow time.Duration `json:"fwd_prof_window_ns"`
-	FwdTargets    []string      `json:"fwd_targets,omitempty"` // forward: a subset of the targets (empty: all)
+	FwdLoads   []FwdLoad     `json:"fwd_loads"`
+	FwdLead    time.Duration `json:"fwd_lead_ns"`
+	FwdWindow  time.Duration `json:"fwd_window_ns"`
+	FwdWindows int           `json:"fwd_windows"`
+	// FwdPairWindows: windows of the side-by-side measurement of the labels' cost (0: not run).
+	FwdPairWindows int           `json:"fwd_pair_windows"`
+	FwdProfWindow  time.Duration `json:"fwd_prof_window_ns"`
+	FwdTargets     []string      `json:"fwd_targets,omitempty"` // forward: a subset of the targets (empty: all)
 
 	IdleProfile time.Duration `json:"idle_profile_ns"` // idle: the proxies' profiled window at the 30 s period
 	TPProfile   bool          `json:"tp_profile"`      // throughput: one profiled step at Stormgate's maximum
@@ -260,6 +262,7 @@ func cmdRun(args []string) error {
 	fs.DurationVar(&o.FwdLead, "fwd-lead", 2*time.Second, "forward: start of each run of the load tool not sampled")
 	fs.DurationVar(&o.FwdWindow, "fwd-window", 4*time.Second, "forward: one sampled window")
 	fs.IntVar(&o.FwdWindows, "fwd-windows", 3, "forward: alternating rounds per load, one window of each target per round (the figure is their median)")
+	fs.IntVar(&o.FwdPairWindows, "fwd-pair-windows", 10, "forward: windows of Stormgate with and without per-method metrics run side by side, same load at the same time (issue 25's figure is the median of their ratios; 0: not run)")
 	fs.DurationVar(&o.FwdProfWindow, "fwd-profile", 4*time.Second, "forward: the profiled window of each target after the rounds")
 	fwdOnly := fs.String("fwd-targets", "", "forward: run only these targets, comma-separated (e.g. stormgate,stormgate-base with BENCH_BASE_REF and more --fwd-windows, to compare two builds closely); the report then misses the others")
 	fs.DurationVar(&o.IdleProfile, "idle-profile", 15*time.Second, "idle: the proxies' profiled window at the 30 s period (0: none)")
@@ -447,6 +450,7 @@ func quickOptions(o Options) Options {
 	o.QuietWindow, o.QuietSettle, o.QuietProfile = 5*time.Second, 2*time.Second, 3*time.Second
 	o.HBConns, o.HBWindow, o.HBSettle, o.HBPairs = 1000, 3*time.Second, 1500*time.Millisecond, 2
 	o.FwdLoads, o.FwdWindow, o.FwdWindows, o.FwdProfWindow = []FwdLoad{{200, 400}, {1000, 1000}}, 2*time.Second, 2, 2*time.Second
+	o.FwdPairWindows = 2
 	o.IdleProfile = 3 * time.Second
 	return o
 }

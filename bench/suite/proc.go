@@ -160,6 +160,37 @@ func sampleUsage(pids ...int) (Usage, error) {
 	return u, nil
 }
 
+// sampleMachine reads the whole machine's busy CPU time (every core) from /proc/stat.
+func sampleMachine() (Usage, error) {
+	u := Usage{At: time.Now()}
+	st, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return u, err
+	}
+	u.CPU, err = parseMachineBusy(string(st))
+	return u, err
+}
+
+// parseMachineBusy returns the busy time on the aggregate "cpu" line of /proc/stat: user, nice,
+// system, irq and softirq (idle and iowait are not busy; steal is another guest's; guest time is
+// inside user).
+func parseMachineBusy(stat string) (time.Duration, error) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, errors.New("/proc/stat: no aggregate cpu line")
+	}
+	var busy uint64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		v, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		busy += v
+	}
+	return time.Duration(busy) * clockTick, nil
+}
+
 // parseStatCPU returns utime+stime from the text of /proc/PID/stat.
 func parseStatCPU(stat string) (time.Duration, error) {
 	user, sys, err := parseStatUserSys(stat)

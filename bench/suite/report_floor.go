@@ -160,7 +160,8 @@ func (p *reporter) forwardSummaryRows() []sumRow {
 }
 
 // labelCostRow is issue 25's figure: Stormgate's CPU per forwarded request with per-method metrics
-// (the default) over the same with metrics.max_methods 0, in the same alternating rounds.
+// (the default) over the same with metrics.max_methods 0. The verdict is the side-by-side
+// measurement's (scen_labelpair.go) when it ran, else the alternating rounds'; the row shows both.
 func (p *reporter) labelCostRow(l FwdLoad) sumRow {
 	s, n := p.fwdRow(stormgate, l), p.fwdRow(stormgateNoLabels, l)
 	if s == nil || n == nil {
@@ -176,7 +177,31 @@ func (p *reporter) labelCostRow(l FwdLoad) sumRow {
 	if row.known {
 		row.note = text("note-label-cost", usStr(slices.Min(s.UsPerReq)), usStr(slices.Max(s.UsPerReq)), usStr(slices.Min(n.UsPerReq)), usStr(slices.Max(n.UsPerReq)))
 	}
+	pr := p.fwdPair(l)
+	if pr == nil || len(pr.Ratios) == 0 {
+		return row
+	}
+	r := pr.Ratio()
+	row.figure = fmt.Sprintf("Stormgate CPU per forwarded request with per-method metrics ÷ without (metrics.max_methods 0), %s conns, %s req/s each, side by side (median of %d windows' ratios)",
+		count(uint64(l.Conns)), num(l.Rate, 0), len(pr.Ratios))
+	row.s = fmt.Sprintf("%s× (%s ÷ %s); alternating rounds: %s ÷ %s (%s)", num(r, 2), usStr(median(pr.With)), usStr(median(pr.Without)),
+		usStr(sv), usStr(nv), ratio(sv, nv))
+	row.known, row.ok = true, r <= targetLabelCost
+	row.note = text("note-label-cost-pair", num(slices.Min(pr.Ratios), 3), num(slices.Max(pr.Ratios), 3), num(pr.Cores, 2), count(pr.Failed), row.note)
 	return row
+}
+
+// fwdPair is the side-by-side measurement of load l, nil when it did not run.
+func (p *reporter) fwdPair(l FwdLoad) *FwdPair {
+	if p.r.Forward == nil {
+		return nil
+	}
+	for i := range p.r.Forward.Pairs {
+		if pr := &p.r.Forward.Pairs[i]; pr.Conns == l.Conns && pr.Rate == l.Rate && pr.Error == "" {
+			return pr
+		}
+	}
+	return nil
 }
 
 // fwdTargets are the forward scenario's targets in this run: fwdTargets, and the base commit's
@@ -507,6 +532,7 @@ func (p *reporter) forwardSection() {
 		DubboGo, Arg, Img string
 		Upstreams         int
 		Rows              []row
+		Pairs             []pairRow
 		Commands          []string
 	}{Opt: p.r.Options, DubboGo: p.r.Machine.DubboGo, Arg: fwdArg, Img: p.img, Upstreams: floorUpstreamConns}
 	for _, l := range p.r.Options.FwdLoads {
@@ -531,7 +557,26 @@ func (p *reporter) forwardSection() {
 			d.Commands = append(d.Commands, x.Command)
 		}
 	}
+	if f := p.r.Forward; f != nil {
+		for _, x := range f.Pairs {
+			r := pairRow{Load: fmt.Sprintf("%s conns, %s req/s each", count(uint64(x.Conns)), num(x.Rate, 0)), Missing: x.Error}
+			if len(x.Ratios) > 0 {
+				r.Ratio, r.Spread = num(x.Ratio(), 3)+"×", num(slices.Min(x.Ratios), 3)+"–"+num(slices.Max(x.Ratios), 3)
+				r.With, r.Without = usStr(median(x.With)), usStr(median(x.Without))
+				r.Cores, r.Failed = num(x.Cores, 2), count(x.Failed)
+			} else if r.Missing == "" {
+				r.Missing = "no window"
+			}
+			d.Pairs = append(d.Pairs, r)
+		}
+	}
 	p.exec("forward", d)
+}
+
+// pairRow is one side-by-side measurement of the labels' cost in section 9.
+type pairRow struct {
+	Load, Missing                               string
+	Ratio, Spread, With, Without, Cores, Failed string
 }
 
 func (p *reporter) fwdErr(tg string, l FwdLoad) string {

@@ -293,5 +293,6 @@ func (r *Results) settingsFromResults() {
 	}
 	if x := r.Forward; x != nil {
 		o.FwdLoads, o.FwdLead, o.FwdWindow, o.FwdWindows, o.FwdProfWindow = x.Loads, x.Lead, x.Window, x.Windows, x.ProfWindow
+		o.FwdPairWindows = x.PairWindows
 	}
 }

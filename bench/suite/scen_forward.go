@@ -27,6 +27,16 @@ type ForwardResult struct {
 	// Base is the commit the stormgate-base target was built from ("" when it did not run).
 	Base string   `json:"base,omitempty"`
 	Rows []FwdRow `json:"rows"`
+	// Pairs are the labels' cost measured side by side, one per load (scen_labelpair.go), after
+	// the rounds; PairWindows windows of Window each.
+	PairWindows int       `json:"pair_windows"`
+	Pairs       []FwdPair `json:"pairs,omitempty"`
+}
+
+// fwdPair is a target and the provider of its own it forwards to.
+type fwdPair struct {
+	prov *provider
+	px   *proxy
 }
 
 // FwdLoad is one fixed-rate load.
@@ -78,7 +88,7 @@ func profileForward(l FwdLoad) string { return fmt.Sprintf("forward-%d-%s", l.Co
 func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 	o := s.opt
 	res := &ForwardResult{Provider: dubboGoProvider, Method: fwdMethod, Arg: fwdArg, Loads: o.FwdLoads,
-		Lead: o.FwdLead, Window: o.FwdWindow, Windows: o.FwdWindows, ProfWindow: o.FwdProfWindow}
+		Lead: o.FwdLead, Window: o.FwdWindow, Windows: o.FwdWindows, ProfWindow: o.FwdProfWindow, PairWindows: o.FwdPairWindows}
 	tgs := fwdTargets
 	if s.bins.sidecarBase != "" {
 		tgs = append(slices.Clone(tgs), stormgateBase)
@@ -103,11 +113,7 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 			}
 		}
 	}()
-	type pair struct {
-		prov *provider
-		px   *proxy
-	}
-	pairs := map[string]pair{}
+	pairs := map[string]fwdPair{}
 	// fail marks what a target has not measured yet with why, and drops the target.
 	fail := func(tg string, err error) {
 		s.logf("  forward %s: %v", tg, err)
@@ -125,7 +131,7 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 			continue
 		}
 		defer stop()
-		pairs[tg] = pair{prov, px}
+		pairs[tg] = fwdPair{prov, px}
 	}
 	// run is one run of the load tool on tg: n windows (0 or 1) or, with profKey, the profiled one.
 	run := func(tg string, li int, round int, profKey string) error {
@@ -184,6 +190,14 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 	for li, l := range res.Loads {
 		for round := range res.Windows {
 			if !each(alternate(tgs, round), li, round, "") {
+				return res, ctx.Err()
+			}
+		}
+		with, ok1 := pairs[stormgate]
+		without, ok2 := pairs[stormgateNoLabels]
+		if res.PairWindows > 0 && ok1 && ok2 {
+			res.Pairs = append(res.Pairs, s.labelPair(ctx, l, res.Method, res.Arg, res.Lead, res.Window, res.PairWindows, with, without))
+			if ctx.Err() != nil {
 				return res, ctx.Err()
 			}
 		}
