@@ -153,7 +153,8 @@ func (hp *h2Pool) newUpstream(nc net.Conn) *h2Upstream {
 	u := &h2Upstream{hp: hp, nc: nc, calls: make(map[uint32]*h2Call), wake: make(chan struct{}, 1)}
 	u.beat.Init(u.onBeat)
 	u.lastRead.Store(hp.p.srv.now())
-	u.conn = h2.NewConn(h2.Config{Role: h2.RoleClient})
+	// http2.* as in force at the dial: the connection keeps what it announced.
+	u.conn = h2.NewConn(hp.p.srv.cfg.Load().h2Conn(h2.RoleClient))
 	u.flushLocked() // the preface and Stormgate's SETTINGS (nobody else knows u yet)
 	return u
 }

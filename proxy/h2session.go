@@ -86,12 +86,12 @@ func newH2Session(s *session, hp *h2Pool) *h2Session {
 	return &h2Session{sess: s, hp: hp, id: hp.sessionIDs.Add(1), calls: make(map[uint32]*h2Call)}
 }
 
-// start answers the client preface: Stormgate's SETTINGS (SETTINGS_HEADER_TABLE_SIZE 0, the consumer's
-// stream limit) go out, and the frames after the preface are read.
+// start answers the client preface: Stormgate's SETTINGS (SETTINGS_HEADER_TABLE_SIZE 0, and http2.* as
+// in force now: the connection keeps them) go out, and the frames after the preface are read.
 func (h *h2Session) start(now int64) {
 	cfg := h.sess.srv.cfg.Load()
 	h.mu.Lock()
-	h.conn = h2.NewConn(h2.Config{Role: h2.RoleServer, MaxConcurrentStreams: uint32(min(max(cfg.MaxInflightPerConn, 1), h2.DefaultMaxConcurrentStreams))})
+	h.conn = h2.NewConn(cfg.h2Conn(h2.RoleServer))
 	if h.drain || h.sess.srv.announced.Load() {
 		h.conn.GoAway(h2.ErrCodeNo, "stormgate is draining")
 	}
