@@ -34,6 +34,10 @@ var xdsSections = map[string]string{
 	"limits":    "Per-frame and per-consumer limits.",
 	"drain":     "Provider READONLY events, and the sidecar's own graceful drain.",
 	"log":       "Logging.",
+	"http2": "What Stormgate announces in its HTTP/2 SETTINGS to Triple and gRPC consumers and to the provider " +
+		"(`upstream.protocol` triple or both). A connection keeps the SETTINGS it opened with, as HTTP/2 peers expect: a change " +
+		"applies to consumer connections opened after it, and to provider connections when they are next dialled. " +
+		"SETTINGS_HEADER_TABLE_SIZE is always 0 and SETTINGS_MAX_FRAME_SIZE the protocol's 16,384 (docs/design.md §14.2, §14.7).",
 }
 
 // TestXDSConfigurationDocs keeps docs/configuration.md equal to what
@@ -136,9 +140,9 @@ func xdsConfigurationDoc(t *testing.T) string {
 	w("- durations: a string Go's `time.ParseDuration` reads (`3s`, `0.05s`, `500ms`, `1m30s`) or a bare `0`;\n")
 	w("- enums by name in any case (`HOLD`, `hold`), as are the fixed values of `log.level` and `log.format`;\n")
 	w("  booleans `true`/`false`, lists in YAML list syntax (`[20880, 20881]`);\n")
-	w("- byte sizes (the fields whose name has the word `bytes`): a number, or with a unit: `512KiB`, `64MiB`,\n")
-	w("  `1GiB` (`Ki`, `Mi`, `Gi` and `K`, `M`, `G` too; `KB`, `MB`, `GB` are powers of 1000). `/config_dump`\n")
-	w("  and xDS carry plain numbers;\n")
+	w("- byte sizes (the fields whose name has the word `bytes` or ends in `_size`): a number, or with a unit:\n")
+	w("  `512KiB`, `64MiB`, `1GiB` (`Ki`, `Mi`, `Gi` and `K`, `M`, `G` too; `KB`, `MB`, `GB` are powers of 1000).\n")
+	w("  `/config_dump` and xDS carry plain numbers;\n")
 	w("- an unknown field, a wrong type, a value out of range or a field set twice is an error that names\n")
 	w("  the field, the allowed range and the line; `sidecar run` refuses to start with it, naming the file.\n")
 	w("  `sidecar validate` reports every problem of a file in one run (up to 50), so one typo does not hide\n")

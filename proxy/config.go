@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/stormgate/stormgate/proxy/h2"
 )
 
 // ReadonlyPolicy says what Stormgate does when the provider announces READONLY.
@@ -112,6 +114,23 @@ type Config struct {
 	// (methods.go); 0: no per-method metrics, requests are not decoded. <= 10,000.
 	MaxMethods int
 	AccessLog  AccessLogConfig // accesslog.go
+
+	// HTTP2 is what Stormgate announces in its HTTP/2 SETTINGS (http2.*). A connection keeps
+	// what it announced, so a change applies to connections opened after it.
+	HTTP2 HTTP2Config
+}
+
+// HTTP2Config is what Stormgate announces to HTTP/2 peers (h2session.go, h2pool.go).
+type HTTP2Config struct {
+	// MaxConcurrentStreams is the streams one consumer may have open at once; the smaller
+	// of it and MaxInflightPerConn is announced. >= 1.
+	MaxConcurrentStreams int
+	// InitialWindowSize is the stream receive window announced to consumers and providers:
+	// what one stream can make Stormgate hold. 1..2^31-1.
+	InitialWindowSize int
+	// MaxHeaderListSize bounds a header list (and an encoded block) from consumers and
+	// providers. >= 1.
+	MaxHeaderListSize int
 }
 
 // AccessLogConfig selects the calls the access log writes (accesslog.go).
@@ -154,10 +173,29 @@ func (c *Config) validate() error {
 	case c.AccessLog.Enabled && (c.AccessLog.MaxPerSecond < 1 || c.AccessLog.SampleRate < 0 || c.AccessLog.SampleRate > 1 || c.AccessLog.SlowThreshold < 0):
 		return fmt.Errorf("access_log: max_per_second %d must be at least 1, sample_rate %v between 0 and 1, slow_threshold %v not negative",
 			c.AccessLog.MaxPerSecond, c.AccessLog.SampleRate, c.AccessLog.SlowThreshold)
+	case c.HTTP2.MaxConcurrentStreams < 1 || c.HTTP2.InitialWindowSize < 1 || c.HTTP2.InitialWindowSize > h2.MaxWindowSize ||
+		c.HTTP2.MaxHeaderListSize < 1:
+		return fmt.Errorf("http2: max_concurrent_streams %d, initial_window_size %d, max_header_list_size %d: must be "+
+			"positive, the window at most 2^31-1", c.HTTP2.MaxConcurrentStreams, c.HTTP2.InitialWindowSize, c.HTTP2.MaxHeaderListSize)
 	case c.Transparent && len(c.InboundPorts) == 0:
 		return fmt.Errorf("listener.inbound_ports is empty: transparent mode forwards only to listed ports")
 	}
 	return nil
+}
+
+// h2Conn is the h2.Config of an HTTP/2 connection Stormgate opens in role r, with what http2.*
+// says it announces. Toward a provider the stream limit is left at the codec's: a provider may
+// open no stream (ENABLE_PUSH is 0), so it limits nothing.
+func (c *Config) h2Conn(r h2.Role) h2.Config {
+	hc := h2.Config{
+		Role:              r,
+		InitialWindowSize: uint32(c.HTTP2.InitialWindowSize),
+		MaxHeaderListSize: uint32(c.HTTP2.MaxHeaderListSize),
+	}
+	if r == h2.RoleServer {
+		hc.MaxConcurrentStreams = uint32(min(c.HTTP2.MaxConcurrentStreams, c.MaxInflightPerConn))
+	}
+	return hc
 }
 
 func (c *Config) portAllowed(p uint16) bool { return slices.Contains(c.InboundPorts, p) }

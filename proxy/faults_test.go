@@ -260,7 +260,7 @@ func TestIdleProviderSurvivesMaxMissedOne(t *testing.T) {
 		c.UpstreamJitter = 0.5 // the widest jitter validation allows
 	})
 	f.advance(600*time.Second, 5*time.Second, true) // twenty intervals
-	if n := value(f.srv.m.upReconnects); n != 0 {
+	if n := value(f.srv.m.upReconnects[protoDubbo]); n != 0 {
 		t.Fatalf("%v reconnects: healthy idle provider connections were declared dead", n)
 	}
 	if f.provider.Stats().HeartbeatsReceived == 0 {

@@ -90,6 +90,7 @@ func (hp *h2Pool) readyConns() int {
 func (hp *h2Pool) slotLoop(ctx context.Context, slot int) {
 	srv := hp.p.srv
 	var bo keepalive.Backoff
+	connectedBefore := false
 	for ctx.Err() == nil {
 		cfg := srv.cfg.Load()
 		bo.Base, bo.Max = cfg.BackoffBase, cfg.BackoffMax
@@ -99,7 +100,7 @@ func (hp *h2Pool) slotLoop(ctx context.Context, slot int) {
 			if ctx.Err() != nil {
 				return
 			}
-			srv.m.upDialErrors.Inc()
+			srv.m.upDialErrors[protoH2].Inc()
 			a, wait := bo.Attempt(), bo.Next()
 			hp.p.dials.failed(hp.p, err, wait)
 			if !srv.waitBackoff(ctx, wait, a) {
@@ -108,6 +109,10 @@ func (hp *h2Pool) slotLoop(ctx context.Context, slot int) {
 			continue
 		}
 		bo.Reset()
+		if connectedBefore {
+			srv.m.upReconnects[protoH2].Inc()
+		}
+		connectedBefore = true
 		hp.p.dials.connected(hp.p, slot)
 		u := hp.newUpstream(nc)
 		err = u.serve(ctx)
@@ -142,6 +147,7 @@ type h2Upstream struct {
 	pingSent   int64  // when the outstanding PING went out; 0: none
 	quietPings int    // PINGs sent since the provider last sent HEADERS or DATA
 	deadWhy    string // set when liveness declared the connection dead
+	meter      h2Meter
 
 	wmu     sync.Mutex
 	wbuf    []byte
@@ -153,7 +159,8 @@ func (hp *h2Pool) newUpstream(nc net.Conn) *h2Upstream {
 	u := &h2Upstream{hp: hp, nc: nc, calls: make(map[uint32]*h2Call), wake: make(chan struct{}, 1)}
 	u.beat.Init(u.onBeat)
 	u.lastRead.Store(hp.p.srv.now())
-	u.conn = h2.NewConn(h2.Config{Role: h2.RoleClient})
+	// http2.* as in force at the dial: the connection keeps what it announced.
+	u.conn = h2.NewConn(hp.p.srv.cfg.Load().h2Conn(h2.RoleClient))
 	u.flushLocked() // the preface and Stormgate's SETTINGS (nobody else knows u yet)
 	return u
 }
@@ -610,6 +617,7 @@ func (u *h2Upstream) send(b []byte) {
 // flushLocked queues what the Conn owes the provider (SETTINGS ACKs, PING answers, WINDOW_UPDATEs,
 // RST_STREAM).
 func (u *h2Upstream) flushLocked() {
+	u.meter.sync(&u.hp.p.srv.m.h2, h2Provider, u.conn.Counters())
 	if out := u.conn.Output(); len(out) > 0 {
 		u.queue(out)
 		u.conn.ClearOutput()

@@ -46,10 +46,10 @@ type h2Session struct {
 	conn   *h2.Conn // nil until the client preface arrived
 	calls  map[uint32]*h2Call
 	closed bool
-	out    []byte // frames being built under mu; the writer copies what it cannot write at once
-	pings  uint64 // PINGs answered, as counted into the metric
-	held   int    // answer bytes kept in calls for the consumer's windows (charged to the budget)
-	drain  bool   // Stormgate is draining: GOAWAY sent (or due once the preface is in)
+	out    []byte  // frames being built under mu; the writer copies what it cannot write at once
+	meter  h2Meter // what conn counted that the metrics have (h2metrics.go)
+	held   int     // answer bytes kept in calls for the consumer's windows (charged to the budget)
+	drain  bool    // Stormgate is draining: GOAWAY sent (or due once the preface is in)
 
 	in []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
 }
@@ -86,12 +86,13 @@ func newH2Session(s *session, hp *h2Pool) *h2Session {
 	return &h2Session{sess: s, hp: hp, id: hp.sessionIDs.Add(1), calls: make(map[uint32]*h2Call)}
 }
 
-// start answers the client preface: Stormgate's SETTINGS (SETTINGS_HEADER_TABLE_SIZE 0, the consumer's
-// stream limit) go out, and the frames after the preface are read.
+// start answers the client preface: Stormgate's SETTINGS (SETTINGS_HEADER_TABLE_SIZE 0, and http2.* as
+// in force now: the connection keeps them) go out, and the frames after the preface are read.
 func (h *h2Session) start(now int64) {
+	h.sess.decided(protoH2)
 	cfg := h.sess.srv.cfg.Load()
 	h.mu.Lock()
-	h.conn = h2.NewConn(h2.Config{Role: h2.RoleServer, MaxConcurrentStreams: uint32(min(max(cfg.MaxInflightPerConn, 1), h2.DefaultMaxConcurrentStreams))})
+	h.conn = h2.NewConn(cfg.h2Conn(h2.RoleServer))
 	if h.drain || h.sess.srv.announced.Load() {
 		h.conn.GoAway(h2.ErrCodeNo, "stormgate is draining")
 	}
@@ -122,13 +123,7 @@ func (h *h2Session) process(buf []byte, now int64) {
 	for !h.sess.closing.Load() {
 		h.mu.Lock()
 		n, ev, err := h.conn.Read(now, buf[off:])
-		if ev.Kind == h2.EventNone && n > 0 {
-			if pings := h.conn.Counters().PingsAnswered - h.pings; pings > 0 {
-				h.pings += pings
-				h.sess.srv.m.h2Pings.Add(float64(pings)) // counted before the consumer can see the answer
-			}
-		}
-		h.flushLocked()
+		h.flushLocked() // counts a PING answered before the consumer can see the answer
 		h.mu.Unlock()
 		off += n
 		if err != nil {
@@ -213,8 +208,10 @@ func (h *h2Session) consumed(id uint32, n int) {
 }
 
 // flushLocked writes what the Conn owes the consumer (SETTINGS ACKs, PING answers, WINDOW_UPDATEs,
-// RST_STREAM, GOAWAY): before anything else that goes out after it.
+// RST_STREAM, GOAWAY): before anything else that goes out after it. What the Conn counted goes to the
+// metrics first; it runs after every frame read and every reset or GOAWAY this side makes.
 func (h *h2Session) flushLocked() {
+	h.meter.sync(&h.sess.srv.m.h2, h2Consumer, h.conn.Counters())
 	if out := h.conn.Output(); len(out) > 0 {
 		h.sess.write(out)
 		h.conn.ClearOutput()

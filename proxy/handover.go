@@ -568,7 +568,7 @@ func (s *Server) serveRestored(ss *session) error {
 	}
 	ss.conn = conn
 	s.sessions.add(ss)
-	s.m.downConns.Inc()
+	s.m.downConns[protoDubbo].Inc() // restored sessions are Dubbo's (restore marks them so)
 	if t := s.cfg.Load().DownstreamIdleTimeout; t > 0 {
 		s.wheel.Schedule(&ss.timer, max(ss.idle.Remaining(s.now(), t), time.Millisecond))
 	}

@@ -143,6 +143,7 @@ func testConfig(upstream string) Config {
 		DrainTimeout:              10 * time.Second,
 		MaxMethods:                500,
 		AccessLog:                 AccessLogConfig{Failed: true, SlowThreshold: time.Second, MaxPerSecond: 100},
+		HTTP2:                     HTTP2Config{MaxConcurrentStreams: 100, InitialWindowSize: 65535, MaxHeaderListSize: 64 << 10},
 	}
 }
 

@@ -134,14 +134,20 @@ var dropKindNames = [nDropKinds]string{
 	dropOversizeResponse: "oversize_response",
 }
 
+// protoNames labels {protocol} of the consumer and provider connection series, indexed by a
+// connection's protocol (session.proto, sniff.go). unknown is a consumer whose first bytes have
+// not come yet, which happens only when the provider speaks Triple (ServeFD marks every other
+// consumer Dubbo at once); provider connections are dubbo or triple, never unknown.
+var protoNames = [nProtos]string{protoUnknown: "unknown", protoDubbo: "dubbo", protoH2: "triple"}
+
 type metrics struct {
-	downConns     prometheus.Gauge
-	downClosed    [nCloseReasons]prometheus.Counter
-	upConns       prometheus.Gauge
+	downConns     [nProtos]prometheus.Gauge
+	downClosed    [nCloseReasons][nProtos]prometheus.Counter
+	upConns       [nProtos]prometheus.Gauge // [protoUnknown] is nil
 	upConnected   prometheus.Gauge
 	upState       *prometheus.GaugeVec
-	upReconnects  prometheus.Counter
-	upDialErrors  prometheus.Counter
+	upReconnects  [nProtos]prometheus.Counter // [protoUnknown] is nil
+	upDialErrors  [nProtos]prometheus.Counter // [protoUnknown] is nil
 	hbSent        prometheus.Counter
 	localReplies  [nReplyReasons]prometheus.Counter
 	held          prometheus.Gauge
@@ -152,7 +158,7 @@ type metrics struct {
 	readonlyIn    [2]prometheus.Counter // READONLY, WRITEABLE received from the provider
 	readonlyOut   [2]prometheus.Counter // sent to consumers
 	hangs         prometheus.Counter    // providers that became hung (hung.go)
-	h2Pings       prometheus.Counter    // consumer PINGs answered by Stormgate (h2session.go)
+	h2            h2Metrics             // h2metrics.go
 	bp            bpMetrics             // backpressure (backpressure.go)
 	life          lifeMetrics           // set by New, which knows the codec's not-executed reasons
 	collectors    []prometheus.Collector
@@ -160,18 +166,10 @@ type metrics struct {
 
 func newMetrics() *metrics {
 	m := &metrics{
-		downConns: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stormgate_downstream_connections",
-			Help: "Consumer connections currently open."}),
-		upConns: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stormgate_upstream_connections",
-			Help: "Usable (connected, writable) provider connections."}),
 		upConnected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stormgate_upstream_connected",
 			Help: "1 while at least one provider connection is usable, else 0."}),
 		upState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stormgate_upstream_connection_state",
-			Help: "Provider connections by state (ready, readonly, hung)."}, []string{"state"}),
-		upReconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_reconnects_total",
-			Help: "Provider connections (re)established after the first one of a slot."}),
-		upDialErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_connect_errors_total",
-			Help: "Failed attempts to connect to the provider."}),
+			Help: "Provider connections by state (ready, readonly, hung) and protocol."}, []string{"state", "protocol"}),
 		hbSent: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_heartbeats_sent_total",
 			Help: "Heartbeats Stormgate sent to the provider on idle connections."}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stormgate_held_requests",
@@ -181,10 +179,30 @@ func newMetrics() *metrics {
 		lateResponses: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_late_responses_total",
 			Help: "Answers (the provider's or Stormgate's) discarded because their consumer had gone."}),
 	}
+	downConns := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stormgate_downstream_connections",
+		Help: "Consumer connections currently open, by protocol (unknown: no byte read yet)."}, []string{"protocol"})
 	downClosed := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_downstream_closed_total",
-		Help: "Consumer connections closed, by reason."}, []string{"reason"})
-	for i := range m.downClosed {
-		m.downClosed[i] = downClosed.WithLabelValues(closeReasonNames[i])
+		Help: "Consumer connections closed, by reason and protocol."}, []string{"reason", "protocol"})
+	upConns := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stormgate_upstream_connections",
+		Help: "Usable (connected, writable) provider connections, by protocol."}, []string{"protocol"})
+	upReconnects := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_upstream_reconnects_total",
+		Help: "Provider connections (re)established after the first one of a slot, by protocol."}, []string{"protocol"})
+	upDialErrors := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_upstream_connect_errors_total",
+		Help: "Failed attempts to connect to the provider, by protocol."}, []string{"protocol"})
+	for p, name := range protoNames {
+		m.downConns[p] = downConns.WithLabelValues(name)
+		for r := range m.downClosed {
+			m.downClosed[r][p] = downClosed.WithLabelValues(closeReasonNames[r], name)
+		}
+		if p == int(protoUnknown) {
+			continue
+		}
+		m.upConns[p] = upConns.WithLabelValues(name)
+		m.upReconnects[p] = upReconnects.WithLabelValues(name)
+		m.upDialErrors[p] = upDialErrors.WithLabelValues(name)
+		for _, st := range []string{"ready", "readonly", "hung"} {
+			m.upState.WithLabelValues(st, name)
+		}
 	}
 	localReplies := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_local_replies_total",
 		Help: "Error responses Stormgate sent to consumers itself, by reason (deadline: a request that waited until " +
@@ -213,19 +231,15 @@ func newMetrics() *metrics {
 		m.readonlyIn[i] = ro.WithLabelValues(ev, "received")
 		m.readonlyOut[i] = ro.WithLabelValues(ev, "sent")
 	}
-	m.upState.WithLabelValues("ready")
-	m.upState.WithLabelValues("readonly")
-	m.upState.WithLabelValues("hung")
 	m.hangs = prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_provider_hangs_total",
 		Help: "Times a provider became hung (keepalive.upstream_hung_timeout): no usable connection, one owing an " +
 			"answer and silent although probed with a heartbeat."})
-	m.h2Pings = prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_http2_pings_answered_total",
-		Help: "HTTP/2 PINGs from consumers that Stormgate answered itself (none reaches the provider)."})
+	h2m, h2Collectors := newH2Metrics()
+	m.h2 = h2m
 	m.bp = newBPMetrics()
-	m.collectors = append([]prometheus.Collector{m.downConns, downClosed, m.upConns, m.upConnected, m.upState, m.upReconnects,
-		m.upDialErrors, m.hbSent, localReplies, m.held, holdOutcomes, m.unknownIDs, m.lateResponses, dropped, ro, m.hangs,
-		m.h2Pings},
-		m.bp.collectors()...)
+	m.collectors = append([]prometheus.Collector{downConns, downClosed, upConns, m.upConnected, m.upState, upReconnects,
+		upDialErrors, m.hbSent, localReplies, m.held, holdOutcomes, m.unknownIDs, m.lateResponses, dropped, ro, m.hangs},
+		append(h2Collectors, m.bp.collectors()...)...)
 	return m
 }
 

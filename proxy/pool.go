@@ -193,7 +193,7 @@ func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
 				return
 			}
 			if connectedBefore {
-				srv.m.upReconnects.Inc()
+				srv.m.upReconnects[protoDubbo].Inc()
 			}
 			connectedBefore = true
 			bo.Reset()
@@ -248,7 +248,7 @@ func (p *pool) connect(slot int) (*upConn, error) {
 	srv := p.srv
 	fd, err := dialTCP(p.addr, srv.cfg.Load().ConnectTimeout)
 	if err != nil {
-		srv.m.upDialErrors.Inc()
+		srv.m.upDialErrors[protoDubbo].Inc()
 		return nil, err
 	}
 	conn, err := netpoll.NewFDConnection(fd)
@@ -399,8 +399,16 @@ func (p *pool) usable() int {
 func (uc *upConn) takes() bool { return uc.state.Load() == stateReady && !uc.hung.Load() }
 
 // connStates counts connections by state: ready (taking requests), readonly, and
-// hung (hung.go; counted there whatever their state, not as ready).
+// hung (hung.go; counted there whatever their state, not as ready). Usable HTTP/2
+// connections count as ready.
 func (p *pool) connStates() (ready, readonly, hung int) {
+	ready, readonly, hung, h2Ready := p.connStatesByProtocol()
+	return ready + h2Ready, readonly, hung
+}
+
+// connStatesByProtocol is connStates with the Dubbo connections by state and the
+// usable HTTP/2 ones apart (the gauges' protocol label).
+func (p *pool) connStatesByProtocol() (ready, readonly, hung, h2Ready int) {
 	for _, sl := range p.slotList() {
 		uc := sl.uc.Load()
 		switch {
@@ -414,7 +422,7 @@ func (p *pool) connStates() (ready, readonly, hung int) {
 		}
 	}
 	if p.h2 != nil {
-		ready += p.h2.readyConns()
+		h2Ready = p.h2.readyConns()
 	}
 	return
 }

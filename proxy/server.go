@@ -235,9 +235,13 @@ func (s *Server) Update(cfg Config) error {
 // Whatever happens, the fd is closed exactly once and OnConnClosed runs once.
 func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 	cfg := s.cfg.Load()
+	proto := protoDubbo // nothing to sniff: every byte goes to the Dubbo path, as before Triple
+	if cfg.Protocols.Triple() {
+		proto = protoUnknown // the first bytes decide (sniff.go)
+	}
 	turnAway := func(r closeReason) { // a connection never served: closed and counted
 		_ = unix.Close(fd)
-		s.m.downClosed[r].Inc()
+		s.m.downClosed[r][proto].Inc()
 		if s.opts.OnConnClosed != nil {
 			s.opts.OnConnClosed()
 		}
@@ -275,15 +279,13 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		(*h)(fd)
 	}
 	sess := newSession(s, p, conn, fd, remote)
+	sess.proto.Store(proto)
 	s.sessions.add(sess)
-	s.m.downConns.Inc()
+	s.m.downConns[proto].Inc()
 	if t := cfg.DownstreamIdleTimeout; t > 0 {
 		// Before SetOnRequest: bytes already buffered run onRequest inside it, which may arm
 		// the timer sooner (frame_read_timeout); that schedule must win.
 		s.wheel.Schedule(&sess.timer, t)
-	}
-	if !cfg.Protocols.Triple() {
-		sess.proto.Store(protoDubbo) // nothing to sniff: every byte goes to the Dubbo path, as before Triple
 	}
 	_ = conn.AddCloseCallback(sess.onClosed)
 	_ = conn.SetOnRequest(sess.onRequest)
@@ -341,21 +343,24 @@ func (s *Server) broadcast(p *pool, ev Event) {
 }
 
 func (s *Server) updateUpstreamGauges() {
-	ready, readonly, hung, pools, connected := 0, 0, 0, 0, 0
+	ready, readonly, hung, h2Ready, pools, connected := 0, 0, 0, 0, 0, 0
 	for _, p := range s.poolList() {
-		r, o, h := p.connStates()
+		r, o, h, r2 := p.connStatesByProtocol()
 		ready += r
 		readonly += o
 		hung += h
+		h2Ready += r2
 		pools++
-		if r > 0 {
+		if r+r2 > 0 {
 			connected++
 		}
 	}
-	s.m.upConns.Set(float64(ready))
-	s.m.upState.WithLabelValues("ready").Set(float64(ready))
-	s.m.upState.WithLabelValues("readonly").Set(float64(readonly))
-	s.m.upState.WithLabelValues("hung").Set(float64(hung))
+	s.m.upConns[protoDubbo].Set(float64(ready))
+	s.m.upConns[protoH2].Set(float64(h2Ready))
+	s.m.upState.WithLabelValues("ready", protoNames[protoDubbo]).Set(float64(ready))
+	s.m.upState.WithLabelValues("readonly", protoNames[protoDubbo]).Set(float64(readonly))
+	s.m.upState.WithLabelValues("hung", protoNames[protoDubbo]).Set(float64(hung))
+	s.m.upState.WithLabelValues("ready", protoNames[protoH2]).Set(float64(h2Ready))
 	if pools > 0 && connected == pools {
 		s.m.upConnected.Set(1)
 	} else {

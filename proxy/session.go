@@ -246,8 +246,9 @@ func (s *session) onClosed(netpoll.Connection) error {
 	s.forgetPause()
 	srv.wheel.Stop(&s.timer)
 	srv.sessions.remove(s)
-	srv.m.downConns.Dec()
-	srv.m.downClosed[reason].Inc()
+	p := s.proto.Load()
+	srv.m.downConns[p].Dec()
+	srv.m.downClosed[reason][p].Inc()
 	if srv.opts.OnConnClosed != nil {
 		srv.opts.OnConnClosed()
 	}

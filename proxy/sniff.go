@@ -12,6 +12,7 @@ const (
 	protoUnknown uint32 = iota // the first bytes have not decided yet
 	protoDubbo                 // Dubbo 2: session.consume
 	protoH2                    // HTTP/2 (Triple, gRPC): session.h2
+	nProtos
 )
 
 // otherProtocol runs in onRequest until a consumer's first bytes have decided its protocol,
@@ -39,12 +40,11 @@ func (s *session) otherProtocol(r byteSource) bool {
 	first, _ := r.Peek(1)
 	if first[0] == 'P' && s.pool.h2 != nil {
 		b, _ := r.Next(n)
-		s.h2 = newH2Session(s, s.pool.h2)
-		s.proto.Store(protoH2)
+		s.h2 = newH2Session(s, s.pool.h2) // routes the input here; protoH2 once the preface is whole (start)
 		s.h2.sniff(b, s.srv.now())
 		return true
 	}
-	s.proto.Store(protoDubbo)
+	s.decided(protoDubbo)
 	if !s.srv.cfg.Load().Protocols.Dubbo() && first[0] == dubbo.Magic0 {
 		s.srv.log.Warn("closing a Dubbo consumer: this sidecar's provider speaks Triple only (upstream.protocol: triple)",
 			zap.Stringer("peer", s.remote))
@@ -56,6 +56,16 @@ func (s *session) otherProtocol(r byteSource) bool {
 		s.sendEvent(EventReadonly) // what ServeFD sends a Dubbo consumer that connects during a drain
 	}
 	return false
+}
+
+// decided records the protocol a consumer's first bytes decided (HTTP/2: once its whole preface came,
+// so that foreign bytes beginning with 'P' are never counted as Triple), and moves the connection from
+// the unknown series of stormgate_downstream_connections to p's. It runs in onRequest, which never
+// runs beside onClosed: the gauge the close path decrements is the one counted here.
+func (s *session) decided(p uint32) {
+	s.proto.Store(p)
+	s.srv.m.downConns[protoUnknown].Dec()
+	s.srv.m.downConns[p].Inc()
 }
 
 // sniff takes the first bytes of a connection that began with 'P': once they are the HTTP/2 client

@@ -29,15 +29,15 @@ func (s *Server) Stats() Stats {
 	m := s.m
 	st, ut, inflight := s.connTotals()
 	return Stats{
-		DownstreamConns:      int64(value(m.downConns)),
-		UpstreamConns:        int64(value(m.upConns)),
+		DownstreamConns:      int64(sumValues(m.downConns[:])),
+		UpstreamConns:        int64(sumValues(m.upConns[:])),
 		HeartbeatsDownstream: st.heartbeats,
 		HeartbeatsUpstream:   ut.heartbeats,
 		HeartbeatsSent:       uint64(value(m.hbSent)),
 		Requests:             st.requests,
 		Responses:            ut.responses,
 		LocalReplies:         counterValues(m.localReplies[:], replyReasonNames[:]),
-		Closed:               counterValues(m.downClosed[:], closeReasonNames[:]),
+		Closed:               closedValues(&m.downClosed),
 		Held:                 int64(value(m.held)),
 		InFlight:             inflight,
 		Buffered:             s.budget.inUse(),
@@ -58,6 +58,28 @@ func value(c prometheus.Metric) float64 {
 		return d.Gauge.GetValue()
 	}
 	return 0
+}
+
+// sumValues adds the values of a metric's children (nil ones skipped).
+func sumValues[M prometheus.Metric](ms []M) float64 {
+	var sum float64
+	for _, c := range ms {
+		if prometheus.Metric(c) != nil {
+			sum += value(c)
+		}
+	}
+	return sum
+}
+
+// closedValues is the closes by reason, every protocol together.
+func closedValues(cs *[nCloseReasons][nProtos]prometheus.Counter) map[string]uint64 {
+	out := make(map[string]uint64, nCloseReasons)
+	for r := range cs {
+		if v := uint64(sumValues(cs[r][:])); v > 0 {
+			out[closeReasonNames[r]] = v
+		}
+	}
+	return out
 }
 
 func counterValues(cs []prometheus.Counter, names []string) map[string]uint64 {

@@ -97,8 +97,8 @@ func TestOwnHeartbeatsOnIdleConnections(t *testing.T) {
 	if st.HeartbeatsSent < 32 || st.HeartbeatsSent > 52 || ps.HeartbeatsReceived != st.HeartbeatsSent {
 		t.Fatalf("heartbeats sent %d, provider received %d; want about 40", st.HeartbeatsSent, ps.HeartbeatsReceived)
 	}
-	if st.UnknownIDs != 0 || value(f.srv.m.upReconnects) != 0 {
-		t.Fatalf("unknown ids %d, reconnects %v", st.UnknownIDs, value(f.srv.m.upReconnects))
+	if st.UnknownIDs != 0 || value(f.srv.m.upReconnects[protoDubbo]) != 0 {
+		t.Fatalf("unknown ids %d, reconnects %v", st.UnknownIDs, value(f.srv.m.upReconnects[protoDubbo]))
 	}
 }
 
@@ -142,7 +142,7 @@ func TestDeadProviderDetected(t *testing.T) {
 	// after a backoff of at most 2 s: all within 200 s on the server's clock.
 	f.advance(200*time.Second, 5*time.Second, false)
 	waitFor(t, 10*time.Second, "redial after dead peer", func() bool {
-		return accepted.Load() >= 2 && value(f.srv.m.upReconnects) >= 1
+		return accepted.Load() >= 2 && value(f.srv.m.upReconnects[protoDubbo]) >= 1
 	})
 }
 

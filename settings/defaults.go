@@ -98,6 +98,14 @@ func Defaults() *sg.Settings {
 			SampleRate:    proto.Float64(0),
 			MaxPerSecond:  proto.Int32(100),
 		},
+		Http2: &sg.Http2{
+			// RFC 9113 §6.5.2 recommends no fewer than 100; grpc-go's server announces no limit, Envoy 100.
+			MaxConcurrentStreams: proto.Int32(100),
+			// The protocol's initial value: what a peer may send before it hears anything anyway.
+			InitialWindowSize: proto.Int32(65535),
+			// Envoy's default is 60 KiB, grpc-go's 16 MiB, grpc-java's 8 KiB.
+			MaxHeaderListSize: proto.Int32(64 << 10),
+		},
 	}
 }
 

@@ -440,14 +440,16 @@ func yamlInt(n *yaml.Node) (int64, bool) {
 const byteSizeWant = "a byte size: a number of bytes, or with a unit: 512KiB, 64MiB, 1GiB (also Ki, Mi, Gi; KB, MB, GB are powers of 1000)"
 
 // IsByteSize reports whether a field counts bytes: by the schema's naming rule, an integer
-// field whose name has the word "bytes" (max_bytes, max_queued_bytes_per_connection). Such
+// field whose name has the word "bytes" (max_bytes, max_queued_bytes_per_connection) or ends in
+// "size" (http2.initial_window_size, HTTP/2's own names for byte counts). Such
 // fields take units ("64MiB") in files, --set and annotations; /config_dump and xDS carry plain
 // numbers.
 func IsByteSize(fd protoreflect.FieldDescriptor) bool {
 	switch fd.Kind() {
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
 		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		return slices.Contains(strings.Split(string(fd.Name()), "_"), "bytes")
+		words := strings.Split(string(fd.Name()), "_")
+		return slices.Contains(words, "bytes") || words[len(words)-1] == "size"
 	}
 	return false
 }

@@ -109,6 +109,16 @@ func TestValidateNamesFieldAndRange(t *testing.T) {
 			"limits.max_frame_bytes", "-1 is negative"},
 		{"duplicate port", func(s *sg.Settings) { s.Listener.InboundPorts = []int32{20880, 20880} },
 			"listener.inbound_ports[1]", "listed twice"},
+		// HTTP/2 (issue 26 item 6): RFC 9113's largest window, and no zero that would stall every stream.
+		{"window above 2^31-1", func(s *sg.Settings) { s.Http2.InitialWindowSize = proto.Int32(-1 << 31) },
+			"http2.initial_window_size", "-2147483648 is negative; must be between 1024 and 2147483647"},
+		{"window largest", func(s *sg.Settings) { s.Http2.InitialWindowSize = proto.Int32(1<<31 - 1) }, "", ""},
+		{"window zero", func(s *sg.Settings) { s.Http2.InitialWindowSize = proto.Int32(0) },
+			"http2.initial_window_size", "0 is too small"},
+		{"no streams", func(s *sg.Settings) { s.Http2.MaxConcurrentStreams = proto.Int32(0) },
+			"http2.max_concurrent_streams", "0 is too small; must be between 1 and 1000000"},
+		{"header list huge", func(s *sg.Settings) { s.Http2.MaxHeaderListSize = proto.Int32(2 << 20) },
+			"http2.max_header_list_size", "2097152 is too large; must be between 1024 and 1048576"},
 		// Cross-field rules (issue 10 item 6).
 		{"hold outlives max age", func(s *sg.Settings) {
 			s.Hold.Timeout = dur(time.Minute)
@@ -203,9 +213,13 @@ log: {level: WARN, format: Console}
 hold: {max_bytes: 64MiB}
 limits: {max_frame_bytes: 8 Mi, max_queued_bytes_per_connection: 512KiB, max_buffered_bytes: 1GB}
 upstream: {max_queued_bytes: 8388608}
+http2: {initial_window_size: 1MiB, max_header_list_size: 16KiB}
 `))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.GetHttp2().GetInitialWindowSize() != 1<<20 || s.GetHttp2().GetMaxHeaderListSize() != 16<<10 {
+		t.Fatalf("HTTP/2 sizes (names ending in _size) decoded %v", s.GetHttp2())
 	}
 	if s.GetDrain().GetReadonlyPolicy() != sg.ReadonlyPolicy_PROPAGATE || s.GetLog().GetLevel() != "warn" || s.GetLog().GetFormat() != "console" ||
 		s.GetHold().GetMaxBytes() != 64<<20 || s.GetLimits().GetMaxFrameBytes() != 8<<20 ||

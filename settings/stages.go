@@ -64,6 +64,11 @@ func ProxyConfig(s *sg.Settings) proxy.Config {
 			SampleRate:    s.GetAccessLog().GetSampleRate(),
 			MaxPerSecond:  int(s.GetAccessLog().GetMaxPerSecond()),
 		},
+		HTTP2: proxy.HTTP2Config{
+			MaxConcurrentStreams: int(s.GetHttp2().GetMaxConcurrentStreams()),
+			InitialWindowSize:    int(s.GetHttp2().GetInitialWindowSize()),
+			MaxHeaderListSize:    int(s.GetHttp2().GetMaxHeaderListSize()),
+		},
 	}
 }
 

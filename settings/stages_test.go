@@ -80,6 +80,9 @@ func TestEveryFieldReachesItsStage(t *testing.T) {
 		"access_log.slow_threshold":              {toProxy, func(s *sg.Settings) { s.AccessLog.SlowThreshold = dur(0) }},
 		"access_log.sample_rate":                 {toProxy, func(s *sg.Settings) { s.AccessLog.SampleRate = proto.Float64(0.5) }},
 		"access_log.max_per_second":              {toProxy, func(s *sg.Settings) { s.AccessLog.MaxPerSecond = proto.Int32(7) }},
+		"http2.max_concurrent_streams":           {toProxy, func(s *sg.Settings) { s.Http2.MaxConcurrentStreams = proto.Int32(1) }},
+		"http2.initial_window_size":              {toProxy, func(s *sg.Settings) { s.Http2.InitialWindowSize = proto.Int32(1 << 20) }},
+		"http2.max_header_list_size":             {toProxy, func(s *sg.Settings) { s.Http2.MaxHeaderListSize = proto.Int32(8 << 10) }},
 	}
 	base := Defaults()
 	for _, f := range Fields() {

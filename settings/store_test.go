@@ -72,8 +72,8 @@ func TestStoreUpdateCommitAndDump(t *testing.T) {
 		dump.Settings["hold"]["max_bytes"] != float64(64<<20) || dump.Settings["drain"]["readonly_policy"] != "HOLD" {
 		t.Fatalf("config_dump: %s", rec.Body)
 	}
-	if n := len(dump.Settings); n != 10 {
-		t.Fatalf("config_dump has %d sections, want 10", n)
+	if n := len(dump.Settings); n != 11 || dump.Settings["http2"]["initial_window_size"] != float64(65535) {
+		t.Fatalf("config_dump has %d sections (http2: %v), want 11 with http2", n, dump.Settings["http2"])
 	}
 
 	rec = httptest.NewRecorder()

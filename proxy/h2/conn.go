@@ -74,16 +74,21 @@ type Event struct {
 	Ping       [8]byte // EventPingAck
 }
 
-// Counters are one connection's totals, for metrics. Guards counts each guard's trips.
+// Counters are one connection's totals, for metrics. Guards counts each guard's trips; the resets are
+// also counted by code class (ErrCode.Class), a bounded set fit for metric labels.
 type Counters struct {
-	Frames         uint64
-	PingsAnswered  uint64
-	StreamsOpened  uint64
-	ResetsReceived uint64
-	ResetsSent     uint64
-	GoAwaySent     bool
-	GoAwayCode     ErrCode
-	Guards         [NumGuards]uint64
+	Frames               uint64
+	PingsAnswered        uint64
+	StreamsOpened        uint64
+	ResetsReceived       uint64
+	ResetsSent           uint64
+	ResetsReceivedByCode [NumErrCodeClasses]uint64
+	ResetsSentByCode     [NumErrCodeClasses]uint64
+	GoAwaysReceived      uint64
+	GoAwaysSent          uint64
+	GoAwaySent           bool
+	GoAwayCode           ErrCode
+	Guards               [NumGuards]uint64
 }
 
 // Errors of the sending side.
@@ -229,8 +234,9 @@ func (c *Conn) Err() error {
 	return c.err
 }
 
-// Counters returns the connection's totals so far.
-func (c *Conn) Counters() Counters { return c.c }
+// Counters returns the connection's totals, updated in place as the connection goes on (no copy on
+// the per-frame path that reads them): read them only while owning the Conn.
+func (c *Conn) Counters() *Counters { return &c.c }
 
 // PeerSettings returns the settings the peer announced.
 func (c *Conn) PeerSettings() Settings { return c.peer }
@@ -285,6 +291,7 @@ func (c *Conn) fail(err *ConnError, g Guard) *ConnError {
 	}
 	c.out = AppendGoAway(c.out, last, err.Code, err.Reason)
 	c.c.GoAwaySent, c.c.GoAwayCode = true, err.Code
+	c.c.GoAwaysSent++
 	c.goAwaySent, c.goAwayLast = true, last
 	return err
 }
@@ -379,6 +386,7 @@ func (c *Conn) frame(now int64, h FrameHeader, payload []byte) (Event, error) {
 	case FramePing:
 		return c.ping(now, h, payload)
 	case FrameGoAway:
+		c.c.GoAwaysReceived++
 		g := ParseGoAway(payload)
 		if c.goAwayRecv {
 			if err := c.spendControl(now, GuardControlFlood, errControlFlood); err != nil {
@@ -470,6 +478,7 @@ func (c *Conn) resetStream(now int64, id uint32, code ErrCode, g Guard, provoked
 	}
 	c.out = AppendRSTStream(c.out, id, code)
 	c.c.ResetsSent++
+	c.c.ResetsSentByCode[code.Class()]++
 	ev := Event{}
 	if s := c.streams[id]; s != nil {
 		ev = Event{Kind: EventReset, Stream: id, Code: code}
@@ -722,6 +731,7 @@ func (c *Conn) rstStream(now int64, h FrameHeader, payload []byte) (Event, error
 		return Event{}, c.spendControl(now, GuardControlFlood, errControlFlood)
 	}
 	c.c.ResetsReceived++
+	c.c.ResetsReceivedByCode[code.Class()]++
 	// A stream the peer opened and cancelled before its answer was complete is the rapid-reset pattern
 	// (CVE-2023-44487) when it repeats faster than the budget.
 	charge := c.isPeerID(id) && s.localOpen()
@@ -985,5 +995,6 @@ func (c *Conn) GoAway(code ErrCode, debug string) {
 	}
 	c.goAwaySent, c.goAwayLast = true, last
 	c.c.GoAwaySent, c.c.GoAwayCode = true, code
+	c.c.GoAwaysSent++
 	c.out = AppendGoAway(c.out, last, code, debug)
 }

@@ -29,6 +29,27 @@ var errCodeNames = [...]string{
 	"ENHANCE_YOUR_CALM", "INADEQUATE_SECURITY", "HTTP_1_1_REQUIRED",
 }
 
+// NumErrCodeClasses is how many values ErrCode.Class takes: one per code RFC 9113 defines, and one for
+// every other code.
+const NumErrCodeClasses = len(errCodeNames) + 1
+
+// Class is c's index among RFC 9113's codes (its value), or NumErrCodeClasses-1 for any other code: a
+// peer chooses the code it sends, so metrics label by class, a bounded set.
+func (c ErrCode) Class() int {
+	if int(c) < len(errCodeNames) {
+		return int(c)
+	}
+	return len(errCodeNames)
+}
+
+// ErrCodeClassName is the label of class i: the RFC name (ErrCode.String), or "OTHER".
+func ErrCodeClassName(i int) string {
+	if i < len(errCodeNames) {
+		return errCodeNames[i]
+	}
+	return "OTHER"
+}
+
 // String returns the RFC name, e.g. "PROTOCOL_ERROR"; unknown codes print as "ERR_CODE_0x..". Metrics use
 // it as a label value.
 func (c ErrCode) String() string {

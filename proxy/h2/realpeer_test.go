@@ -63,7 +63,7 @@ func miniServer(t *testing.T, nc net.Conn, done chan<- Counters) {
 			delete(calls, id)
 		}
 	}
-	defer func() { done <- c.Counters() }()
+	defer func() { done <- *c.Counters() }()
 	if flush() != nil {
 		return
 	}

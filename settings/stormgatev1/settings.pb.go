@@ -99,6 +99,7 @@ type Settings struct {
 	Log           *Log                   `protobuf:"bytes,8,opt,name=log,proto3" json:"log,omitempty"`
 	Metrics       *Metrics               `protobuf:"bytes,10,opt,name=metrics,proto3" json:"metrics,omitempty"`
 	AccessLog     *AccessLog             `protobuf:"bytes,11,opt,name=access_log,json=accessLog,proto3" json:"access_log,omitempty"`
+	Http2         *Http2                 `protobuf:"bytes,14,opt,name=http2,proto3" json:"http2,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -199,6 +200,13 @@ func (x *Settings) GetMetrics() *Metrics {
 func (x *Settings) GetAccessLog() *AccessLog {
 	if x != nil {
 		return x.AccessLog
+	}
+	return nil
+}
+
+func (x *Settings) GetHttp2() *Http2 {
+	if x != nil {
+		return x.Http2
 	}
 	return nil
 }
@@ -1085,11 +1093,83 @@ func (x *AccessLog) GetMaxPerSecond() int32 {
 	return 0
 }
 
+// Http2 is what Stormgate announces in its SETTINGS to HTTP/2 peers (Triple and
+// gRPC consumers, and the provider when upstream.protocol speaks Triple). A
+// connection keeps what was announced when it opened: a change applies to
+// connections opened after it.
+type Http2 struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Streams one consumer connection may have open at once
+	// (SETTINGS_MAX_CONCURRENT_STREAMS), at most limits.max_inflight_per_connection.
+	MaxConcurrentStreams *int32 `protobuf:"varint,1,opt,name=max_concurrent_streams,json=maxConcurrentStreams,proto3,oneof" json:"max_concurrent_streams,omitempty"`
+	// Stream receive window (SETTINGS_INITIAL_WINDOW_SIZE), toward consumers and
+	// the provider: the bytes of one stream a peer may send before Stormgate hands
+	// window back, so what one stream can make Stormgate hold.
+	InitialWindowSize *int32 `protobuf:"varint,2,opt,name=initial_window_size,json=initialWindowSize,proto3,oneof" json:"initial_window_size,omitempty"`
+	// Largest header list accepted from a consumer or the provider
+	// (SETTINGS_MAX_HEADER_LIST_SIZE, RFC 9113 §6.5.2 size), and the largest
+	// encoded header block.
+	MaxHeaderListSize *int32 `protobuf:"varint,3,opt,name=max_header_list_size,json=maxHeaderListSize,proto3,oneof" json:"max_header_list_size,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Http2) Reset() {
+	*x = Http2{}
+	mi := &file_settings_stormgatev1_settings_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Http2) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Http2) ProtoMessage() {}
+
+func (x *Http2) ProtoReflect() protoreflect.Message {
+	mi := &file_settings_stormgatev1_settings_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Http2.ProtoReflect.Descriptor instead.
+func (*Http2) Descriptor() ([]byte, []int) {
+	return file_settings_stormgatev1_settings_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Http2) GetMaxConcurrentStreams() int32 {
+	if x != nil && x.MaxConcurrentStreams != nil {
+		return *x.MaxConcurrentStreams
+	}
+	return 0
+}
+
+func (x *Http2) GetInitialWindowSize() int32 {
+	if x != nil && x.InitialWindowSize != nil {
+		return *x.InitialWindowSize
+	}
+	return 0
+}
+
+func (x *Http2) GetMaxHeaderListSize() int32 {
+	if x != nil && x.MaxHeaderListSize != nil {
+		return *x.MaxHeaderListSize
+	}
+	return 0
+}
+
 var File_settings_stormgatev1_settings_proto protoreflect.FileDescriptor
 
 const file_settings_stormgatev1_settings_proto_rawDesc = "" +
 	"\n" +
-	"#settings/stormgatev1/settings.proto\x12\fstormgate.v1\x1a\x1egoogle/protobuf/duration.proto\"\xef\x03\n" +
+	"#settings/stormgatev1/settings.proto\x12\fstormgate.v1\x1a\x1egoogle/protobuf/duration.proto\"\x9a\x04\n" +
 	"\bSettings\x122\n" +
 	"\blistener\x18\x01 \x01(\v2\x16.stormgate.v1.ListenerR\blistener\x125\n" +
 	"\tadmission\x18\x02 \x01(\v2\x17.stormgate.v1.AdmissionR\tadmission\x122\n" +
@@ -1102,7 +1182,8 @@ const file_settings_stormgatev1_settings_proto_rawDesc = "" +
 	"\ametrics\x18\n" +
 	" \x01(\v2\x15.stormgate.v1.MetricsR\ametrics\x126\n" +
 	"\n" +
-	"access_log\x18\v \x01(\v2\x17.stormgate.v1.AccessLogR\taccessLog\"\xbc\x01\n" +
+	"access_log\x18\v \x01(\v2\x17.stormgate.v1.AccessLogR\taccessLog\x12)\n" +
+	"\x05http2\x18\x0e \x01(\v2\x13.stormgate.v1.Http2R\x05http2\"\xbc\x01\n" +
 	"\bListener\x12\x1d\n" +
 	"\aaddress\x18\x01 \x01(\tH\x00R\aaddress\x88\x01\x01\x12\x1d\n" +
 	"\abacklog\x18\x02 \x01(\x05H\x01R\abacklog\x88\x01\x01\x12%\n" +
@@ -1212,7 +1293,14 @@ const file_settings_stormgatev1_settings_proto_rawDesc = "" +
 	"\b_enabledB\t\n" +
 	"\a_failedB\x0e\n" +
 	"\f_sample_rateB\x11\n" +
-	"\x0f_max_per_second*J\n" +
+	"\x0f_max_per_second\"\xf9\x01\n" +
+	"\x05Http2\x129\n" +
+	"\x16max_concurrent_streams\x18\x01 \x01(\x05H\x00R\x14maxConcurrentStreams\x88\x01\x01\x123\n" +
+	"\x13initial_window_size\x18\x02 \x01(\x05H\x01R\x11initialWindowSize\x88\x01\x01\x124\n" +
+	"\x14max_header_list_size\x18\x03 \x01(\x05H\x02R\x11maxHeaderListSize\x88\x01\x01B\x19\n" +
+	"\x17_max_concurrent_streamsB\x16\n" +
+	"\x14_initial_window_sizeB\x17\n" +
+	"\x15_max_header_list_size*J\n" +
 	"\x0eReadonlyPolicy\x12\x1f\n" +
 	"\x1bREADONLY_POLICY_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04HOLD\x10\x01\x12\r\n" +
@@ -1231,7 +1319,7 @@ func file_settings_stormgatev1_settings_proto_rawDescGZIP() []byte {
 }
 
 var file_settings_stormgatev1_settings_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_settings_stormgatev1_settings_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_settings_stormgatev1_settings_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_settings_stormgatev1_settings_proto_goTypes = []any{
 	(ReadonlyPolicy)(0),         // 0: stormgate.v1.ReadonlyPolicy
 	(*Settings)(nil),            // 1: stormgate.v1.Settings
@@ -1245,7 +1333,8 @@ var file_settings_stormgatev1_settings_proto_goTypes = []any{
 	(*Log)(nil),                 // 9: stormgate.v1.Log
 	(*Metrics)(nil),             // 10: stormgate.v1.Metrics
 	(*AccessLog)(nil),           // 11: stormgate.v1.AccessLog
-	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
+	(*Http2)(nil),               // 12: stormgate.v1.Http2
+	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
 }
 var file_settings_stormgatev1_settings_proto_depIdxs = []int32{
 	2,  // 0: stormgate.v1.Settings.listener:type_name -> stormgate.v1.Listener
@@ -1258,31 +1347,32 @@ var file_settings_stormgatev1_settings_proto_depIdxs = []int32{
 	9,  // 7: stormgate.v1.Settings.log:type_name -> stormgate.v1.Log
 	10, // 8: stormgate.v1.Settings.metrics:type_name -> stormgate.v1.Metrics
 	11, // 9: stormgate.v1.Settings.access_log:type_name -> stormgate.v1.AccessLog
-	12, // 10: stormgate.v1.Admission.max_wait:type_name -> google.protobuf.Duration
-	12, // 11: stormgate.v1.Admission.tcp_keepalive_idle:type_name -> google.protobuf.Duration
-	12, // 12: stormgate.v1.Upstream.connect_timeout:type_name -> google.protobuf.Duration
-	12, // 13: stormgate.v1.Upstream.backoff_base:type_name -> google.protobuf.Duration
-	12, // 14: stormgate.v1.Upstream.backoff_max:type_name -> google.protobuf.Duration
-	12, // 15: stormgate.v1.Upstream.warmup:type_name -> google.protobuf.Duration
-	12, // 16: stormgate.v1.Upstream.write_timeout:type_name -> google.protobuf.Duration
-	12, // 17: stormgate.v1.Hold.timeout:type_name -> google.protobuf.Duration
-	12, // 18: stormgate.v1.Hold.not_executed_window:type_name -> google.protobuf.Duration
-	12, // 19: stormgate.v1.Hold.max_timeout:type_name -> google.protobuf.Duration
-	12, // 20: stormgate.v1.Hold.deadline_margin:type_name -> google.protobuf.Duration
-	12, // 21: stormgate.v1.Keepalive.downstream_idle_timeout:type_name -> google.protobuf.Duration
-	12, // 22: stormgate.v1.Keepalive.upstream_interval:type_name -> google.protobuf.Duration
-	12, // 23: stormgate.v1.Keepalive.upstream_hung_timeout:type_name -> google.protobuf.Duration
-	12, // 24: stormgate.v1.Limits.max_request_age:type_name -> google.protobuf.Duration
-	12, // 25: stormgate.v1.Limits.frame_read_timeout:type_name -> google.protobuf.Duration
-	0,  // 26: stormgate.v1.Drain.readonly_policy:type_name -> stormgate.v1.ReadonlyPolicy
-	12, // 27: stormgate.v1.Drain.timeout:type_name -> google.protobuf.Duration
-	12, // 28: stormgate.v1.Drain.min_duration:type_name -> google.protobuf.Duration
-	12, // 29: stormgate.v1.AccessLog.slow_threshold:type_name -> google.protobuf.Duration
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	12, // 10: stormgate.v1.Settings.http2:type_name -> stormgate.v1.Http2
+	13, // 11: stormgate.v1.Admission.max_wait:type_name -> google.protobuf.Duration
+	13, // 12: stormgate.v1.Admission.tcp_keepalive_idle:type_name -> google.protobuf.Duration
+	13, // 13: stormgate.v1.Upstream.connect_timeout:type_name -> google.protobuf.Duration
+	13, // 14: stormgate.v1.Upstream.backoff_base:type_name -> google.protobuf.Duration
+	13, // 15: stormgate.v1.Upstream.backoff_max:type_name -> google.protobuf.Duration
+	13, // 16: stormgate.v1.Upstream.warmup:type_name -> google.protobuf.Duration
+	13, // 17: stormgate.v1.Upstream.write_timeout:type_name -> google.protobuf.Duration
+	13, // 18: stormgate.v1.Hold.timeout:type_name -> google.protobuf.Duration
+	13, // 19: stormgate.v1.Hold.not_executed_window:type_name -> google.protobuf.Duration
+	13, // 20: stormgate.v1.Hold.max_timeout:type_name -> google.protobuf.Duration
+	13, // 21: stormgate.v1.Hold.deadline_margin:type_name -> google.protobuf.Duration
+	13, // 22: stormgate.v1.Keepalive.downstream_idle_timeout:type_name -> google.protobuf.Duration
+	13, // 23: stormgate.v1.Keepalive.upstream_interval:type_name -> google.protobuf.Duration
+	13, // 24: stormgate.v1.Keepalive.upstream_hung_timeout:type_name -> google.protobuf.Duration
+	13, // 25: stormgate.v1.Limits.max_request_age:type_name -> google.protobuf.Duration
+	13, // 26: stormgate.v1.Limits.frame_read_timeout:type_name -> google.protobuf.Duration
+	0,  // 27: stormgate.v1.Drain.readonly_policy:type_name -> stormgate.v1.ReadonlyPolicy
+	13, // 28: stormgate.v1.Drain.timeout:type_name -> google.protobuf.Duration
+	13, // 29: stormgate.v1.Drain.min_duration:type_name -> google.protobuf.Duration
+	13, // 30: stormgate.v1.AccessLog.slow_threshold:type_name -> google.protobuf.Duration
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_settings_stormgatev1_settings_proto_init() }
@@ -1300,13 +1390,14 @@ func file_settings_stormgatev1_settings_proto_init() {
 	file_settings_stormgatev1_settings_proto_msgTypes[8].OneofWrappers = []any{}
 	file_settings_stormgatev1_settings_proto_msgTypes[9].OneofWrappers = []any{}
 	file_settings_stormgatev1_settings_proto_msgTypes[10].OneofWrappers = []any{}
+	file_settings_stormgatev1_settings_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_settings_stormgatev1_settings_proto_rawDesc), len(file_settings_stormgatev1_settings_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
