@@ -262,7 +262,7 @@ func cmdRun(args []string) error {
 	fs.DurationVar(&o.FwdLead, "fwd-lead", 2*time.Second, "forward: start of each run of the load tool not sampled")
 	fs.DurationVar(&o.FwdWindow, "fwd-window", 4*time.Second, "forward: one sampled window")
 	fs.IntVar(&o.FwdWindows, "fwd-windows", 3, "forward: alternating rounds per load, one window of each target per round (the figure is their median)")
-	fs.IntVar(&o.FwdPairWindows, "fwd-pair-windows", 10, "forward: windows of Stormgate with and without per-method metrics run side by side, same load at the same time (issue 25's figure is the median of their ratios; 0: not run)")
+	fs.IntVar(&o.FwdPairWindows, "fwd-pair-windows", 20, "forward: windows of Stormgate with and without per-method metrics run side by side, same load at the same time (issue 25's figure is the median of their ratios; 0: not run)")
 	fs.DurationVar(&o.FwdProfWindow, "fwd-profile", 4*time.Second, "forward: the profiled window of each target after the rounds")
 	fwdOnly := fs.String("fwd-targets", "", "forward: run only these targets, comma-separated (e.g. stormgate,stormgate-base with BENCH_BASE_REF and more --fwd-windows, to compare two builds closely); the report then misses the others")
 	fs.DurationVar(&o.IdleProfile, "idle-profile", 15*time.Second, "idle: the proxies' profiled window at the 30 s period (0: none)")
