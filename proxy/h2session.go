@@ -46,10 +46,11 @@ type h2Session struct {
 	conn   *h2.Conn // nil until the client preface arrived
 	calls  map[uint32]*h2Call
 	closed bool
-	out    []byte // frames being built under mu; the writer copies what it cannot write at once
-	pings  uint64 // PINGs answered, as counted into the metric
-	held   int    // answer bytes kept in calls for the consumer's windows (charged to the budget)
-	drain  bool   // Stormgate is draining: GOAWAY sent (or due once the preface is in)
+	out    []byte               // frames being built under mu; the writer copies what it cannot write at once
+	pings  uint64               // PINGs answered, as counted into the metric
+	guards [h2.NumGuards]uint64 // guard trips, as counted into the metric
+	held   int                  // answer bytes kept in calls for the consumer's windows (charged to the budget)
+	drain  bool                 // Stormgate is draining: GOAWAY sent (or due once the preface is in)
 
 	in []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
 }
@@ -122,11 +123,8 @@ func (h *h2Session) process(buf []byte, now int64) {
 	for !h.sess.closing.Load() {
 		h.mu.Lock()
 		n, ev, err := h.conn.Read(now, buf[off:])
-		if ev.Kind == h2.EventNone && n > 0 {
-			if pings := h.conn.Counters().PingsAnswered - h.pings; pings > 0 {
-				h.pings += pings
-				h.sess.srv.m.h2Pings.Add(float64(pings)) // counted before the consumer can see the answer
-			}
+		if err != nil || n > 0 && (ev.Kind == h2.EventNone || ev.Kind == h2.EventReset) {
+			h.countLocked() // before the consumer can see the answer
 		}
 		h.flushLocked()
 		h.mu.Unlock()
@@ -196,6 +194,24 @@ func (h *h2Session) call(id uint32) *h2Call {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.calls[id]
+}
+
+// countLocked adds what the Conn counted since the last call (PINGs answered, guards tripped) to the
+// metrics. Only frames that produce no event for the owner, or a reset, or a connection error can have
+// changed them.
+func (h *h2Session) countLocked() {
+	cs := h.conn.Counters()
+	m := h.sess.srv.m
+	if pings := cs.PingsAnswered - h.pings; pings > 0 {
+		h.pings += pings
+		m.h2Pings.Add(float64(pings))
+	}
+	for g, n := range cs.Guards {
+		if d := n - h.guards[g]; d > 0 {
+			h.guards[g] = n
+			m.h2Guards[g].Add(float64(d))
+		}
+	}
 }
 
 // consumed hands n bytes of stream id back to the consumer's windows (WINDOW_UPDATE when due).

@@ -1,6 +1,10 @@
 package proxy
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stormgate/stormgate/proxy/h2"
+)
 
 // Every label value of the proxy's counters is created at zero when the server is
 // built, so that an alert on increase(...) sees a pod's first incident, not only
@@ -149,12 +153,13 @@ type metrics struct {
 	unknownIDs    prometheus.Counter
 	lateResponses prometheus.Counter
 	dropped       [nDropKinds]prometheus.Counter
-	readonlyIn    [2]prometheus.Counter // READONLY, WRITEABLE received from the provider
-	readonlyOut   [2]prometheus.Counter // sent to consumers
-	hangs         prometheus.Counter    // providers that became hung (hung.go)
-	h2Pings       prometheus.Counter    // consumer PINGs answered by Stormgate (h2session.go)
-	bp            bpMetrics             // backpressure (backpressure.go)
-	life          lifeMetrics           // set by New, which knows the codec's not-executed reasons
+	readonlyIn    [2]prometheus.Counter            // READONLY, WRITEABLE received from the provider
+	readonlyOut   [2]prometheus.Counter            // sent to consumers
+	hangs         prometheus.Counter               // providers that became hung (hung.go)
+	h2Pings       prometheus.Counter               // consumer PINGs answered by Stormgate (h2session.go)
+	h2Guards      [h2.NumGuards]prometheus.Counter // HTTP/2 attack guards tripped, by guard (h2session.go)
+	bp            bpMetrics                        // backpressure (backpressure.go)
+	life          lifeMetrics                      // set by New, which knows the codec's not-executed reasons
 	collectors    []prometheus.Collector
 }
 
@@ -221,10 +226,18 @@ func newMetrics() *metrics {
 			"answer and silent although probed with a heartbeat."})
 	m.h2Pings = prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_http2_pings_answered_total",
 		Help: "HTTP/2 PINGs from consumers that Stormgate answered itself (none reaches the provider)."})
+	h2Guards := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_http2_guard_trips_total",
+		Help: "HTTP/2 consumer behaviour Stormgate stopped, by reason (docs/design.md §14.3): rapid_reset, " +
+			"continuation_flood, ping_flood, settings_flood, control_flood, empty_frames, outbound_queue, stream_id, " +
+			"closed_stream (HEADERS) and preface end the consumer's connection with GOAWAY; header_list_size, " +
+			"too_many_streams, zero_window_stall and closed_stream (DATA) reset one stream."}, []string{"reason"})
+	for g := range m.h2Guards {
+		m.h2Guards[g] = h2Guards.WithLabelValues(h2.Guard(g).String())
+	}
 	m.bp = newBPMetrics()
 	m.collectors = append([]prometheus.Collector{m.downConns, downClosed, m.upConns, m.upConnected, m.upState, m.upReconnects,
 		m.upDialErrors, m.hbSent, localReplies, m.held, holdOutcomes, m.unknownIDs, m.lateResponses, dropped, ro, m.hangs,
-		m.h2Pings},
+		m.h2Pings, h2Guards},
 		m.bp.collectors()...)
 	return m
 }
