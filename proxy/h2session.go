@@ -51,6 +51,7 @@ type h2Session struct {
 	guards [h2.NumGuards]uint64 // guard trips, as counted into the metric
 	held   int                  // answer bytes kept in calls for the consumer's windows (charged to the budget)
 	drain  bool                 // Stormgate is draining: GOAWAY sent (or due once the preface is in)
+	stall  keepalive.Timer      // the zero-window stall check (h2stall.go)
 
 	in []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
 }
@@ -84,7 +85,9 @@ type h2Call struct {
 }
 
 func newH2Session(s *session, hp *h2Pool) *h2Session {
-	return &h2Session{sess: s, hp: hp, id: hp.sessionIDs.Add(1), calls: make(map[uint32]*h2Call)}
+	h := &h2Session{sess: s, hp: hp, id: hp.sessionIDs.Add(1), calls: make(map[uint32]*h2Call)}
+	h.stall.Init(h.onStall)
+	return h
 }
 
 // start answers the client preface: Stormgate's SETTINGS (SETTINGS_HEADER_TABLE_SIZE 0, the consumer's
@@ -92,7 +95,8 @@ func newH2Session(s *session, hp *h2Pool) *h2Session {
 func (h *h2Session) start(now int64) {
 	cfg := h.sess.srv.cfg.Load()
 	h.mu.Lock()
-	h.conn = h2.NewConn(h2.Config{Role: h2.RoleServer, MaxConcurrentStreams: uint32(min(max(cfg.MaxInflightPerConn, 1), h2.DefaultMaxConcurrentStreams))})
+	h.conn = h2.NewConn(h2.Config{Role: h2.RoleServer, MaxConcurrentStreams: uint32(min(max(cfg.MaxInflightPerConn, 1), h2.DefaultMaxConcurrentStreams)),
+		Limits: h2.Limits{StallTimeout: cfg.FrameReadTimeout}})
 	if h.drain || h.sess.srv.announced.Load() {
 		h.conn.GoAway(h2.ErrCodeNo, "stormgate is draining")
 	}
@@ -301,6 +305,7 @@ func (h *h2Session) answerData(c *h2Call, data []byte, end bool) int {
 			return len(data)
 		}
 		c.outEnd = end
+		h.armStallLocked()
 	case end:
 		h.finishLocked(c)
 	}
@@ -457,6 +462,7 @@ func (h *h2Session) onClosed() {
 		return
 	}
 	h.closed = true
+	h.sess.srv.wheel.Stop(&h.stall)
 	calls := make([]*h2Call, 0, len(h.calls))
 	dropped := make([]int, 0, len(h.calls))
 	for _, c := range h.calls {
