@@ -565,16 +565,7 @@ func TestH2ConsumerSide(t *testing.T) {
 	if err := fr.WriteRSTStream(3, http2.ErrCodeCancel); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "no provider stream left open", func() bool {
-		hp := srv.poolList()[0].h2
-		hp.mu.Lock()
-		defer hp.mu.Unlock()
-		n := 0
-		for _, u := range hp.ups {
-			n += len(u.calls) + u.conn.OpenStreams()
-		}
-		return n == 0
-	})
+	waitFor(t, 10*time.Second, "no provider stream left open", func() bool { return h2StreamsLeft(srv) == 0 })
 	if st := srv.Stats(); st.Closed["http2_error"] != 0 {
 		t.Errorf("closed for HTTP/2 errors: %v", st.Closed)
 	}
@@ -844,17 +835,21 @@ func TestH2IntegrityProviderKilled(t *testing.T) {
 	if o := unaryH2(ctx, h2cTransport(addr), []byte("after")); !o.ok {
 		t.Errorf("a call after the kills: %s", o.detail)
 	}
-	hp := srv.poolList()[0].h2
-	waitFor(t, 10*time.Second, "no stream left at the provider or waiting", func() bool {
-		hp.mu.Lock()
-		defer hp.mu.Unlock()
-		n := len(hp.waiting)
-		for _, u := range hp.ups {
-			n += len(u.calls) + u.conn.OpenStreams()
-		}
-		return n == 0
-	})
+	waitFor(t, 10*time.Second, "no stream left at the provider or waiting", func() bool { return h2StreamsLeft(srv) == 0 })
 	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
+}
+
+// h2StreamsLeft counts the calls of the first pool's HTTP/2 provider side that are not over: waiting for a
+// stream, on a provider connection, or a stream still open there.
+func h2StreamsLeft(srv *Server) int {
+	hp := srv.poolList()[0].h2
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	n := len(hp.waiting)
+	for _, u := range hp.ups {
+		n += len(u.calls) + u.conn.OpenStreams()
+	}
+	return n
 }
 
 func testutilCounter(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }

@@ -28,16 +28,7 @@ func TestH2ZeroWindowStall(t *testing.T) {
 		t.Errorf("zero_window_stall counted %v times, want 1", n)
 	}
 	waitFor(t, 10*time.Second, "the stalled stream's bytes released", func() bool { return st.srv.budget.inUse() == 0 })
-	hp := st.srv.poolList()[0].h2
-	waitFor(t, 10*time.Second, "no provider stream left open", func() bool {
-		hp.mu.Lock()
-		defer hp.mu.Unlock()
-		n := 0
-		for _, u := range hp.ups {
-			n += len(u.calls) + u.conn.OpenStreams()
-		}
-		return n == 0
-	})
+	waitFor(t, 10*time.Second, "no provider stream left open", func() bool { return h2StreamsLeft(st.srv) == 0 })
 	if s := st.srv.Stats(); s.Closed["http2_error"] != 0 || s.Closed["slow_consumer"] != 0 {
 		t.Errorf("consumers closed: %v", s.Closed)
 	}
