@@ -360,7 +360,8 @@ func (a *attacker) wantGoAway(code http2.ErrCode) {
 	a.wantClosed()
 }
 
-// wantClosed reads until Stormgate closes the connection.
+// wantClosed reads until Stormgate closes the connection (shuts its side: it keeps reading a while, so
+// that the consumer gets every byte sent before), then closes this side.
 func (a *attacker) wantClosed() {
 	a.t.Helper()
 	_, err := io.Copy(io.Discard, a.nc)
@@ -368,6 +369,7 @@ func (a *attacker) wantClosed() {
 	if errors.As(err, &ne) && ne.Timeout() {
 		a.t.Fatal("the connection was not closed")
 	}
+	_ = a.nc.Close()
 }
 
 // wantReset reads until a RST_STREAM on stream id, which must carry code; a GOAWAY fails the test.

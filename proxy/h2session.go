@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -53,6 +55,9 @@ type h2Session struct {
 	drain  bool                 // Stormgate is draining: GOAWAY sent (or due once the preface is in)
 	stall  keepalive.Timer      // the zero-window stall check (h2stall.go)
 
+	goingAway atomic.Bool     // a connection error's GOAWAY went to the writer: input is dropped, close follows
+	linger    keepalive.Timer // bounds how long the GOAWAY may wait in the writer (closeAfterGoAway)
+
 	in []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
 }
 
@@ -87,6 +92,7 @@ type h2Call struct {
 func newH2Session(s *session, hp *h2Pool) *h2Session {
 	h := &h2Session{sess: s, hp: hp, id: hp.sessionIDs.Add(1), calls: make(map[uint32]*h2Call)}
 	h.stall.Init(h.onStall)
+	h.linger.Init(func() { h.sess.closeWith(closeH2Error) })
 	return h
 }
 
@@ -110,7 +116,7 @@ func (h *h2Session) onInput(r byteSource, now int64) {
 	h.sess.idle.Touch(now)
 	b, _ := r.Next(r.Len())
 	switch {
-	case h.sess.closing.Load():
+	case h.sess.closing.Load() || h.goingAway.Load():
 	case h.conn == nil:
 		h.sniff(b, now)
 	case len(h.in) > 0:
@@ -124,7 +130,7 @@ func (h *h2Session) onInput(r byteSource, now int64) {
 // process reads whole frames from buf and keeps the rest (less than one frame) in h.in.
 func (h *h2Session) process(buf []byte, now int64) {
 	off := 0
-	for !h.sess.closing.Load() {
+	for !h.sess.closing.Load() && !h.goingAway.Load() {
 		h.mu.Lock()
 		n, ev, err := h.conn.Read(now, buf[off:])
 		if err != nil || n > 0 && (ev.Kind == h2.EventNone || ev.Kind == h2.EventReset) {
@@ -136,7 +142,7 @@ func (h *h2Session) process(buf []byte, now int64) {
 		if err != nil {
 			h.sess.srv.log.Warn("closing HTTP/2 consumer after a connection error (GOAWAY sent)",
 				zap.Stringer("peer", h.sess.remote), zap.Error(err))
-			h.sess.closeWith(closeH2Error)
+			h.closeAfterGoAway()
 			break
 		}
 		if n == 0 {
@@ -144,7 +150,7 @@ func (h *h2Session) process(buf []byte, now int64) {
 		}
 		h.event(ev, now)
 	}
-	if h.sess.closing.Load() {
+	if h.sess.closing.Load() || h.goingAway.Load() {
 		h.in = h.in[:0]
 		return
 	}
@@ -198,6 +204,26 @@ func (h *h2Session) call(id uint32) *h2Call {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.calls[id]
+}
+
+// closeAfterGoAway ends the connection after a connection error so that the GOAWAY saying why reaches
+// the consumer: a lingering close. Closing at once lost it twice over: the writer dropped what it still
+// held (the consumer had answers to read), and close(2) with the flood's unread bytes in the receive
+// queue sends RST, which discards what the kernel had not sent yet (Apache's and nginx's lingering close
+// exist for the same reason). So: input is read and dropped from now on; once the writer has written
+// everything (at once, or when it tells the session it is idle), the write side is shut (FIN after the
+// GOAWAY); the socket closes when the consumer closes its side (onClosed counts it as http2_error), or
+// after h2GoAwayLinger on the server's clock if it does not. Handler or wheel goroutine.
+func (h *h2Session) closeAfterGoAway() {
+	s := h.sess
+	if !h.goingAway.CompareAndSwap(false, true) {
+		return
+	}
+	s.srv.wheel.Schedule(&h.linger, h2GoAwayLinger)
+	if s.w.claimable() { // nothing waits in the writer: the GOAWAY is in the kernel's hands
+		s.w.shutdownWrite()
+	}
+	// Else session.writerIdle shuts the write side once the writer is idle.
 }
 
 // countLocked adds what the Conn counted since the last call (PINGs answered, guards tripped) to the
@@ -463,6 +489,7 @@ func (h *h2Session) onClosed() {
 	}
 	h.closed = true
 	h.sess.srv.wheel.Stop(&h.stall)
+	h.sess.srv.wheel.Stop(&h.linger)
 	calls := make([]*h2Call, 0, len(h.calls))
 	dropped := make([]int, 0, len(h.calls))
 	for _, c := range h.calls {
@@ -480,3 +507,7 @@ func (h *h2Session) onClosed() {
 		h.hp.answerConsumed(c, dropped[i])
 	}
 }
+
+// h2GoAwayLinger bounds how long a consumer that ended in a connection error keeps its connection while
+// its GOAWAY waits in the writer (x/net's server waits 1 s too).
+const h2GoAwayLinger = time.Second

@@ -37,7 +37,8 @@ func (h *h2Session) onStall() {
 	srv := h.sess.srv
 	t := srv.cfg.Load().FrameReadTimeout
 	h.mu.Lock()
-	if h.closed || h.conn == nil || t <= 0 { // a live change to 0 turns the guard off
+	// A live change to 0 turns the guard off; after a connection error the connection is going away.
+	if h.closed || h.conn == nil || t <= 0 || h.goingAway.Load() {
 		h.mu.Unlock()
 		return
 	}
@@ -79,6 +80,6 @@ func (h *h2Session) onStall() {
 	if err != nil {
 		srv.log.Warn("closing HTTP/2 consumer after a connection error (GOAWAY sent)",
 			zap.Stringer("peer", h.sess.remote), zap.Error(err))
-		h.sess.closeWith(closeH2Error)
+		h.closeAfterGoAway()
 	}
 }
