@@ -73,8 +73,8 @@ limits: { frame_read_timeout: 1s }
 		t.Errorf("the provider saw: %s", m)
 	}
 	for _, p := range pings {
-		if p == attackPing {
-			t.Errorf("a consumer's PING reached the provider")
+		if p == attackPing || p == alivePing {
+			t.Errorf("a consumer's PING reached the provider: % x", p)
 			break
 		}
 	}
@@ -91,8 +91,12 @@ type h2Attack struct {
 	counted map[string]float64
 }
 
-// attackPing marks every PING an attacker sends, so the provider can tell that none reached it.
-var attackPing = [8]byte{'a', 't', 't', 'a', 'c', 'k', '!', '!'}
+// attackPing and alivePing mark every PING an attacker sends, so the provider can tell that none reached
+// it (Stormgate's own PINGs carry a counter).
+var (
+	attackPing = [8]byte{'a', 't', 't', 'a', 'c', 'k', '!', '!'}
+	alivePing  = [8]byte{'a', 'l', 'i', 'v', 'e', '?'}
+)
 
 var h2Attacks = []h2Attack{
 	{"rapid_reset", func(a *attacker) {
@@ -405,12 +409,11 @@ func (a *attacker) wantAnswer(id uint32) {
 // wantAlive checks that the connection still serves: a PING gets its answer, no GOAWAY on the way.
 func (a *attacker) wantAlive() {
 	a.t.Helper()
-	data := [8]byte{'a', 'l', 'i', 'v', 'e', '?'}
-	a.must(a.fr.WritePing(false, data))
+	a.must(a.fr.WritePing(false, alivePing))
 	for {
 		switch f := a.next("the PING's answer").(type) {
 		case *http2.PingFrame:
-			if f.IsAck() && f.Data == data {
+			if f.IsAck() && f.Data == alivePing {
 				return
 			}
 		case *http2.GoAwayFrame:
