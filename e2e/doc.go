@@ -5,7 +5,9 @@
 // docs/configuration.md in sync: `go test ./e2e -run TestXDSConfigurationDocs
 // -update`), also over mutual TLS (xds_tls_test); transparent interception in network
 // namespaces, IPv4 and IPv6 (transparent_*_test, root only, skipped with a message
-// elsewhere); and the admission webhook as a process (webhook_test). The pod test, with
+// elsewhere); the admission webhook as a process (webhook_test); and every known HTTP/2
+// attack sent to one sidecar beside a normal consumer, with an h2c provider that
+// referees what reaches it (h2attacks_test, h2provider_test). The pod test, with
 // real containers, is package e2e/pod; e2e/testcerts makes the tests' throwaway X.509
 // material. It has no production code: the tests build the real binaries (`sidecar` and
 // `stormbench`) once per run in TestMain and drive them as separate OS processes on

@@ -97,7 +97,9 @@ type Config struct {
 	MaxQueuedBytesPerConsumer int
 	MaxRequestAge             time.Duration // a request pending this long is answered with an error; > 0
 	// FrameReadTimeout closes a consumer that has sent part of a frame and not the rest
-	// for this long; 0: never (the idle timeout still applies).
+	// for this long, and resets an HTTP/2 consumer's stream whose window it keeps shut
+	// this long while the answer waits (h2stall.go); 0: never (the idle timeout and
+	// MaxQueuedBytesPerConn still apply).
 	FrameReadTimeout time.Duration
 	// MaxBufferedBytes bounds, across the process, the bytes kept because a peer is
 	// slow or absent (see budget); > 0.

@@ -28,6 +28,7 @@
 //	h2pool.go     the provider's h2c connections: streams mapped onto them, waiting for a
 //	              stream when none can open one, grpc-status 14 when a connection dies
 //	h2keepalive.go Stormgate's own PINGs while a call waits on a silent provider connection
+//	h2stall.go    a consumer stream whose window stays shut past limits.frame_read_timeout is reset
 //
 // # What runs where
 //

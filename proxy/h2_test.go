@@ -150,13 +150,20 @@ func startGRPCProviderAt(t *testing.T, addr string, opts ...grpc.ServerOption) *
 // newH2Server starts a Server for a provider at upstream speaking protos, and a listener.
 func newH2Server(t *testing.T, upstream string, protos Protocols, mods ...func(*Config)) (*Server, string) {
 	t.Helper()
+	return newH2ServerWith(t, upstream, protos, Options{}, mods...)
+}
+
+// newH2ServerWith is newH2Server with the Server's Options (a clock); the logger and registry are its own.
+func newH2ServerWith(t *testing.T, upstream string, protos Protocols, opts Options, mods ...func(*Config)) (*Server, string) {
+	t.Helper()
 	cfg := testConfig(upstream)
 	cfg.Protocols = protos
 	cfg.UpstreamConns = 2
 	for _, m := range mods {
 		m(&cfg)
 	}
-	srv, err := New(cfg, Options{Logger: zaptest.NewLogger(t).Named("proxy"), Registerer: prometheus.NewRegistry()})
+	opts.Logger, opts.Registerer = zaptest.NewLogger(t).Named("proxy"), prometheus.NewRegistry()
+	srv, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +293,7 @@ func TestH2ProviderStreamLimit(t *testing.T) {
 func TestH2StalledConsumerSharesNoWindow(t *testing.T) {
 	prov := startGRPCProvider(t)
 	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
-	nc := stallingConsumer(t, addr, 40)
+	nc, _ := stallingConsumer(t, addr, 40)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cc := grpcClient(t, addr)
@@ -307,13 +314,7 @@ func TestH2StalledConsumerSharesNoWindow(t *testing.T) {
 func TestH2StalledConsumerBound(t *testing.T) {
 	prov := startGRPCProvider(t)
 	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple, func(c *Config) { c.MaxQueuedBytesPerConn = 256 << 10 })
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	fr := stall(t, nc, 10)
-	_ = nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, fr := stall(t, addr, 10)
 	for {
 		if _, err := fr.ReadFrame(); err != nil {
 			break // closed
@@ -325,16 +326,10 @@ func TestH2StalledConsumerBound(t *testing.T) {
 
 // stallingConsumer connects a consumer that announces a zero stream window, opens n streams each asking
 // for a 256 KiB answer, and has read their n answer heads; it never reads a byte of DATA.
-func stallingConsumer(t *testing.T, addr string, n int) net.Conn {
+func stallingConsumer(t *testing.T, addr string, n int) (net.Conn, *http2.Framer) {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	fr := stall(t, nc, n)
+	nc, fr := stall(t, addr, n)
 	heads := 0
-	_ = nc.SetReadDeadline(time.Now().Add(20 * time.Second))
 	for heads < n {
 		f, err := fr.ReadFrame()
 		if err != nil {
@@ -344,22 +339,28 @@ func stallingConsumer(t *testing.T, addr string, n int) net.Conn {
 			heads++
 		}
 	}
-	return nc
+	return nc, fr
 }
 
-// stall does the HTTP/2 handshake on nc with SETTINGS_INITIAL_WINDOW_SIZE 0 and opens n streams each asking
-// for a 256 KiB answer.
-func stall(t *testing.T, nc net.Conn, n int) *http2.Framer {
+// stall connects a consumer with SETTINGS_INITIAL_WINDOW_SIZE 0 (h2Handshake) and opens n streams each
+// asking for a 256 KiB answer.
+func stall(t *testing.T, addr string, n int) (net.Conn, *http2.Framer) {
 	t.Helper()
-	fr := h2Handshake(t, nc, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	nc, fr := h2Handshake(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
 	rawRequests(t, fr, n, []byte("stall"), h2.HeaderField{Name: "x-answer-bytes", Value: "262144"})
-	return fr
+	return nc, fr
 }
 
-// h2Handshake sends the preface and settings on nc, and returns once Stormgate's SETTINGS were acked and
-// ours were.
-func h2Handshake(t *testing.T, nc net.Conn, settings ...http2.Setting) *http2.Framer {
+// dialH2 connects an h2c consumer to addr and sends the client preface and its SETTINGS (settings). The
+// connection is closed when the test ends, and every read and write on it must be done within 20 s.
+func dialH2(t *testing.T, addr string, settings ...http2.Setting) (net.Conn, *http2.Framer) {
 	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
 	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
 		t.Fatal(err)
 	}
@@ -367,6 +368,13 @@ func h2Handshake(t *testing.T, nc net.Conn, settings ...http2.Setting) *http2.Fr
 	if err := fr.WriteSettings(settings...); err != nil {
 		t.Fatal(err)
 	}
+	return nc, fr
+}
+
+// h2Handshake is dialH2 that returns once Stormgate's SETTINGS were acked and ours were.
+func h2Handshake(t *testing.T, addr string, settings ...http2.Setting) (net.Conn, *http2.Framer) {
+	t.Helper()
+	nc, fr := dialH2(t, addr, settings...)
 	for acked := false; !acked; { // Stormgate's SETTINGS, then its ACK of ours
 		f, err := fr.ReadFrame()
 		if err != nil {
@@ -380,7 +388,7 @@ func h2Handshake(t *testing.T, nc net.Conn, settings ...http2.Setting) *http2.Fr
 			}
 		}
 	}
-	return fr
+	return nc, fr
 }
 
 // rawRequests opens streams 1, 3, ... 2n-1 on a connection fresh from h2Handshake, each a whole gRPC call
@@ -418,13 +426,7 @@ func rawRequests(t *testing.T, fr *http2.Framer, n int, msg []byte, extra ...h2.
 func TestH2DrainSendsGoAway(t *testing.T) {
 	prov := startGRPCProvider(t)
 	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
-	fr := h2Handshake(t, nc)
+	_, fr := h2Handshake(t, addr)
 	rawRequests(t, fr, 1, []byte("in flight"), h2.HeaderField{Name: "x-sleep-ms", Value: "300"})
 	waitFor(t, 10*time.Second, "the call at the provider", func() bool { return prov.active.Load() == 1 })
 	srv.Announce()
@@ -455,19 +457,7 @@ func TestH2DrainSendsGoAway(t *testing.T) {
 		t.Errorf("GOAWAY %v last stream %d, want NO_ERROR and 1", goAway.ErrCode, goAway.LastStreamID)
 	}
 	// A consumer that connects while Stormgate drains gets its GOAWAY right after the handshake.
-	nc2, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc2.Close()
-	_ = nc2.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(nc2, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr2 := http2.NewFramer(nc2, bufio.NewReader(nc2))
-	if err := fr2.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
+	_, fr2 := dialH2(t, addr)
 	for {
 		f, err := fr2.ReadFrame()
 		if err != nil {
@@ -488,20 +478,7 @@ func TestH2DrainSendsGoAway(t *testing.T) {
 func TestH2ConsumerSide(t *testing.T) {
 	prov := startGRPCProvider(t)
 	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(nc, bufio.NewReader(nc))
-	fr.ReadMetaHeaders = nil
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
+	_, fr := dialH2(t, addr)
 	f, err := fr.ReadFrame()
 	if err != nil {
 		t.Fatal(err)
@@ -588,16 +565,7 @@ func TestH2ConsumerSide(t *testing.T) {
 	if err := fr.WriteRSTStream(3, http2.ErrCodeCancel); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "no provider stream left open", func() bool {
-		hp := srv.poolList()[0].h2
-		hp.mu.Lock()
-		defer hp.mu.Unlock()
-		n := 0
-		for _, u := range hp.ups {
-			n += len(u.calls) + u.conn.OpenStreams()
-		}
-		return n == 0
-	})
+	waitFor(t, 10*time.Second, "no provider stream left open", func() bool { return h2StreamsLeft(srv) == 0 })
 	if st := srv.Stats(); st.Closed["http2_error"] != 0 {
 		t.Errorf("closed for HTTP/2 errors: %v", st.Closed)
 	}
@@ -867,17 +835,21 @@ func TestH2IntegrityProviderKilled(t *testing.T) {
 	if o := unaryH2(ctx, h2cTransport(addr), []byte("after")); !o.ok {
 		t.Errorf("a call after the kills: %s", o.detail)
 	}
-	hp := srv.poolList()[0].h2
-	waitFor(t, 10*time.Second, "no stream left at the provider or waiting", func() bool {
-		hp.mu.Lock()
-		defer hp.mu.Unlock()
-		n := len(hp.waiting)
-		for _, u := range hp.ups {
-			n += len(u.calls) + u.conn.OpenStreams()
-		}
-		return n == 0
-	})
+	waitFor(t, 10*time.Second, "no stream left at the provider or waiting", func() bool { return h2StreamsLeft(srv) == 0 })
 	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
+}
+
+// h2StreamsLeft counts the calls of the first pool's HTTP/2 provider side that are not over: waiting for a
+// stream, on a provider connection, or a stream still open there.
+func h2StreamsLeft(srv *Server) int {
+	hp := srv.poolList()[0].h2
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	n := len(hp.waiting)
+	for _, u := range hp.ups {
+		n += len(u.calls) + u.conn.OpenStreams()
+	}
+	return n
 }
 
 func testutilCounter(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }

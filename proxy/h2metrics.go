@@ -34,6 +34,7 @@ type h2Metrics struct {
 	streams prometheus.Counter // streams consumers opened
 	resets  [nH2Peers][nH2Directions][h2.NumErrCodeClasses]prometheus.Counter
 	goAways [nH2Peers][nH2Directions]prometheus.Counter
+	guards  [h2.NumGuards]prometheus.Counter // consumer behaviour the codec's guards stopped
 }
 
 func newH2Metrics() (h2Metrics, []prometheus.Collector) {
@@ -57,7 +58,15 @@ func newH2Metrics() (h2Metrics, []prometheus.Collector) {
 			}
 		}
 	}
-	return m, []prometheus.Collector{m.pings, m.streams, resets, goAways}
+	guards := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stormgate_http2_guard_trips_total",
+		Help: "HTTP/2 consumer behaviour Stormgate stopped, by reason (docs/design.md §14.3): rapid_reset, " +
+			"continuation_flood, ping_flood, settings_flood, control_flood, empty_frames, outbound_queue, stream_id, " +
+			"closed_stream (HEADERS) and preface end the consumer's connection with GOAWAY; header_list_size, " +
+			"too_many_streams, zero_window_stall and closed_stream (DATA) reset one stream."}, []string{"reason"})
+	for g := range m.guards {
+		m.guards[g] = guards.WithLabelValues(h2.Guard(g).String())
+	}
+	return m, []prometheus.Collector{m.pings, m.streams, resets, goAways, guards}
 }
 
 // h2Meter is what one HTTP/2 connection has moved into the metrics so far. Its owner's lock guards it.
@@ -66,6 +75,7 @@ type h2Meter struct {
 	resets         [nH2Directions]uint64
 	resetsByCode   [nH2Directions][h2.NumErrCodeClasses]uint64
 	goAways        [nH2Directions]uint64
+	guards         [h2.NumGuards]uint64
 }
 
 // sync adds what c counted since the last call to the metrics of peer. It never allocates.
@@ -78,6 +88,12 @@ func (hm *h2Meter) sync(m *h2Metrics, peer int, c *h2.Counters) {
 		if d := c.StreamsOpened - hm.streams; d > 0 {
 			hm.streams = c.StreamsOpened
 			m.streams.Add(float64(d))
+		}
+		for g, n := range c.Guards {
+			if d := n - hm.guards[g]; d > 0 {
+				hm.guards[g] = n
+				m.guards[g].Add(float64(d))
+			}
 		}
 	}
 	if c.ResetsReceived != hm.resets[h2Received] {

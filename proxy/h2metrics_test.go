@@ -82,12 +82,8 @@ func TestConnectionSeriesByProtocol(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, fr := h2Handshake(t, addr)
 	_ = raw.SetDeadline(time.Now().Add(20 * time.Second))
-	fr := h2Handshake(t, raw)
 	waitSeries(t, srv, "stormgate_downstream_connections", "protocol=dubbo", 1)
 	waitSeries(t, srv, "stormgate_downstream_connections", "protocol=triple", 2)
 	waitSeries(t, srv, "stormgate_downstream_connections", "protocol=unknown", 1)

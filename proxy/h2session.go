@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -46,10 +48,14 @@ type h2Session struct {
 	conn   *h2.Conn // nil until the client preface arrived
 	calls  map[uint32]*h2Call
 	closed bool
-	out    []byte  // frames being built under mu; the writer copies what it cannot write at once
-	meter  h2Meter // what conn counted that the metrics have (h2metrics.go)
-	held   int     // answer bytes kept in calls for the consumer's windows (charged to the budget)
-	drain  bool    // Stormgate is draining: GOAWAY sent (or due once the preface is in)
+	out    []byte          // frames being built under mu; the writer copies what it cannot write at once
+	meter  h2Meter         // what conn counted that the metrics have (h2metrics.go)
+	held   int             // answer bytes kept in calls for the consumer's windows (charged to the budget)
+	drain  bool            // Stormgate is draining: GOAWAY sent (or due once the preface is in)
+	stall  keepalive.Timer // the zero-window stall check (h2stall.go)
+
+	goingAway atomic.Bool     // a connection error's GOAWAY went to the writer: input is dropped, close follows
+	linger    keepalive.Timer // bounds how long the GOAWAY may wait in the writer (closeAfterGoAway)
 
 	in []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
 }
@@ -83,7 +89,10 @@ type h2Call struct {
 }
 
 func newH2Session(s *session, hp *h2Pool) *h2Session {
-	return &h2Session{sess: s, hp: hp, id: hp.sessionIDs.Add(1), calls: make(map[uint32]*h2Call)}
+	h := &h2Session{sess: s, hp: hp, id: hp.sessionIDs.Add(1), calls: make(map[uint32]*h2Call)}
+	h.stall.Init(h.onStall)
+	h.linger.Init(func() { h.sess.closeWith(closeH2Error) })
+	return h
 }
 
 // start answers the client preface: Stormgate's SETTINGS (SETTINGS_HEADER_TABLE_SIZE 0, and http2.* as
@@ -106,7 +115,7 @@ func (h *h2Session) onInput(r byteSource, now int64) {
 	h.sess.idle.Touch(now)
 	b, _ := r.Next(r.Len())
 	switch {
-	case h.sess.closing.Load():
+	case h.sess.closing.Load() || h.goingAway.Load():
 	case h.conn == nil:
 		h.sniff(b, now)
 	case len(h.in) > 0:
@@ -120,16 +129,16 @@ func (h *h2Session) onInput(r byteSource, now int64) {
 // process reads whole frames from buf and keeps the rest (less than one frame) in h.in.
 func (h *h2Session) process(buf []byte, now int64) {
 	off := 0
-	for !h.sess.closing.Load() {
+	for !h.sess.closing.Load() && !h.goingAway.Load() {
 		h.mu.Lock()
 		n, ev, err := h.conn.Read(now, buf[off:])
-		h.flushLocked() // counts a PING answered before the consumer can see the answer
+		h.flushLocked() // counts what the frame changed (a PING answered, a guard tripped) before the consumer can see it
 		h.mu.Unlock()
 		off += n
 		if err != nil {
 			h.sess.srv.log.Warn("closing HTTP/2 consumer after a connection error (GOAWAY sent)",
 				zap.Stringer("peer", h.sess.remote), zap.Error(err))
-			h.sess.closeWith(closeH2Error)
+			h.closeAfterGoAway()
 			break
 		}
 		if n == 0 {
@@ -137,7 +146,7 @@ func (h *h2Session) process(buf []byte, now int64) {
 		}
 		h.event(ev, now)
 	}
-	if h.sess.closing.Load() {
+	if h.sess.closing.Load() || h.goingAway.Load() {
 		h.in = h.in[:0]
 		return
 	}
@@ -191,6 +200,26 @@ func (h *h2Session) call(id uint32) *h2Call {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.calls[id]
+}
+
+// closeAfterGoAway ends the connection after a connection error so that the GOAWAY saying why reaches
+// the consumer: a lingering close. Closing at once lost it twice over: the writer dropped what it still
+// held (the consumer had answers to read), and close(2) with the flood's unread bytes in the receive
+// queue sends RST, which discards what the kernel had not sent yet (Apache's and nginx's lingering close
+// exist for the same reason). So: input is read and dropped from now on; once the writer has written
+// everything (at once, or when it tells the session it is idle), the write side is shut (FIN after the
+// GOAWAY); the socket closes when the consumer closes its side (onClosed counts it as http2_error), or
+// after h2GoAwayLinger on the server's clock if it does not. Handler or wheel goroutine.
+func (h *h2Session) closeAfterGoAway() {
+	s := h.sess
+	if !h.goingAway.CompareAndSwap(false, true) {
+		return
+	}
+	s.srv.wheel.Schedule(&h.linger, h2GoAwayLinger)
+	if s.w.claimable() { // nothing waits in the writer: the GOAWAY is in the kernel's hands
+		s.w.shutdownWrite()
+	}
+	// Else session.writerIdle shuts the write side once the writer is idle.
 }
 
 // consumed hands n bytes of stream id back to the consumer's windows (WINDOW_UPDATE when due).
@@ -282,6 +311,7 @@ func (h *h2Session) answerData(c *h2Call, data []byte, end bool) int {
 			return len(data)
 		}
 		c.outEnd = end
+		h.armStallLocked()
 	case end:
 		h.finishLocked(c)
 	}
@@ -438,6 +468,8 @@ func (h *h2Session) onClosed() {
 		return
 	}
 	h.closed = true
+	h.sess.srv.wheel.Stop(&h.stall)
+	h.sess.srv.wheel.Stop(&h.linger)
 	calls := make([]*h2Call, 0, len(h.calls))
 	dropped := make([]int, 0, len(h.calls))
 	for _, c := range h.calls {
@@ -455,3 +487,7 @@ func (h *h2Session) onClosed() {
 		h.hp.answerConsumed(c, dropped[i])
 	}
 }
+
+// h2GoAwayLinger bounds how long a consumer that ended in a connection error keeps its connection while
+// its GOAWAY waits in the writer (x/net's server waits 1 s too).
+const h2GoAwayLinger = time.Second

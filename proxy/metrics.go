@@ -1,6 +1,8 @@
 package proxy
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Every label value of the proxy's counters is created at zero when the server is
 // built, so that an alert on increase(...) sees a pod's first incident, not only

@@ -16,8 +16,8 @@ import (
 //
 //	| setting                              | waits it bounds                 | how a change reaches them
 //	|--------------------------------------|---------------------------------|------------------------------------
-//	| keepalive.downstream_idle_timeout,   | each consumer's timer           | fired now: onTimer re-arms for what
-//	| limits.frame_read_timeout            |                                 | is left of the new value
+//	| keepalive.downstream_idle_timeout,   | each consumer's timer; an       | fired now: onTimer (onStall) re-arms
+//	| limits.frame_read_timeout            | HTTP/2 consumer's stall check   | for what is left of the new value
 //	| keepalive.upstream_interval          | each provider connection's      | re-armed with the new interval
 //	|                                      | heartbeat check                 |
 //	| upstream.write_timeout               | a stalled writer's timer        | fired now: onStallTimer fails the
@@ -59,8 +59,14 @@ func (s *Server) rearm(old, cfg *Config, pools []*pool) {
 		}
 	}
 	if cfg.DownstreamIdleTimeout != old.DownstreamIdleTimeout || cfg.FrameReadTimeout != old.FrameReadTimeout {
-		// onTimer computes what is due from the new values and re-arms itself.
-		s.sessions.each(func(ss *session) { s.wheel.Schedule(&ss.timer, 0) })
+		// onTimer computes what is due from the new values and re-arms itself; so does an HTTP/2
+		// consumer's stall check (h2stall.go), which does nothing when no stream waits.
+		s.sessions.each(func(ss *session) {
+			s.wheel.Schedule(&ss.timer, 0)
+			if ss.proto.Load() == protoH2 { // ss.h2 is set before proto
+				s.wheel.Schedule(&ss.h2.stall, 0)
+			}
+		})
 	}
 	if cfg.HoldTimeout != old.HoldTimeout || cfg.HoldMaxTimeout != old.HoldMaxTimeout ||
 		cfg.DeadlineMargin != old.DeadlineMargin || cfg.MaxRequestAge != old.MaxRequestAge {

@@ -206,11 +206,28 @@ var replyBufs = sync.Pool{New: func() any { return new([32]byte) }}
 func (s *session) writeStalled() {}
 
 // writeFailed implements writerOwner: the flusher could not write to the consumer.
-func (s *session) writeFailed(error) { s.closeWith(closePeer) }
+func (s *session) writeFailed(error) {
+	if s.goingAway() {
+		s.closeWith(closeH2Error)
+		return
+	}
+	s.closeWith(closePeer)
+}
 
 // writerIdle implements writerOwner: a session has no queue of its own (send never
-// refuses for a busy writer), so it is never told.
-func (s *session) writerIdle() {}
+// refuses for a busy writer), so it asks only to shut an HTTP/2 consumer's write side
+// once its GOAWAY is written (h2Session.closeAfterGoAway).
+func (s *session) writerIdle() {
+	if s.goingAway() {
+		s.w.shutdownWrite()
+	}
+}
+
+// goingAway reports whether an HTTP/2 consumer is in its lingering close after a
+// connection error (h2Session.closeAfterGoAway).
+func (s *session) goingAway() bool {
+	return s.proto.Load() == protoH2 && s.h2.goingAway.Load() // s.h2 is set before proto
+}
 
 // closeWith closes the consumer connection, recording why. The first reason wins.
 // It shuts the socket down (writer.close); netpoll's poller runs onClosed when it
@@ -235,6 +252,8 @@ func (s *session) onClosed(netpoll.Connection) error {
 	reason := closePeer
 	if r := s.reason.Load(); r != 0 {
 		reason = closeReason(r - 1)
+	} else if s.goingAway() {
+		reason = closeH2Error // it closed its side after the GOAWAY
 	} else if s.rd.partial() {
 		reason = closeTruncated
 		srv.log.Warn("consumer closed in the middle of a frame", zap.Stringer("peer", s.remote))

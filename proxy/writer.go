@@ -499,6 +499,17 @@ func (w *writer) close() uint64 {
 	return final
 }
 
+// shutdownWrite sends FIN after the bytes the kernel holds, and keeps the socket open
+// for reading: the first half of a lingering close, called when nothing waits in the
+// writer (claimable, or writerIdle). Later writes fail; close ends the rest.
+func (w *writer) shutdownWrite() {
+	w.fdMu.Lock()
+	defer w.fdMu.Unlock()
+	if !w.fdClosed && w.fd >= 0 && w.env.sys == nil {
+		_ = unix.Shutdown(w.fd, unix.SHUT_WR)
+	}
+}
+
 // copyFrame appends the n bytes at stream offset off to dst, when the writer still
 // holds them (they were not fully written before close). ok is false otherwise.
 func (w *writer) copyFrame(dst []byte, off uint64, n int) (out []byte, ok bool) {

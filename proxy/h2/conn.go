@@ -2,6 +2,7 @@ package h2
 
 import (
 	"errors"
+	"time"
 )
 
 // Role says which end of the connection this side is.
@@ -908,7 +909,8 @@ func (c *Conn) SendWindow(id uint32) int {
 // (never more), each at most the peer's SETTINGS_MAX_FRAME_SIZE, and returns how many bytes of data it
 // took. endStream sets END_STREAM on the last frame once all of data is taken (an empty data with endStream
 // sends an empty DATA frame, which needs no window). When not all of data fits, the stream counts as
-// blocked from now: CheckStalls resets it if no window comes within Limits.StallTimeout.
+// blocked from the last call that sent a byte of it: CheckStalls resets it if no more window comes
+// within Limits.StallTimeout (a peer that reads slowly is not stalled; one that stops reading is).
 func (c *Conn) AppendData(now int64, dst []byte, id uint32, data []byte, endStream bool) ([]byte, int, error) {
 	s := c.streams[id]
 	if c.err != nil || s == nil || !s.localOpen() {
@@ -936,7 +938,7 @@ func (c *Conn) AppendData(now int64, dst []byte, id uint32, data []byte, endStre
 		}
 	}
 	if sent < len(data) {
-		if s.blockedSince == 0 {
+		if s.blockedSince == 0 || sent > 0 {
 			s.blockedSince = now
 		}
 		return dst, sent, nil
@@ -960,6 +962,27 @@ func (c *Conn) CheckStalls(now int64) (id uint32, ok bool, err error) {
 		}
 	}
 	return 0, false, nil
+}
+
+// NextStall returns when CheckStalls will next find a stream to reset if no window comes meanwhile: the
+// time an owner's timer should fire. ok is false when no stream is waiting for a window.
+func (c *Conn) NextStall() (at int64, ok bool) {
+	for _, s := range c.streams {
+		if s.blockedSince != 0 && (!ok || s.blockedSince < at) {
+			at, ok = s.blockedSince, true
+		}
+	}
+	if ok {
+		at += int64(c.lim.StallTimeout)
+	}
+	return at, ok
+}
+
+// SetStallTimeout changes Limits.StallTimeout (a zero or negative d: the default) for the checks from
+// now on.
+func (c *Conn) SetStallTimeout(d time.Duration) {
+	orDefault(&d, DefaultLimits().StallTimeout)
+	c.lim.StallTimeout = d
 }
 
 // Reset resets a stream on the owner's behalf (e.g. its consumer went away, its provider connection was

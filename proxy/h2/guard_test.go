@@ -235,6 +235,40 @@ func TestGuardZeroWindowStall(t *testing.T) {
 	}
 }
 
+func TestGuardZeroWindowProgress(t *testing.T) {
+	// A consumer that reads slowly but reads (its window opens a little at a time) is not stalled: the stall
+	// timeout counts from the last byte that went out, and NextStall says when the owner must look again.
+	d := serverDriver(t, Config{Limits: Limits{StallTimeout: 30 * time.Second}}, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	d.requestWithHead(1, true)
+	start := d.now
+	if _, n, _ := d.c.AppendData(start, nil, 1, make([]byte, 100), false); n != 0 {
+		t.Fatalf("sent %d into a zero window", n)
+	}
+	if at, ok := d.c.NextStall(); !ok || at != start+int64(30*time.Second) {
+		t.Fatalf("NextStall %d %v, want start+30s", at-start, ok)
+	}
+	d.must(d.fr.WriteWindowUpdate(1, 10))
+	d.pump()
+	later := start + int64(20*time.Second)
+	if _, n, _ := d.c.AppendData(later, nil, 1, make([]byte, 100), false); n != 10 {
+		t.Fatalf("sent %d, want the 10 bytes of window", n)
+	}
+	if at, ok := d.c.NextStall(); !ok || at != later+int64(30*time.Second) {
+		t.Fatalf("NextStall %d after progress, want 50 s after start", at-start)
+	}
+	if _, ok, _ := d.c.CheckStalls(start + int64(35*time.Second)); ok {
+		t.Fatal("reset 15 s after the last byte went out")
+	}
+	// The owner may shorten the timeout while the Conn lives (a live setting).
+	d.c.SetStallTimeout(10 * time.Second)
+	if id, ok, _ := d.c.CheckStalls(later + int64(10*time.Second)); !ok || id != 1 {
+		t.Fatalf("not reset 10 s after the last byte with a 10 s timeout: %d %v", id, ok)
+	}
+	if _, ok := d.c.NextStall(); ok {
+		t.Fatal("NextStall with no stream waiting")
+	}
+}
+
 func TestGuardStreamIDBackwards(t *testing.T) {
 	d := serverDriver(t, Config{})
 	d.headers(5, true, request("/s/m")...)

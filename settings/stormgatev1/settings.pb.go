@@ -746,7 +746,8 @@ type Limits struct {
 	// A consumer whose unread responses exceed this is closed.
 	MaxQueuedBytesPerConnection *int32 `protobuf:"varint,4,opt,name=max_queued_bytes_per_connection,json=maxQueuedBytesPerConnection,proto3,oneof" json:"max_queued_bytes_per_connection,omitempty"`
 	// A consumer that sent part of a frame and not the rest for this long is
-	// closed; 0 turns it off.
+	// closed; an HTTP/2 consumer that keeps a stream's window shut this long
+	// while its answer waits gets that stream reset; 0 turns both off.
 	FrameReadTimeout *durationpb.Duration `protobuf:"bytes,5,opt,name=frame_read_timeout,json=frameReadTimeout,proto3" json:"frame_read_timeout,omitempty"`
 	// Bytes the whole process keeps because a peer is slow or absent (stalled
 	// sockets, the hold queue, frames arriving in pieces).
