@@ -388,16 +388,18 @@ func cmdRun(args []string) error {
 		if ctx.Err() != nil {
 			break
 		}
-		t0 := time.Now()
+		t0, m0 := time.Now(), sampleMachine()
 		s.logf("== %s", sc.name)
 		err := sc.run(s, ctx, res)
+		busy, steal := sampleMachine().cores(m0)
+		res.Scenarios = append(res.Scenarios, ScenarioCPU{Name: sc.name, Wall: time.Since(t0), Busy: busy, Steal: steal})
 		s.cleanup()
 		res.Profiles = append(res.Profiles, s.takeProfiles()...)
 		if err != nil {
 			s.logf("!! %s: %v", sc.name, err)
 			res.Failures = append(res.Failures, fmt.Sprintf("%s: %v", sc.name, err))
 		}
-		s.logf("== %s done in %v", sc.name, time.Since(t0).Round(time.Second))
+		s.logf("== %s done in %v (machine %.2f cores busy, %.2f stolen by the hypervisor)", sc.name, time.Since(t0).Round(time.Second), busy, steal)
 		// A partial results.json after every scenario: a killed run still leaves what it measured.
 		res.Wall = time.Since(start)
 		res.Machine.LoadAvgPost = loadAvg()

@@ -160,35 +160,47 @@ func sampleUsage(pids ...int) (Usage, error) {
 	return u, nil
 }
 
-// sampleMachine reads the whole machine's busy CPU time (every core) from /proc/stat.
-func sampleMachine() (Usage, error) {
-	u := Usage{At: time.Now()}
-	st, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return u, err
-	}
-	u.CPU, err = parseMachineBusy(string(st))
-	return u, err
+// machineCPU is the whole machine's CPU time so far, from /proc/stat (every core).
+type machineCPU struct {
+	At    time.Time
+	Busy  time.Duration // user, nice, system, irq, softirq: this guest's processes and kernel
+	Steal time.Duration // time this guest wanted a core and the hypervisor gave it to another
 }
 
-// parseMachineBusy returns the busy time on the aggregate "cpu" line of /proc/stat: user, nice,
-// system, irq and softirq (idle and iowait are not busy; steal is another guest's; guest time is
-// inside user).
-func parseMachineBusy(stat string) (time.Duration, error) {
+// sampleMachine reads the machine's CPU time (zero on error).
+func sampleMachine() machineCPU {
+	m := machineCPU{At: time.Now()}
+	if st, err := os.ReadFile("/proc/stat"); err == nil {
+		m.Busy, m.Steal, _ = parseMachineCPU(string(st))
+	}
+	return m
+}
+
+// cores returns the busy and stolen cores between a and b (1.0 = one core).
+func (b machineCPU) cores(a machineCPU) (busy, steal float64) {
+	el := b.At.Sub(a.At)
+	if el <= 0 {
+		return 0, 0
+	}
+	return float64(b.Busy-a.Busy) / float64(el), float64(b.Steal-a.Steal) / float64(el)
+}
+
+// parseMachineCPU returns busy and steal time from the aggregate "cpu" line of /proc/stat: busy
+// is user, nice, system, irq and softirq (idle and iowait are not busy; guest time is inside
+// user), steal is field 8.
+func parseMachineCPU(stat string) (busy, steal time.Duration, err error) {
 	line, _, _ := strings.Cut(stat, "\n")
 	f := strings.Fields(line)
 	if len(f) < 9 || f[0] != "cpu" {
-		return 0, errors.New("/proc/stat: no aggregate cpu line")
+		return 0, 0, errors.New("/proc/stat: no aggregate cpu line")
 	}
-	var busy uint64
-	for _, i := range []int{1, 2, 3, 6, 7} {
-		v, err := strconv.ParseUint(f[i], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/stat: %w", err)
+	var v [9]uint64
+	for i := 1; i < 9; i++ {
+		if v[i], err = strconv.ParseUint(f[i], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
 		}
-		busy += v
 	}
-	return time.Duration(busy) * clockTick, nil
+	return time.Duration(v[1]+v[2]+v[3]+v[6]+v[7]) * clockTick, time.Duration(v[8]) * clockTick, nil
 }
 
 // parseStatCPU returns utime+stime from the text of /proc/PID/stat.

@@ -305,16 +305,16 @@ func TestThroughputRatioLowerBound(t *testing.T) {
 	}
 }
 
-func TestParseMachineBusy(t *testing.T) {
+func TestParseMachineCPU(t *testing.T) {
 	// user nice system idle iowait irq softirq steal guest guest_nice
-	got, err := parseMachineBusy("cpu  100 5 50 9000 40 3 2 1 7 0\ncpu0 50 2 25 4500 20 1 1 0 0 0\n")
+	busy, steal, err := parseMachineCPU("cpu  100 5 50 9000 40 3 2 1 7 0\ncpu0 50 2 25 4500 20 1 1 0 0 0\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 160 * clockTick; got != want {
-		t.Errorf("busy %v, want %v (user+nice+system+irq+softirq)", got, want)
+	if busy != 160*clockTick || steal != clockTick {
+		t.Errorf("busy %v steal %v, want %v (user+nice+system+irq+softirq) and %v", busy, steal, 160*clockTick, clockTick)
 	}
-	if _, err := parseMachineBusy("intr 1 2 3\n"); err == nil {
+	if _, _, err := parseMachineCPU("intr 1 2 3\n"); err == nil {
 		t.Error("a /proc/stat without the cpu line parsed")
 	}
 }

@@ -41,10 +41,16 @@ func (p *reporter) markdown() string {
 }
 
 func (p *reporter) machine() {
+	type scen struct{ Name, Wall, Busy, Steal string }
+	var sc []scen
+	for _, x := range p.r.Scenarios {
+		sc = append(sc, scen{x.Name, x.Wall.Round(time.Second).String(), num(x.Busy, 2), num(x.Steal, 2)})
+	}
 	p.exec("machine", struct {
 		M                        Machine
 		Procs, Maxconn, Sessions int
-	}{p.r.Machine, haproxyProcs, haproxyMaxconn, dubbogoSessions})
+		Scenarios                []scen
+	}{p.r.Machine, haproxyProcs, haproxyMaxconn, dubbogoSessions, sc})
 }
 
 // --- summary ---

@@ -16,6 +16,8 @@ type Results struct {
 	Command  string        `json:"command"`
 	Options  Options       `json:"options"`
 	Failures []string      `json:"failures,omitempty"` // scenario errors, shown in the doc
+	// Scenarios is what each scenario cost the machine, in run order.
+	Scenarios []ScenarioCPU `json:"scenarios,omitempty"`
 
 	Micro      *MicroResult      `json:"micro,omitempty"`
 	Idle       *IdleResult       `json:"idle,omitempty"`
@@ -33,6 +35,16 @@ type Results struct {
 	// Profiles are the CPU profiles taken during the run (quiet, heartbeat, idle, forward,
 	// throughput), each with its scenario key and target.
 	Profiles []Profile `json:"profiles,omitempty"`
+}
+
+// ScenarioCPU is the machine's CPU over one scenario: busy (every process of this guest, the
+// run's own included) and stolen by the hypervisor. Steal is CPU this guest wanted and did not
+// get: while it is high, every figure of the scenario is slower than the machine is.
+type ScenarioCPU struct {
+	Name  string        `json:"name"`
+	Wall  time.Duration `json:"wall_ns"`
+	Busy  float64       `json:"busy_cores"`
+	Steal float64       `json:"steal_cores"`
 }
 
 // Machine describes where the run happened.

@@ -65,13 +65,12 @@ func (s *Suite) runLabelPair(ctx context.Context, out *FwdPair, method, arg stri
 	if err := sleepCtx(ctx, lead); err != nil {
 		return err
 	}
-	sample := func() (us []Usage, machine Usage) {
+	sample := func() (us []Usage, machine machineCPU) {
 		for _, pr := range pairs {
 			u, _ := sampleUsage(pr.px.pids()...)
 			us = append(us, u)
 		}
-		machine, _ = sampleMachine()
-		return us, machine
+		return us, sampleMachine()
 	}
 	a, ma := sample()
 	first := ma
@@ -91,9 +90,7 @@ func (s *Suite) runLabelPair(ctx context.Context, out *FwdPair, method, arg stri
 		s.logf("  forward labels side by side %d conns %s req/s: %.2f ÷ %.2f µs/request", out.Conns, fmtNum(out.Rate), per[0], per[1])
 		a, ma = b, mb
 	}
-	if el := ma.At.Sub(first.At); el > 0 {
-		out.Cores = float64(ma.CPU-first.CPU) / float64(el)
-	}
+	out.Cores, _ = ma.cores(first)
 	for i, h := range hs {
 		run, err := h.wait()
 		if err != nil {
