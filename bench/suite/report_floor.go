@@ -188,6 +188,12 @@ func (p *reporter) labelCostRow(l FwdLoad) sumRow {
 		usStr(sv), usStr(nv), ratio(sv, nv))
 	row.known, row.ok = true, r <= targetLabelCost
 	row.note = text("note-label-cost-pair", num(slices.Min(pr.Ratios), 3), num(slices.Max(pr.Ratios), 3), num(pr.Cores, 2), count(pr.Failed), row.note)
+	if pr.Failed > 0 {
+		// Calls that failed were not carried at the load the row names: the machine could not
+		// run both pairs at once, and their CPU is not a cost per answered request.
+		row.ok = false
+		row.verdict = fmt.Sprintf("no verdict: %s of %s calls failed side by side", count(pr.Failed), count(pr.Sent))
+	}
 	return row
 }
 

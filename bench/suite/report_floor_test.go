@@ -318,3 +318,23 @@ func TestParseMachineCPU(t *testing.T) {
 		t.Error("a /proc/stat without the cpu line parsed")
 	}
 }
+
+// TestLabelCostPairVerdict: the side-by-side ratio decides the labels' row, and a side-by-side
+// run whose calls failed gives no verdict (the machine did not carry the load the row names).
+func TestLabelCostPairVerdict(t *testing.T) {
+	l := FwdLoad{Conns: 10000, Rate: 5000}
+	r := &Results{Forward: &ForwardResult{Rows: []FwdRow{
+		{Target: stormgate, Conns: l.Conns, Rate: l.Rate, UsPerReq: []float64{60}},
+		{Target: stormgateNoLabels, Conns: l.Conns, Rate: l.Rate, UsPerReq: []float64{50}},
+	}}}
+	pair := FwdPair{Conns: l.Conns, Rate: l.Rate, With: []float64{41, 42}, Without: []float64{40, 40}, Ratios: []float64{1.025, 1.05}, Sent: 1000}
+	r.Forward.Pairs = []FwdPair{pair}
+	p := &reporter{r: r, img: "img"}
+	if row := p.labelCostRow(l); !row.known || !row.ok || row.verdict != "" {
+		t.Errorf("side by side 1.04x (alternating 1.20x): known %v ok %v verdict %q, want met", row.known, row.ok, row.verdict)
+	}
+	r.Forward.Pairs[0].Failed = 30
+	if row := p.labelCostRow(l); row.ok || !strings.HasPrefix(row.verdict, "no verdict: 30 of 1,000 calls failed") {
+		t.Errorf("with 30 failed calls: ok %v verdict %q, want no verdict", row.ok, row.verdict)
+	}
+}

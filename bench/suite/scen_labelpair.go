@@ -22,7 +22,8 @@ type FwdPair struct {
 	Without []float64 `json:"without_us_per_req"` // the same, metrics.max_methods 0
 	Ratios  []float64 `json:"ratios"`             // With[i] ÷ Without[i]
 	Cores   float64   `json:"cores"`              // the whole machine's busy cores over the windows (both pairs and their loads)
-	Failed  uint64    `json:"failed"`             // calls the two loads saw fail
+	Sent    uint64    `json:"sent"`               // calls the two loads sent
+	Failed  uint64    `json:"failed"`             // of which failed (timeouts: the machine could not carry both)
 	Error   string    `json:"error,omitempty"`
 }
 
@@ -96,6 +97,7 @@ func (s *Suite) runLabelPair(ctx context.Context, out *FwdPair, method, arg stri
 		if err != nil {
 			return err
 		}
+		out.Sent += run.Result.Sent
 		out.Failed += failed(run.Result)
 		if !pairs[i].px.alive() {
 			return fmt.Errorf("%s died during the run", pairs[i].px.kind)
