@@ -73,10 +73,11 @@ func startTripleProvider(t *testing.T) (*provider, *h2count.Relay, string) {
 }
 
 // testTriple: a registry-less hessian2 Triple consumer (client.DialWithInfo) runs the once checks (unary,
-// business error, 50 KB argument, 100 ms sleep, 200 concurrent calls); the provider logged every call it ran.
+// business error, 50 KB argument, 100 ms sleep, 200 concurrent calls); the provider logged every call it ran,
+// and Stormgate counted each under its service and method (checkTripleMethodLabels).
 func testTriple(t *testing.T) {
 	_, relay, reqLog := startTripleProvider(t)
-	addr, _ := h2Via(t, relay.Addr())
+	addr, sc := h2Via(t, relay.Addr())
 	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--addr", addr, "once")
 	var s onceSummary
 	line := readSummary(t, c, 60*time.Second, &s)
@@ -94,6 +95,37 @@ func testTriple(t *testing.T) {
 		}
 	}
 	checkThroughStormgate(t, relay)
+	checkTripleMethodLabels(t, sc.scrape(t), "org.stormgate.Greeter")
+}
+
+// checkTripleMethodLabels: the per-method series of a `dgconsumer --protocol triple once` run, as dubbo-go's
+// Triple consumer names its calls (:path /<interface>/<method>): Echo 201 times, Big and Sleep once, all OK;
+// Fail once, under the gRPC status its business error travels with; nothing unknown.
+func checkTripleMethodLabels(t *testing.T, m metrics, service string) {
+	t.Helper()
+	perMethod := map[string]float64{}
+	for series, v := range m {
+		rest, ok := strings.CutPrefix(series, `stormgate_method_requests_total{method="`)
+		if !ok {
+			continue
+		}
+		method, _, _ := strings.Cut(rest, `"`)
+		if strings.HasPrefix(rest, "unknown") && v != 0 {
+			t.Errorf("%s = %v, want 0", series, v)
+		}
+		if strings.Contains(rest, `service="`+service+`"`) {
+			perMethod[method] += v
+		}
+	}
+	for method, want := range map[string]float64{"Echo": 1 + 200, "Big": 1, "Sleep": 1} {
+		if got := m[`stormgate_method_requests_total{method="`+method+`",service="`+service+`",status="OK"}`]; got != want {
+			t.Errorf("stormgate_method_requests_total{service=%q,method=%q,status=OK} = %v, want %v", service, method, got, want)
+		}
+	}
+	if perMethod["Fail"] != 1 || m[`stormgate_method_requests_total{method="Fail",service="`+service+`",status="OK"}`] != 0 {
+		t.Errorf("Fail: %v answers, want 1 with a gRPC error status", perMethod["Fail"])
+	}
+	t.Logf("per method: %s", m.filter("stormgate_method_requests_total"))
 }
 
 // testTripleKeepalive: an idle dubbo-go Triple consumer PINGs every 10 s (x/net's ReadIdleTimeout, dubbo-go's
