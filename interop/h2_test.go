@@ -47,6 +47,7 @@ func checkThroughStormgate(t *testing.T, relay *h2count.Relay) {
 
 func TestH2Interop(t *testing.T) {
 	t.Run("triple", func(t *testing.T) { t.Parallel(); testTriple(t) })
+	t.Run("triple_group_version_labels", func(t *testing.T) { t.Parallel(); testTripleGroupVersionLabels(t) })
 	t.Run("triple_keepalive", func(t *testing.T) { t.Parallel(); testTripleKeepalive(t) })
 	t.Run("triple_keepalive_direct", func(t *testing.T) { t.Parallel(); testTripleKeepaliveDirect(t) })
 	t.Run("triple_plain_dial", func(t *testing.T) { t.Parallel(); testTriplePlainDial(t) })
@@ -74,7 +75,8 @@ func startTripleProvider(t *testing.T) (*provider, *h2count.Relay, string) {
 
 // testTriple: a registry-less hessian2 Triple consumer (client.DialWithInfo) runs the once checks (unary,
 // business error, 50 KB argument, 100 ms sleep, 200 concurrent calls); the provider logged every call it ran,
-// and Stormgate counted each under its service and method (checkTripleMethodLabels).
+// and Stormgate counted each under its service and method exactly as it counts the Dubbo 2 run's: Fail's
+// business error (dubbo-go's grpc-status 17) is OK with an exception there too.
 func testTriple(t *testing.T) {
 	_, relay, reqLog := startTripleProvider(t)
 	addr, sc := h2Via(t, relay.Addr())
@@ -95,37 +97,22 @@ func testTriple(t *testing.T) {
 		}
 	}
 	checkThroughStormgate(t, relay)
-	checkTripleMethodLabels(t, sc.scrape(t), "org.stormgate.Greeter")
+	checkMethodLabels(t, sc.scrape(t), "org.stormgate.Greeter") // the same series as the Dubbo 2 run's
 }
 
-// checkTripleMethodLabels: the per-method series of a `dgconsumer --protocol triple once` run, as dubbo-go's
-// Triple consumer names its calls (:path /<interface>/<method>): Echo 201 times, Big and Sleep once, all OK;
-// Fail once, under the gRPC status its business error travels with; nothing unknown.
-func checkTripleMethodLabels(t *testing.T, m metrics, service string) {
-	t.Helper()
-	perMethod := map[string]float64{}
-	for series, v := range m {
-		rest, ok := strings.CutPrefix(series, `stormgate_method_requests_total{method="`)
-		if !ok {
-			continue
-		}
-		method, _, _ := strings.Cut(rest, `"`)
-		if strings.HasPrefix(rest, "unknown") && v != 0 {
-			t.Errorf("%s = %v, want 0", series, v)
-		}
-		if strings.Contains(rest, `service="`+service+`"`) {
-			perMethod[method] += v
-		}
+// testTripleGroupVersionLabels: a Triple consumer and provider in a group, with a version: the consumer
+// names them in tri-service-group and tri-service-version, and the labels carry Dubbo's service key, as the
+// Dubbo 2 run's do (testGroupVersionLabels).
+func testTripleGroupVersionLabels(t *testing.T) {
+	prov := startProvider(t, 0, "--protocol", "triple", "--group", "canary", "--version", "2.1.0")
+	addr, sc := h2Via(t, fmt.Sprintf("127.0.0.1:%d", prov.port))
+	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--addr", addr, "--group", "canary", "--version", "2.1.0", "once")
+	var s onceSummary
+	line := readSummary(t, c, 90*time.Second, &s)
+	if !s.OK {
+		t.Fatalf("dgconsumer --protocol triple once with a group and version failed: %s", line)
 	}
-	for method, want := range map[string]float64{"Echo": 1 + 200, "Big": 1, "Sleep": 1} {
-		if got := m[`stormgate_method_requests_total{method="`+method+`",service="`+service+`",status="OK"}`]; got != want {
-			t.Errorf("stormgate_method_requests_total{service=%q,method=%q,status=OK} = %v, want %v", service, method, got, want)
-		}
-	}
-	if perMethod["Fail"] != 1 || m[`stormgate_method_requests_total{method="Fail",service="`+service+`",status="OK"}`] != 0 {
-		t.Errorf("Fail: %v answers, want 1 with a gRPC error status", perMethod["Fail"])
-	}
-	t.Logf("per method: %s", m.filter("stormgate_method_requests_total"))
+	checkMethodLabels(t, sc.scrape(t), "canary/org.stormgate.Greeter:2.1.0")
 }
 
 // testTripleKeepalive: an idle dubbo-go Triple consumer PINGs every 10 s (x/net's ReadIdleTimeout, dubbo-go's

@@ -14,10 +14,11 @@ import (
 //	| service, method     | :path "/<service>/<method>"               | the request head arrives (event)
 //	| group, version      | tri-service-group, tri-service-version    | the same head
 //	| status              | the provider's grpc-status, else its      | the answer's end is handed to the
-//	|                     | :status (404 -> UNIMPLEMENTED), else      | consumer's writer (endedLocked),
+//	|                     | :status (404 -> UNIMPLEMENTED), else      | consumer's writer (countLocked),
 //	|                     | UNKNOWN; a reset's code; Stormgate's own  | before the consumer can see it
 //	|                     | UNAVAILABLE; CANCELLED when the consumer  |
 //	|                     | ended the call                            |
+//	| exception           | dubbo-go's business error (grpc-status 17)|
 //	| duration            | the head's arrival to that moment         |
 //	| bytes               | DATA payloads each way                    | as they pass
 //	| held                | the call waited for a provider stream     | h2Pool.open
@@ -44,21 +45,37 @@ func (s *Server) identifyH2(fields []h2.HeaderField, cfg *Config) uint32 {
 
 // answerStatus is the status of the provider's answer to c that ends with trailers (nil: with DATA,
 // no trailers): grpc-status when there is one, else what a gRPC client makes of the head's :status.
-// Under the session's mu.
-func (c *h2Call) answerStatus(trailers []h2.HeaderField) int {
+// dubbo-go's business error (h2.TripleBizError) is OK with an exception, as Dubbo 2's business
+// exceptions are, so a service reads the same over both protocols. Under the session's mu.
+func (c *h2Call) answerStatus(trailers []h2.HeaderField) (status int, exception bool) {
 	if code, ok := h2.GRPCCode(trailers); ok {
-		return grpcStatusIndex(code)
+		if code == h2.TripleBizError {
+			return statusOK, true
+		}
+		return grpcStatusIndex(code), false
 	}
 	if c.httpStatus != 0 && c.httpStatus != 200 {
-		return grpcStatusIndex(h2.GRPCFromHTTPStatus(c.httpStatus))
+		return grpcStatusIndex(h2.GRPCFromHTTPStatus(c.httpStatus)), false
 	}
-	return statusUnknown
+	return statusUnknown, false
 }
 
-// endedLocked counts how a call ended, once: status (an index into callStatusNames), and who ended
-// it (a replyReason when Stormgate answered, noLocalReply for the provider, consumerEnded). Under h.mu,
-// before the frames that end the call go to the writer.
+// answeredLocked counts the provider's answer to c, which ends with trailers (nil: with DATA). Under
+// h.mu, before the frames that end the call go to the writer.
+func (h *h2Session) answeredLocked(c *h2Call, trailers []h2.HeaderField) {
+	status, exc := c.answerStatus(trailers)
+	h.countLocked(c, status, exc, noLocalReply)
+}
+
+// endedLocked counts a call that ended otherwise: status (an index into callStatusNames), and who
+// ended it (a replyReason when Stormgate answered, noLocalReply for a provider's reset, consumerEnded).
 func (h *h2Session) endedLocked(c *h2Call, status int, by replyReason) {
+	h.countLocked(c, status, false, by)
+}
+
+// countLocked counts how a call ended, once. Under h.mu, before the frames that end the call go to
+// the writer.
+func (h *h2Session) countLocked(c *h2Call, status int, exc bool, by replyReason) {
 	if c.counted {
 		return
 	}
@@ -76,5 +93,5 @@ func (h *h2Session) endedLocked(c *h2Call, status int, by replyReason) {
 	if c.waited.Load() {
 		call.hold = callHeld
 	}
-	srv.callEnded(cfg, sh, h.sess, call, status, false, by, time.Duration(srv.now()-c.arrived), int(c.respBytes))
+	srv.callEnded(cfg, sh, h.sess, call, status, exc, by, time.Duration(srv.now()-c.arrived), int(c.respBytes))
 }

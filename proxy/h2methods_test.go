@@ -114,7 +114,8 @@ func newH2MethodsServer(t *testing.T, upstream string, protos Protocols, opts Op
 
 // TestH2MethodLabels: HTTP/2 calls through Stormgate are counted under their service (Dubbo's service
 // key from :path and the tri-service-group / tri-service-version headers), method and gRPC status name:
-// OK, a provider's grpc-status error (trailers-only), the provider's HTTP 404 for a path it does not
+// OK, a provider's grpc-status error (trailers-only), dubbo-go's business error (grpc-status 17: OK with
+// an exception, as Dubbo 2 counts a business exception), the provider's HTTP 404 for a path it does not
 // serve (UNIMPLEMENTED, as a gRPC client reports it), a :path that names no call (unknown), and
 // Stormgate's own UNAVAILABLE when no provider connection takes a call within hold.timeout (a local
 // reply, held). Durations and the access log's lines come with them.
@@ -140,6 +141,10 @@ func TestH2MethodLabels(t *testing.T) {
 			t.Fatalf("SayBye: %d %q", code, st)
 		}
 	}
+	// dubbo-go's business error: Triple's form of a Dubbo business exception.
+	if code, st, _ := tripleCall(t, tr, bye, "biz", "x-status", "17"); code != 200 || st != "17" {
+		t.Fatalf("SayBye with a business error: %d %q", code, st)
+	}
 	if code, st, _ := tripleCall(t, tr, "/"+tripleSvc+"/Missing", "?"); code != 404 || st != "" {
 		t.Fatalf("a path the provider does not serve: %d %q", code, st)
 	}
@@ -160,7 +165,7 @@ func TestH2MethodLabels(t *testing.T) {
 	for k, want := range map[string]float64{
 		"method=SayHello,service=blue/" + tripleSvc + ":1.2.0,status=OK": 3,
 		"method=SayBye,service=" + tripleSvc + ",status=NOT_FOUND":       2,
-		"method=SayBye,service=" + tripleSvc + ",status=OK":              0, // created with the pair
+		"method=SayBye,service=" + tripleSvc + ",status=OK":              1, // the business error
 		"method=Missing,service=" + tripleSvc + ",status=UNIMPLEMENTED":  1,
 		"method=unknown,service=unknown,status=UNIMPLEMENTED":            3,
 		"method=SayHello,service=" + tripleSvc + ",status=UNAVAILABLE":   1,
@@ -170,8 +175,12 @@ func TestH2MethodLabels(t *testing.T) {
 		}
 	}
 	if dur := series(t, reg, "stormgate_method_request_duration_seconds"); dur["method=SayHello,service=blue/"+tripleSvc+":1.2.0"] != 3 ||
-		dur["method=SayBye,service="+tripleSvc] != 2 {
+		dur["method=SayBye,service="+tripleSvc] != 3 {
 		t.Errorf("duration counts: %v", dur)
+	}
+	if exc := series(t, reg, "stormgate_method_exceptions_total"); exc["method=SayBye,service="+tripleSvc] != 1 ||
+		exc["method=SayHello,service=blue/"+tripleSvc+":1.2.0"] != 0 {
+		t.Errorf("exceptions: %v", exc)
 	}
 	if held := series(t, reg, "stormgate_method_held_requests_total"); held["kind=held,method=SayHello,service="+tripleSvc] != 1 {
 		t.Errorf("held: %v", held)
@@ -195,6 +204,9 @@ func TestH2MethodLabels(t *testing.T) {
 	}
 	if ua := lines["SayHello/UNAVAILABLE"]; ua == nil || ua["answered_by"] != "stormgate" || ua["reason"] != "hold_timeout" || ua["held"] != true {
 		t.Errorf("the UNAVAILABLE line: %v", ua)
+	}
+	if biz := lines["SayBye/OK"]; biz == nil || biz["exception"] != true {
+		t.Errorf("the business error's line: %v", biz)
 	}
 	if _, ok := lines["SayHello/OK"]; ok {
 		t.Errorf("an OK call was logged with only failed calls selected: %v", lines)
@@ -277,7 +289,7 @@ func TestH2MethodLabelsDoNotAllocate(t *testing.T) {
 	c := &h2Call{sess: h}
 	call := func() {
 		c.method, c.counted = srv.identifyH2(head, cfg), false
-		h.endedLocked(c, c.answerStatus(trailers), noLocalReply)
+		h.answeredLocked(c, trailers)
 	}
 	call() // the pair's first call enters it in the table
 	if n := testing.AllocsPerRun(1000, call); n != 0 {

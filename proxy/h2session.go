@@ -302,7 +302,7 @@ func (h *h2Session) answerHeaders(c *h2Call, fields []h2.HeaderField, end bool) 
 	}
 	b, err := h.conn.AppendHeaders(h.frames(), c.down, fields, end)
 	if end && err == nil {
-		h.endedLocked(c, c.answerStatus(fields), noLocalReply)
+		h.answeredLocked(c, fields)
 	}
 	h.send(b)
 	c.headSent = true
@@ -330,7 +330,7 @@ func (h *h2Session) answerData(c *h2Call, data []byte, end bool) int {
 	}
 	b, n, err := h.conn.AppendData(h.sess.srv.now(), h.frames(), c.down, data, end)
 	if end && err == nil && n == len(data) {
-		h.endedLocked(c, c.answerStatus(nil), noLocalReply)
+		h.answeredLocked(c, nil)
 	}
 	h.send(b)
 	switch {
@@ -409,11 +409,11 @@ func (h *h2Session) flushWaiting(stream uint32) {
 			c.out = nil
 			if c.trailers != nil {
 				if b, err = h.conn.AppendHeaders(b, id, c.trailers, true); err == nil {
-					h.endedLocked(c, c.answerStatus(c.trailers), noLocalReply)
+					h.answeredLocked(c, c.trailers)
 				}
 				h.finishLocked(c)
 			} else if c.outEnd {
-				h.endedLocked(c, c.answerStatus(nil), noLocalReply)
+				h.answeredLocked(c, nil)
 				h.finishLocked(c)
 			}
 		}

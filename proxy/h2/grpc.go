@@ -30,6 +30,11 @@ const (
 // NumGRPCCodes is the number of canonical gRPC status codes, 0 (OK) to 16 (UNAUTHENTICATED).
 const NumGRPCCodes = 17
 
+// TripleBizError is the grpc-status with which dubbo-go's Triple provider answers a call whose method
+// returned an error (triple_protocol's CodeBizError, v3.3.0): Triple's form of Dubbo 2's business
+// exception, which travels with status OK. No gRPC server sends it (not a canonical code).
+const TripleBizError = 17
+
 var grpcCodeNames = [NumGRPCCodes]string{"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
 	"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
 	"OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"}
