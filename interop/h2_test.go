@@ -47,6 +47,7 @@ func checkThroughStormgate(t *testing.T, relay *h2count.Relay) {
 
 func TestH2Interop(t *testing.T) {
 	t.Run("triple", func(t *testing.T) { t.Parallel(); testTriple(t) })
+	t.Run("triple_group_version_labels", func(t *testing.T) { t.Parallel(); testTripleGroupVersionLabels(t) })
 	t.Run("triple_keepalive", func(t *testing.T) { t.Parallel(); testTripleKeepalive(t) })
 	t.Run("triple_keepalive_direct", func(t *testing.T) { t.Parallel(); testTripleKeepaliveDirect(t) })
 	t.Run("triple_plain_dial", func(t *testing.T) { t.Parallel(); testTriplePlainDial(t) })
@@ -73,10 +74,12 @@ func startTripleProvider(t *testing.T) (*provider, *h2count.Relay, string) {
 }
 
 // testTriple: a registry-less hessian2 Triple consumer (client.DialWithInfo) runs the once checks (unary,
-// business error, 50 KB argument, 100 ms sleep, 200 concurrent calls); the provider logged every call it ran.
+// business error, 50 KB argument, 100 ms sleep, 200 concurrent calls); the provider logged every call it ran,
+// and Stormgate counted each under its service and method exactly as it counts the Dubbo 2 run's: Fail's
+// business error (dubbo-go's grpc-status 17) is OK with an exception there too.
 func testTriple(t *testing.T) {
 	_, relay, reqLog := startTripleProvider(t)
-	addr, _ := h2Via(t, relay.Addr())
+	addr, sc := h2Via(t, relay.Addr())
 	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--addr", addr, "once")
 	var s onceSummary
 	line := readSummary(t, c, 60*time.Second, &s)
@@ -94,6 +97,22 @@ func testTriple(t *testing.T) {
 		}
 	}
 	checkThroughStormgate(t, relay)
+	checkMethodLabels(t, sc.scrape(t), "org.stormgate.Greeter") // the same series as the Dubbo 2 run's
+}
+
+// testTripleGroupVersionLabels: a Triple consumer and provider in a group, with a version: the consumer
+// names them in tri-service-group and tri-service-version, and the labels carry Dubbo's service key, as the
+// Dubbo 2 run's do (testGroupVersionLabels).
+func testTripleGroupVersionLabels(t *testing.T) {
+	prov := startProvider(t, 0, "--protocol", "triple", "--group", "canary", "--version", "2.1.0")
+	addr, sc := h2Via(t, fmt.Sprintf("127.0.0.1:%d", prov.port))
+	c := startProc(t, "dgconsumer", bins.consumer, "--protocol", "triple", "--addr", addr, "--group", "canary", "--version", "2.1.0", "once")
+	var s onceSummary
+	line := readSummary(t, c, 90*time.Second, &s)
+	if !s.OK {
+		t.Fatalf("dgconsumer --protocol triple once with a group and version failed: %s", line)
+	}
+	checkMethodLabels(t, sc.scrape(t), "canary/org.stormgate.Greeter:2.1.0")
 }
 
 // testTripleKeepalive: an idle dubbo-go Triple consumer PINGs every 10 s (x/net's ReadIdleTimeout, dubbo-go's

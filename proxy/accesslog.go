@@ -12,13 +12,16 @@ import (
 
 // accessLog writes one structured line per selected call (access_log settings):
 //
-//	{"level":"info","ts":"…","logger":"access","msg":"call","consumer":"10.0.0.7:51234",
+//	{"level":"info","ts":"…","logger":"access","msg":"call","consumer":"10.0.0.7:51234","protocol":"dubbo",
 //	 "service":"gray/org.example.Greeter:1.0.0","method":"sayHello","status":"OK",
 //	 "exception":false,"duration":"1.2ms","request_bytes":212,"response_bytes":40,
 //	 "held":false,"reheld":false,"answered_by":"provider"}
 //
 // answered_by is "stormgate" when Stormgate answered the call itself, and then reason
-// says why (the reason label of stormgate_local_replies_total). A call is selected when
+// says why (the reason label of stormgate_local_replies_total); "consumer" for an HTTP/2
+// call its consumer ended before the answer did (status CANCELLED: h2calls.go). An
+// HTTP/2 call's bytes are its DATA payloads each way (gRPC's 5-byte message prefixes
+// included, headers not: they are re-encoded on the way). A call is selected when
 // it failed (access_log.failed), was slow (slow_threshold) or was sampled (sample_rate);
 // then a token bucket of max_per_second lines per second lets it through or counts it as
 // dropped, so a flood of failures costs at most that many lines. The decision runs on
@@ -58,13 +61,18 @@ func (a *accessLog) offer(s *Server, cfg *Config, sess *session, call callRef, s
 		return
 	}
 	lbl := s.calls.table.label(call.method)
-	names := s.codec.StatusNames()
+	names := callStatusNames
 	by, reason := "provider", ""
-	if local != noLocalReply {
+	switch local {
+	case noLocalReply:
+	case consumerEnded:
+		by = "consumer"
+	default:
 		by, reason = "stormgate", local.String()
 	}
 	fields := []zap.Field{
 		zap.Stringer("consumer", sess.remote),
+		zap.String("protocol", protoNames[sess.proto.Load()]),
 		zap.String("service", lbl.service),
 		zap.String("method", lbl.method),
 		zap.String("status", names[min(status, len(names)-1)]),

@@ -3,7 +3,8 @@ package proxy
 import "github.com/stormgate/stormgate/proxy/dubbo"
 
 // dubboStatusNames are the status label's values for Dubbo 2, in the order of
-// dubboStatusIndex; UNKNOWN stands for a status byte Dubbo does not define.
+// dubboStatusIndex; UNKNOWN stands for a status byte Dubbo does not define. They are the
+// first names of callStatusNames (callstatus.go).
 var dubboStatusNames = []string{"OK", "SERIALIZATION_ERROR", "CLIENT_TIMEOUT", "SERVER_TIMEOUT", "CHANNEL_INACTIVE",
 	"BAD_REQUEST", "BAD_RESPONSE", "SERVICE_NOT_FOUND", "SERVICE_ERROR", "SERVER_ERROR", "CLIENT_ERROR",
 	"SERVER_THREADPOOL_EXHAUSTED", "UNKNOWN"}
@@ -57,6 +58,3 @@ func (Dubbo) Outcome(resp []byte) (int, bool) {
 
 // FailureStatus implements CallReader.
 func (Dubbo) FailureStatus(why Failure) int { return dubboStatusIndex(dubboFailureStatus(why)) }
-
-// StatusNames implements CallReader.
-func (Dubbo) StatusNames() []string { return dubboStatusNames }

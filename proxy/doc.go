@@ -27,6 +27,8 @@
 //	              its streams (h2Call) end exactly once toward it
 //	h2pool.go     the provider's h2c connections: streams mapped onto them, waiting for a
 //	              stream when none can open one, grpc-status 14 when a connection dies
+//	h2calls.go    each call's service, method and gRPC status in the per-method series
+//	              and the access log (methods.go's, one table for both protocols)
 //	h2keepalive.go Stormgate's own PINGs while a call waits on a silent provider connection
 //	h2stall.go    a consumer stream whose window stays shut past limits.frame_read_timeout is reset
 //

@@ -153,7 +153,7 @@ func newH2Server(t *testing.T, upstream string, protos Protocols, mods ...func(*
 	return newH2ServerWith(t, upstream, protos, Options{}, mods...)
 }
 
-// newH2ServerWith is newH2Server with the Server's Options (a clock); the logger and registry are its own.
+// newH2ServerWith is newH2Server with the Server's Options (a clock, a registry); the logger is its own.
 func newH2ServerWith(t *testing.T, upstream string, protos Protocols, opts Options, mods ...func(*Config)) (*Server, string) {
 	t.Helper()
 	cfg := testConfig(upstream)
@@ -162,7 +162,10 @@ func newH2ServerWith(t *testing.T, upstream string, protos Protocols, opts Optio
 	for _, m := range mods {
 		m(&cfg)
 	}
-	opts.Logger, opts.Registerer = zaptest.NewLogger(t).Named("proxy"), prometheus.NewRegistry()
+	opts.Logger = zaptest.NewLogger(t).Named("proxy")
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
 	srv, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -50,6 +50,8 @@ type h2Pool struct {
 	ups     []*h2Upstream // connections the provider's SETTINGS made usable, until they die or go away
 	waiting []*h2Call     // requests no connection could open a stream for, oldest first
 	closed  bool
+
+	calls callShard // per-method counts of the pool's calls (h2calls.go); atomics, no lock
 }
 
 func newH2Pool(p *pool) *h2Pool { return &h2Pool{p: p} }
@@ -377,6 +379,8 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	default:
 		c.head, c.headEnd = slices.Clone(fields), end
 		c.waiting = true
+		c.waited.Store(true)
+		hp.p.srv.noteHeld(callRef{method: c.method}, false)
 		hp.waiting = append(hp.waiting, c)
 		c.hold.Init(func() { hp.expire(c) })
 		hp.p.srv.wheel.Schedule(&c.hold, cfg.HoldTimeout)

@@ -74,6 +74,15 @@ type h2Call struct {
 	outEnd   bool             // END_STREAM after out
 	trailers []h2.HeaderField // trailers waiting behind out
 
+	// Per-method metrics and the access log (h2calls.go): method is set before the call is shared,
+	// waited by the pool, the rest under sess.mu.
+	method     uint32      // index into the call table
+	waited     atomic.Bool // it waited for a provider stream
+	counted    bool        // its end was counted
+	httpStatus int         // the answer head's :status
+	reqBytes   uint64      // request DATA from the consumer
+	respBytes  uint64      // answer DATA from the provider
+
 	// Provider side, under the pool's mu (h2pool.go).
 	up      *h2Upstream // nil while waiting for a stream
 	upID    uint32
@@ -161,7 +170,7 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 			h.hp.trailers(c, ev.Fields) // request trailers (END_STREAM: h2.Conn checked)
 			return
 		}
-		c := &h2Call{sess: h, down: ev.Stream, arrived: now}
+		c := &h2Call{sess: h, down: ev.Stream, arrived: now, method: h.sess.srv.identifyH2(ev.Fields, h.sess.srv.cfg.Load())}
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
@@ -173,7 +182,7 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 		h.sess.counts.requests.Add(1)
 		h.hp.open(c, ev.Fields, ev.EndStream, now)
 	case h2.EventData:
-		if c := h.call(ev.Stream); c != nil {
+		if c := h.dataCall(ev.Stream, len(ev.Data)); c != nil {
 			h.hp.data(c, ev.Data, ev.EndStream)
 			return
 		}
@@ -200,6 +209,17 @@ func (h *h2Session) call(id uint32) *h2Call {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.calls[id]
+}
+
+// dataCall is call for n bytes of request DATA, which it counts for the access log.
+func (h *h2Session) dataCall(id uint32, n int) *h2Call {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.calls[id]
+	if c != nil {
+		c.reqBytes += uint64(n)
+	}
+	return c
 }
 
 // closeAfterGoAway ends the connection after a connection error so that the GOAWAY saying why reaches
@@ -273,11 +293,17 @@ func (h *h2Session) answerHeaders(c *h2Call, fields []h2.HeaderField, end bool) 
 	if c.done || h.closed {
 		return
 	}
+	if !c.headSent {
+		c.httpStatus, _ = h2.HTTPStatus(fields)
+	}
 	if c.headSent && (len(c.out) > 0 || c.outEnd) {
 		c.trailers = append([]h2.HeaderField(nil), fields...) // behind the DATA still waiting
 		return
 	}
 	b, err := h.conn.AppendHeaders(h.frames(), c.down, fields, end)
+	if end && err == nil {
+		h.answeredLocked(c, fields)
+	}
 	h.send(b)
 	c.headSent = true
 	if end || err != nil {
@@ -294,6 +320,7 @@ func (h *h2Session) answerData(c *h2Call, data []byte, end bool) int {
 	if c.done || h.closed {
 		return len(data)
 	}
+	c.respBytes += uint64(len(data))
 	if len(c.out) > 0 {
 		if !h.keepLocked(c, data) {
 			return len(data)
@@ -302,6 +329,9 @@ func (h *h2Session) answerData(c *h2Call, data []byte, end bool) int {
 		return 0
 	}
 	b, n, err := h.conn.AppendData(h.sess.srv.now(), h.frames(), c.down, data, end)
+	if end && err == nil && n == len(data) {
+		h.answeredLocked(c, nil)
+	}
 	h.send(b)
 	switch {
 	case err != nil: // the consumer reset the stream meanwhile: its EventReset ends the call
@@ -378,9 +408,12 @@ func (h *h2Session) flushWaiting(stream uint32) {
 		if len(c.out) == 0 {
 			c.out = nil
 			if c.trailers != nil {
-				b, _ = h.conn.AppendHeaders(b, id, c.trailers, true)
+				if b, err = h.conn.AppendHeaders(b, id, c.trailers, true); err == nil {
+					h.answeredLocked(c, c.trailers)
+				}
 				h.finishLocked(c)
 			} else if c.outEnd {
+				h.answeredLocked(c, nil)
 				h.finishLocked(c)
 			}
 		}
@@ -404,12 +437,13 @@ func (h *h2Session) fail(c *h2Call, reason replyReason, msg string) int {
 	}
 	dropped := h.discardLocked(c)
 	b, err := h.conn.AppendHeaders(h.frames(), c.down, h2.ErrorTrailers(c.headSent, h2.GRPCUnavailable, msg), true)
+	h.sess.srv.m.localReplies[reason].Inc() // counted before the consumer can see the reply
+	h.endedLocked(c, grpcStatusIndex(h2.GRPCUnavailable), reason)
 	h.send(b)
 	if err == nil && h.conn.StreamState(c.down) == h2.StateHalfClosedLocal {
 		_ = h.conn.Reset(c.down, h2.ErrCodeNo)
 		h.flushLocked()
 	}
-	h.sess.srv.m.localReplies[reason].Inc()
 	h.finishLocked(c)
 	return dropped
 }
@@ -422,17 +456,20 @@ func (h *h2Session) reset(c *h2Call, code h2.ErrCode) int {
 		return 0
 	}
 	dropped := h.discardLocked(c)
+	h.endedLocked(c, grpcStatusIndex(h2.GRPCFromReset(code)), noLocalReply) // what a gRPC client makes of it
 	_ = h.conn.Reset(c.down, code)
 	h.flushLocked()
 	h.finishLocked(c)
 	return dropped
 }
 
-// finishLocked ends a call toward the consumer: once, whatever ended it.
+// finishLocked ends a call toward the consumer: once, whatever ended it. A call no answer ended is
+// counted as its consumer's doing (h2calls.go).
 func (h *h2Session) finishLocked(c *h2Call) {
 	if c.done {
 		return
 	}
+	h.endedLocked(c, statusCancelled, consumerEnded)
 	c.done = true
 	delete(h.calls, c.down)
 	srv := h.sess.srv

@@ -3,7 +3,7 @@ package proxy
 import "github.com/prometheus/client_golang/prometheus"
 
 // callTotals sums every shard's per-method counts: the provider connections that ended,
-// the live ones, and Stormgate's local replies. n is the number of indexes wanted.
+// the live ones, the HTTP/2 pools', and Stormgate's local replies. n is the number of indexes wanted.
 func (s *Server) callTotals(n int) []callTotal {
 	s.upClosed.mu.Lock()
 	totals := make([]callTotal, max(n, len(s.upClosed.calls)))
@@ -13,6 +13,9 @@ func (s *Server) callTotals(n int) []callTotal {
 			if uc := sl.uc.Load(); uc != nil && !uc.folded {
 				totals = addShard(totals, &uc.counts.calls)
 			}
+		}
+		if p.h2 != nil {
+			totals = addShard(totals, &p.h2.calls)
 		}
 	}
 	s.upClosed.mu.Unlock()
@@ -34,10 +37,11 @@ func newCallCollector(s *Server) *callCollector {
 	sm := []string{"service", "method"}
 	return &callCollector{
 		s:        s,
-		statuses: s.codec.StatusNames(),
+		statuses: callStatusNames,
 		requests: prometheus.NewDesc("stormgate_method_requests_total",
 			"Two-way requests answered, by service (Dubbo's service key: group/interface:version), method and the "+
-				"answer's status (the Dubbo status name), whether the provider or Stormgate answered.",
+				"answer's status (the Dubbo status name for Dubbo 2, the gRPC status name for Triple and gRPC), whether "+
+				"the provider or Stormgate answered; HTTP/2 calls their consumer cancelled count as CANCELLED.",
 			[]string{"service", "method", "status"}, nil),
 		exceptions: prometheus.NewDesc("stormgate_method_exceptions_total",
 			"Answers with status OK that carry an exception thrown by the called method (Dubbo business exceptions).", sm, nil),
@@ -47,8 +51,8 @@ func newCallCollector(s *Server) *callCollector {
 			"Answers Stormgate sent itself, by service, method and reason (the reasons of stormgate_local_replies_total).",
 			[]string{"service", "method", "reason"}, nil),
 		held: prometheus.NewDesc("stormgate_method_held_requests_total",
-			"Requests that waited in the hold queue (kind=held), or went back to it after being sent (kind=reheld), "+
-				"by service and method.", []string{"service", "method", "kind"}, nil),
+			"Requests that waited in the hold queue (kind=held; HTTP/2: waited for a provider stream), or went back "+
+				"to it after being sent (kind=reheld), by service and method.", []string{"service", "method", "kind"}, nil),
 		labels: prometheus.NewDesc("stormgate_method_labels",
 			"Distinct service/method pairs the per-method series carry (at most metrics.max_methods).", nil, nil),
 		limit: prometheus.NewDesc("stormgate_method_labels_limit",

@@ -16,12 +16,17 @@ import (
 //	|--------------------------------------|-------------------------------|---------------------------
 //	| the provider (upConn.route, answer)  | the provider connection's own | its netpoll handler
 //	| Stormgate (refuse, replyError)       | the server's local shard      | any goroutine (error paths)
+//	| anyone, an HTTP/2 call (h2calls.go)  | its h2 pool's (h2Pool.calls)  | the pool's goroutines
 //
-// so a forwarded request's counts touch no cache line that another core writes, as
-// counters.go explains for the unlabelled counts. There are only M provider connections
-// (not 10,000 consumer connections) and pages are allocated as pairs are seen, so the
-// memory is M+2 shards of about 300 bytes per pair seen. Held and re-held requests and
-// local replies by reason are rarer events and count in the server's shared callEvents.
+// so a forwarded Dubbo request's counts touch no cache line that another core writes, as
+// counters.go explains for the unlabelled counts. (An HTTP/2 call's frames already take
+// its pool's one mutex, a line every core of the pool writes: a shard per provider
+// connection would save nothing there, and would need a fold for answers that end after
+// their connection, which HTTP/2's flow control allows.) There are only M provider
+// connections (not 10,000 consumer connections) and pages are allocated as pairs are
+// seen, so the memory is M+2 shards (and one per h2 pool) of about 400 bytes per pair
+// seen. Held and re-held requests and local replies by reason are rarer events and count
+// in the server's shared callEvents.
 // A scrape sums the shards; a provider connection's shard joins the closed totals when it
 // ends (upClosed.fold), under the lock the scrape takes.
 //
@@ -48,14 +53,15 @@ const (
 const (
 	callPageSize = 64
 	maxCallPages = (maxMethodsLimit + firstCall + callPageSize - 1) / callPageSize
-	maxStatuses  = 16 // a codec's StatusNames, at most
+	maxStatuses  = 32 // callStatusNames, at most (a power of two: an index is masked)
 )
 
 // CallName is what a request calls, as a codec reads it from the request: byte slices
 // of the request (valid while it is), each at most 255 bytes of printable UTF-8. A Dubbo
-// request carries them in its body (IdentifyRequest); a Triple request will carry the
+// request carries them in its body (IdentifyRequest); a Triple request carries the
 // service and method in its :path ("/<service>/<method>") and the group and version in
-// its tri-service-group and tri-service-version headers (docs/design.md).
+// its tri-service-group and tri-service-version headers (h2.CallOf, read as strings of
+// the decoded head: h2calls.go).
 type CallName struct {
 	Service, Version, Group, Method []byte
 }
@@ -67,14 +73,12 @@ type CallReader interface {
 	// pointer through this interface would escape).
 	Call(frame []byte) (CallName, bool)
 	// Outcome classifies a whole response frame: its status, an index into
-	// StatusNames, and whether it carries an exception thrown by the called method.
+	// callStatusNames (the status label's one vocabulary, callstatus.go), and whether it
+	// carries an exception thrown by the called method.
 	Outcome(resp []byte) (status int, exception bool)
-	// FailureStatus is the status (an index into StatusNames) of Stormgate's own reply
-	// for a Failure.
+	// FailureStatus is the status (an index into callStatusNames) of Stormgate's own
+	// reply for a Failure.
 	FailureStatus(why Failure) int
-	// StatusNames are the protocol's status names, the status label's values. The first
-	// is success; there are at most 16.
-	StatusNames() []string
 }
 
 // callRef is what a request carries for per-method metrics and the access log.
@@ -245,46 +249,52 @@ var longKeys = sync.Pool{New: func() any { return new([4*maxNameLen + 3]byte) }}
 
 // index returns c's index: the pair's, callOther when the table is full, or
 // callUnknown when a name is too long. It does not allocate unless the pair is new.
-func (t *callTable) index(c *CallName) uint32 {
+func (t *callTable) index(c *CallName) uint32 { return indexNames(t, names[[]byte](*c)) }
+
+// names are a call's four names, as bytes of a Dubbo request or strings of a decoded
+// HTTP/2 head: the same names intern to the same index, whichever protocol called.
+type names[T ~string | ~[]byte] struct{ Service, Version, Group, Method T }
+
+func indexNames[T ~string | ~[]byte](t *callTable, c names[T]) uint32 {
 	if len(c.Service) > maxNameLen || len(c.Version) > maxNameLen || len(c.Group) > maxNameLen || len(c.Method) > maxNameLen {
 		return callUnknown
 	}
 	if len(c.Service)+len(c.Version)+len(c.Group)+len(c.Method)+3 > keyBuf {
 		buf := longKeys.Get().(*[4*maxNameLen + 3]byte)
 		defer longKeys.Put(buf)
-		return t.lookup(appendKey(buf[:0], c), c)
+		return lookup(t, appendKey(buf[:0], c), c)
 	}
 	var buf [keyBuf]byte
-	return t.lookup(appendKey(buf[:0], c), c)
+	return lookup(t, appendKey(buf[:0], c), c)
 }
 
 // appendKey appends the four names, separated by zero bytes (which no name holds).
-func appendKey(dst []byte, c *CallName) []byte {
+func appendKey[T ~string | ~[]byte](dst []byte, c names[T]) []byte {
 	dst = append(append(dst, c.Service...), 0)
 	dst = append(append(dst, c.Version...), 0)
 	dst = append(append(dst, c.Group...), 0)
 	return append(dst, c.Method...)
 }
 
-func (t *callTable) lookup(key []byte, c *CallName) uint32 {
+func lookup[T ~string | ~[]byte](t *callTable, key []byte, c names[T]) uint32 {
 	if i, ok := (*t.byKey.Load())[string(key)]; ok {
 		return i
 	}
 	if t.full.Load() {
 		return callOther
 	}
-	return t.add(key, c)
+	return t.add(key, serviceKey(string(c.Group), string(c.Service), string(c.Version)), string(c.Method))
 }
 
-// add enters a pair not seen before (the slow path).
-func (t *callTable) add(key []byte, c *CallName) uint32 {
+// add enters a pair not seen before (the slow path), with its label values.
+func (t *callTable) add(key []byte, service, method string) uint32 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := *t.byKey.Load()
 	if i, ok := m[string(key)]; ok {
 		return i
 	}
-	lbl := callLabels{service: serviceKey(c), method: string(c.Method)}
+	lbl := callLabels{service: service, method: method}
 	i, ok := t.byLabel[lbl]
 	if !ok {
 		if len(t.labels)-firstCall >= int(t.limit.Load()) {
@@ -326,17 +336,17 @@ func (t *callTable) label(i uint32) callLabels {
 
 // serviceKey is Dubbo's own name of a service: group/interface:version, each part
 // only when present (URL.getServiceKey, dubbo-go's common.ServiceKey).
-func serviceKey(c *CallName) string {
+func serviceKey(group, service, version string) string {
 	var b strings.Builder
-	b.Grow(len(c.Group) + len(c.Service) + len(c.Version) + 2)
-	if len(c.Group) > 0 {
-		b.Write(c.Group)
+	b.Grow(len(group) + len(service) + len(version) + 2)
+	if group != "" {
+		b.WriteString(group)
 		b.WriteByte('/')
 	}
-	b.Write(c.Service)
-	if len(c.Version) > 0 {
+	b.WriteString(service)
+	if version != "" {
 		b.WriteByte(':')
-		b.Write(c.Version)
+		b.WriteString(version)
 	}
 	return b.String()
 }
@@ -388,17 +398,15 @@ func (s *Server) callAnswered(r *request, resp []byte, now int64, sh *callShard)
 		return
 	}
 	status, exc := s.codec.Outcome(resp)
-	d := time.Duration(now - r.arrived)
-	if cfg.MaxMethods > 0 {
-		sh.at(r.call.method).observe(status, exc, d)
-	}
-	if cfg.AccessLog.Enabled {
-		s.calls.access.offer(s, cfg, r.sess, r.call, status, exc, noLocalReply, d, len(resp))
-	}
+	s.callEnded(cfg, sh, r.sess, r.call, status, exc, noLocalReply, time.Duration(now-r.arrived), len(resp))
 }
 
-// noLocalReply marks an answer that came from the provider.
-const noLocalReply replyReason = nReplyReasons
+// Who ended a call, beside Stormgate's reasons (replyReason): for callEnded and the
+// access log's answered_by.
+const (
+	noLocalReply  replyReason = nReplyReasons     // the provider answered
+	consumerEnded replyReason = nReplyReasons + 1 // its consumer ended it (HTTP/2: RST_STREAM, or gone)
+)
 
 // callReplied counts Stormgate's own reply to a request (on the server's local shard)
 // and offers it to the access log; before the consumer can see it.
@@ -407,13 +415,23 @@ func (s *Server) callReplied(sess *session, call callRef, arrived int64, why Fai
 	if cfg.MaxMethods == 0 && !cfg.AccessLog.Enabled {
 		return
 	}
-	status := s.codec.FailureStatus(why)
-	d := time.Duration(s.now() - arrived)
+	s.callEnded(cfg, &s.calls.local, sess, call, s.codec.FailureStatus(why), false, reason,
+		time.Duration(s.now()-arrived), len(reply))
+}
+
+// callEnded counts a call's end on shard sh: its status (an index into callStatusNames),
+// whether it carries a business exception, who ended it (local: a replyReason when
+// Stormgate answered, else noLocalReply or consumerEnded), its duration and the answer's
+// bytes; and offers it to the access log. Any protocol, any goroutine.
+func (s *Server) callEnded(cfg *Config, sh *callShard, sess *session, call callRef, status int, exc bool,
+	local replyReason, d time.Duration, respBytes int) {
 	if cfg.MaxMethods > 0 {
-		s.calls.local.at(call.method).observe(status, false, d)
-		s.calls.events.at(call.method).local[reason].Add(1)
+		sh.at(call.method).observe(status, exc, d)
+		if local < nReplyReasons {
+			s.calls.events.at(call.method).local[local].Add(1)
+		}
 	}
 	if cfg.AccessLog.Enabled {
-		s.calls.access.offer(s, cfg, sess, call, status, false, reason, d, len(reply))
+		s.calls.access.offer(s, cfg, sess, call, status, exc, local, d, respBytes)
 	}
 }

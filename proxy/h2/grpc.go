@@ -14,12 +14,115 @@ const (
 	HeaderGRPCMessage = "grpc-message"
 )
 
-// gRPC status codes Stormgate answers with on its own.
+// gRPC status codes Stormgate answers with on its own, or names when it classifies an answer.
 const (
-	GRPCUnavailable       = 14 // the provider connection was lost or is not there: clients may fail over
+	GRPCOK                = 0
+	GRPCCancelled         = 1
+	GRPCUnknown           = 2
+	GRPCPermissionDenied  = 7
 	GRPCResourceExhausted = 8
+	GRPCUnimplemented     = 12
 	GRPCInternal          = 13
+	GRPCUnavailable       = 14 // the provider connection was lost or is not there: clients may fail over
+	GRPCUnauthenticated   = 16
 )
+
+// NumGRPCCodes is the number of canonical gRPC status codes, 0 (OK) to 16 (UNAUTHENTICATED).
+const NumGRPCCodes = 17
+
+// TripleBizError is the grpc-status with which dubbo-go's Triple provider answers a call whose method
+// returned an error (triple_protocol's CodeBizError, v3.3.0): Triple's form of Dubbo 2's business
+// exception, which travels with status OK. No gRPC server sends it (not a canonical code).
+const TripleBizError = 17
+
+var grpcCodeNames = [NumGRPCCodes]string{"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+	"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+	"OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"}
+
+// GRPCCodeName is a canonical code's name (google.rpc.Code, "CANCELLED" with two Ls); "" for any other
+// number.
+func GRPCCodeName(code int) string {
+	if code < 0 || code >= NumGRPCCodes {
+		return ""
+	}
+	return grpcCodeNames[code]
+}
+
+// GRPCCode reads grpc-status from trailers (or a trailers-only response) without allocating: found is
+// false when there is none; a value that is not a decimal number up to 9 digits gives code -1.
+func GRPCCode(fields []HeaderField) (code int, found bool) {
+	v, found := Field(fields, HeaderGRPCStatus)
+	if !found {
+		return 0, false
+	}
+	return smallNumber(v), true
+}
+
+// HTTPStatus reads a response head's :status (-1 when it is not a number; CheckResponseHeaders already
+// requires three digits). found is false without one (trailers).
+func HTTPStatus(fields []HeaderField) (status int, found bool) {
+	v, found := Field(fields, HeaderStatus)
+	if !found {
+		return 0, false
+	}
+	return smallNumber(v), true
+}
+
+// smallNumber parses 1 to 9 decimal digits; -1 for anything else.
+func smallNumber(s string) int {
+	if len(s) == 0 || len(s) > 9 {
+		return -1
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// GRPCFromHTTPStatus is the gRPC status a client gives an answer with HTTP status s and no grpc-status
+// (gRPC's doc/http-grpc-status-mapping.md): a Triple provider answers an unknown path with 404, which a
+// gRPC client reports as UNIMPLEMENTED.
+func GRPCFromHTTPStatus(s int) int {
+	switch s {
+	case 400:
+		return GRPCInternal
+	case 401:
+		return GRPCUnauthenticated
+	case 403:
+		return GRPCPermissionDenied
+	case 404:
+		return GRPCUnimplemented
+	case 429, 502, 503, 504:
+		return GRPCUnavailable
+	}
+	return GRPCUnknown
+}
+
+// GRPCFromReset is the gRPC status a client gives a stream the server reset with code (grpc-go's
+// http2ErrConvTab, which follows gRPC's PROTOCOL-HTTP2.md): REFUSED_STREAM is UNAVAILABLE (not processed,
+// retry elsewhere), CANCEL is CANCELLED, ENHANCE_YOUR_CALM and FLOW_CONTROL_ERROR RESOURCE_EXHAUSTED,
+// INADEQUATE_SECURITY PERMISSION_DENIED, RFC 9113's other codes INTERNAL, an unknown code UNKNOWN.
+func GRPCFromReset(code ErrCode) int {
+	switch code {
+	case ErrCodeRefusedStream:
+		return GRPCUnavailable
+	case ErrCodeCancel:
+		return GRPCCancelled
+	case ErrCodeFlowControl, ErrCodeEnhanceYourCalm:
+		return GRPCResourceExhausted
+	case ErrCodeInadequateSecurity:
+		return GRPCPermissionDenied
+	}
+	if code <= ErrCodeHTTP11Required {
+		return GRPCInternal
+	}
+	return GRPCUnknown
+}
 
 // Field returns the value of the first field called name.
 func Field(fields []HeaderField, name string) (string, bool) {

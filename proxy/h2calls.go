@@ -1,0 +1,97 @@
+package proxy
+
+import (
+	"time"
+
+	"github.com/stormgate/stormgate/proxy/h2"
+)
+
+// Per-method metrics and the access log for HTTP/2 calls (Triple, gRPC): the same series, the same
+// table and the same access log as Dubbo 2's (methods.go), read from the call's headers.
+//
+//	| what                | read from                                 | when
+//	|---------------------|-------------------------------------------|-------------------------------------
+//	| service, method     | :path "/<service>/<method>"               | the request head arrives (event)
+//	| group, version      | tri-service-group, tri-service-version    | the same head
+//	| status              | the provider's grpc-status, else its      | the answer's end is handed to the
+//	|                     | :status (404 -> UNIMPLEMENTED), else      | consumer's writer (countLocked),
+//	|                     | UNKNOWN; a reset's code; Stormgate's own  | before the consumer can see it
+//	|                     | UNAVAILABLE; CANCELLED when the consumer  |
+//	|                     | ended the call                            |
+//	| exception           | dubbo-go's business error (grpc-status 17)|
+//	| duration            | the head's arrival to that moment         |
+//	| bytes               | DATA payloads each way                    | as they pass
+//	| held                | the call waited for a provider stream     | h2Pool.open
+//
+// Every call is counted exactly once (h2Call.counted, under the session's mu): at its end toward the
+// consumer, which finishLocked makes exactly once; an end no answer explains (the consumer's RST_STREAM
+// or its connection closing, a stream Stormgate reset because its consumer stopped reading) counts as
+// CANCELLED, answered by the consumer. The counts go to the h2 pool's shard, Stormgate's own answers to
+// the server's local shard, as for Dubbo.
+
+// identifyH2 reads what an HTTP/2 request head calls (per-method metrics on): its index in the call
+// table, callUnknown when the head does not name a call as gRPC and Triple do. No allocation for a pair
+// seen before.
+func (s *Server) identifyH2(fields []h2.HeaderField, cfg *Config) uint32 {
+	if cfg.MaxMethods == 0 {
+		return callUnknown
+	}
+	c, ok := h2.CallOf(fields)
+	if !ok {
+		return callUnknown
+	}
+	return indexNames(&s.calls.table, names[string](c))
+}
+
+// answerStatus is the status of the provider's answer to c that ends with trailers (nil: with DATA,
+// no trailers): grpc-status when there is one, else what a gRPC client makes of the head's :status.
+// dubbo-go's business error (h2.TripleBizError) is OK with an exception, as Dubbo 2's business
+// exceptions are, so a service reads the same over both protocols. Under the session's mu.
+func (c *h2Call) answerStatus(trailers []h2.HeaderField) (status int, exception bool) {
+	if code, ok := h2.GRPCCode(trailers); ok {
+		if code == h2.TripleBizError {
+			return statusOK, true
+		}
+		return grpcStatusIndex(code), false
+	}
+	if c.httpStatus != 0 && c.httpStatus != 200 {
+		return grpcStatusIndex(h2.GRPCFromHTTPStatus(c.httpStatus)), false
+	}
+	return statusUnknown, false
+}
+
+// answeredLocked counts the provider's answer to c, which ends with trailers (nil: with DATA). Under
+// h.mu, before the frames that end the call go to the writer.
+func (h *h2Session) answeredLocked(c *h2Call, trailers []h2.HeaderField) {
+	status, exc := c.answerStatus(trailers)
+	h.countLocked(c, status, exc, noLocalReply)
+}
+
+// endedLocked counts a call that ended otherwise: status (an index into callStatusNames), and who
+// ended it (a replyReason when Stormgate answered, noLocalReply for a provider's reset, consumerEnded).
+func (h *h2Session) endedLocked(c *h2Call, status int, by replyReason) {
+	h.countLocked(c, status, false, by)
+}
+
+// countLocked counts how a call ended, once. Under h.mu, before the frames that end the call go to
+// the writer.
+func (h *h2Session) countLocked(c *h2Call, status int, exc bool, by replyReason) {
+	if c.counted {
+		return
+	}
+	c.counted = true
+	srv := h.sess.srv
+	cfg := srv.cfg.Load()
+	if cfg.MaxMethods == 0 && !cfg.AccessLog.Enabled {
+		return
+	}
+	sh := &h.hp.calls
+	if by < nReplyReasons {
+		sh = &srv.calls.local
+	}
+	call := callRef{method: c.method, size: uint32(min(c.reqBytes, 1<<32-1))}
+	if c.waited.Load() {
+		call.hold = callHeld
+	}
+	srv.callEnded(cfg, sh, h.sess, call, status, exc, by, time.Duration(srv.now()-c.arrived), int(c.respBytes))
+}
