@@ -120,6 +120,7 @@ fuzz:
 # The newcomer's first command must keep working: a short demo that exits 0 on its own.
 demo-smoke:
 	$(GO) run ./cmd/sidecar demo --conns 500 --rate 500 --duration 3s
+	$(GO) run ./cmd/sidecar demo --protocol triple --conns 500 --rate 500 --duration 3s
 
 # Real dubbo-go v3.3.0 provider and consumer through Stormgate (separate Go module).
 interop:

@@ -112,8 +112,24 @@ type Config struct {
 	// so the soak can take its leak samples with nothing in flight.
 	Pause *atomic.Bool `json:"-"`
 
+	// Protocol is "dubbo" (the default; "" too) or "triple": h2c with prior knowledge, one stream per
+	// unary call carrying the Triple request dubbo-go v3.3.0 sends without IDL (a hessian2-wrapped
+	// argument: Arg as a String, or the checked body as a byte[] with BodyMax > 0, which the echo
+	// provider must return as the answer's message), PINGs as heartbeats on idle connections, the
+	// server's SETTINGS_MAX_CONCURRENT_STREAMS and flow-control windows kept. MaxFrame bounds an
+	// answer's message; OneWay is not available (gRPC has no one-way call).
+	Protocol string `json:"protocol,omitempty"`
+
 	hooks testHooks
 }
+
+// Protocols Config.Protocol takes.
+const (
+	ProtocolDubbo  = "dubbo"
+	ProtocolTriple = "triple"
+)
+
+func (c *Config) triple() bool { return c.Protocol == ProtocolTriple }
 
 // testHooks lets package tests disturb the run. Zero in production.
 type testHooks struct {
@@ -193,6 +209,20 @@ func (c Config) Validate() error {
 		return fmt.Errorf("loadgen: one-way fraction %v out of [0, 1]", c.OneWay)
 	case c.OneWay > 0 && c.BodyMax == 0:
 		return errors.New("loadgen: one-way requests need checked bodies (set the body max)")
+	}
+	switch c.Protocol {
+	case "", ProtocolDubbo:
+	case ProtocolTriple:
+		switch {
+		case c.OneWay > 0:
+			return errors.New("loadgen: triple has no one-way calls (set the one-way fraction to 0)")
+		case !peer.TripleStringOK(c.Arg):
+			return fmt.Errorf("loadgen: triple arg longer than %d UTF-16 units", peer.MaxTripleString)
+		case c.BodyMax+c.BodyMax/1024+64 > c.MaxFrame:
+			return fmt.Errorf("loadgen: body max %d does not fit the max message %d with its Triple wrapping", c.BodyMax, c.MaxFrame)
+		}
+	default:
+		return fmt.Errorf("loadgen: protocol %q: want dubbo or triple", c.Protocol)
 	}
 	for _, a := range c.SourceAddrs {
 		if !a.IsValid() {

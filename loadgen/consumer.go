@@ -27,6 +27,7 @@ const (
 var (
 	errProtocol = errors.New("protocol error")
 	errLeft     = errors.New("left after READONLY")
+	errGoAway   = errors.New("left after the server's GOAWAY")
 )
 
 // consumer is one simulated Dubbo consumer: one connection slot whose goroutine (run) dials, reads,
@@ -56,6 +57,9 @@ type consumer struct {
 	oneWayNext int64 // one-way requests sent on this connection (their ids are oneWayIDs+n)
 	dialStart  int64 // for FirstReply; -1 once the first reply was seen
 
+	h2       *h2state     // Triple: the connection's HTTP/2 state (guarded by mu); nil for Dubbo
+	lastRead atomic.Int64 // Triple: when a frame other than a PING answer last arrived (ns since the run's start), for idle PINGs
+
 	wmu     sync.Mutex // held while writing to the socket
 	wbuf    []byte     // argument and results of rawWriteFn, guarded by wmu
 	wn      int
@@ -77,6 +81,9 @@ const oneWayIDs = 1 << 62
 // carries the checked body (key, size), one-way if oneWay is set; otherwise it is the Method(Arg)
 // template. It returns false (Unsent) if the connection is down or its backlog is over maxQueued.
 func (c *consumer) sendRequest(sched int64, key uint64, size int, oneWay bool) bool {
+	if c.h2 != nil {
+		return c.sendCall(sched, key, size)
+	}
 	c.mu.Lock()
 	if c.nc == nil || len(c.out) > maxQueued {
 		c.mu.Unlock()
@@ -110,6 +117,9 @@ func (c *consumer) sendRequest(sched int64, key uint64, size int, oneWay bool) b
 // Heartbeats come in bursts (thousands per second at 10,000 connections) and are not latency
 // critical, so the scheduler leaves their writes to the shards, several per wake-up.
 func (c *consumer) sendHeartbeat(now int64) bool {
+	if c.h2 != nil {
+		return c.sendPing(now, false)
+	}
 	c.mu.Lock()
 	if c.nc == nil || len(c.out) > maxQueued || c.state.Load() == stateLeaving {
 		c.mu.Unlock()
@@ -350,16 +360,28 @@ func (c *consumer) serve(ctx context.Context, nc net.Conn) {
 	}
 	c.ring.reset()
 	c.out = c.out[:0]
+	if c.h2 != nil {
+		c.h2.open(c)
+	}
 	c.mu.Unlock()
 	c.state.Store(stateOpen)
 	r.cnt.connsOpened.Add(1)
 	r.cnt.connsOpen.Add(1)
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetReadDeadline(time.Unix(1, 0)) })
-	if r.cfg.ProbeOnConnect {
-		c.sendHeartbeat(r.now())
+	var err error
+	if c.h2 != nil {
+		c.lastRead.Store(r.now())
+		c.tryWrite() // the preface and SETTINGS
+		if r.cfg.ProbeOnConnect {
+			c.sendPing(r.now(), true)
+		}
+		err = c.readLoopH2(nc)
+	} else {
+		if r.cfg.ProbeOnConnect {
+			c.sendHeartbeat(r.now())
+		}
+		err = c.readLoop(nc)
 	}
-
-	err := c.readLoop(nc)
 
 	stop()
 	c.state.Store(stateDown)
@@ -368,6 +390,9 @@ func (c *consumer) serve(ctx context.Context, nc net.Conn) {
 	c.out = c.out[:0]
 	werr := c.werr
 	reqs, hbs := c.ring.dropAll()
+	if c.h2 != nil {
+		c.h2.close()
+	}
 	c.mu.Unlock()
 	_ = nc.Close()
 	r.cnt.connsOpen.Add(-1)
@@ -385,6 +410,8 @@ func (c *consumer) serve(ctx context.Context, nc net.Conn) {
 	switch {
 	case errors.Is(err, errLeft):
 		r.cnt.left.Add(1)
+	case errors.Is(err, errGoAway):
+		r.cnt.closedByPeer.Add(1)
 	case errors.Is(err, errProtocol):
 		r.cnt.protocolErrors.Add(1)
 	case errors.Is(err, io.EOF):
@@ -469,32 +496,9 @@ func (c *consumer) handle(h dubbo.Header, body []byte) {
 	}
 	now := r.now()
 	c.mu.Lock()
-	s, res := c.ring.complete(h.ID, want)
-	first := c.dialStart
-	if res == matched && first >= 0 {
-		c.dialStart = -1
-	}
+	s, first, ok := c.matchLocked(h.ID, want)
 	c.mu.Unlock()
-	switch res {
-	case late:
-		r.cnt.lateReplies.Add(1)
-		return
-	case unknown:
-		r.cnt.unknownIDs.Add(1)
-		return
-	case duplicate:
-		r.cnt.duplicates.Add(1)
-		return
-	}
-	r.cnt.inflight.Add(-1)
-	r.noteAnswer(now)
-	if first >= 0 {
-		r.firstHist.Record(time.Duration(now - first))
-	}
-	lat := time.Duration(now - s.at)
-	if want == slotHeartbeat {
-		r.cnt.hbAnswered.Add(1)
-		r.hbHist.Record(lat)
+	if !ok || !r.answered(now, s, first, want) {
 		return
 	}
 	switch {
@@ -515,6 +519,52 @@ func (c *consumer) handle(h dubbo.Header, body []byte) {
 	default:
 		r.cnt.ok.Add(1)
 	}
+	r.recordLatency(now, s)
+}
+
+// matchLocked retires id's slot for an answer of kind want and returns it with the connection's dial
+// start (-1 after its first answer). An answer that matches nothing outstanding is counted (late,
+// unknown or duplicate) and ok is false. The caller holds mu.
+func (c *consumer) matchLocked(id int64, want slotKind) (s slot, first int64, ok bool) {
+	r := c.r
+	s, res := c.ring.complete(id, want)
+	switch res {
+	case late:
+		r.cnt.lateReplies.Add(1)
+		return s, 0, false
+	case unknown:
+		r.cnt.unknownIDs.Add(1)
+		return s, 0, false
+	case duplicate:
+		r.cnt.duplicates.Add(1)
+		return s, 0, false
+	}
+	first = c.dialStart
+	if first >= 0 {
+		c.dialStart = -1
+	}
+	return s, first, true
+}
+
+// answered records what every matched answer shares (in flight, longest gap, first reply) and, for a
+// heartbeat, its round trip; it returns true for a request, whose outcome the caller counts.
+func (r *runner) answered(now int64, s slot, first int64, want slotKind) bool {
+	r.cnt.inflight.Add(-1)
+	r.noteAnswer(now)
+	if first >= 0 {
+		r.firstHist.Record(time.Duration(now - first))
+	}
+	if want == slotHeartbeat {
+		r.cnt.hbAnswered.Add(1)
+		r.hbHist.Record(time.Duration(now - s.at))
+		return false
+	}
+	return true
+}
+
+// recordLatency records an answered request's latency, from its scheduled time.
+func (r *runner) recordLatency(now int64, s slot) {
+	lat := time.Duration(now - s.at)
 	r.latHist.Record(lat)
 	r.win.Load().Record(lat)
 }

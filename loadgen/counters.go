@@ -23,6 +23,11 @@ type counters struct {
 	serverHeartbeats                    atomic.Uint64
 	readonly, writeable, otherEvents    atomic.Uint64
 	unexpectedRequests                  atomic.Uint64
+
+	// Triple.
+	grpcStatus                           [256]atomic.Uint64 // answers by grpc-status (255: 255 and above)
+	streamsWaited, streamResets, goAways atomic.Uint64
+	maxOpenStreams                       atomic.Int64
 }
 
 func (c *counters) dialFailures() uint64 {

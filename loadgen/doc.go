@@ -1,6 +1,9 @@
-// Package loadgen is a Dubbo 2 load generator: it opens many consumer connections to one target,
-// heartbeats on each at a random phase, sends two-way requests open-loop at a fixed rate and counts
-// every outcome. It is the engine of cmd/stormbench and of `sidecar demo`'s simulated consumers.
+// Package loadgen is a Dubbo 2 and Triple load generator: it opens many consumer connections to one
+// target, heartbeats on each at a random phase, sends two-way requests open-loop at a fixed rate and
+// counts every outcome. It is the engine of cmd/stormbench and of `sidecar demo`'s simulated consumers.
+// With Config.Protocol "triple" the connections are h2c, each request a unary call on its own stream
+// and each heartbeat a PING on an idle connection (triple.go says how; the rest of this comment holds
+// for both protocols).
 //
 // Measurement rules: request k is scheduled at start + k/Rate whatever happened before, and its latency
 // is measured from that scheduled time, so stalls anywhere (server, network, or this process falling

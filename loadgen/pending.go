@@ -68,6 +68,11 @@ func (p *pendingRing) pushSlot(s slot) int64 {
 	return id
 }
 
+// pending reports whether id is outstanding as kind (not answered, expired or dropped).
+func (p *pendingRing) pending(id int64, kind slotKind) bool {
+	return id >= p.head && id < p.next && p.slots[id&int64(len(p.slots)-1)].kind == kind
+}
+
 // complete matches a reply; on success it returns the slot as it was and retires it.
 func (p *pendingRing) complete(id int64, want slotKind) (slot, outcome) {
 	if id < p.head {

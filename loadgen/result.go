@@ -75,6 +75,20 @@ type Result struct {
 	EventsOther         uint64 `json:"events_other"`        // one-way events that are neither
 	UnexpectedRequests  uint64 `json:"unexpected_requests"` // non-event requests from the server (ignored)
 
+	// Triple (Protocol "triple"): heartbeats above are PINGs (sent only on connections idle for the
+	// interval), ServerHeartbeats the server's PINGs this side answered, Errors and ErrorByStatus count
+	// calls by their non-zero grpc-status, and GRPCStatus counts every answered call by it (0 included).
+	// A call the server reset is an error with the code grpc-go reports (REFUSED_STREAM: 14, CANCEL: 1,
+	// others: 13) and counts in StreamResets too. StreamsWaited counts calls that waited for a stream
+	// (the server's SETTINGS, or its SETTINGS_MAX_CONCURRENT_STREAMS); MaxOpenStreams is the most
+	// streams open at once on one connection (never above the server's limit); GoAways counts the
+	// server's GOAWAYs (calls above its last stream id count as Lost).
+	GRPCStatus     map[int]uint64 `json:"grpc_status,omitempty"`
+	StreamsWaited  uint64         `json:"streams_waited,omitempty"`
+	StreamResets   uint64         `json:"stream_resets,omitempty"`
+	GoAways        uint64         `json:"goaways,omitempty"`
+	MaxOpenStreams int            `json:"max_open_streams,omitempty"`
+
 	// Latency of answered requests (any status), from the scheduled send time.
 	Latency     hist.Summary    `json:"latency"`
 	LatencyHist *hist.Histogram `json:"latency_hist"`
@@ -131,8 +145,8 @@ func ParseResult(b []byte) (*Result, error) {
 
 func newResult() *Result {
 	return &Result{
-		ErrorByStatus: map[int]uint64{},
-		LatencyHist:   new(hist.Histogram), HeartbeatHist: new(hist.Histogram),
+		ErrorByStatus: map[int]uint64{}, GRPCStatus: map[int]uint64{},
+		LatencyHist: new(hist.Histogram), HeartbeatHist: new(hist.Histogram),
 		ConnectHist: new(hist.Histogram), FirstReplyHist: new(hist.Histogram),
 	}
 }
@@ -142,6 +156,9 @@ func newResult() *Result {
 func (r *Result) Merge(o *Result) {
 	if r.ErrorByStatus == nil {
 		r.ErrorByStatus = map[int]uint64{}
+	}
+	if r.GRPCStatus == nil {
+		r.GRPCStatus = map[int]uint64{}
 	}
 	for _, h := range []**hist.Histogram{&r.LatencyHist, &r.HeartbeatHist, &r.ConnectHist, &r.FirstReplyHist} {
 		if *h == nil {
@@ -203,6 +220,13 @@ func (r *Result) Merge(o *Result) {
 	add(&r.EventsWriteable, o.EventsWriteable)
 	add(&r.EventsOther, o.EventsOther)
 	add(&r.UnexpectedRequests, o.UnexpectedRequests)
+	for k, v := range o.GRPCStatus {
+		r.GRPCStatus[k] += v
+	}
+	add(&r.StreamsWaited, o.StreamsWaited)
+	add(&r.StreamResets, o.StreamResets)
+	add(&r.GoAways, o.GoAways)
+	r.MaxOpenStreams = max(r.MaxOpenStreams, o.MaxOpenStreams)
 	r.LatencyHist.Merge(o.LatencyHist)
 	r.HeartbeatHist.Merge(o.HeartbeatHist)
 	r.ConnectHist.Merge(o.ConnectHist)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stormgate/stormgate/loadgen/hist"
+	"github.com/stormgate/stormgate/peer"
+	"github.com/stormgate/stormgate/proxy/h2"
 )
 
 // numShards is the number of writer goroutines; more shards isolate a stalled server better.
@@ -19,14 +21,17 @@ const numShards = 8
 
 // runner is the state of one Run.
 type runner struct {
-	cfg       Config
-	seed      uint64 // cfg.Seed, or a random one
-	t0        time.Time
-	reqFrame  []byte
-	consumers []*consumer
-	shards    []*shard
-	dialSem   chan struct{}
-	cnt       counters
+	cfg      Config
+	seed     uint64 // cfg.Seed, or a random one
+	t0       time.Time
+	reqFrame []byte
+	// Triple: the template call's message and every call's request head (read-only once built).
+	tripleMsg  []byte
+	tripleHead []h2.HeaderField
+	consumers  []*consumer
+	shards     []*shard
+	dialSem    chan struct{}
+	cnt        counters
 
 	latHist, hbHist, connectHist, firstHist hist.Histogram
 	windows                                 [2]hist.Histogram
@@ -75,6 +80,11 @@ func Run(ctx context.Context, cfg Config, progress func(Snapshot)) (*Result, err
 		reqFrame: requestFrame(cfg.Service, cfg.Method, cfg.Arg),
 		dialSem:  make(chan struct{}, cfg.DialConcurrency),
 	}
+	if cfg.triple() {
+		r.reqFrame = nil
+		r.tripleMsg = peer.AppendTripleString(nil, cfg.Arg)
+		r.tripleHead = tripleHead(&r.cfg)
+	}
 	r.win.Store(&r.windows[0])
 	r.phase.Store("connect")
 	r.seed = cfg.Seed
@@ -88,6 +98,9 @@ func Run(ctx context.Context, cfg Config, progress func(Snapshot)) (*Result, err
 	r.consumers = make([]*consumer, cfg.Conns)
 	for i := range r.consumers {
 		c := &consumer{r: r, idx: i, shard: r.shards[i%numShards]}
+		if cfg.triple() {
+			c.h2 = &h2state{}
+		}
 		if n := len(cfg.SourceAddrs); n > 0 {
 			c.src = cfg.SourceAddrs[i%n]
 		}
@@ -248,6 +261,15 @@ func (r *runner) result() *Result {
 	res.EventsWriteable = c.writeable.Load()
 	res.EventsOther = c.otherEvents.Load()
 	res.UnexpectedRequests = c.unexpectedRequests.Load()
+	for s := range c.grpcStatus {
+		if n := c.grpcStatus[s].Load(); n > 0 {
+			res.GRPCStatus[s] = n
+		}
+	}
+	res.StreamsWaited = c.streamsWaited.Load()
+	res.StreamResets = c.streamResets.Load()
+	res.GoAways = c.goAways.Load()
+	res.MaxOpenStreams = int(c.maxOpenStreams.Load())
 	res.LatencyHist.Merge(&r.latHist)
 	res.HeartbeatHist.Merge(&r.hbHist)
 	res.ConnectHist.Merge(&r.connectHist)
@@ -288,13 +310,20 @@ func (r *runner) sweep(ctx context.Context) {
 		cutoff := r.now() - timeout
 		var reqs, hbs uint64
 		for _, c := range r.consumers {
+			dirty := false
 			c.mu.Lock()
 			if c.ring.head < c.ring.next {
 				q, h := c.ring.expire(cutoff, cutoff)
 				reqs += q
 				hbs += h
+				if q > 0 && c.cancelExpiredLocked() {
+					dirty = c.markDirtyLocked()
+				}
 			}
 			c.mu.Unlock()
+			if dirty {
+				c.shard.add(c)
+			}
 		}
 		if reqs+hbs > 0 {
 			r.cnt.timeouts.Add(reqs)

@@ -33,6 +33,11 @@
 // another request's bytes are caught on either side; stormbench and the soak build the
 // same bodies.
 //
+// TripleEcho (triple.go) is the Triple counterpart of EchoProvider: an h2c gRPC provider on
+// proxy/h2's Conn that answers every unary call with its own message, checks what it reads and
+// counts the PINGs it receives, those a load consumer marked (LoadPing) apart. triple_wire.go builds
+// and reads the calls dubbo-go v3.3.0 sends without IDL (a hessian2 TripleRequestWrapper).
+//
 // Frames are built and read with proxy/dubbo; wire.go adds only what the codec does not
 // have (the exception body). The package's tests check the bytes that matter (heartbeat
 // reply, READONLY, echo reply) against literal hex, so a codec bug cannot cancel itself

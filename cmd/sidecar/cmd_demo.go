@@ -24,6 +24,7 @@ type demoFlags struct {
 	duration  time.Duration
 	upstreams int
 	verbose   bool
+	protocol  string
 }
 
 func newDemoCmd() *cobra.Command {
@@ -40,17 +41,30 @@ It prints one line per second and a summary, then exits 0. Nothing to install or
 
 Watch two ratios: consumer connections vs provider connections (multiplexing), and
 heartbeats per second answered by Stormgate vs heartbeats per second that reached the
-provider (zero). Every column but the connection counts and latencies is a rate per second.`,
+provider (zero). Every column but the connection counts and latencies is a rate per second.
+
+With --protocol triple the same runs over Dubbo 3's Triple (gRPC over h2c): a Triple echo
+provider, Stormgate with upstream.protocol triple, and h2c consumers making unary calls with
+checked bodies (each answer must be its call's own bytes) and PINGing when idle: the heartbeat
+columns are PINGs answered by Stormgate and consumer PINGs that reached the provider (zero).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), cmd.OutOrStdout(), f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.protocol == "triple" && !cmd.Flags().Changed("heartbeat") {
+				// Triple consumers PING only when idle; at the default rate each connection hears from
+				// the provider about once a second, so a 1 s idle time would show almost no PINGs.
+				f.heartbeat = 500 * time.Millisecond
+			}
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.conns, "conns", 2000, "simulated consumer connections")
 	fl.Float64Var(&f.rate, "rate", 2000, "requests per second across all consumers")
-	fl.DurationVar(&f.heartbeat, "heartbeat", time.Second, "heartbeat interval of each consumer connection")
+	fl.DurationVar(&f.heartbeat, "heartbeat", time.Second, "heartbeat interval of each consumer connection (Triple: a PING after this long without an answer; 500ms unless set)")
 	fl.DurationVar(&f.duration, "duration", 12*time.Second, "length of the traffic phase (the connect phase comes first)")
 	fl.IntVar(&f.upstreams, "upstream-conns", 4, "Stormgate's connections to the provider")
 	fl.BoolVar(&f.verbose, "verbose", false, "show Stormgate's logs")
+	fl.StringVar(&f.protocol, "protocol", "dubbo", "dubbo (Dubbo 2) or triple (Dubbo 3 Triple over h2c)")
 	return cmd
 }
 
@@ -71,12 +85,25 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 	if err := proxy.ConfigureNetpoll(log, proxy.DefaultNetpollBuffer, 0); err != nil {
 		return err
 	}
-	prov, err := peer.NewProvider(peer.ProviderConfig{Addr: "127.0.0.1:0"}, log.Named("provider"))
-	if err != nil {
-		return err
+	var prov demoProvider
+	switch f.protocol {
+	case "dubbo":
+		p, err := peer.NewProvider(peer.ProviderConfig{Addr: "127.0.0.1:0"}, log.Named("provider"))
+		if err != nil {
+			return err
+		}
+		go p.Serve(ctx) //nolint:errcheck
+		prov = dubboDemoProvider{p}
+	case "triple":
+		p, err := peer.StartTripleEcho(peer.TripleConfig{}, log.Named("provider"))
+		if err != nil {
+			return err
+		}
+		prov = tripleDemoProvider{p}
+	default:
+		return fmt.Errorf("--protocol %q: want dubbo or triple", f.protocol)
 	}
 	defer prov.Close()
-	go prov.Serve(ctx) //nolint:errcheck
 
 	reg := prometheus.NewRegistry()
 	shipped := settings.Defaults()
@@ -90,6 +117,21 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 	defer adm.Close()
 	pcfg := settings.ProxyConfig(shipped)
 	pcfg.Upstream, pcfg.UpstreamConns = prov.Addr(), f.upstreams
+	lcfg := loadgen.Config{
+		Target:            adm.Addr().String(),
+		Conns:             f.conns,
+		HeartbeatInterval: f.heartbeat,
+		Rate:              f.rate,
+		Duration:          f.duration,
+		Method:            "echo",
+		Arg:               "hello",
+	}
+	hbAnswered := func(st proxy.Stats) uint64 { return st.HeartbeatsDownstream }
+	if f.protocol == "triple" {
+		pcfg.Protocols = proxy.ProtoTriple
+		lcfg.Protocol, lcfg.BodyMin, lcfg.BodyMax = loadgen.ProtocolTriple, 16, 4096
+		hbAnswered = func(proxy.Stats) uint64 { return uint64(gatheredCounter(reg, "stormgate_http2_pings_answered_total")) }
+	}
 	srv, err := proxy.New(pcfg,
 		proxy.Options{Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: adm.ConnClosed})
 	if err != nil {
@@ -103,7 +145,7 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 		srv.ServeFD(c.FD, c.Remote, c.OrigDst)
 	}))
 
-	fmt.Fprintf(out, "provider  %s   (demo Dubbo provider)\n", prov.Addr())
+	fmt.Fprintf(out, "provider  %s   (%s)\n", prov.Addr(), prov.Name())
 	fmt.Fprintf(out, "stormgate %s   (%d connections to the provider)\n", adm.Addr(), f.upstreams)
 	fmt.Fprintf(out, "consumers %d connections, heartbeat every %v, %.0f req/s, %v\n\n", f.conns, f.heartbeat, f.rate, f.duration)
 	fmt.Fprintf(out, "%5s  %9s %8s  %14s %13s  %8s %7s  %9s %9s\n",
@@ -112,22 +154,14 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 	var last demoCounts
 	start := time.Now()
 	lastAt := start
-	res, err := loadgen.Run(ctx, loadgen.Config{
-		Target:            adm.Addr().String(),
-		Conns:             f.conns,
-		HeartbeatInterval: f.heartbeat,
-		Rate:              f.rate,
-		Duration:          f.duration,
-		Method:            "echo",
-		Arg:               "hello",
-	}, func(s loadgen.Snapshot) {
+	res, err := loadgen.Run(ctx, lcfg, func(s loadgen.Snapshot) {
 		st := srv.Stats()
 		ps := prov.Stats()
 		now := time.Now()
-		cur := demoCounts{hbStormgate: st.HeartbeatsDownstream, hbProvider: ps.HeartbeatsReceived, ok: s.OK}
+		cur := demoCounts{hbStormgate: hbAnswered(st), hbProvider: ps.heartbeats, ok: s.OK}
 		r := cur.ratesSince(last, now.Sub(lastAt))
 		fmt.Fprintf(out, "%4.0fs  %9d %8d  %14.0f %13.0f  %8.0f %7d  %9s %9s\n",
-			now.Sub(start).Seconds(), st.DownstreamConns, ps.ConnsOpen, r.hbStormgate, r.hbProvider, r.ok,
+			now.Sub(start).Seconds(), st.DownstreamConns, ps.connsOpen, r.hbStormgate, r.hbProvider, r.ok,
 			s.Errors+s.Timeouts, fmtDur(s.P50), fmtDur(s.P99))
 		last, lastAt = cur, now
 	})
@@ -137,13 +171,19 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 	st := srv.Stats()
 	ps := prov.Stats()
 	fmt.Fprintf(out, "\nsummary\n")
-	fmt.Fprintf(out, "  connections   consumers -> Stormgate: %d    Stormgate -> provider: %d\n", res.ConnsOpened, ps.ConnsAccepted)
-	fmt.Fprintf(out, "  heartbeats    answered by Stormgate: %d    reached the provider: %d    sent by Stormgate upstream: %d\n",
-		st.HeartbeatsDownstream, ps.HeartbeatsReceived, st.HeartbeatsSent)
+	fmt.Fprintf(out, "  connections   consumers -> Stormgate: %d    Stormgate -> provider: %d\n", res.ConnsOpened, ps.connsAccepted)
+	fmt.Fprintf(out, "  %-13s answered by Stormgate: %d    reached the provider: %d    sent by Stormgate upstream: %d\n",
+		prov.HeartbeatName(), hbAnswered(st), ps.heartbeats, st.HeartbeatsSent)
 	fmt.Fprintf(out, "  requests      sent %d   ok %d   errors %d   timeouts %d   (provider served %d)\n",
-		res.Sent, res.OK, res.Errors+res.Exceptions, res.Timeouts, ps.Requests)
+		res.Sent, res.OK, res.Errors+res.Exceptions, res.Timeouts, ps.requests)
 	fmt.Fprintf(out, "  latency       p50 %s   p99 %s   max %s   (from scheduled send time, through Stormgate)\n",
 		fmtDur(res.Latency.P50), fmtDur(res.Latency.P99), fmtDur(res.Latency.Max))
+	if res.BodyMax > 0 {
+		fmt.Fprintf(out, "  bodies        %d answers checked byte for byte: %d not their call's own\n", res.OK+res.BodyMismatches, res.BodyMismatches)
+	}
+	if v := prov.Violations(); v > 0 || res.BodyMismatches > 0 {
+		return fmt.Errorf("demo saw %d body mismatches; the provider recorded %d integrity violations", res.BodyMismatches, v)
+	}
 	if res.Errors+res.Timeouts+res.Lost > 0 {
 		return fmt.Errorf("demo saw %d errors, %d timeouts, %d lost requests", res.Errors, res.Timeouts, res.Lost)
 	}

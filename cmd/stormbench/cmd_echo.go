@@ -34,6 +34,8 @@ type echoOptions struct {
 	statsEvery  time.Duration
 	logLevel    string
 	kill        string
+	protocol    string
+	triple      peer.TripleConfig
 }
 
 func newEchoCmd() *cobra.Command {
@@ -62,6 +64,14 @@ stdout, one JSON object per line: {"event":"listening","addr":...,"seed":...} on
 {"event":"killed"} and {"event":"restarted"}; {"event":"stats",...} every --stats-every; and
 {"event":"final","stats":...,"violations":[...]} at exit. The exit status is 3 when any
 violation was recorded. Logs go to stderr.
+
+With --protocol triple it is the Triple (gRPC over h2c) echo provider instead (peer.TripleEcho, the
+same HTTP/2 codec Stormgate runs): every unary call gets :status 200, its own content-type, exactly
+its request message and grpc-status 0. It records as violations a frame the codec rejects, a stream
+beyond --max-streams, a malformed head or message, a checked body that fails its check and a body
+delivered twice, and it counts the PINGs it receives, apart those stormbench load sent (load_pings:
+0 behind Stormgate, which answers consumers' PINGs itself). The bad-reading, kill and restart flags
+do not apply; SIGUSR1 and SIGUSR2 are ignored.
 
 Signals: SIGUSR1 kill now and restart after --down; SIGUSR2 read normally for --calm (ends a
 stall; make soak sends it before each leak sample, so that no sample catches a slow spell's
@@ -92,17 +102,22 @@ backlog); SIGINT or SIGTERM stop.`,
 	f.DurationVar(&o.calm, "calm", 10*time.Second, "after SIGUSR2, read normally for this long")
 	f.DurationVar(&o.statsEvery, "stats-every", 10*time.Second, "print a stats line at this interval; 0 = never")
 	f.StringVar(&o.logLevel, "log-level", "warn", "debug, info, warn or error")
+	f.StringVar(&o.protocol, "protocol", "dubbo", "dubbo, or triple: an h2c Triple/gRPC provider that answers every unary call with its message (see above)")
+	f.Uint32Var(&o.triple.MaxConcurrentStreams, "max-streams", 0, "triple: SETTINGS_MAX_CONCURRENT_STREAMS announced; 0 = 100")
+	f.Uint32Var(&o.triple.InitialWindowSize, "window", 0, "triple: stream receive window, bytes; 0 = 65,535")
+	f.DurationVar(&o.triple.Delay, "delay", 0, "triple: hold every answer this long")
 	return cmd
 }
 
 // echoEvent is one line of the echo provider's stdout.
 type echoEvent struct {
-	Event      string           `json:"event"`
-	At         time.Time        `json:"at"`
-	Addr       string           `json:"addr,omitempty"`
-	Seed       uint64           `json:"seed,omitempty"`
-	Stats      *peer.EchoStats  `json:"stats,omitempty"`
-	Violations []peer.Violation `json:"violations,omitempty"`
+	Event      string            `json:"event"`
+	At         time.Time         `json:"at"`
+	Addr       string            `json:"addr,omitempty"`
+	Seed       uint64            `json:"seed,omitempty"`
+	Stats      *peer.EchoStats   `json:"stats,omitempty"`
+	Triple     *peer.TripleStats `json:"triple,omitempty"`
+	Violations []peer.Violation  `json:"violations,omitempty"`
 }
 
 func runEcho(ctx context.Context, o echoOptions, stdout, stderr io.Writer) error {
@@ -120,6 +135,9 @@ func runEcho(ctx context.Context, o echoOptions, stdout, stderr io.Writer) error
 	if o.seed == 0 {
 		o.seed = rand.Uint64()
 	}
+	if o.protocol != "dubbo" && o.protocol != "triple" {
+		return fmt.Errorf("--protocol %q: want dubbo or triple", o.protocol)
+	}
 	log, err := newProviderLogger(o.logLevel, stderr)
 	if err != nil {
 		return err
@@ -128,6 +146,10 @@ func runEcho(ctx context.Context, o echoOptions, stdout, stderr io.Writer) error
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
+	emit := newEmitter(stdout)
+	if o.protocol == "triple" {
+		return runTripleEcho(ctx, o, log, sigs, emit)
+	}
 
 	killMode, err := peer.ParseKillMode(o.kill)
 	if err != nil {
@@ -139,31 +161,16 @@ func runEcho(ctx context.Context, o echoOptions, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	var mu sync.Mutex
-	enc := json.NewEncoder(stdout)
-	emit := func(e echoEvent) {
-		e.At = time.Now().UTC()
-		mu.Lock()
-		defer mu.Unlock()
-		_ = enc.Encode(e)
-	}
 	emit(echoEvent{Event: "listening", Addr: p.Addr(), Seed: o.seed})
 	log.Info("echo provider listening", zap.String("addr", p.Addr()), zap.Uint64("seed", o.seed))
 
 	rng := rand.New(rand.NewPCG(o.seed, 0xec40))
 	spell := time.NewTimer(0)
 	defer spell.Stop()
-	var restartC, statsC <-chan time.Time
-	if o.restart > 0 {
-		t := time.NewTicker(o.restart)
-		defer t.Stop()
-		restartC = t.C
-	}
-	if o.statsEvery > 0 {
-		t := time.NewTicker(o.statsEvery)
-		defer t.Stop()
-		statsC = t.C
-	}
+	restartC, stopRestart := ticks(o.restart)
+	defer stopRestart()
+	statsC, stopStats := ticks(o.statsEvery)
+	defer stopStats()
 	up := time.NewTimer(time.Hour)
 	up.Stop()
 	defer up.Stop()
@@ -219,10 +226,37 @@ loop:
 	_ = p.Close()
 	st := p.Stats()
 	emit(echoEvent{Event: "final", Stats: &st, Violations: p.Violations()})
-	if st.Violations > 0 {
-		return &exitError{code: 3, err: fmt.Errorf("%d integrity violations (see the final line)", st.Violations)}
+	return violationsExit(st.Violations)
+}
+
+// newEmitter returns a function that writes one echoEvent a line to w, stamped with the time; safe for
+// concurrent use.
+func newEmitter(w io.Writer) func(echoEvent) {
+	var mu sync.Mutex
+	enc := json.NewEncoder(w)
+	return func(e echoEvent) {
+		e.At = time.Now().UTC()
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(e)
+	}
+}
+
+// violationsExit is an echo provider's result: exit status 3 when it recorded n > 0 violations.
+func violationsExit(n uint64) error {
+	if n > 0 {
+		return &exitError{code: 3, err: fmt.Errorf("%d integrity violations (see the final line)", n)}
 	}
 	return nil
+}
+
+// ticks returns a ticker's channel and its stop, or a nil channel (never ready) when d <= 0.
+func ticks(d time.Duration) (<-chan time.Time, func()) {
+	if d <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTicker(d)
+	return t.C, t.Stop
 }
 
 // exitError asks main for a specific exit status.

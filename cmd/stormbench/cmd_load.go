@@ -68,6 +68,16 @@ and their results are merged exactly (histograms merged, counts summed). Above 2
 to a loopback target, source addresses 127.0.0.2... are used automatically (about 28,000
 connections per source address).
 
+With --protocol triple the consumers speak Dubbo 3's Triple as dubbo-go v3.3.0 sends it without IDL:
+h2c with prior knowledge, one HTTP/2 stream per unary call to /<service>/<method>, content-type
+application/grpc+hessian2, the argument hessian2-wrapped (--arg as a String, or with --body-max the
+checked body as a byte[], which stormbench echo-provider --protocol triple returns as the answer's
+message: it is compared byte for byte). Calls wait for the server's SETTINGS and never exceed its
+SETTINGS_MAX_CONCURRENT_STREAMS; flow-control windows are kept both ways. --heartbeat sends a PING
+on each connection that received nothing for that long (as x/net's ReadIdleTimeout: dubbo-go PINGs
+after 10 s); they count as heartbeats. A call that times out is reset (RST_STREAM CANCEL). Errors are
+counted by grpc-status; grpc_status in the JSON counts every answer by it.
+
 The tool reports its own CPU per request (request phase CPU of all its processes / requests sent),
 so you can check it is not the bottleneck.
 
@@ -91,6 +101,10 @@ Every run is bounded: --duration at most 30m, --timeout at most 1m, and the conn
   stormbench load --target 127.0.0.1:20881 --conns 1000 --rate 1000 --duration 60s \
       --body-max 262144 --one-way 0.1 --heartbeat 10s
 
+  # Triple: 1,000 h2c consumers, checked bodies, PINGs on connections idle for 10 s
+  stormbench load --protocol triple --target 127.0.0.1:20881 --conns 1000 --rate 1000 --duration 30s \
+      --body-max 65536 --heartbeat 10s
+
   # 40,000 connections: 3 worker processes, sources 127.0.0.2-127.0.0.3 picked automatically
   stormbench load --target 127.0.0.1:20881 --conns 40000 --heartbeat 30s --duration 60s`,
 		Args: cobra.NoArgs,
@@ -101,6 +115,7 @@ Every run is bounded: --duration at most 30m, --timeout at most 1m, and the conn
 	f := cmd.Flags()
 	c := &o.cfg
 	f.StringVar(&c.Target, "target", "", "host:port to connect to (required)")
+	f.StringVar(&c.Protocol, "protocol", loadgen.ProtocolDubbo, "dubbo (Dubbo 2) or triple (Dubbo 3 Triple: h2c, one stream per unary call, PINGs as heartbeats)")
 	f.IntVar(&c.Conns, "conns", 100, "consumer connections in total (split over worker processes above 19,000)")
 	f.Float64Var(&c.ConnectRate, "connect-rate", 0, "connections opened per second; 0 = all at once")
 	f.IntVar(&c.DialConcurrency, "dial-concurrency", loadgen.DefaultDialConcurrency, "dials in flight at most, per process")
@@ -123,7 +138,7 @@ Every run is bounded: --duration at most 30m, --timeout at most 1m, and the conn
 	f.DurationVar(&c.Reconnect, "reconnect", 0, "redial a closed connection after this delay; 0 = stay closed")
 	f.BoolVar(&c.HonorReadonly, "honor-readonly", false, "stop sending on a connection after READONLY (until WRITEABLE), as Dubbo consumers do")
 	f.BoolVar(&c.LeaveOnReadonly, "leave-on-readonly", false, "after READONLY send nothing more on the connection (heartbeats neither) and close it once its answers are in, as a Dubbo consumer does when the registry drops the provider; implies --honor-readonly")
-	f.IntVar(&c.MaxFrame, "max-frame", loadgen.DefaultMaxFrame, "largest frame accepted from the server (header + body)")
+	f.IntVar(&c.MaxFrame, "max-frame", loadgen.DefaultMaxFrame, "largest frame accepted from the server (header + body); with --protocol triple, the largest answer message")
 	f.IntVar(&o.workers, "workers", 0, "worker processes; 0 = one per 19,000 connections")
 	f.StringVar(&o.jsonPath, "json", "", "write the result as JSON to this file (- = stdout)")
 	f.BoolVar(&o.quiet, "quiet", false, "no progress lines")

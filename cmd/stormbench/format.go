@@ -68,8 +68,15 @@ func printSummary(w io.Writer, r *loadgen.Result) {
 		fmt.Fprintf(&b, "               late replies %d  unknown ids %d  duplicates %d  unexpected requests %d\n",
 			r.LateReplies, r.UnknownIDs, r.Duplicates, r.UnexpectedRequests)
 	}
-	fmt.Fprintf(&b, "  heartbeats   sent %d  answered %d  timed out %d  lost %d | from server: heartbeats %d  READONLY %d  WRITEABLE %d  other %d\n",
-		r.HeartbeatsSent, r.HeartbeatsAnswered, r.HeartbeatsTimedOut, r.HeartbeatsLost, r.ServerHeartbeats, r.EventsReadonly, r.EventsWriteable, r.EventsOther)
+	if r.Protocol == loadgen.ProtocolTriple {
+		fmt.Fprintf(&b, "  triple       grpc-status%s  streams waited %d  most open on a connection %d  reset by server %d  GOAWAYs %d\n",
+			byStatus(r.GRPCStatus), r.StreamsWaited, r.MaxOpenStreams, r.StreamResets, r.GoAways)
+		fmt.Fprintf(&b, "  pings        sent %d  answered %d  timed out %d  lost %d | from server: pings %d\n",
+			r.HeartbeatsSent, r.HeartbeatsAnswered, r.HeartbeatsTimedOut, r.HeartbeatsLost, r.ServerHeartbeats)
+	} else {
+		fmt.Fprintf(&b, "  heartbeats   sent %d  answered %d  timed out %d  lost %d | from server: heartbeats %d  READONLY %d  WRITEABLE %d  other %d\n",
+			r.HeartbeatsSent, r.HeartbeatsAnswered, r.HeartbeatsTimedOut, r.HeartbeatsLost, r.ServerHeartbeats, r.EventsReadonly, r.EventsWriteable, r.EventsOther)
+	}
 	line := func(name string, s hist.Summary) {
 		if s.Count > 0 {
 			fmt.Fprintf(&b, "  %-12s %s\n", name, s)

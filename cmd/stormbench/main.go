@@ -1,4 +1,4 @@
-// Command stormbench is Stormgate's benchmark tool: a Dubbo 2 load generator (`stormbench load`),
+// Command stormbench is Stormgate's benchmark tool: a Dubbo 2 and Triple load generator (`stormbench load`),
 // a test provider (`stormbench provider`), the integrity echo provider (`stormbench
 // echo-provider`) and a control-plane fleet driver (`stormbench xds-fleet`), used by `make bench`,
 // `make soak`, `make fleet` and by hand.
@@ -33,7 +33,8 @@ func newRootCmd() *cobra.Command {
                        and report every outcome with latency percentiles (JSON with --json)
   stormbench provider  run the project's test provider in its own process
   stormbench echo-provider  a provider that echoes raw bodies, reads badly and records
-                       integrity violations (pair it with load --body-max)
+                       integrity violations (pair it with load --body-max); --protocol triple
+                       for the h2c Triple/gRPC one (pair it with load --protocol triple)
   stormbench xds-fleet run N Stormgate xDS clients against the control plane and time pushes,
                        selector changes and a replica failover
 

@@ -198,6 +198,9 @@ func TestRejectsBadFlags(t *testing.T) {
 		{"echo-provider", "--slow-chance", "0.8", "--stall-chance", "0.5"},
 		{"echo-provider", "--spell", "0s"},
 		{"echo-provider", "--restart-every", "-1s"},
+		{"load", "--target", "127.0.0.1:1", "--protocol", "http3"},
+		{"load", "--target", "127.0.0.1:1", "--protocol", "triple", "--body-max", "100", "--one-way", "0.5"}, // gRPC has no one-way call
+		{"echo-provider", "--protocol", "http3"},
 	} {
 		cmd := newRootCmd()
 		cmd.SetOut(&bytes.Buffer{})
@@ -213,32 +216,10 @@ func TestRejectsBadFlags(t *testing.T) {
 // checked-body load runs against it (reconnecting), and ends with a final line whose violation
 // count is zero.
 func TestEchoProviderCommand(t *testing.T) {
-	pr, pw := io.Pipe()
-	cmd := newRootCmd()
-	cmd.SetOut(pw)
-	cmd.SetErr(io.Discard)
-	cmd.SetArgs([]string{"echo-provider", "--listen", "127.0.0.1:0", "--seed", "9", "--spell", "50ms",
+	events, cancel, done := startEchoCommand(t, "--listen", "127.0.0.1:0", "--seed", "9", "--spell", "50ms",
 		"--slow-chance", "0.5", "--stall-chance", "0.1", "--restart-every", "400ms", "--down", "50ms",
-		"--stats-every", "0"})
-	ctx, cancel := context.WithCancel(context.Background())
+		"--stats-every", "0")
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- cmd.ExecuteContext(ctx)
-		pw.Close()
-	}()
-	events := make(chan echoEvent, 64)
-	go func() {
-		defer close(events)
-		dec := json.NewDecoder(pr)
-		for {
-			var e echoEvent
-			if dec.Decode(&e) != nil {
-				return
-			}
-			events <- e
-		}
-	}()
 	first := <-events
 	if first.Event != "listening" || first.Addr == "" || first.Seed != 9 {
 		t.Fatalf("first line %+v", first)
@@ -323,4 +304,78 @@ func TestProviderInsideFileSurvivesKill(t *testing.T) {
 	if n := read(); n != 3 {
 		t.Fatalf("after SIGKILL the file reads %d, want 3", n)
 	}
+}
+
+// stormbench echo-provider --protocol triple and stormbench load --protocol triple together: the load's
+// JSON counts every call ok with grpc-status 0, its summary shows the Triple line, and the provider's
+// final line counts the same calls, the load's PINGs, and no violation.
+func TestTripleEchoProviderAndLoadCommands(t *testing.T) {
+	events, cancel, done := startEchoCommand(t, "--protocol", "triple", "--listen", "127.0.0.1:0", "--max-streams", "4", "--stats-every", "0")
+	defer cancel()
+	first := <-events
+	if first.Event != "listening" || first.Addr == "" {
+		t.Fatalf("first line %+v", first)
+	}
+
+	var out, summary bytes.Buffer
+	load := newRootCmd()
+	load.SetOut(&out)
+	load.SetErr(&summary)
+	load.SetArgs([]string{"load", "--protocol", "triple", "--target", first.Addr, "--conns", "3", "--rate", "200",
+		"--duration", "500ms", "--body-min", "16", "--body-max", "20000", "--heartbeat", "20ms", "--quiet", "--json", "-"})
+	if err := load.Execute(); err != nil {
+		t.Fatalf("load: %v\n%s", err, summary.String())
+	}
+	res, err := loadgen.ParseResult(out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Protocol != loadgen.ProtocolTriple || res.Sent != 100 || res.OK != 100 || res.GRPCStatus[0] != 100 || res.MaxOpenStreams > 4 {
+		t.Fatalf("protocol %q sent %d ok %d grpc-status %v most open streams %d", res.Protocol, res.Sent, res.OK, res.GRPCStatus, res.MaxOpenStreams)
+	}
+	if !strings.Contains(summary.String(), "grpc-status {0:100}") {
+		t.Fatalf("summary without the Triple line:\n%s", summary.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("echo-provider: %v", err)
+	}
+	var final echoEvent
+	for e := range events {
+		final = e
+	}
+	if final.Event != "final" || final.Triple == nil || final.Triple.Requests != 100 || final.Triple.Checked != 100 ||
+		final.Triple.LoadPings != res.HeartbeatsSent || final.Triple.Violations != 0 {
+		t.Fatalf("final %+v (the load sent %d PINGs)", final.Triple, res.HeartbeatsSent)
+	}
+}
+
+// startEchoCommand runs `stormbench echo-provider args...` in this process until cancel, its stdout
+// lines decoded on events (closed after the last); done receives what the command returned.
+func startEchoCommand(t *testing.T, args ...string) (events <-chan echoEvent, cancel func(), done <-chan error) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	cmd := newRootCmd()
+	cmd.SetOut(pw)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs(append([]string{"echo-provider"}, args...))
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- cmd.ExecuteContext(ctx)
+		pw.Close()
+	}()
+	ch := make(chan echoEvent, 64)
+	go func() {
+		defer close(ch)
+		dec := json.NewDecoder(pr)
+		for {
+			var e echoEvent
+			if dec.Decode(&e) != nil {
+				return
+			}
+			ch <- e
+		}
+	}()
+	return ch, cancel, errc
 }

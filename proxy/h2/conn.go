@@ -135,6 +135,11 @@ type Conn struct {
 	connSend sendWindow
 	connRecv recvWindow
 
+	// encUpdate: the peer announced a SETTINGS_HEADER_TABLE_SIZE below the protocol's initial 4,096, so
+	// this side's next header block begins with a dynamic table size update to 0 (RFC 7541 §4.2; the
+	// encoder is stateless and uses no table, so 0 is always within the peer's bound).
+	encUpdate bool
+
 	goAwaySent, goAwayRecv bool
 	goAwayLast             uint32 // the last stream this side's GOAWAY promised to process
 	peerGoAwayLast         uint32
@@ -763,9 +768,12 @@ func (c *Conn) settings(now int64, h FrameHeader, payload []byte) (Event, error)
 			return Event{}, err
 		}
 	}
-	old := c.peer.InitialWindowSize
+	old, oldTable := c.peer.InitialWindowSize, c.peer.HeaderTableSize
 	if err := c.peer.Apply(payload); err != nil {
 		return Event{}, c.fail(err.(*ConnError), noGuard)
+	}
+	if c.peer.HeaderTableSize < oldTable {
+		c.encUpdate = true
 	}
 	if d := int64(c.peer.InitialWindowSize) - int64(old); d != 0 {
 		for _, s := range c.streams {
@@ -867,6 +875,10 @@ func (c *Conn) AppendHeaders(dst []byte, id uint32, fields []HeaderField, endStr
 	// frame; a larger block is re-framed into HEADERS + CONTINUATION.
 	start := len(dst)
 	dst = AppendFrameHeader(dst, FrameHeader{})
+	if c.encUpdate {
+		dst = append(dst, 0x20) // dynamic table size update: 0
+		c.encUpdate = false
+	}
 	dst = AppendFields(dst, fields)
 	block := dst[start+FrameHeaderLen:]
 	if uint32(len(block)) <= c.peer.MaxFrameSize {
