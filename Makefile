@@ -15,7 +15,7 @@ IMAGE_OCI         ?= bin/stormgate-sidecar-$(VERSION).oci.tar
 CONTROL_IMAGE     ?= stormgate/control
 CONTROL_IMAGE_OCI ?= bin/stormgate-control-$(VERSION).oci.tar
 
-.PHONY: all version release licenses build image test unit race storm fuzz interop demo-smoke vet fmt-check alerts bench fleet soak upgrade-bench proto clean k8s-test deploy-manifests
+.PHONY: all version release licenses build image test unit race storm timing fuzz interop demo-smoke vet fmt-check alerts bench fleet soak upgrade-bench proto clean k8s-test deploy-manifests
 
 all: build
 
@@ -67,7 +67,7 @@ licenses:
 	$(GO) test -count=1 -run 'TestLicenses' ./build/
 
 ## test: everything CI checks, on a clean clone (about 10-15 minutes on 2 cores).
-test: fmt-check vet alerts race storm fuzz demo-smoke interop
+test: fmt-check vet alerts race timing fuzz demo-smoke interop
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
@@ -101,8 +101,14 @@ race:
 	cd internal/childproc && $(GO) test -race -count=1 .
 	$(GO) test -race -count=1 -tags dataplane ./cmd/sidecar
 
-# The accept-storm acceptance test measures timing, so it runs without the race
-# detector (under -race it skips). Root only: it creates network namespaces.
+# The tests whose bounds are time, without the race detector (under -race they skip:
+# internal/racebuild) and one package at a time, so that nothing but the machine's own load
+# runs beside them: the accept storm (root only: it creates network namespaces), the
+# greedy neighbours' latency bounds, and `sidecar upgrade`'s longest gap in answers.
+timing: storm
+	$(GO) test -count=1 -run '^TestGreedyNeighboursCostOnlyThemselves$$' -v ./proxy/
+	$(GO) test -count=1 -timeout 10m -run '^TestUpgradeUnderLoad$$' -v ./e2e/
+
 storm:
 	$(GO) test -count=1 -run 'TestAcceptanceStorm' -v ./admission/
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/internal/racebuild"
 	"github.com/stormgate/stormgate/loadgen"
 	"github.com/stormgate/stormgate/peer"
 )
@@ -31,7 +32,14 @@ import (
 // make test runs 2,000 connections at 2,000 req/s, heartbeats every second, and 10 upgrades;
 // make upgrade-bench runs the 10,000 connections at 5,000 req/s
 // (STORMGATE_UPGRADE_CONNS, _RATE, _COUNT, _HEARTBEAT, _FIGURES).
+//
+// The 300 ms bound is time on a 2-core machine, so the test skips in make race, where
+// the other packages' race-instrumented tests run beside it (there the longest gap was
+// 328-423 ms; alone beside one busy loop, 109-125 ms): make timing runs it on its own.
 func TestUpgradeUnderLoad(t *testing.T) {
+	if racebuild.Enabled {
+		t.Skip("skipping under -race: make race runs other packages beside it and its bound is time; make timing runs it alone")
+	}
 	conns := envInt(t, "STORMGATE_UPGRADE_CONNS", 2000)
 	rate := envInt(t, "STORMGATE_UPGRADE_RATE", 2000)
 	upgrades := envInt(t, "STORMGATE_UPGRADE_COUNT", 10)

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/stormgate/stormgate/internal/racebuild"
 	"github.com/stormgate/stormgate/loadgen"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
@@ -88,7 +89,17 @@ func newEcho(t *testing.T) *peer.EchoProvider {
 // most 1.5 times their p99 straight to the provider plus 5 ms, measured in the same
 // test, with no error; the greedy consumers that read get their answers, and the ones
 // that never read are closed (limits.max_queued_bytes_per_connection) or keep sending.
+//
+// Its bounds are latency, so it skips under -race (make timing runs it without): the
+// consumers, the provider and Stormgate share this race-instrumented process, and the
+// detector's cost grows with the bytes each path copies. 256 KiB requests through
+// Stormgate are copied more often than straight to the provider, so under -race beside
+// a busy loop the bulk senders got 13 answers through Stormgate against 336 direct
+// (2,472 against 7,730 without -race): a figure of the detector, not of fair sharing.
 func TestGreedyNeighboursCostOnlyThemselves(t *testing.T) {
+	if racebuild.Enabled {
+		t.Skip("skipping under -race: its bounds are latency; make timing runs it without -race")
+	}
 	ld := defaultIsolationLoad
 	for _, c := range []struct {
 		name string

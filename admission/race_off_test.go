@@ -1,5 +1,0 @@
-//go:build !race
-
-package admission_test
-
-const raceEnabled = false
