@@ -146,6 +146,10 @@ type Conn struct {
 
 	recent    [maxRecentClosed]closedStream
 	recentIdx int
+	// owedHeaders: header blocks the peer may still send on streams this side opened and reset (a
+	// response head and trailers each, in flight when the RST_STREAM left). Ignoring them is free; past
+	// them, header blocks on this side's ended streams cost the control budget.
+	owedHeaders int64
 
 	resets   bucket
 	control  bucket
@@ -488,6 +492,9 @@ func (c *Conn) resetStream(now int64, id uint32, code ErrCode, g Guard, provoked
 	ev := Event{}
 	if s := c.streams[id]; s != nil {
 		ev = Event{Kind: EventReset, Stream: id, Code: code}
+		if !c.isPeerID(id) && s.remoteOpen() {
+			c.owedHeaders += 2
+		}
 		c.retire(s, true)
 	} else {
 		c.recent[c.recentIdx] = closedStream{id: id, resetUs: true}
@@ -545,8 +552,9 @@ func (c *Conn) data(now int64, h FrameHeader, payload []byte) (Event, error) {
 		if s == nil && c.idle(h.StreamID) {
 			return Event{}, c.fail(errIdleStream, noGuard)
 		}
-		if _, resetUs := c.recentlyClosed(h.StreamID); resetUs && s == nil {
-			// In flight when this side reset the stream (§5.4.2): ignore. Flow control bounds how many.
+		if _, resetUs := c.recentlyClosed(h.StreamID); s == nil && (resetUs || !c.isPeerID(h.StreamID)) {
+			// In flight when this side reset the stream (§5.4.2), or on a stream of this side's that ended
+			// before the recently closed ones (see closedHeaders): ignore. Flow control bounds how many.
 			return Event{}, nil
 		}
 		return c.resetStream(now, h.StreamID, ErrCodeStreamClosed, GuardClosedStream, true)
@@ -676,14 +684,24 @@ func (c *Conn) headers(now int64, h FrameHeader, payload []byte) (Event, error) 
 }
 
 // closedHeaders handles a header block for a stream that is no longer tracked.
+//
+// On a stream this side opened (client role), what it cannot tell apart is ignored: the memory of
+// recently closed streams holds maxRecentClosed, and a client that resets a hundred streams at once
+// (Stormgate cancelling the calls of a consumer it closed) still gets their heads and trailers, sent
+// before the peer saw the RST_STREAMs (RFC 9113 §5.1: they MUST be ignored). Those are owed (owedHeaders)
+// and free; any more cost the control budget. On the peer's streams an id it has used before and that
+// is not remembered as closed is a stream id going backwards.
 func (c *Conn) closedHeaders(now int64, id uint32) (Event, error) {
 	found, resetUs := c.recentlyClosed(id)
 	switch {
-	case found && resetUs:
+	case found && !resetUs:
+		return Event{}, c.fail(errClosedHeaders, GuardClosedStream)
+	case !c.isPeerID(id) && c.owedHeaders > 0:
+		c.owedHeaders--
+		return Event{}, nil
+	case found || !c.isPeerID(id):
 		// Sent before the peer saw this side's RST_STREAM (§5.4.2): already decoded, now ignored.
 		return Event{}, c.spendControl(now, GuardControlFlood, errControlFlood)
-	case found:
-		return Event{}, c.fail(errClosedHeaders, GuardClosedStream)
 	}
 	return Event{}, c.fail(errStreamIDOrder, GuardStreamID)
 }

@@ -355,3 +355,64 @@ func TestConnGracefulGoAway(t *testing.T) {
 		t.Fatalf("answer after GOAWAY: %v, %d open", err, d.c.OpenStreams())
 	}
 }
+
+// TestConnClientManyResets: a client that resets many streams at once (a consumer that stopped reading
+// was closed, and Stormgate cancelled its 100 calls on the provider connection) still gets what the
+// server had already sent on each of them: response heads, DATA, trailers. RFC 9113 §5.1: after sending
+// RST_STREAM an endpoint MUST ignore frames it receives on that stream. They are ignored, whatever
+// their number (the Conn remembered the last 32 closed streams only, and took the frames of older ones
+// for a stream id going backwards: a connection error that failed every other call on the connection),
+// the connection window is handed back, and the connection goes on.
+func TestConnClientManyResets(t *testing.T) {
+	const n = 100
+	d := newDriver(t, Config{Role: RoleClient})
+	d.outFrames()
+	d.must(d.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: n + 1}))
+	d.ackSettings()
+	d.pump()
+	d.events = nil
+	var out []byte
+	for range n + 1 {
+		id, err := d.c.OpenStream()
+		d.must(err)
+		out, err = d.c.AppendHeaders(out, id, request("/s/m"), true)
+		d.must(err)
+	}
+	for id := uint32(1); id < 2*n; id += 2 {
+		d.must(d.c.Reset(id, ErrCodeCancel))
+	}
+	d.out.Write(out)
+	d.out.Write(d.c.Output())
+	d.c.ClearOutput()
+	d.outFrames()
+	body := bytes.Repeat([]byte("a"), 1000)
+	for id := uint32(1); id <= 2*n+1; id += 2 {
+		d.headers(id, false, HeaderField{Name: ":status", Value: "200"})
+		d.must(d.fr.WriteData(id, false, body))
+		d.headers(id, true, HeaderField{Name: "grpc-status", Value: "0"})
+	}
+	d.pump()
+	if d.err != nil {
+		t.Fatalf("connection error after %d streams were reset: %v", n, d.err)
+	}
+	for _, f := range d.outFrames() {
+		if f.Type == http2.FrameRSTStream || f.Type == http2.FrameGoAway {
+			t.Fatalf("the Conn answered frames on streams it reset with %+v", f)
+		}
+	}
+	last := uint32(2*n + 1)
+	if len(d.events) != 3 || d.events[0].Stream != last || d.events[2].Stream != last || !d.events[2].EndStream {
+		t.Fatalf("events %+v; want the live stream's head, DATA and trailers only", d.events)
+	}
+	if id, err := d.c.OpenStream(); err != nil || id != last+2 {
+		t.Fatalf("next stream: %d %v", id, err)
+	}
+
+	// Only what was owed is free: a server that goes on sending header blocks on ended streams runs into
+	// the control budget.
+	for i := range 500 {
+		d.headers(uint32(2*(i%n)+1), true, HeaderField{Name: "grpc-status", Value: "0"})
+	}
+	d.pump()
+	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardControlFlood)
+}
