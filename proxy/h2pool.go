@@ -21,8 +21,9 @@ import (
 // upstream stream id (odd, increasing, never reused: h2.StreamMap), its head is re-encoded without a
 // dynamic table, and its DATA goes within the provider's windows; the answer comes back the same way.
 // A request no connection can take now (none is up yet, or every one is at the provider's
-// SETTINGS_MAX_CONCURRENT_STREAMS or after its GOAWAY) waits, oldest first, up to hold.timeout and at
-// most hold.max_requests of them, then gets UNAVAILABLE.
+// SETTINGS_MAX_CONCURRENT_STREAMS or after its GOAWAY) waits, up to hold.timeout and at most
+// hold.max_requests of them, then gets UNAVAILABLE; freed streams go to the waiting consumers in turn,
+// each one's calls oldest first (h2wait.go).
 //
 //	| event                                  | runs on                  | what happens to its calls
 //	|----------------------------------------|--------------------------|-----------------------------------
@@ -48,7 +49,7 @@ type h2Pool struct {
 
 	mu      sync.Mutex
 	ups     []*h2Upstream // connections the provider's SETTINGS made usable, until they die or go away
-	waiting []*h2Call     // requests no connection could open a stream for, oldest first
+	waiting h2Waiting     // requests no connection could open a stream for (h2wait.go: round robin by consumer)
 	closed  bool
 
 	calls callShard // per-method counts of the pool's calls (h2calls.go); atomics, no lock
@@ -68,8 +69,7 @@ func (hp *h2Pool) start(n int) {
 func (hp *h2Pool) close() {
 	hp.mu.Lock()
 	hp.closed = true
-	waiting := hp.waiting
-	hp.waiting = nil
+	waiting := hp.waiting.all()
 	var notes h2Notes
 	for _, c := range waiting {
 		hp.unwaitLocked(c, &notes)
@@ -369,19 +369,19 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	switch u := hp.pickLocked(); {
 	case hp.closed:
 		reason, msg = replyNoUpstream, "stormgate: shutting down"
-	case u != nil && len(hp.waiting) == 0:
+	case u != nil && hp.waiting.len() == 0:
 		c.head, c.headEnd = fields, end
 		u.startLocked(c, now, &notes)
 	case cfg.HoldTimeout <= 0:
 		reason, msg = replyNoUpstream, "stormgate: no provider connection can take the request now and hold.timeout is 0"
-	case len(hp.waiting) >= cfg.HoldMaxRequests:
+	case hp.waiting.len() >= cfg.HoldMaxRequests:
 		reason, msg = replyHoldFull, "stormgate: no provider connection can take the request now and the hold queue is full (hold.max_requests)"
 	default:
 		c.head, c.headEnd = slices.Clone(fields), end
 		c.waiting = true
 		c.waited.Store(true)
 		hp.p.srv.noteHeld(callRef{method: c.method}, false)
-		hp.waiting = append(hp.waiting, c)
+		hp.waiting.push(c)
 		c.hold.Init(func() { hp.expire(c) })
 		hp.p.srv.wheel.Schedule(&c.hold, cfg.HoldTimeout)
 	}
@@ -408,14 +408,12 @@ func (hp *h2Pool) pickLocked() *h2Upstream {
 
 // pumpLocked starts waiting requests while a connection can take them.
 func (hp *h2Pool) pumpLocked(now int64, notes *h2Notes) {
-	for len(hp.waiting) > 0 {
+	for hp.waiting.len() > 0 {
 		u := hp.pickLocked()
 		if u == nil {
 			return
 		}
-		c := hp.waiting[0]
-		hp.waiting[0] = nil
-		hp.waiting = hp.waiting[1:]
+		c := hp.waiting.pop()
 		c.waiting = false
 		hp.p.srv.wheel.Stop(&c.hold)
 		u.startLocked(c, now, notes)
@@ -430,7 +428,7 @@ func (hp *h2Pool) expire(c *h2Call) {
 		hp.mu.Unlock()
 		return
 	}
-	hp.waiting = slices.DeleteFunc(hp.waiting, func(x *h2Call) bool { return x == c })
+	hp.waiting.remove(c)
 	hp.unwaitLocked(c, &notes)
 	hp.mu.Unlock()
 	c.sess.fail(c, replyHoldTimeout, "stormgate: no provider connection could take the request within hold.timeout")
@@ -534,7 +532,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	if over {
 		n = len(data)
 		if c.waiting {
-			hp.waiting = slices.DeleteFunc(hp.waiting, func(x *h2Call) bool { return x == c })
+			hp.waiting.remove(c)
 			hp.unwaitLocked(c, &notes)
 		} else {
 			c.up.endLocked(c, &notes)
@@ -578,7 +576,7 @@ func (hp *h2Pool) cancel(c *h2Call) {
 	hp.mu.Lock()
 	switch {
 	case c.waiting:
-		hp.waiting = slices.DeleteFunc(hp.waiting, func(x *h2Call) bool { return x == c })
+		hp.waiting.remove(c)
 		hp.unwaitLocked(c, &notes)
 	case c.up != nil:
 		c.up.endLocked(c, &notes)
