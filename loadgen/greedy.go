@@ -22,13 +22,18 @@ import (
 // bytes (checked bodies, so an echo provider answers them) for Duration; with Read it
 // reads and checks its answers (a bulk sender), without it it never reads a byte (a
 // consumer that stopped reading, which the target may close).
+//
+// With Protocol "triple" the connections speak h2c and Size is the answer each call asks for, not
+// its request (greedytriple.go): an HTTP/2 client that never reads cannot send more than its first
+// windows, so what it makes a proxy hold is answers.
 type GreedyConfig struct {
 	Target   string        `json:"target"`
 	Conns    int           `json:"conns"`
-	Size     int           `json:"size"` // body bytes per request, 1..8 MiB
+	Size     int           `json:"size"` // body bytes per request (Triple: per answer), 1..8 MiB (Triple: 16..8 MiB)
 	Read     bool          `json:"read"`
 	Duration time.Duration `json:"duration_ns"`
 	KeyBase  uint64        `json:"key_base,omitempty"` // body keys start above it (distinct from Run's)
+	Protocol string        `json:"protocol,omitempty"` // ProtocolDubbo ("" too) or ProtocolTriple
 }
 
 // GreedyResult is what the greedy connections did.
@@ -50,6 +55,13 @@ func Greedy(ctx context.Context, cfg GreedyConfig) (*GreedyResult, error) {
 	if cfg.Conns < 1 || cfg.Size < 1 || cfg.Size > DefaultMaxFrame || cfg.Duration <= 0 || cfg.Duration > MaxDuration {
 		return nil, errors.New("loadgen: greedy needs conns >= 1, size 1..8 MiB and duration 0..30m")
 	}
+	triple := cfg.Protocol == ProtocolTriple
+	switch {
+	case cfg.Protocol != "" && cfg.Protocol != ProtocolDubbo && !triple:
+		return nil, fmt.Errorf("loadgen: greedy protocol %q: want %s or %s", cfg.Protocol, ProtocolDubbo, ProtocolTriple)
+	case triple && cfg.Size < peer.CheckedHeaderLen:
+		return nil, fmt.Errorf("loadgen: greedy Triple answers are checked bodies: size %d, want at least %d", cfg.Size, peer.CheckedHeaderLen)
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	var res GreedyResult
@@ -65,6 +77,12 @@ func Greedy(ctx context.Context, cfg GreedyConfig) (*GreedyResult, error) {
 			defer stop()
 			defer nc.Close()
 			base := cfg.KeyBase + uint64(i)<<32
+			if triple {
+				if greedyTriple(ctx, nc, cfg, base, &res) {
+					closed.Add(1)
+				}
+				return
+			}
 			var rw sync.WaitGroup
 			if cfg.Read {
 				rw.Go(func() { greedyRead(nc, base, &res) })

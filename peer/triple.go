@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,8 +32,9 @@ type TripleConfig struct {
 	// stay open and a client's respect of MaxConcurrentStreams shows.
 	Delay time.Duration
 	// Tamper, if set, turns answer n (1, 2, ... over the provider's life) into what it returns (a test
-	// of the consumer's checks: a provider that answers a wrong body). msg is the request message,
-	// prefix included; Tamper must not keep it.
+	// of the consumer's checks: a provider that answers a wrong body). msg is the answer it would send,
+	// prefix included (the request's message, or what TripleAnswerSizeHeader asked for); Tamper must
+	// not keep it.
 	Tamper func(n uint64, msg []byte) []byte
 	// MaxViolations is how many violation details are kept; the count is always exact. <= 0: 100.
 	MaxViolations int
@@ -52,9 +54,16 @@ type TripleStats struct {
 	Violations     uint64 `json:"violations"`
 }
 
+// TripleAnswerSizeHeader asks a TripleEcho for an answer of its value's bytes instead of the echo: a
+// call whose message is a full checked body and that carries it is answered with the checked body of
+// that key and size (CheckedHeaderLen..MaxCheckedBody), as the gRPC interop service's response_size
+// does. A small request for a large answer is how a consumer that never reads makes its proxy hold
+// answers: it cannot send more than its first flow-control windows.
+const TripleAnswerSizeHeader = "stormbench-answer-size"
+
 // TripleEcho is a Triple (gRPC over h2c) provider for integrity tests, the Triple counterpart of
 // EchoProvider: every unary call is answered with :status 200, the request's content-type, exactly the
-// request's message and grpc-status 0. It runs proxy/h2's Conn in the server role, so every frame is
+// request's message (or what TripleAnswerSizeHeader asks for) and grpc-status 0. It runs proxy/h2's Conn in the server role, so every frame is
 // checked by the same codec Stormgate uses, and records as a violation what a correct client or proxy
 // never sends: a connection error of the codec (a malformed frame, a window exceeded, a stream id going
 // backwards), a stream beyond its MAX_CONCURRENT_STREAMS after the client acknowledged it, a request that
@@ -210,6 +219,8 @@ type tripleConn struct {
 type tripleStream struct {
 	ctype   string
 	in      []byte // the request message so far
+	size    int    // TripleAnswerSizeHeader's value, or 0
+	reply   []byte // the answer's message when it is not the request's (size)
 	pending []byte // the answer's message not yet sent (flow control)
 	sentHdr bool
 	bad     bool // a violation was recorded; the stream is reset, not answered
@@ -318,6 +329,14 @@ func (c *tripleConn) event(ev h2.Event) {
 			c.bad(ev.Stream, s, "bad head", fmt.Sprintf(":method %q :path %q content-type %q", method, path, s.ctype))
 			return
 		}
+		if v, ok := h2.Field(ev.Fields, TripleAnswerSizeHeader); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < CheckedHeaderLen || n > MaxCheckedBody {
+				c.bad(ev.Stream, s, "bad head", fmt.Sprintf("%s %q: want %d..%d", TripleAnswerSizeHeader, v, CheckedHeaderLen, MaxCheckedBody))
+				return
+			}
+			s.size = n
+		}
 		if ev.EndStream {
 			c.ended(ev.Stream, s)
 		}
@@ -381,6 +400,13 @@ func (c *tripleConn) ended(id uint32, s *tripleStream) {
 				return
 			}
 		}
+		if s.size > 0 {
+			if !full {
+				c.bad(id, s, "bad head", TripleAnswerSizeHeader+" on a call whose body has no full key")
+				return
+			}
+			s.reply = AppendTripleBody(nil, key, s.size)
+		}
 	case errors.Is(err, ErrTripleArg):
 		// A call with another argument (a String): echoed unchecked.
 	default:
@@ -411,8 +437,11 @@ func (c *tripleConn) answer(id uint32, s *tripleStream) {
 	p := c.p
 	n := p.answers.Add(1)
 	s.pending = s.in
+	if s.reply != nil {
+		s.pending = s.reply
+	}
 	if p.cfg.Tamper != nil {
-		s.pending = p.cfg.Tamper(n, s.in)
+		s.pending = p.cfg.Tamper(n, s.pending)
 	}
 	var err error
 	c.sync()

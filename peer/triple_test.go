@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -27,17 +28,7 @@ func (rawCodec) Name() string { return "hessian2" }
 // status OK, the provider checked each body once, and a body sent twice is recorded as a violation
 // and refused.
 func TestTripleEchoWithGRPCGo(t *testing.T) {
-	p, err := StartTripleEcho(TripleConfig{InitialWindowSize: 16 << 10}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	cc, err := grpc.NewClient(p.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	p, cc := grpcToEcho(t, TripleConfig{InitialWindowSize: 16 << 10})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	sizes := []int{1, 16, 1000, 40_000, 200_000}
@@ -64,4 +55,55 @@ func TestTripleEchoWithGRPCGo(t *testing.T) {
 	if v := p.Violations(); len(v) != 1 || v[0].Kind != "duplicate key" {
 		t.Fatalf("violations %v, want one duplicate key", v)
 	}
+}
+
+// A call carrying TripleAnswerSizeHeader gets the checked body of its own key at the size it asks
+// for (a small request, a large answer); a size out of range or a body without a full key is a
+// violation and is refused.
+func TestTripleEchoAnswerSize(t *testing.T) {
+	p, cc := grpcToEcho(t, TripleConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	call := func(key uint64, n int, size string) ([]byte, error) {
+		msg := AppendTripleBody(nil, key, n)[GRPCPrefixLen:]
+		var resp []byte
+		err := cc.Invoke(metadata.AppendToOutgoingContext(ctx, TripleAnswerSizeHeader, size), "/org.stormgate.Greeter/echo", &msg, &resp)
+		return resp, err
+	}
+	resp, err := call(7, 64, "300000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := AppendTripleBody(nil, 7, 300_000)[GRPCPrefixLen:]; !bytes.Equal(resp, want) {
+		t.Fatalf("answer of %d bytes, want the checked body (7, 300000) in %d", len(resp), len(want))
+	}
+	for _, c := range []struct {
+		key  uint64
+		n    int
+		size string
+	}{{8, 64, "12"}, {9, 64, "lots"}, {10, 64, "9000000"}, {11, 8, "1000"}} {
+		if _, err := call(c.key, c.n, c.size); status.Code(err) == codes.OK {
+			t.Errorf("a %d-byte body asking for %q was answered", c.n, c.size)
+		}
+	}
+	if st := p.Stats(); st.Requests != 1 || st.Violations != 4 {
+		t.Fatalf("provider %+v; violations %v; want 1 answer and 4 violations", st, p.Violations())
+	}
+}
+
+// grpcToEcho starts a TripleEcho with cfg and a grpc-go client of it; both end with the test.
+func grpcToEcho(t *testing.T, cfg TripleConfig) (*TripleEcho, *grpc.ClientConn) {
+	t.Helper()
+	p, err := StartTripleEcho(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	cc, err := grpc.NewClient(p.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return p, cc
 }
