@@ -104,10 +104,11 @@ race:
 # The tests whose bounds are time, without the race detector (under -race they skip:
 # internal/racebuild) and one package at a time, so that nothing but the machine's own load
 # runs beside them: the accept storm (root only: it creates network namespaces), the
-# greedy neighbours' latency bounds, and `sidecar upgrade`'s longest gap in answers.
+# greedy neighbours' latency bounds, `sidecar upgrade`'s longest gap in answers, and HTTP/2
+# consumers that never read beside a load (its provider builds 500 MB of answers).
 timing: storm
 	$(GO) test -count=1 -run '^TestGreedyNeighboursCostOnlyThemselves$$' -v ./proxy/
-	$(GO) test -count=1 -timeout 10m -run '^TestUpgradeUnderLoad$$' -v ./e2e/
+	$(GO) test -count=1 -timeout 10m -run '^(TestUpgradeUnderLoad|TestH2NonReadersFailNoCall)$$' -v ./e2e/
 
 storm:
 	$(GO) test -count=1 -run 'TestAcceptanceStorm' -v ./admission/

@@ -129,13 +129,14 @@ func (s *sidecar) adminGet(t *testing.T, path string) *http.Response {
 type procFootprint struct {
 	fds, goroutines int
 	rssKiB          int64
+	peakKiB         int64 // the most RSS the process ever had (VmHWM)
 }
 
 func (f procFootprint) String() string {
 	return fmt.Sprintf("%d fds, %d goroutines, RSS %.1f MiB", f.fds, f.goroutines, float64(f.rssKiB)/1024)
 }
 
-// footprint reads the sidecar's open descriptors and RSS from /proc and its goroutines
+// footprint reads the sidecar's open descriptors, RSS and peak RSS from /proc and its goroutines
 // from /metrics.
 func (s *sidecar) footprint(t *testing.T) procFootprint {
 	t.Helper()
@@ -153,6 +154,9 @@ func (s *sidecar) footprint(t *testing.T) procFootprint {
 	for line := range strings.Lines(string(status)) {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
 			fp.rssKiB, _ = strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			fp.peakKiB, _ = strconv.ParseInt(strings.Fields(v)[0], 10, 64)
 		}
 	}
 	fp.goroutines = int(s.metric(t, "go_goroutines"))
