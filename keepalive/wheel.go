@@ -83,6 +83,8 @@ type Wheel struct {
 	mask   int64
 	clock  Clock
 	origin time.Time
+	// originNanos is origin in unix nanoseconds: where the timeline of Now starts.
+	originNanos int64
 	shards []shard
 	rr     atomic.Uint32
 	coarse atomic.Int64 // unix nanos of the latest Advance
@@ -129,7 +131,8 @@ func NewWheelShards(tick time.Duration, slots, shards int, clock Clock) *Wheel {
 		shards: make([]shard, shards),
 		wake:   make(chan struct{}, 1),
 	}
-	w.coarse.Store(w.origin.UnixNano())
+	w.originNanos = w.origin.UnixNano()
+	w.coarse.Store(w.originNanos)
 	w.nextWake.Store(-1)
 	for i := range w.shards {
 		w.shards[i].w = w
@@ -155,10 +158,21 @@ func (w *Wheel) Tick() time.Duration { return w.tick }
 // Revolution returns tick*slots, the span one turn of the wheel covers.
 func (w *Wheel) Revolution() time.Duration { return w.tick * time.Duration(w.mask+1) }
 
-// CoarseNow returns, in unix nanoseconds, the time passed to the latest Advance (creation time before the
-// first). It is one atomic load, for callers that want a timestamp for Idle.Touch without reading the clock;
-// it lags the clock by up to one tick plus the driver's scheduling delay.
+// CoarseNow returns, on the wheel's timeline (Now), the time passed to the latest Advance (creation time
+// before the first). It is one atomic load, for callers that want a timestamp for Idle.Touch without reading
+// the clock; it lags the clock by up to one tick plus the driver's scheduling delay.
 func (w *Wheel) CoarseNow() int64 { return w.coarse.Load() }
+
+// Now returns the clock's time in unix nanoseconds on the wheel's timeline: the wall time at the wheel's
+// creation plus the time elapsed since, as the clock measures elapsed time (the system clock: its
+// monotonic reading). Deadlines stamped with it and given to ScheduleAt, and compared with it, are
+// therefore not moved by a step of the wall clock: a VM's clock set forward by a few milliseconds made
+// hold.timeout answers arrive that much early. With a clock whose times carry no monotonic reading (a
+// ManualClock) it is the clock's own time.
+func (w *Wheel) Now() int64 { return w.onTimeline(w.clock.Now()) }
+
+// onTimeline places t on the wheel's timeline (see Now).
+func (w *Wheel) onTimeline(t time.Time) int64 { return w.originNanos + int64(t.Sub(w.origin)) }
 
 // Run drives the wheel until ctx is done, then returns; no goroutine leak. It sleeps until the next tick that
 // holds a timer (at most maxIdleSleep), not tick by tick, so an idle wheel costs no CPU; a Schedule for an
@@ -254,11 +268,11 @@ func (w *Wheel) Schedule(t *Timer, d time.Duration) {
 	w.schedule(t, w.clock.Now().Sub(w.origin)+d)
 }
 
-// ScheduleAt is Schedule with an absolute deadline on the wheel's clock, for callers that already hold the
-// current time (an idle callback that just read it, a hold queue that stamped the arrival) and so save a clock
-// read. A deadline in the past fires at the next tick.
+// ScheduleAt is Schedule with an absolute deadline on the wheel's timeline (Now, CoarseNow), for callers that
+// already hold the current time (an idle callback that just read it, a hold queue that stamped the arrival)
+// and so save a clock read. A deadline in the past fires at the next tick.
 func (w *Wheel) ScheduleAt(t *Timer, deadline time.Time) {
-	w.schedule(t, min(deadline.Sub(w.origin), maxDelay*2))
+	w.schedule(t, min(time.Duration(deadline.UnixNano()-w.originNanos), maxDelay*2))
 }
 
 // schedule links t at the tick that reaches el (time since origin), never at or before a tick already expired.
@@ -329,7 +343,7 @@ func (w *Wheel) Len() int {
 func (w *Wheel) Advance(now time.Time) {
 	w.driveMu.Lock()
 	defer w.driveMu.Unlock()
-	w.coarse.Store(now.UnixNano())
+	w.coarse.Store(w.onTimeline(now))
 	target := floorDiv(int64(now.Sub(w.origin)), int64(w.tick))
 	if target <= w.cur {
 		return

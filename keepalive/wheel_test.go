@@ -608,3 +608,30 @@ func TestNextOccupied(t *testing.T) {
 		t.Fatalf("across the wrap: next due %d %v, want 310", n, ok)
 	}
 }
+
+// TestNowTimeline: Now, CoarseNow and ScheduleAt share one timeline, the creation's wall time plus
+// elapsed time as the clock measures it. With the system clock elapsed time is the monotonic reading,
+// so a step of the wall clock moves none of them; here: a deadline stamped with Now fires after its
+// duration of the real clock, and Now runs with time.Since of the creation.
+func TestNowTimeline(t *testing.T) {
+	clk := NewManualClock(start)
+	w := NewWheel(time.Millisecond, 64, clk)
+	if w.Now() != start.UnixNano() {
+		t.Fatalf("Now = %d, want the clock's %d", w.Now(), start.UnixNano())
+	}
+	p := newProbe(clk)
+	w.ScheduleAt(&p.timer, time.Unix(0, w.Now()+int64(3*time.Millisecond)))
+	clk.Set(start.Add(3 * time.Millisecond))
+	w.Advance(clk.Now())
+	if p.fired.Load() != 1 || w.CoarseNow() != w.Now() {
+		t.Fatalf("fired %d, CoarseNow %d, Now %d", p.fired.Load(), w.CoarseNow(), w.Now())
+	}
+
+	real := NewWheel(time.Millisecond, 64, nil)
+	created := time.Now()
+	first := real.Now()
+	time.Sleep(2 * time.Millisecond)
+	if got, since := time.Duration(real.Now()-first), time.Since(created); got < 2*time.Millisecond || got > since+time.Millisecond {
+		t.Fatalf("Now moved %v in %v of monotonic time", got, since)
+	}
+}

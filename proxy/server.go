@@ -130,8 +130,9 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
-// now is the server's clock in unix nanoseconds.
-func (s *Server) now() int64 { return s.clock.Now().UnixNano() }
+// now is the server's clock in unix nanoseconds, on its wheel's timeline: elapsed time is the clock's
+// monotonic reading, so arrival stamps, deadlines and the wheel agree across a step of the wall clock.
+func (s *Server) now() int64 { return s.wheel.Now() }
 
 // after waits d on the server's clock, for waits that are not the wheel's timers (the
 // peer-end proof in fail, which must not depend on a wheel that Freeze and Close stop).
