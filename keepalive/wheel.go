@@ -85,9 +85,9 @@ type Wheel struct {
 	origin time.Time
 	// originNanos is origin in unix nanoseconds: where the timeline of Now starts.
 	originNanos int64
-	shards []shard
-	rr     atomic.Uint32
-	coarse atomic.Int64 // unix nanos of the latest Advance
+	shards      []shard
+	rr          atomic.Uint32
+	coarse      atomic.Int64 // the latest Advance, on the timeline of Now
 
 	// Run sleeps until the next due tick. nextWake is that tick (-1 while Run is
 	// computing it); a Schedule for an earlier tick signals wake.
