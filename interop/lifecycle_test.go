@@ -45,6 +45,14 @@ func lifecycleProvider(t *testing.T, port int, reqLog string) *provider {
 // Stormgate cannot tell it from one that ran (an invocation still active at the step deadline dies the same
 // way) and answers it as lost, "the provider had received it before it closed" (about one run in ten on a
 // loaded machine). Such a failure must carry that message and have begun in the last second before an exit.
+//
+// The other is a wrong answer, also the provider's: between setting RejectRequest and unexporting (about a
+// millisecond, just before the exit) dubbo-go v3.3.0 answers a request through its default rejected-execution
+// handler, which logs "The invocation was rejected" and returns an empty result: a null value, status OK, that
+// the consumer takes for a success. Nothing distinguishes it from a method that returned null (docs/design.md,
+// the not-executed answers), so Stormgate passes it on, as a direct connection would. Such a call must have been
+// answered null, never run (the providers' call log), begun in the last second before an exit, and be one of
+// the rejections the providers logged (seen in about one run in fifty).
 func testGracefulRestarts(t *testing.T) {
 	const (
 		rounds   = 3
@@ -59,7 +67,10 @@ func testGracefulRestarts(t *testing.T) {
 		"loop", "--duration", duration.String(), "--interval", interval.String(), "--hold")
 	started := time.Now()
 	watch := watchConns(sc.listenPort)
-	var exits []time.Time
+	var (
+		exits    []time.Time
+		rejected int // requests the exiting providers answered with their rejected-execution handler
+	)
 	for round := 1; round <= rounds; round++ {
 		time.Sleep(time.Second) // calls reach this provider (a restarted one's startup window included)
 		sigAt := time.Now()
@@ -69,6 +80,7 @@ func testGracefulRestarts(t *testing.T) {
 		prov.wait(t, 30*time.Second)
 		exitedAt := time.Now()
 		exits = append(exits, exitedAt)
+		rejected += strings.Count(prov.stderrText(), "The invocation was rejected")
 		if code := prov.ExitCode(); code != 0 {
 			t.Errorf("round %d: the provider exited %d after SIGTERM, want 0 (dubbo-go's graceful shutdown)", round, code)
 		}
@@ -93,7 +105,7 @@ func testGracefulRestarts(t *testing.T) {
 	after := sc.scrape(t)
 	t.Logf("consumer: %s", line)
 	logLifecycleMetrics(t, after)
-	if s.Timeouts != 0 || s.Mismatches != 0 || s.OK+s.Errors != s.Sent {
+	if s.Timeouts != 0 || s.OK+s.Errors+s.Mismatches != s.Sent {
 		t.Errorf("consumer saw errors=%d timeouts=%d mismatches=%d (ok %d of %d): %+v",
 			s.Errors, s.Timeouts, s.Mismatches, s.OK, s.Sent, s.Failures)
 	}
@@ -101,6 +113,12 @@ func testGracefulRestarts(t *testing.T) {
 		t.Errorf("only %d calls in %v", s.Sent, duration)
 	}
 	ran := ranTwice(t, reqLog)
+	if wrong := rejectedAtExits(s, exits, rejected, ran); wrong != nil {
+		t.Errorf("consumer saw mismatches=%d (ok %d of %d): %s: %+v", s.Mismatches, s.OK, s.Sent, wrong, s.Mismatched)
+	} else if s.Mismatches > 0 {
+		t.Logf("NOTE: %d call(s) the exiting provider answered null through its rejected-execution handler "+
+			"(dubbo-go's RejectRequest window, %d rejections logged): %+v", s.Mismatches, rejected, s.Mismatched)
+	}
 	if lost := lostAtExits(s, exits); lost != nil {
 		t.Errorf("consumer saw errors=%d (ok %d of %d): %s: %+v", s.Errors, s.OK, s.Sent, lost, s.Failures)
 	} else if s.Errors > 0 {
@@ -128,6 +146,28 @@ func lostAtExits(s loopSummary, exits []time.Time) error {
 				"after another at the same exit (exits %v)", f.At, exits)
 		}
 		used[i] = true
+	}
+	return nil
+}
+
+// rejectedAtExits checks that every mismatched call of a graceful-restart run is one of the provider's own
+// null answers at an exit (see testGracefulRestarts): answered null, never run, begun within the second before
+// an exit, no more of them than the rejections the providers logged. It returns why not, or nil.
+func rejectedAtExits(s loopSummary, exits []time.Time, rejected int, ran map[string]int) error {
+	if s.Mismatches > rejected || len(s.Mismatched) != s.Mismatches {
+		return fmt.Errorf("%d mismatched calls, more than the %d rejections the providers logged", s.Mismatches, rejected)
+	}
+	for _, m := range s.Mismatched {
+		if m.Got != "" {
+			return fmt.Errorf("call %q was answered %q: another call's answer", m.Arg, m.Got)
+		}
+		if ran[m.Arg] > 0 {
+			return fmt.Errorf("call %q ran and was answered null", m.Arg)
+		}
+		at := time.Unix(0, m.AtNano)
+		if !slices.ContainsFunc(exits, func(e time.Time) bool { return !at.After(e) && e.Sub(at) <= time.Second }) {
+			return fmt.Errorf("call %q, answered null, began outside an exit's last second (exits %v)", m.Arg, exits)
+		}
 	}
 	return nil
 }
@@ -308,6 +348,35 @@ func TestDubboGoAnswerFixture(t *testing.T) {
 }
 
 // TestLostAtExits: the graceful-restart allowance takes only the provider's own loss at an exit.
+func TestRejectedAtExits(t *testing.T) {
+	exit := time.Unix(1000, 0)
+	exits := []time.Time{exit, exit.Add(8 * time.Second)}
+	wrong := func(at time.Time, arg, got string) loopSummary {
+		return loopSummary{Mismatches: 1, Mismatched: []mismatch{{AtNano: at.UnixNano(), Arg: arg, Got: got}}}
+	}
+	ran := map[string]int{"w0-7": 1}
+	for _, c := range []struct {
+		name     string
+		s        loopSummary
+		rejected int
+		ok       bool
+	}{
+		{"none", loopSummary{}, 0, true},
+		{"null just before the exit", wrong(exit.Add(-3*time.Millisecond), "w0-9", ""), 1, true},
+		{"null just before the second exit", wrong(exits[1].Add(-900*time.Millisecond), "w0-9", ""), 2, true},
+		{"no rejection logged", wrong(exit.Add(-3*time.Millisecond), "w0-9", ""), 0, false},
+		{"another call's answer", wrong(exit.Add(-3*time.Millisecond), "w0-9", "w0-8"), 1, false},
+		{"null for a call that ran", wrong(exit.Add(-3*time.Millisecond), "w0-7", ""), 1, false},
+		{"begun after the exit", wrong(exit.Add(time.Millisecond), "w0-9", ""), 1, false},
+		{"begun long before the exit", wrong(exit.Add(-2*time.Second), "w0-9", ""), 1, false},
+		{"a mismatch without its record", loopSummary{Mismatches: 1}, 1, false},
+	} {
+		if err := rejectedAtExits(c.s, exits, c.rejected, ran); (err == nil) != c.ok {
+			t.Errorf("%s: rejectedAtExits = %v, want ok=%v", c.name, err, c.ok)
+		}
+	}
+}
+
 func TestLostAtExits(t *testing.T) {
 	exit := time.Unix(1000, 0)
 	exits := []time.Time{exit, exit.Add(8 * time.Second)}

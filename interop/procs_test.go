@@ -390,6 +390,14 @@ type loopSummary struct {
 	Failures   []callError `json:"failures"`
 	FailedArgs []string    `json:"failed_args"`
 	FailedErrs []string    `json:"failed_errs"`
+	Mismatched []mismatch  `json:"mismatched"`
+}
+
+// mismatch is one call of a loop summary answered with another value (dgconsumer's Mismatch).
+type mismatch struct {
+	AtNano int64  `json:"at_ns"` // when the call began, Unix nanoseconds
+	Arg    string `json:"arg"`
+	Got    string `json:"got"` // "" for a null answer
 }
 
 // callError is one failed call of a loop summary (dgconsumer's CallError).

@@ -103,6 +103,15 @@ type LoopSummary struct {
 	Failures   []CallError `json:"failures,omitempty"`    // first maxRecorded failures
 	FailedArgs []string    `json:"failed_args,omitempty"` // the argument of every failed call (errors and timeouts)
 	FailedErrs []string    `json:"failed_errs,omitempty"` // their errors, in the same order
+	Mismatched []Mismatch  `json:"mismatched,omitempty"`  // first maxRecorded calls answered with another value
+}
+
+// Mismatch is one call answered without an error but with a value other than its argument.
+type Mismatch struct {
+	At     string `json:"at"`    // offset from the start of the run
+	AtNano int64  `json:"at_ns"` // when the call began, Unix nanoseconds
+	Arg    string `json:"arg"`
+	Got    string `json:"got"` // "" for a null answer
 }
 
 func main() {
@@ -397,6 +406,10 @@ func (c *caller) loop(addr string, duration, interval time.Duration, workers int
 					s.FailedErrs = append(s.FailedErrs, oneLine(err))
 				case got != want:
 					s.Mismatches++
+					if len(s.Mismatched) < maxRecorded {
+						s.Mismatched = append(s.Mismatched, Mismatch{At: t.Sub(start).Round(time.Millisecond).String(),
+							AtNano: t.UnixNano(), Arg: want, Got: got})
+					}
 				default:
 					s.OK++
 				}
