@@ -2,7 +2,9 @@ package interop
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,6 +54,38 @@ func TestH2Interop(t *testing.T) {
 	t.Run("triple_keepalive_direct", func(t *testing.T) { t.Parallel(); testTripleKeepaliveDirect(t) })
 	t.Run("triple_plain_dial", func(t *testing.T) { t.Parallel(); testTriplePlainDial(t) })
 	t.Run("grpc", func(t *testing.T) { t.Parallel(); testGRPCInterop(t) })
+	t.Run("triple_not_found_form", func(t *testing.T) { t.Parallel(); testTripleNotFoundForm(t) })
+}
+
+// testTripleNotFoundForm pins the answer Stormgate takes as proof that a Triple call never ran
+// (proxy/h2.NotRun, dubbogo_triple_not_found): the real dubbo-go v3.3.0 provider answers a path it does not
+// serve (as in its startup window, before the service is exported) with Go's http.NotFound over h2c:
+// :status 404, text/plain, nosniff, content-length 19, "404 page not found\n", no grpc-status.
+func testTripleNotFoundForm(t *testing.T) {
+	prov, _, _ := startTripleProvider(t)
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: &http.Transport{Protocols: &p}, Timeout: 10 * time.Second}
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/org.stormgate.NotExported/Echo", prov.port),
+		strings.NewReader("\x00\x00\x00\x00\x00"))
+	req.Header.Set("Content-Type", "application/grpc+hessian2")
+	req.Header.Set("Te", "trailers")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprintf("%s %d %q %q %q %d %q grpc-status=%q", resp.Proto, resp.StatusCode, resp.Header.Get("Content-Type"),
+		resp.Header.Get("X-Content-Type-Options"), resp.Header.Get("Content-Length"), resp.ContentLength, body,
+		resp.Header.Get("Grpc-Status")+resp.Trailer.Get("Grpc-Status"))
+	want := `HTTP/2.0 404 "text/plain; charset=utf-8" "nosniff" "19" 19 "404 page not found\n" grpc-status=""`
+	if got != want {
+		t.Errorf("dubbo-go's answer for a path it does not serve:\n got %s\nwant %s\n(proxy/h2/notrun.go must follow it)", got, want)
+	}
 }
 
 // relayTo starts an h2count relay toward addr, closed at the end of the test.

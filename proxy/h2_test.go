@@ -848,7 +848,7 @@ func h2StreamsLeft(srv *Server) int {
 	hp := srv.poolList()[0].h2
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
-	n := hp.waiting.len()
+	n := hp.waiting.len() + len(hp.paused)
 	for _, u := range hp.ups {
 		n += len(u.calls) + u.conn.OpenStreams()
 	}

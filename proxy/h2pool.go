@@ -50,6 +50,7 @@ type h2Pool struct {
 	mu      sync.Mutex
 	ups     []*h2Upstream // connections the provider's SETTINGS made usable, until they die or go away
 	waiting h2Waiting     // requests no connection could open a stream for (h2wait.go: round robin by consumer)
+	paused  []*h2Call     // requests to be sent again after a pause (h2replay.go)
 	closed  bool
 
 	calls callShard // per-method counts of the pool's calls (h2calls.go); atomics, no lock
@@ -70,6 +71,11 @@ func (hp *h2Pool) close() {
 	hp.mu.Lock()
 	hp.closed = true
 	waiting := hp.waiting.all()
+	for len(hp.paused) > 0 {
+		c := hp.paused[0]
+		hp.unpauseLocked(c)
+		waiting = append(waiting, c)
+	}
 	var notes h2Notes
 	for _, c := range waiting {
 		hp.unwaitLocked(c, &notes)
@@ -141,6 +147,7 @@ type h2Upstream struct {
 	ready   bool // the provider's first SETTINGS arrived
 	away    bool // the provider's GOAWAY: no new streams, closed when the last one ends
 	dead    bool
+	readyAt int64 // when the provider's first SETTINGS came (the not-executed window starts)
 	scratch []byte
 	// Liveness (h2keepalive.go), under hp.mu but lastRead.
 	beat       keepalive.Timer
@@ -154,6 +161,8 @@ type h2Upstream struct {
 	wmu     sync.Mutex
 	wbuf    []byte
 	wclosed bool
+	queued  uint64 // bytes ever queued, and of them written to the socket: what reached the kernel
+	written uint64
 	wake    chan struct{}
 }
 
@@ -195,7 +204,7 @@ func (u *h2Upstream) serve(ctx context.Context) error {
 	case err != nil:
 		why += " (" + err.Error() + ")"
 	}
-	u.die(why)
+	u.die(why, ctx.Err() != nil)
 	return err
 }
 
@@ -258,7 +267,9 @@ func (u *h2Upstream) step(b []byte) (int, error) {
 		}
 	}
 	for _, r := range refused {
-		hp.answerConsumed(r, r.sess.reset(r, h2.ErrCodeRefusedStream))
+		hp.answerConsumed(r, r.sess.fail(r, replyUpstreamLost, "stormgate: the provider is going away (GOAWAY) and "+
+			"did not process the request, which could not be sent again (not complete, larger than 64 KiB, or "+
+			"its hold.timeout is up); safe to retry"))
 	}
 	notes.run()
 	if closeNow {
@@ -279,6 +290,9 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 			_ = u.conn.Consumed(ev.Stream, len(ev.Data)) // a stream Stormgate reset: nobody wants it
 			return nil, nil
 		}
+		if ev.Kind == h2.EventHeaders && !c.answered && u.answerHeadLocked(c, ev.Fields, now, notes) {
+			return nil, nil // not run: sent again, the head is not the consumer's
+		}
 		// The shared connection's window goes back now: the answer's bytes are the consumer's to take,
 		// held by Stormgate up to the stream's window (answerConsumed returns that), so a consumer that
 		// does not read stalls its own streams at the provider, never the connection (issue 26 item 4).
@@ -289,9 +303,17 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		return c, nil
 	case h2.EventReset:
 		c := u.calls[ev.Stream]
-		if c != nil {
-			u.endLocked(c, notes)
+		if c == nil {
+			return nil, nil
 		}
+		if ev.ByPeer && ev.Code == h2.ErrCodeRefusedStream && !c.answered {
+			u.detachLocked(c, notes)
+			if hp.resendOrForgetLocked(c, now, resendPause(hp.p.srv.cfg.Load(), c.resends), holdReheldRefused) {
+				return nil, nil
+			}
+			return c, nil
+		}
+		u.endLocked(c, notes)
 		return c, nil
 	case h2.EventGoAway:
 		hp.p.srv.log.Info("the provider sent GOAWAY: no new streams on this connection",
@@ -304,13 +326,18 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 				refused = append(refused, c)
 			}
 		}
+		kept := refused[:0]
 		for _, c := range refused {
-			u.endLocked(c, notes)
+			u.detachLocked(c, notes)
+			if !hp.resendOrForgetLocked(c, now, 0, holdReheldRefused) {
+				kept = append(kept, c)
+			}
 		}
-		return nil, refused
+		hp.pumpLocked(now, notes)
+		return nil, kept
 	case h2.EventSettings:
 		if !u.ready && !u.away {
-			u.ready = true
+			u.ready, u.readyAt = true, now
 			hp.ups = append(hp.ups, u)
 			u.startBeat()
 			hp.p.srv.spawn(hp.p.connChanged) // the gauges; never under mu
@@ -331,20 +358,27 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 	return nil, nil
 }
 
-// die ends every call still on a connection that is gone, with msg.
-func (u *h2Upstream) die(msg string) {
+// die ends every call still on a connection that is gone: sent again if none of its bytes reached the
+// kernel (h2replay.go), else ended with msg. The writer has stopped.
+func (u *h2Upstream) die(msg string, shutdown bool) {
 	hp := u.hp
 	var notes h2Notes
+	now := hp.p.srv.now()
+	u.wmu.Lock()
+	written := u.written
+	u.wmu.Unlock()
 	hp.mu.Lock()
 	u.dead = true
 	hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
 	calls := make([]*h2Call, 0, len(u.calls))
 	for _, c := range u.calls {
-		calls = append(calls, c)
+		u.detachLocked(c, &notes)
+		if shutdown || written > c.upOff || !hp.resendOrForgetLocked(c, now, 0, holdReheld) {
+			hp.forgetLocked(c)
+			calls = append(calls, c)
+		}
 	}
-	for _, c := range calls {
-		u.endLocked(c, &notes)
-	}
+	hp.pumpLocked(now, &notes)
 	hp.mu.Unlock()
 	for _, c := range calls {
 		c.sess.fail(c, replyUpstreamLost, msg)
@@ -366,6 +400,7 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	var notes h2Notes
 	reason, msg := replyReason(0), ""
 	hp.mu.Lock()
+	hp.keepHeadLocked(c, fields, end)
 	switch u := hp.pickLocked(); {
 	case hp.closed:
 		reason, msg = replyNoUpstream, "stormgate: shutting down"
@@ -382,11 +417,12 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 		c.waited.Store(true)
 		hp.p.srv.noteHeld(callRef{method: c.method}, false)
 		hp.waiting.push(c)
-		c.hold.Init(func() { hp.expire(c) })
+		hp.initTimersLocked(c)
 		hp.p.srv.wheel.Schedule(&c.hold, cfg.HoldTimeout)
 	}
 	if msg != "" {
 		c.upDone = true
+		hp.forgetLocked(c)
 	}
 	hp.mu.Unlock()
 	if msg != "" {
@@ -428,20 +464,29 @@ func (hp *h2Pool) expire(c *h2Call) {
 		hp.mu.Unlock()
 		return
 	}
-	hp.waiting.remove(c)
+	hp.takeOutLocked(c)
 	hp.unwaitLocked(c, &notes)
 	hp.mu.Unlock()
 	c.sess.fail(c, replyHoldTimeout, "stormgate: no provider connection could take the request within hold.timeout")
 	notes.run()
 }
 
-// unwaitLocked takes a call out of waiting for good (the caller removed it from the list).
+// takeOutLocked takes a waiting call out of the waiting or the paused list.
+func (hp *h2Pool) takeOutLocked(c *h2Call) {
+	if c.paused {
+		hp.unpauseLocked(c)
+	} else {
+		hp.waiting.remove(c)
+	}
+}
+
+// unwaitLocked takes a call out of waiting for good (the caller took it out of its list).
 func (hp *h2Pool) unwaitLocked(c *h2Call, notes *h2Notes) {
 	c.waiting, c.upDone = false, true
 	hp.p.srv.wheel.Stop(&c.hold)
-	notes.add(c, len(c.in))
-	hp.p.srv.budget.release(len(c.in))
+	hp.leftLocked(c, len(c.in), notes)
 	c.in, c.head, c.inTrail = nil, nil, nil
+	hp.forgetLocked(c)
 }
 
 // startLocked opens the provider stream for a call and sends its head and what of its body has come.
@@ -456,6 +501,7 @@ func (u *h2Upstream) startLocked(c *h2Call, now int64, notes *h2Notes) {
 	u.calls[id] = c
 	c.up, c.upID = u, id
 	b, _ := u.conn.AppendHeaders(u.frames(), id, c.head, c.headEnd)
+	c.upOff = u.queuedBytes()
 	u.send(b)
 	c.head = nil
 	u.pushLocked(c, now, notes)
@@ -470,8 +516,7 @@ func (u *h2Upstream) pushLocked(c *h2Call, now int64, notes *h2Notes) {
 	if err != nil {
 		n = len(c.in)
 	}
-	notes.add(c, n)
-	u.hp.p.srv.budget.release(n)
+	u.hp.leftLocked(c, n, notes)
 	c.in = c.in[n:]
 	if len(c.in) == 0 {
 		c.in = nil
@@ -483,18 +528,24 @@ func (u *h2Upstream) pushLocked(c *h2Call, now int64, notes *h2Notes) {
 	u.send(b)
 }
 
-// endLocked ends a call's provider stream (answered, reset, refused or lost): forgotten, its
-// unsent request bytes handed back to the consumer's windows, the stream reset if still open, and a
-// waiting request started in its place.
+// endLocked ends a call's provider side for good (answered, reset, lost): detached, and its kept
+// request dropped.
 func (u *h2Upstream) endLocked(c *h2Call, notes *h2Notes) {
+	u.detachLocked(c, notes)
+	u.hp.forgetLocked(c)
+}
+
+// detachLocked ends a call's provider stream (answered, reset, refused or lost): forgotten, its
+// unsent request bytes handed back to the consumer's windows, the stream reset if still open, and a
+// waiting request started in its place. The call may still be sent again (h2replay.go).
+func (u *h2Upstream) detachLocked(c *h2Call, notes *h2Notes) {
 	if c.upDone {
 		return
 	}
 	c.upDone = true
 	delete(u.calls, c.upID)
 	u.ids.Unbind(c.upID)
-	notes.add(c, len(c.in))
-	u.hp.p.srv.budget.release(len(c.in))
+	u.hp.leftLocked(c, len(c.in), notes)
 	c.in, c.inTrail, c.inEnd = nil, nil, false
 	if !u.dead {
 		if st := u.conn.StreamState(c.upID); st != h2.StateClosed && st != h2.StateIdle {
@@ -512,6 +563,9 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	var notes h2Notes
 	hp.mu.Lock()
 	n, over := len(data), false
+	if !c.upDone {
+		hp.keepBodyLocked(c, data, end)
+	}
 	switch {
 	case c.upDone:
 	case c.waiting || len(c.in) > 0 || c.inTrail != nil:
@@ -532,7 +586,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	if over {
 		n = len(data)
 		if c.waiting {
-			hp.waiting.remove(c)
+			hp.takeOutLocked(c)
 			hp.unwaitLocked(c, &notes)
 		} else {
 			c.up.endLocked(c, &notes)
@@ -560,6 +614,9 @@ func (hp *h2Pool) keepInLocked(c *h2Call, b []byte) bool {
 func (hp *h2Pool) trailers(c *h2Call, fields []h2.HeaderField) {
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
+	if !c.upDone {
+		hp.keepTrailersLocked(c, fields)
+	}
 	switch {
 	case c.upDone:
 	case c.waiting || len(c.in) > 0 || c.inEnd:
@@ -576,7 +633,7 @@ func (hp *h2Pool) cancel(c *h2Call) {
 	hp.mu.Lock()
 	switch {
 	case c.waiting:
-		hp.waiting.remove(c)
+		hp.takeOutLocked(c)
 		hp.unwaitLocked(c, &notes)
 	case c.up != nil:
 		c.up.endLocked(c, &notes)
@@ -636,11 +693,19 @@ func (u *h2Upstream) queue(b []byte) {
 	if !u.wclosed {
 		u.wbuf = append(u.wbuf, b...)
 	}
+	u.queued += uint64(len(b))
 	u.wmu.Unlock()
 	select {
 	case u.wake <- struct{}{}:
 	default:
 	}
+}
+
+// queuedBytes is how many bytes were ever queued: the offset the next queued byte will have.
+func (u *h2Upstream) queuedBytes() uint64 {
+	u.wmu.Lock()
+	defer u.wmu.Unlock()
+	return u.queued
 }
 
 func (u *h2Upstream) closeWriter() {
@@ -662,7 +727,11 @@ func (u *h2Upstream) writeLoop() {
 		closed := u.wclosed
 		u.wmu.Unlock()
 		if len(batch) > 0 {
-			if _, err := u.nc.Write(batch); err != nil {
+			n, err := u.nc.Write(batch)
+			u.wmu.Lock()
+			u.written += uint64(n)
+			u.wmu.Unlock()
+			if err != nil {
 				_ = u.nc.Close() // the reader sees it and ends the calls
 				u.wmu.Lock()
 				u.wclosed, u.wbuf = true, nil

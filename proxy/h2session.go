@@ -95,6 +95,17 @@ type h2Call struct {
 	inTrail []h2.HeaderField
 	arrived int64
 	hold    keepalive.Timer // the hold timeout while waiting
+	upOff   uint64          // where its head went in the connection's write queue (h2Upstream.queued)
+
+	// Sending it again (h2replay.go), under the pool's mu.
+	req         h2Kept          // the request as the consumer sent it, until the provider's answer head
+	answered    bool            // the provider's answer head came: the provider has it
+	resending   bool            // in is the kept body, sent again: its bytes are not the consumer's to hand back
+	resends     int             // times sent again
+	notRunTries int             // of those, after not-executed answers
+	paused      bool            // waiting for retry before it may take a stream
+	retry       keepalive.Timer // ends the pause
+	timers      bool            // hold and retry are initialised
 }
 
 func newH2Session(s *session, hp *h2Pool) *h2Session {

@@ -94,19 +94,21 @@ const (
 	holdReheldNotRun
 	holdSentDraining
 	holdDeadline
+	holdReheldRefused
 	nHoldOutcomes
 )
 
 var holdOutcomeNames = [nHoldOutcomes]string{
-	holdSent:         "sent",
-	holdExpired:      "expired",
-	holdRejectedFull: "rejected_full",
-	holdConsumerGone: "consumer_gone",
-	holdReheld:       "reheld_unsent",
-	holdReheldUnseen: "reheld_unseen",
-	holdReheldNotRun: "reheld_not_executed",
-	holdSentDraining: "sent_to_draining_provider",
-	holdDeadline:     "deadline",
+	holdSent:          "sent",
+	holdExpired:       "expired",
+	holdRejectedFull:  "rejected_full",
+	holdConsumerGone:  "consumer_gone",
+	holdReheld:        "reheld_unsent",
+	holdReheldUnseen:  "reheld_unseen",
+	holdReheldNotRun:  "reheld_not_executed",
+	holdSentDraining:  "sent_to_draining_provider",
+	holdDeadline:      "deadline",
+	holdReheldRefused: "reheld_refused",
 }
 
 // dropKind labels stormgate_frames_dropped_total{kind}: frames consumed without
@@ -216,7 +218,8 @@ func newMetrics() *metrics {
 		Help: "Held requests by outcome: sent after the hold, expired, rejected because the queue was full, " +
 			"consumer gone, re-held because their connection died before they were sent (reheld_unsent) or after " +
 			"the kernel took them but provably before the provider read them (reheld_unseen), re-held because the " +
-			"provider answered that it never ran them (reheld_not_executed), sent at the end of their hold to a " +
+			"provider answered that it never ran them (reheld_not_executed), re-held because an HTTP/2 provider " +
+			"refused their stream (REFUSED_STREAM, or above its GOAWAY's last stream id: reheld_refused), sent at the end of their hold to a " +
 			"provider that is draining but still serving (sent_to_draining_provider), answered and never sent because " +
 			"their consumer's own timeout would have passed first (deadline)."}, []string{"outcome"})
 	for i := range m.holdOutcome {

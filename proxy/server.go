@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/keepalive"
+	"github.com/stormgate/stormgate/proxy/h2"
 )
 
 // Options are the Server's collaborators. Zero values are valid.
@@ -110,7 +111,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		wheel:     keepalive.NewWheel(10*time.Millisecond, 4096, opts.Clock), // nil: the system clock, and an idle wheel sleeps
 		drainIdle: make(chan struct{}, 1),
 	}
-	s.m.life = newLifeMetrics(s.codec.NotExecutedReasons())
+	s.m.life = newLifeMetrics(append(s.codec.NotExecutedReasons(), h2.NotRunReasons()...))
 	s.budget.limit.Store(cfg.MaxBufferedBytes)
 	s.wenv = writerEnv{now: s.now, spawn: s.spawn, budget: &s.budget}
 	s.sessions.init()

@@ -58,7 +58,7 @@ const bigSize = 50 * 1024
 const concurrentCalls = 200
 
 // maxRecorded bounds how many error messages a summary carries.
-const maxRecorded = 20
+const maxRecorded = 100
 
 // CallError is one failed call in a summary.
 type CallError struct {

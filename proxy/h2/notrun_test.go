@@ -1,0 +1,46 @@
+package h2
+
+import "testing"
+
+func TestNotRun(t *testing.T) {
+	hf := func(kv ...string) []HeaderField {
+		var out []HeaderField
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, HeaderField{Name: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	// What x/net's h2c server sends for http.NotFound (dubbo-go v3.3.0's ServeMux), date aside.
+	notFound := []string{":status", "404", "content-type", "text/plain; charset=utf-8",
+		"x-content-type-options", "nosniff", "content-length", "19"}
+	for _, c := range []struct {
+		name string
+		head []HeaderField
+		want string
+	}{
+		{"dubbo-go's ServeMux 404", hf(notFound...), NotRunDubboGoNotFound},
+		{"the same with a date", hf(append(notFound, "date", "Thu, 03 Dec 2026 05:40:00 GMT")...), NotRunDubboGoNotFound},
+		{"a gRPC answer", hf(":status", "200", "content-type", "application/grpc"), ""},
+		{"a gRPC 404 trailers-only", hf(":status", "404", "content-type", "application/grpc", "grpc-status", "12"), ""},
+		{"404 with a grpc-status", hf(append(notFound, "grpc-status", "12")...), ""},
+		{"404 of another length", hf(":status", "404", "content-type", "text/plain; charset=utf-8",
+			"x-content-type-options", "nosniff", "content-length", "20"), ""},
+		{"404 without a length", hf(":status", "404", "content-type", "text/plain; charset=utf-8",
+			"x-content-type-options", "nosniff"), ""},
+		{"404 html", hf(":status", "404", "content-type", "text/html", "x-content-type-options", "nosniff",
+			"content-length", "19"), ""},
+		{"404 without nosniff", hf(":status", "404", "content-type", "text/plain; charset=utf-8",
+			"content-length", "19"), ""},
+		{"503 text/plain", hf(":status", "503", "content-type", "text/plain; charset=utf-8",
+			"x-content-type-options", "nosniff", "content-length", "19"), ""},
+		{"trailers", hf("grpc-status", "0"), ""},
+	} {
+		if got := NotRun(c.head); got != c.want {
+			t.Errorf("%s: NotRun = %q, want %q", c.name, got, c.want)
+		}
+	}
+	head := hf(notFound...)
+	if n := testing.AllocsPerRun(100, func() { _ = NotRun(head) }); n != 0 {
+		t.Errorf("NotRun allocates %v times", n)
+	}
+}

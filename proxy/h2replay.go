@@ -1,0 +1,230 @@
+package proxy
+
+import (
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/stormgate/stormgate/proxy/h2"
+)
+
+// Sending an HTTP/2 call again (issue 27): a unary call whose provider stream ended in a way that
+// proves the provider never processed it goes back to the waiting list and is sent again on a fresh
+// stream, as Dubbo's re-holds do (hold.go, notrun.go). Only these prove it:
+//
+//	| what happened to the provider stream             | rule                        | outcome label      | pause
+//	|--------------------------------------------------|-----------------------------|--------------------|-------------------
+//	| reset by the provider with REFUSED_STREAM        | RFC 9113 §8.7: not processed| reheld_refused     | backoff_base,
+//	|                                                  |                             |                    | doubling per try
+//	| above the last stream id of the provider's GOAWAY| RFC 9113 §6.8: not processed| reheld_refused     | none
+//	| its connection died before any of its bytes      | never left Stormgate        | reheld_unsent      | none
+//	| reached the kernel                               |                             |                    |
+//	| answered with a not-executed head (h2.NotRun)    | the provider's own words,   | reheld_not_executed| backoff_base,
+//	| within hold.not_executed_window of the           | within the window only      |                    | doubling per try
+//	| connection's SETTINGS                            | (hold.not_executed_retries) |                    |
+//
+// and only while all of this holds: the consumer's request is complete (END_STREAM seen: streaming
+// calls are never sent again), it was kept whole (at most replaySize bytes of DATA, charged to
+// limits.max_buffered_bytes while kept requests use less than half of it), no answer head came from the provider, the call has time left of
+// hold.timeout counted from its arrival, the waiting list has room (hold.max_requests), and the pool is
+// not closing. Anything else ends as before: the provider's reset, or grpc-status 14 with a message.
+//
+// The kept request is the consumer's head, DATA and trailers as they arrived, kept from the head's
+// arrival until the provider's answer head (or the call's end). Sending it again does not touch the
+// consumer's flow-control windows: its bytes were handed back when they first went out
+// (h2Call.resending).
+
+// h2Kept is a call's request as its consumer sent it. Under the pool's mu.
+type h2Kept struct {
+	head     []h2.HeaderField
+	body     []byte
+	trailers []h2.HeaderField
+	complete bool // END_STREAM seen
+	lost     bool // too large, or the budget refused it: the call cannot be sent again
+}
+
+// h2MaxResends bounds how often one call is sent again, whatever proves it unprocessed: a provider that
+// refuses every stream must not keep a call circling until its hold ends.
+const h2MaxResends = 10
+
+// keepHeadLocked starts keeping a call's request at its head.
+func (hp *h2Pool) keepHeadLocked(c *h2Call, fields []h2.HeaderField, end bool) {
+	c.req.head, c.req.complete = slices.Clone(fields), end
+}
+
+// keepBodyLocked keeps request DATA (end: END_STREAM came with it).
+func (hp *h2Pool) keepBodyLocked(c *h2Call, data []byte, end bool) {
+	k := &c.req
+	if k.lost || c.answered {
+		return
+	}
+	if len(k.body)+len(data) > replaySize || !hp.keepable(len(data)) {
+		hp.forgetLocked(c)
+		k.lost = true
+		return
+	}
+	k.body = append(k.body, data...)
+	k.complete = end
+}
+
+// keepable charges n bytes of a kept request to the budget, while kept requests leave at least half of it
+// to what must be buffered (answers for slow consumers, requests for a slow provider).
+func (hp *h2Pool) keepable(n int) bool {
+	b := &hp.p.srv.budget
+	if b.inUse()+int64(n) > b.limit.Load()/2 {
+		return false
+	}
+	return b.tryReserve(n)
+}
+
+// keepTrailersLocked keeps the request's trailers, which end it.
+func (hp *h2Pool) keepTrailersLocked(c *h2Call, fields []h2.HeaderField) {
+	if c.req.lost || c.answered {
+		return
+	}
+	c.req.trailers, c.req.complete = slices.Clone(fields), true
+}
+
+// forgetLocked drops what a call kept: the provider answered it, or it ended.
+func (hp *h2Pool) forgetLocked(c *h2Call) {
+	if c.resending {
+		c.in = nil // the kept body itself, not charged twice
+	}
+	hp.p.srv.budget.release(len(c.req.body))
+	c.req = h2Kept{lost: true}
+	c.resending = false
+}
+
+// answerHeadLocked notes the provider's answer head for c; true when it proved the call unprocessed
+// and the call went back to waiting (the head is not delivered).
+func (u *h2Upstream) answerHeadLocked(c *h2Call, fields []h2.HeaderField, now int64, notes *h2Notes) bool {
+	hp := u.hp
+	srv := hp.p.srv
+	why := h2.NotRun(fields)
+	if why == "" {
+		c.answered = true
+		hp.forgetLocked(c)
+		return false
+	}
+	cfg := srv.cfg.Load()
+	outcome := notRunPassedOn
+	switch d := resendPause(cfg, c.notRunTries); {
+	case cfg.NotExecutedWindow <= 0 || now-u.readyAt >= int64(cfg.NotExecutedWindow):
+		outcome = notRunOutsideWindow
+	case c.notRunTries < cfg.NotExecutedRetries && hp.canResendLocked(c, now, d):
+		u.detachLocked(c, notes)
+		hp.resendLocked(c, now, d, holdReheldNotRun)
+		c.notRunTries++
+		srv.m.life.notRunCounter(why, notRunReheld).Inc()
+		if c.notRunTries == 1 {
+			srv.log.Debug("the provider answered that it does not serve the call's path yet; holding it and retrying",
+				zap.String("provider", hp.p.addr), zap.String("answer", why), zap.Duration("pause", d))
+		}
+		return true
+	}
+	srv.m.life.notRunCounter(why, outcome).Inc()
+	c.answered = true
+	hp.forgetLocked(c)
+	return false
+}
+
+// resendPause is the pause before the n+1st try after a refusal: backoff_base, doubling, capped at
+// backoff_max.
+func resendPause(cfg *Config, n int) time.Duration {
+	d := cfg.BackoffBase << min(n, 20)
+	if d > cfg.BackoffMax || d <= 0 {
+		d = cfg.BackoffMax
+	}
+	return d
+}
+
+// canResendLocked reports whether the rules above let a call whose provider stream ended unprocessed be
+// sent again after pause.
+func (hp *h2Pool) canResendLocked(c *h2Call, now int64, pause time.Duration) bool {
+	cfg := hp.p.srv.cfg.Load()
+	k := &c.req
+	return !hp.closed && k.complete && !k.lost && !c.answered && c.resends < h2MaxResends &&
+		now+int64(pause) < c.arrived+int64(cfg.HoldTimeout) &&
+		hp.waiting.len()+len(hp.paused) < cfg.HoldMaxRequests
+}
+
+// resendLocked puts a call canResendLocked allowed, detached from its provider stream, back to waiting
+// with its kept request, after pause.
+func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why holdOutcome) {
+	srv := hp.p.srv
+	cfg := srv.cfg.Load()
+	k := &c.req
+	until := c.arrived + int64(cfg.HoldTimeout)
+	c.resends++
+	c.up, c.upID, c.upDone = nil, 0, false
+	c.head, c.headEnd = k.head, len(k.body) == 0 && k.trailers == nil
+	c.in, c.inEnd, c.inTrail = k.body, len(k.body) > 0, k.trailers
+	c.resending = true
+	c.waiting = true
+	srv.noteHeld(callRef{method: c.method}, true)
+	srv.m.holdOutcome[why].Inc()
+	hp.initTimersLocked(c)
+	srv.wheel.Schedule(&c.hold, time.Duration(until-now))
+	if pause > 0 {
+		c.paused = true
+		hp.paused = append(hp.paused, c)
+		srv.wheel.Schedule(&c.retry, pause)
+	} else {
+		hp.waiting.push(c)
+	}
+}
+
+// resendOrForgetLocked sends a detached call again if the rules allow (true), else drops its kept
+// request (the caller ends the call toward the consumer).
+func (hp *h2Pool) resendOrForgetLocked(c *h2Call, now int64, pause time.Duration, why holdOutcome) bool {
+	if hp.canResendLocked(c, now, pause) {
+		hp.resendLocked(c, now, pause, why)
+		return true
+	}
+	hp.forgetLocked(c)
+	return false
+}
+
+// initTimersLocked sets a call's hold and retry timers up, once.
+func (hp *h2Pool) initTimersLocked(c *h2Call) {
+	if c.timers {
+		return
+	}
+	c.timers = true
+	c.hold.Init(func() { hp.expire(c) })
+	c.retry.Init(func() { hp.unpause(c) })
+}
+
+// unpause puts a call whose pause ended in the waiting list, and starts what can start.
+func (hp *h2Pool) unpause(c *h2Call) {
+	var notes h2Notes
+	hp.mu.Lock()
+	if c.paused {
+		hp.unpauseLocked(c)
+		hp.waiting.push(c)
+		hp.pumpLocked(hp.p.srv.now(), &notes)
+	}
+	hp.mu.Unlock()
+	notes.run()
+}
+
+// unpauseLocked takes c off the paused list.
+func (hp *h2Pool) unpauseLocked(c *h2Call) {
+	c.paused = false
+	hp.p.srv.wheel.Stop(&c.retry)
+	if i := slices.Index(hp.paused, c); i >= 0 {
+		hp.paused = slices.Delete(hp.paused, i, i+1)
+	}
+}
+
+// leftLocked notes that n bytes of c.in left Stormgate's hands (sent, or dropped): handed back to the
+// consumer's windows and to the budget, unless they are a kept request sent again, whose bytes went
+// back when they first left.
+func (hp *h2Pool) leftLocked(c *h2Call, n int, notes *h2Notes) {
+	if c.resending {
+		return
+	}
+	notes.add(c, n)
+	hp.p.srv.budget.release(n)
+}
