@@ -423,9 +423,12 @@ func rawRequests(t *testing.T, fr *http2.Framer, n int, msg []byte, extra ...h2.
 	}
 }
 
-// TestH2DrainSendsGoAway: when Stormgate starts draining (Announce, as SIGTERM or POST /drain do), an
-// HTTP/2 consumer gets GOAWAY NO_ERROR naming the last stream Stormgate will serve, so it opens its next
-// calls elsewhere, and the call it has in flight still gets its answer.
+// TestH2DrainSendsGoAway: when Stormgate starts draining (Announce, as SIGTERM or POST /drain do), an HTTP/2
+// consumer gets the graceful GOAWAY of RFC 9113 §6.8: NO_ERROR naming the largest stream id, and a PING. A
+// stream it opens before it has seen them is served; once it answers the PING, the final GOAWAY names the last
+// stream Stormgate will serve, so it opens its next calls elsewhere; the calls in flight get their answers. A
+// consumer that connects during the drain gets the same; one that never answers the PING gets the final
+// GOAWAY when the drain proper begins (Drain).
 func TestH2DrainSendsGoAway(t *testing.T) {
 	prov := startGRPCProvider(t)
 	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
@@ -433,44 +436,93 @@ func TestH2DrainSendsGoAway(t *testing.T) {
 	rawRequests(t, fr, 1, []byte("in flight"), h2.HeaderField{Name: "x-sleep-ms", Value: "300"})
 	waitFor(t, 10*time.Second, "the call at the provider", func() bool { return prov.active.Load() == 1 })
 	srv.Announce()
-	var goAway *http2.GoAwayFrame
-	for grpcStatus := ""; grpcStatus == ""; {
+	first, ping := drainGoAway(t, fr)
+	if first.ErrCode != http2.ErrCodeNo || first.LastStreamID != 1<<31-1 {
+		t.Errorf("first GOAWAY %v last stream %d, want NO_ERROR and 2^31-1", first.ErrCode, first.LastStreamID)
+	}
+	writeCall(t, fr, 3, false, []byte("on its way")) // opened before the consumer saw the GOAWAY
+	if err := fr.WritePing(true, ping); err != nil {
+		t.Fatal(err)
+	}
+	var final *http2.GoAwayFrame
+	answers := map[uint32]string{}
+	for len(answers) < 2 {
 		f, err := fr.ReadFrame()
 		if err != nil {
-			t.Fatalf("reading (GOAWAY %v): %v", goAway != nil, err)
+			t.Fatalf("reading (answers %v, final GOAWAY %v): %v", answers, final != nil, err)
 		}
 		switch f := f.(type) {
 		case *http2.GoAwayFrame:
-			goAway = f
+			final = f
 		case *http2.HeadersFrame:
 			for _, hf := range decodeBlock(t, f.HeaderBlockFragment()) {
 				if hf.Name == "grpc-status" {
-					grpcStatus = hf.Value
+					answers[f.StreamID] = hf.Value
 				}
 			}
-			if grpcStatus != "" && goAway == nil {
-				t.Fatal("the answer came before any GOAWAY")
-			}
-		}
-		if grpcStatus != "" && grpcStatus != "0" {
-			t.Fatalf("the call in flight: grpc-status %s", grpcStatus)
 		}
 	}
-	if goAway.ErrCode != http2.ErrCodeNo || goAway.LastStreamID != 1 {
-		t.Errorf("GOAWAY %v last stream %d, want NO_ERROR and 1", goAway.ErrCode, goAway.LastStreamID)
+	if answers[1] != "0" || answers[3] != "0" {
+		t.Errorf("the calls in flight and on their way: grpc-status %v, want 0 for streams 1 and 3", answers)
 	}
-	// A consumer that connects while Stormgate drains gets its GOAWAY right after the handshake.
+	if final == nil {
+		if f, err := fr.ReadFrame(); err == nil {
+			final, _ = f.(*http2.GoAwayFrame)
+		}
+	}
+	if final == nil || final.ErrCode != http2.ErrCodeNo || final.LastStreamID != 3 {
+		t.Errorf("final GOAWAY %+v, want NO_ERROR and 3", final)
+	}
+
+	// A consumer that connects while Stormgate drains gets the same, right after the handshake.
 	_, fr2 := dialH2(t, addr)
+	first, ping = drainGoAway(t, fr2)
+	if err := fr2.WritePing(true, ping); err != nil {
+		t.Fatal(err)
+	}
+	if g := nextGoAway(t, fr2); g.ErrCode != http2.ErrCodeNo || g.LastStreamID != 0 {
+		t.Errorf("final GOAWAY %v last stream %d, want NO_ERROR and 0", g.ErrCode, g.LastStreamID)
+	}
+	// One that does not answer the PING gets the final GOAWAY when the drain proper begins.
+	_, fr3 := dialH2(t, addr)
+	drainGoAway(t, fr3)
+	go func() { _ = srv.Drain(context.Background()) }()
+	if g := nextGoAway(t, fr3); g.ErrCode != http2.ErrCodeNo || g.LastStreamID != 0 {
+		t.Errorf("final GOAWAY at the drain %v last stream %d, want NO_ERROR and 0", g.ErrCode, g.LastStreamID)
+	}
+}
+
+// drainGoAway reads a consumer connection's frames up to the drain's first GOAWAY and the PING after it.
+func drainGoAway(t *testing.T, fr *http2.Framer) (*http2.GoAwayFrame, [8]byte) {
+	t.Helper()
+	g := nextGoAway(t, fr)
+	g = &http2.GoAwayFrame{ErrCode: g.ErrCode, LastStreamID: g.LastStreamID} // the Framer reuses its frames
 	for {
-		f, err := fr2.ReadFrame()
+		f, err := fr.ReadFrame()
 		if err != nil {
-			t.Fatalf("a consumer connecting during the drain: %v", err)
+			t.Fatalf("waiting for the PING after the first GOAWAY: %v", err)
 		}
-		if g, ok := f.(*http2.GoAwayFrame); ok {
-			if g.ErrCode != http2.ErrCodeNo || g.LastStreamID != 0 {
-				t.Errorf("GOAWAY %v last stream %d, want NO_ERROR and 0", g.ErrCode, g.LastStreamID)
+		if p, ok := f.(*http2.PingFrame); ok && !p.IsAck() {
+			return g, p.Data
+		}
+	}
+}
+
+// nextGoAway reads a consumer connection's frames up to the next GOAWAY, answering Stormgate's SETTINGS.
+func nextGoAway(t *testing.T, fr *http2.Framer) *http2.GoAwayFrame {
+	t.Helper()
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("waiting for a GOAWAY: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			return f
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
 			}
-			break
 		}
 	}
 }

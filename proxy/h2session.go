@@ -51,7 +51,8 @@ type h2Session struct {
 	out    []byte          // frames being built under mu; the writer copies what it cannot write at once
 	meter  h2Meter         // what conn counted that the metrics have (h2metrics.go)
 	held   int             // answer bytes kept in calls for the consumer's windows (charged to the budget)
-	drain  bool            // Stormgate is draining: GOAWAY sent (or due once the preface is in)
+	drain  bool            // Stormgate is draining: the first GOAWAY sent (or due once the preface is in)
+	final  bool            // the drain's final GOAWAY sent
 	stall  keepalive.Timer // the zero-window stall check (h2stall.go)
 
 	goingAway atomic.Bool     // a connection error's GOAWAY went to the writer: input is dropped, close follows
@@ -123,7 +124,12 @@ func (h *h2Session) start(now int64) {
 	h.mu.Lock()
 	h.conn = h2.NewConn(cfg.h2Conn(h2.RoleServer))
 	if h.drain || h.sess.srv.announced.Load() {
-		h.conn.GoAway(h2.ErrCodeNo, "stormgate is draining")
+		h.drain = true
+		h.conn.GoAwayGracefully(h2DrainDebug, h2DrainPing)
+		if h.sess.srv.draining.Load() { // the drain proper has begun: no waiting for the PING's answer
+			h.final = true
+			h.conn.GoAway(h2.ErrCodeNo, h2DrainDebug)
+		}
 	}
 	h.flushLocked()
 	h.mu.Unlock()
@@ -213,6 +219,10 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 		}
 	case h2.EventWindow, h2.EventSettings:
 		h.flushWaiting(ev.Stream)
+	case h2.EventPingAck:
+		if ev.Ping == h2DrainPing {
+			h.finalGoAway()
+		}
 	}
 }
 
@@ -492,9 +502,13 @@ func (h *h2Session) finishLocked(c *h2Call) {
 	}
 }
 
-// goAway tells the consumer that Stormgate is draining (Server.Announce): GOAWAY NO_ERROR naming the last
-// stream it will serve, so the consumer opens its next calls elsewhere. The calls in flight are still
-// answered; Drain waits for them as for Dubbo requests.
+// goAway tells the consumer that Stormgate is draining (Server.Announce), the graceful way (RFC 9113 §6.8):
+// GOAWAY NO_ERROR naming the largest stream id, so the streams it is opening right now are still served,
+// and a PING; once the PING's answer proves the consumer has seen it, or when the drain proper begins
+// (Server.Drain, after drain.min_duration), finalGoAway names the last stream Stormgate will serve. The
+// consumer opens its next calls elsewhere; the calls in flight are still answered, and Drain waits for them
+// as for Dubbo requests. (One GOAWAY naming the last stream at once refused the streams already on their
+// way: a client retries those, but only if it knows they were not processed.)
 func (h *h2Session) goAway() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -503,10 +517,28 @@ func (h *h2Session) goAway() {
 	}
 	h.drain = true
 	if h.conn != nil {
-		h.conn.GoAway(h2.ErrCodeNo, "stormgate is draining")
+		h.conn.GoAwayGracefully(h2DrainDebug, h2DrainPing)
 		h.flushLocked()
 	}
 }
+
+// finalGoAway sends the drain's second GOAWAY, once, after the first.
+func (h *h2Session) finalGoAway() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.drain || h.final || h.closed || h.conn == nil {
+		return
+	}
+	h.final = true
+	h.conn.GoAway(h2.ErrCodeNo, h2DrainDebug)
+	h.flushLocked()
+}
+
+// h2DrainDebug is the drain's GOAWAY debug data.
+const h2DrainDebug = "stormgate is draining"
+
+// h2DrainPing is the payload of the PING sent with the drain's first GOAWAY.
+var h2DrainPing = [8]byte{'s', 'g', '-', 'd', 'r', 'a', 'i', 'n'}
 
 // onClosed runs from the session's close callback: every open call is cancelled at the provider.
 func (h *h2Session) onClosed() {

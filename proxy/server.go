@@ -429,6 +429,11 @@ func (s *Server) Drain(ctx context.Context) error {
 	s.log.Info("draining: waiting for requests in flight", zap.Int("consumers", s.sessions.len()),
 		zap.Duration("timeout", cfg.DrainTimeout))
 	s.Announce()
+	s.sessions.each(func(ss *session) {
+		if ss.proto.Load() == protoH2 { // the graceful GOAWAY's second half, if its PING was not answered yet
+			ss.h2.finalGoAway()
+		}
+	})
 	var err error
 	if s.InFlight() > 0 {
 		var t keepalive.Timer

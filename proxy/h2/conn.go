@@ -1035,6 +1035,21 @@ func (c *Conn) Ping(data [8]byte) {
 	}
 }
 
+// GoAwayGracefully queues the first of a graceful shutdown's two GOAWAYs (RFC 9113 §6.8): NO_ERROR naming
+// the largest stream id, so the streams the peer is opening right now are still served, followed by a PING
+// with ping; once its answer arrives (EventPingAck) the peer has seen the GOAWAY, and GoAway(ErrCodeNo, …)
+// names the real last stream.
+func (c *Conn) GoAwayGracefully(debug string, ping [8]byte) {
+	if c.err != nil || c.goAwaySent {
+		return
+	}
+	c.goAwaySent, c.goAwayLast = true, MaxStreamID
+	c.c.GoAwaySent, c.c.GoAwayCode = true, ErrCodeNo
+	c.c.GoAwaysSent++
+	c.out = AppendGoAway(c.out, MaxStreamID, ErrCodeNo, debug)
+	c.out = AppendPing(c.out, false, ping)
+}
+
 // GoAway queues a GOAWAY with code: the peer's streams up to the last one seen are still served; later ones
 // are ignored. It does not end the Conn; with a code other than NO_ERROR the owner should close after
 // writing Output.

@@ -356,6 +356,49 @@ func TestConnGracefulGoAway(t *testing.T) {
 	}
 }
 
+// TestConnGoAwayGracefully: the two-step GOAWAY of RFC 9113 §6.8. The first names the largest stream id and
+// comes with a PING: a stream the peer opens before it sees them is still served. The PING's answer is an
+// event; the GOAWAY after it names the last stream the peer opened, and a later stream is ignored.
+func TestConnGoAwayGracefully(t *testing.T) {
+	d := serverDriver(t, Config{})
+	d.headers(1, true, request("/s/m")...)
+	d.pump()
+	ping := [8]byte{'d', 'r', 'a', 'i', 'n'}
+	d.c.GoAwayGracefully("drain", ping)
+	d.pump()
+	fs := d.outFrames()
+	if ga := goAwayOf(fs); ga == nil || ga.LastStream != MaxStreamID || ga.Code != ErrCodeNo {
+		t.Fatalf("first GOAWAY %+v", ga)
+	}
+	if last := fs[len(fs)-1]; last.Type != http2.FramePing || last.Ack || last.Ping != ping {
+		t.Fatalf("after the first GOAWAY: %+v, want its PING", last)
+	}
+	n := len(d.events)
+	d.headers(3, true, request("/s/m")...) // opened before the peer saw the GOAWAY: served
+	d.must(d.fr.WritePing(true, ping))
+	d.pump()
+	if d.err != nil || len(d.events) != n+2 || d.events[n].Stream != 3 || d.events[n+1].Kind != EventPingAck ||
+		d.events[n+1].Ping != ping {
+		t.Fatalf("%v %+v", d.err, d.events[n:])
+	}
+	d.c.GoAway(ErrCodeNo, "drain")
+	d.pump()
+	if ga := goAwayOf(d.outFrames()); ga == nil || ga.LastStream != 3 || ga.Code != ErrCodeNo {
+		t.Fatalf("final GOAWAY %+v", ga)
+	}
+	n = len(d.events)
+	d.headers(5, true, request("/s/m")...)
+	d.pump()
+	if d.err != nil || len(d.events) != n {
+		t.Fatalf("a stream after the final GOAWAY: %v %+v", d.err, d.events[n:])
+	}
+	d.c.GoAwayGracefully("again", ping) // once is enough
+	d.pump()
+	if fs := d.outFrames(); len(fs) != 0 {
+		t.Fatalf("a second graceful GOAWAY wrote %+v", fs)
+	}
+}
+
 // TestConnClientManyResets: a client that resets many streams at once (a consumer that stopped reading
 // was closed, and Stormgate cancelled its 100 calls on the provider connection) still gets what the
 // server had already sent on each of them: response heads, DATA, trailers. RFC 9113 §5.1: after sending
