@@ -111,7 +111,9 @@ func TestTripleMaxConcurrentStreams(t *testing.T) {
 	p := startTriple(t, peer.TripleConfig{MaxConcurrentStreams: 2, Delay: 20 * time.Millisecond})
 	res := run(t, Config{Protocol: ProtocolTriple, Target: p.Addr(), Conns: 1, Rate: 200, Duration: 500 * time.Millisecond,
 		BodyMin: 16, BodyMax: 256})
-	if res.Sent != 100 || res.OK != 100 || res.Errors != 0 || res.StreamResets != 0 {
+	// About 100 calls (run 3 of a make test series on a loaded machine paced 99): what matters is that every
+	// one is answered, none refused.
+	if res.Sent < 90 || res.OK != res.Sent || res.Errors != 0 || res.StreamResets != 0 {
 		t.Fatalf("sent %d ok %d errors %v resets %d", res.Sent, res.OK, res.ErrorByStatus, res.StreamResets)
 	}
 	if res.StreamsWaited == 0 || res.MaxOpenStreams != 2 {

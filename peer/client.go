@@ -346,10 +346,11 @@ func (c *Client) read() error {
 		default:
 			if k == dubbo.KindEventTwoWay {
 				var b [dubbo.HeaderLen + 1]byte
+				c.heartbeats.Add(1) // before the reply can reach its peer, as the provider counts its heartbeats
 				if err := c.Send(dubbo.AppendHeartbeatReply(b[:0], h.ID, h.Serial())); err != nil {
+					c.heartbeats.Add(^uint64(0))
 					return err
 				}
-				c.heartbeats.Add(1)
 			}
 			c.eventsIn.Add(1)
 			select {
