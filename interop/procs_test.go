@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -200,6 +201,13 @@ type provider struct {
 // another if that one was taken before the provider could bind it.
 func startProvider(t *testing.T, port int, extra ...string) *provider {
 	t.Helper()
+	return startServer(t, "dgprovider", bins.provider, port, nil, extra...)
+}
+
+// startServer is startProvider for any server binary that takes --port and prints "READY <port>": its
+// arguments are prefix, --port, extra.
+func startServer(t *testing.T, name, bin string, port int, prefix []string, extra ...string) *provider {
+	t.Helper()
 	attempts := 1
 	if port == 0 {
 		attempts = 3
@@ -210,8 +218,8 @@ func startProvider(t *testing.T, port int, extra ...string) *provider {
 		if p == 0 {
 			p = freePort(t)
 		}
-		args := append([]string{"--port", strconv.Itoa(p)}, extra...)
-		pr := startProc(t, "dgprovider:"+strconv.Itoa(p), bins.provider, args...)
+		args := append(append(slices.Clone(prefix), "--port", strconv.Itoa(p)), extra...)
+		pr := startProc(t, name+":"+strconv.Itoa(p), bin, args...)
 		want := "READY " + strconv.Itoa(p)
 		if _, err = pr.waitLine(30*time.Second, func(l string) bool { return l == want }); err == nil {
 			return &provider{proc: pr, port: p}
