@@ -399,6 +399,7 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	cfg := hp.p.srv.cfg.Load()
 	var notes h2Notes
 	reason, msg := replyReason(0), ""
+	c.sendBy = h2SendBy(fields, c.arrived, cfg)
 	hp.mu.Lock()
 	hp.keepHeadLocked(c, fields, end)
 	switch u := hp.pickLocked(); {
@@ -418,7 +419,7 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 		hp.p.srv.noteHeld(callRef{method: c.method}, false)
 		hp.waiting.push(c)
 		hp.initTimersLocked(c)
-		hp.p.srv.wheel.Schedule(&c.hold, cfg.HoldTimeout)
+		hp.p.srv.wheel.Schedule(&c.hold, time.Duration(h2HoldUntil(c, cfg)-now))
 	}
 	if msg != "" {
 		c.upDone = true
@@ -450,6 +451,11 @@ func (hp *h2Pool) pumpLocked(now int64, notes *h2Notes) {
 			return
 		}
 		c := hp.waiting.pop()
+		if c.pastSendBy(now) { // its hold timer has not fired yet: never sent
+			hp.unwaitLocked(c, notes)
+			notes.late = append(notes.late, c)
+			continue
+		}
 		c.waiting = false
 		hp.p.srv.wheel.Stop(&c.hold)
 		u.startLocked(c, now, notes)
@@ -466,8 +472,13 @@ func (hp *h2Pool) expire(c *h2Call) {
 	}
 	hp.takeOutLocked(c)
 	hp.unwaitLocked(c, &notes)
+	late := c.pastSendBy(hp.p.srv.now())
 	hp.mu.Unlock()
-	c.sess.fail(c, replyHoldTimeout, "stormgate: no provider connection could take the request within hold.timeout")
+	if late {
+		notes.late = append(notes.late, c)
+	} else {
+		c.sess.fail(c, replyHoldTimeout, "stormgate: no provider connection could take the request within hold.timeout")
+	}
 	notes.run()
 }
 
@@ -732,7 +743,9 @@ func (u *h2Upstream) writeLoop() {
 			u.written += uint64(n)
 			u.wmu.Unlock()
 			if err != nil {
-				_ = u.nc.Close() // the reader sees it and ends the calls
+				// A write fails only on a broken connection, which the reader sees too, after reading what the
+				// provider sent before it broke. (Closing the socket here lost a provider's last answers:
+				// the reader got "use of closed network connection" with them still unread, TestH2ResendAboveGoAway.)
 				u.wmu.Lock()
 				u.wclosed, u.wbuf = true, nil
 				u.wmu.Unlock()
@@ -748,9 +761,13 @@ func (u *h2Upstream) writeLoop() {
 	}
 }
 
-// h2Notes are bytes of consumer streams that left Stormgate's hands (forwarded or dropped), handed back to
-// the consumers' windows once the pool's lock is released.
-type h2Notes []h2Note
+// h2Notes is what the pool owes consumers once its lock is released: bytes of their streams that left
+// Stormgate's hands (forwarded or dropped), handed back to their windows, and calls to answer because
+// their deadline passed while they waited.
+type h2Notes struct {
+	consumed []h2Note
+	late     []*h2Call // calls taken out of waiting past their sendBy: answered DEADLINE_EXCEEDED (h2deadline.go)
+}
 
 type h2Note struct {
 	c *h2Call
@@ -759,12 +776,17 @@ type h2Note struct {
 
 func (ns *h2Notes) add(c *h2Call, n int) {
 	if n > 0 {
-		*ns = append(*ns, h2Note{c, n})
+		ns.consumed = append(ns.consumed, h2Note{c, n})
 	}
 }
 
 func (ns h2Notes) run() {
-	for _, x := range ns {
+	for _, x := range ns.consumed {
 		x.c.sess.consumed(x.c.down, x.n)
+	}
+	for _, c := range ns.late {
+		srv := c.sess.sess.srv
+		srv.m.holdOutcome[holdDeadline].Inc() // counted before the consumer can see the reply
+		c.sess.failStatus(c, h2.GRPCDeadlineExceeded, replyDeadline, h2DeadlineMsg)
 	}
 }

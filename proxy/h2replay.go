@@ -145,7 +145,7 @@ func (hp *h2Pool) canResendLocked(c *h2Call, now int64, pause time.Duration) boo
 	cfg := hp.p.srv.cfg.Load()
 	k := &c.req
 	return !hp.closed && k.complete && !k.lost && !c.answered && c.resends < h2MaxResends &&
-		now+int64(pause) < c.arrived+int64(cfg.HoldTimeout) &&
+		now+int64(pause) < h2HoldUntil(c, cfg) &&
 		hp.waiting.len()+len(hp.paused) < cfg.HoldMaxRequests
 }
 
@@ -155,7 +155,7 @@ func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why ho
 	srv := hp.p.srv
 	cfg := srv.cfg.Load()
 	k := &c.req
-	until := c.arrived + int64(cfg.HoldTimeout)
+	until := h2HoldUntil(c, cfg)
 	c.resends++
 	c.up, c.upID, c.upDone = nil, 0, false
 	c.head, c.headEnd = k.head, len(k.body) == 0 && k.trailers == nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +27,7 @@ type scriptedH2 struct {
 	requests atomic.Int64
 	conns    atomic.Int64
 	stalled  chan *scriptedConn // when set, the first connection goes here after SETTINGS and is never read
+	streams  uint32             // when set, its SETTINGS_MAX_CONCURRENT_STREAMS
 }
 
 // scriptedConn is one connection to a scriptedH2; its methods answer a stream.
@@ -83,7 +85,12 @@ func (p *scriptedH2) serve(pc *scriptedConn) {
 		p.stalled <- pc
 		return
 	}
-	pc.do(func() error { return pc.fr.WriteSettings() })
+	pc.do(func() error {
+		if p.streams > 0 {
+			return pc.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: p.streams})
+		}
+		return pc.fr.WriteSettings()
+	})
 	bodies := map[uint32][]byte{}
 	defer pc.nc.Close()
 	for {
@@ -345,10 +352,11 @@ func TestH2ResendAboveGoAway(t *testing.T) {
 	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
 }
 
-// writeCall sends one whole gRPC call on stream id (first: the connection's first header block).
-func writeCall(t *testing.T, fr *http2.Framer, id uint32, first bool, msg []byte) {
+// writeCall sends one whole gRPC call on stream id (first: the connection's first header block), its head
+// with the extra fields.
+func writeCall(t *testing.T, fr *http2.Framer, id uint32, first bool, msg []byte, extra ...h2.HeaderField) {
 	t.Helper()
-	writeHead(t, fr, id, first)
+	writeHead(t, fr, id, first, extra...)
 	if err := fr.WriteData(id, true, grpcFrame(msg)); err != nil {
 		t.Fatal(err)
 	}
@@ -356,13 +364,14 @@ func writeCall(t *testing.T, fr *http2.Framer, id uint32, first bool, msg []byte
 
 // writeHead opens stream id with a request head for /stormgate.Test/Echo; the first block of a connection
 // begins with the dynamic table size update Stormgate requires.
-func writeHead(t *testing.T, fr *http2.Framer, id uint32, first bool) {
+func writeHead(t *testing.T, fr *http2.Framer, id uint32, first bool, extra ...h2.HeaderField) {
 	t.Helper()
-	block := staticHead()
+	fields := append(decodeBlock(t, staticHead()), extra...)
+	block := h2.AppendFields(nil, fields)
 	if first {
 		var hb bytes.Buffer
 		enc := hpackEncoder(&hb)
-		for _, f := range decodeBlock(t, block) {
+		for _, f := range fields {
 			enc(f.Name, f.Value)
 		}
 		block = hb.Bytes()
@@ -504,4 +513,69 @@ func TestH2ResendUnsent(t *testing.T) {
 		t.Errorf("reheld_unsent %v, want 1", n)
 	}
 	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
+}
+
+// TestH2DeadlineWhileWaiting: a call that waits for a provider stream is never sent once its own
+// grpc-timeout, less hold.deadline_margin, has passed: its consumer gets grpc-status 4 from Stormgate and
+// the provider never sees it. A call with time left is sent when a stream frees; hold.max_timeout 0 ignores
+// consumers' timeouts (the call waits up to hold.timeout).
+func TestH2DeadlineWhileWaiting(t *testing.T) {
+	for _, honour := range []bool{true, false} {
+		t.Run(fmt.Sprintf("honour=%v", honour), func(t *testing.T) {
+			clk := keepalive.NewManualClock(time.Unix(1_700_000_000, 0))
+			var held sync.Map // stream id -> connection, for the call the provider keeps
+			p := startScriptedH2(t, func(pc *scriptedConn, id uint32, n int, body []byte) {
+				if n == 0 {
+					held.Store(id, pc)
+					return
+				}
+				pc.answer(id, body)
+			})
+			p.streams = 1
+			srv, addr := resendServer(t, p, Options{Clock: clk}, func(c *Config) {
+				c.HoldTimeout, c.DeadlineMargin = 20*time.Second, 100*time.Millisecond
+				if !honour {
+					c.HoldMaxTimeout = 0
+				}
+			})
+			_, fr := h2Handshake(t, addr)
+			writeCall(t, fr, 1, true, []byte("takes the only stream"))
+			waitFor(t, 10*time.Second, "the first call at the provider", func() bool { return p.requests.Load() == 1 })
+			timeout := h2.HeaderField{Name: "grpc-timeout", Value: "1000m"}
+			writeCall(t, fr, 3, false, []byte("short timeout"), timeout)
+			writeCall(t, fr, 5, false, []byte("long timeout"), h2.HeaderField{Name: "grpc-timeout", Value: "30S"})
+			hp := srv.poolList()[0].h2
+			waitFor(t, 10*time.Second, "two calls waiting", func() bool {
+				hp.mu.Lock()
+				defer hp.mu.Unlock()
+				return hp.waiting.len() == 2
+			})
+			clk.Add(950 * time.Millisecond) // past the short call's sendBy (900 ms)
+			srv.wheel.Advance(clk.Now())
+			if honour {
+				a := readAnswers(t, fr, 1)[3]
+				if a.grpcStatus != "4" || !strings.Contains(a.grpcMessage, "never received it") {
+					t.Fatalf("the call whose timeout passed: %v, want grpc-status 4 from Stormgate", a)
+				}
+				if n := testutilCounter(srv.m.holdOutcome[holdDeadline]); n != 1 {
+					t.Errorf("hold outcome deadline %v, want 1", n)
+				}
+			}
+			v, _ := held.Load(uint32(1))
+			v.(*scriptedConn).answer(1, grpcFrame([]byte("takes the only stream")))
+			want := map[uint32]bool{1: true, 5: true}
+			if !honour {
+				want[3] = true // sent after its consumer's timeout: what hold.max_timeout 0 means
+			}
+			got := readAnswers(t, fr, len(want))
+			for id := range want {
+				if a := got[id]; a == nil || a.grpcStatus != "0" {
+					t.Errorf("stream %d: %v, want the provider's answer", id, a)
+				}
+			}
+			if n, w := p.requests.Load(), int64(len(want)); n != w {
+				t.Errorf("the provider got %d calls, want %d", n, w)
+			}
+		})
+	}
 }

@@ -95,6 +95,7 @@ type h2Call struct {
 	inEnd   bool   // END_STREAM after in
 	inTrail []h2.HeaderField
 	arrived int64
+	sendBy  int64           // past it the call is never sent (h2deadline.go); noDeadline without grpc-timeout
 	hold    keepalive.Timer // the hold timeout while waiting
 	upOff   uint64          // where its head went in the connection's write queue (h2Upstream.queued)
 
@@ -451,15 +452,21 @@ func (h *h2Session) flushWaiting(stream uint32) {
 // still sending the request is told to stop (RST_STREAM NO_ERROR, RFC 9113 §8.1). It returns the bytes
 // dropped, for the provider's windows.
 func (h *h2Session) fail(c *h2Call, reason replyReason, msg string) int {
+	return h.failStatus(c, h2.GRPCUnavailable, reason, msg)
+}
+
+// failStatus is fail with another gRPC status (DEADLINE_EXCEEDED for a call never sent because its own
+// timeout would have passed).
+func (h *h2Session) failStatus(c *h2Call, code int, reason replyReason, msg string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c.done || h.closed {
 		return 0
 	}
 	dropped := h.discardLocked(c)
-	b, err := h.conn.AppendHeaders(h.frames(), c.down, h2.ErrorTrailers(c.headSent, h2.GRPCUnavailable, msg), true)
+	b, err := h.conn.AppendHeaders(h.frames(), c.down, h2.ErrorTrailers(c.headSent, code, msg), true)
 	h.sess.srv.m.localReplies[reason].Inc() // counted before the consumer can see the reply
-	h.endedLocked(c, grpcStatusIndex(h2.GRPCUnavailable), reason)
+	h.endedLocked(c, grpcStatusIndex(code), reason)
 	h.send(b)
 	if err == nil && h.conn.StreamState(c.down) == h2.StateHalfClosedLocal {
 		_ = h.conn.Reset(c.down, h2.ErrCodeNo)

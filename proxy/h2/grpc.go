@@ -1,8 +1,10 @@
 package h2
 
 import (
+	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The few headers Stormgate reads; every other header passes through unchanged.
@@ -19,6 +21,7 @@ const (
 	GRPCOK                = 0
 	GRPCCancelled         = 1
 	GRPCUnknown           = 2
+	GRPCDeadlineExceeded  = 4 // the call's own grpc-timeout would pass before the provider could answer
 	GRPCPermissionDenied  = 7
 	GRPCResourceExhausted = 8
 	GRPCUnimplemented     = 12
@@ -66,6 +69,44 @@ func HTTPStatus(fields []HeaderField) (status int, found bool) {
 		return 0, false
 	}
 	return smallNumber(v), true
+}
+
+// HeaderGRPCTimeout is how long the client waits for the call (gRPC's PROTOCOL-HTTP2.md): Triple clients
+// (dubbo-go, Java) send it too.
+const HeaderGRPCTimeout = "grpc-timeout"
+
+// GRPCTimeout reads grpc-timeout: 1 to 8 ASCII digits and a unit (H, M, S, m, u, n). ok is false without
+// one or for any other form. It does not allocate.
+func GRPCTimeout(fields []HeaderField) (d time.Duration, ok bool) {
+	v, found := Field(fields, HeaderGRPCTimeout)
+	if !found || len(v) < 2 || len(v) > 9 {
+		return 0, false
+	}
+	n := smallNumber(v[:len(v)-1])
+	if n < 0 {
+		return 0, false
+	}
+	var unit time.Duration
+	switch v[len(v)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
+		return 0, false
+	}
+	if time.Duration(n) > math.MaxInt64/unit {
+		return math.MaxInt64, true // hours beyond 292 years
+	}
+	return time.Duration(n) * unit, true
 }
 
 // smallNumber parses 1 to 9 decimal digits; -1 for anything else.

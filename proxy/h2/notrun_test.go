@@ -1,6 +1,10 @@
 package h2
 
-import "testing"
+import (
+	"math"
+	"testing"
+	"time"
+)
 
 func TestNotRun(t *testing.T) {
 	hf := func(kv ...string) []HeaderField {
@@ -42,5 +46,38 @@ func TestNotRun(t *testing.T) {
 	head := hf(notFound...)
 	if n := testing.AllocsPerRun(100, func() { _ = NotRun(head) }); n != 0 {
 		t.Errorf("NotRun allocates %v times", n)
+	}
+}
+
+func TestGRPCTimeout(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want time.Duration
+		ok   bool
+	}{
+		{"2999m", 2999 * time.Millisecond, true},
+		{"1S", time.Second, true},
+		{"5M", 5 * time.Minute, true},
+		{"1H", time.Hour, true},
+		{"99999999H", math.MaxInt64, true}, // more than a Duration holds
+		{"2562047H", 2562047 * time.Hour, true},
+		{"250u", 250 * time.Microsecond, true},
+		{"7n", 7, true},
+		{"0m", 0, true},
+		{"", 0, false},
+		{"m", 0, false},
+		{"100", 0, false},
+		{"100x", 0, false},
+		{"123456789m", 0, false}, // 9 digits: more than the 8 gRPC allows
+		{"-1m", 0, false},
+		{"1.5S", 0, false},
+	} {
+		fields := []HeaderField{{Name: ":path", Value: "/s/m"}, {Name: "grpc-timeout", Value: c.v}}
+		if d, ok := GRPCTimeout(fields); d != c.want || ok != c.ok {
+			t.Errorf("grpc-timeout %q: %v %v, want %v %v", c.v, d, ok, c.want, c.ok)
+		}
+	}
+	if _, ok := GRPCTimeout([]HeaderField{{Name: ":path", Value: "/s/m"}}); ok {
+		t.Error("no grpc-timeout: ok")
 	}
 }
