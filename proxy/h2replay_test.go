@@ -404,14 +404,23 @@ func TestH2ResendNotFound(t *testing.T) {
 		requests int64
 		outcome  notRunOutcome
 		counted  float64
+		reason   string // "": h2.NotRunDubboGoNotFound
 	}{
-		{"not found, then answered", notFoundThenAnswer, false, (*rawAnswer).echoed, 2, notRunReheld, 1},
-		{"outside the window", notFoundThenAnswer, true, notFound, 1, notRunOutsideWindow, 1},
+		{"not found, then answered", notFoundThenAnswer, false, (*rawAnswer).echoed, 2, notRunReheld, 1, ""},
+		{"java's not found, then answered", func(pc *scriptedConn, id uint32, n int, body []byte) {
+			if n == 0 {
+				pc.headers(id, true, ":status", "404", "content-type", "application/grpc", "grpc-status", "12",
+					"grpc-message", "Invoker for gRPC not found")
+				return
+			}
+			pc.answer(id, body)
+		}, false, (*rawAnswer).echoed, 2, notRunReheld, 1, h2.NotRunJavaNotFound},
+		{"outside the window", notFoundThenAnswer, true, notFound, 1, notRunOutsideWindow, 1, ""},
 		{"retries used up", func(pc *scriptedConn, id uint32, n int, body []byte) { pc.notFound(id) }, false,
-			notFound, 4, notRunPassedOn, 1},
+			notFound, 4, notRunPassedOn, 1, ""},
 		{"a gRPC UNIMPLEMENTED is not the form", func(pc *scriptedConn, id uint32, n int, body []byte) {
 			pc.headers(id, true, ":status", "404", "content-type", "application/grpc", "grpc-status", "12")
-		}, false, func(a *rawAnswer, _ []byte) bool { return a.status == "404" && a.grpcStatus == "12" }, 1, notRunReheld, 0},
+		}, false, func(a *rawAnswer, _ []byte) bool { return a.status == "404" && a.grpcStatus == "12" }, 1, notRunReheld, 0, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := keepalive.NewManualClock(time.Unix(1_700_000_000, 0))
@@ -444,9 +453,12 @@ func TestH2ResendNotFound(t *testing.T) {
 			if n := p.requests.Load(); n != c.requests {
 				t.Errorf("the provider got the call %d times, want %d", n, c.requests)
 			}
-			if n := testutilCounter(srv.m.life.notRunCounter(h2.NotRunDubboGoNotFound, c.outcome)); n != c.counted {
-				t.Errorf("not-executed answers %s/%s: %v, want %v", h2.NotRunDubboGoNotFound,
-					notRunOutcomeNames[c.outcome], n, c.counted)
+			reason := c.reason
+			if reason == "" {
+				reason = h2.NotRunDubboGoNotFound
+			}
+			if n := testutilCounter(srv.m.life.notRunCounter(reason, c.outcome)); n != c.counted {
+				t.Errorf("not-executed answers %s/%s: %v, want %v", reason, notRunOutcomeNames[c.outcome], n, c.counted)
 			}
 			waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
 		})

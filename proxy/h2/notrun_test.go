@@ -38,14 +38,39 @@ func TestNotRun(t *testing.T) {
 		{"503 text/plain", hf(":status", "503", "content-type", "text/plain; charset=utf-8",
 			"x-content-type-options", "nosniff", "content-length", "19"), ""},
 		{"trailers", hf("grpc-status", "0"), ""},
+		// Java Dubbo 3.3 (GrpcRequestHandlerMapping.notFound: trailers-only, raw message) and 3.2.
+		{"java 3.3 not found", hf(":status", "404", "content-type", "application/grpc", "grpc-status", "12",
+			"grpc-message", "Invoker for gRPC not found"), NotRunJavaNotFound},
+		{"java 3.3 not found, encoded", hf(":status", "404", "content-type", "application/grpc", "grpc-status", "12",
+			"grpc-message", "Invoker%20for%20gRPC%20not%20found"), NotRunJavaNotFound},
+		{"java 3.2 service not found", hf(":status", "200", "content-type", "application/grpc+proto",
+			"grpc-status", "12", "grpc-message", "Service not found:org.example.Greeter"), NotRunJavaNotFound},
+		{"java 3.2 service not found, encoded", hf(":status", "200", "content-type", "application/grpc+proto",
+			"grpc-status", "12", "grpc-message", "Service%20not%20found:org.example.Greeter"), NotRunJavaNotFound},
+		{"java: UNIMPLEMENTED thrown by a method that ran", hf(":status", "500", "content-type", "application/grpc",
+			"grpc-status", "12", "grpc-message", "UNIMPLEMENTED : Invoker for gRPC not found"), ""},
+		{"java: unknown method (500, UNKNOWN)", hf(":status", "500", "content-type", "application/grpc",
+			"grpc-status", "2", "grpc-message", "unimplemented method:SayHi"), ""},
+		{"java: 404 with another message", hf(":status", "404", "content-type", "application/grpc",
+			"grpc-status", "12", "grpc-message", "Invoker for gRPC not found!"), ""},
+		{"java: the message with another code", hf(":status", "404", "content-type", "application/grpc",
+			"grpc-status", "14", "grpc-message", "Invoker for gRPC not found"), ""},
+		{"java: 503 while stopping (apache/dubbo#16398, not merged)", hf(":status", "503", "content-type",
+			"application/grpc", "grpc-status", "14", "grpc-message", "Invoker for gRPC not found"), ""},
+		{"grpc-go unknown service", hf(":status", "200", "content-type", "application/grpc", "grpc-status", "12",
+			"grpc-message", "unknown service org.example.Greeter"), ""},
+		{"3.2 message at 404", hf(":status", "404", "content-type", "application/grpc", "grpc-status", "12",
+			"grpc-message", "Service not found:org.example.Greeter"), ""},
 	} {
 		if got := NotRun(c.head); got != c.want {
 			t.Errorf("%s: NotRun = %q, want %q", c.name, got, c.want)
 		}
 	}
-	head := hf(notFound...)
-	if n := testing.AllocsPerRun(100, func() { _ = NotRun(head) }); n != 0 {
-		t.Errorf("NotRun allocates %v times", n)
+	for _, head := range [][]HeaderField{hf(notFound...), hf(":status", "200", "grpc-status", "12", "grpc-message",
+		"Service not found:x")} {
+		if n := testing.AllocsPerRun(100, func() { _ = NotRun(head) }); n != 0 {
+			t.Errorf("NotRun allocates %v times", n)
+		}
 	}
 }
 
