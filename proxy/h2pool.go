@@ -147,7 +147,8 @@ type h2Upstream struct {
 	ready   bool // the provider's first SETTINGS arrived
 	away    bool // the provider's GOAWAY: no new streams, closed when the last one ends
 	dead    bool
-	readyAt int64 // when the provider's first SETTINGS came (the not-executed window starts)
+	readyAt int64   // when the provider's first SETTINGS came (the not-executed window starts)
+	proof   h2Proof // what the provider read, at the end (h2peerread.go)
 	scratch []byte
 	// Liveness (h2keepalive.go), under hp.mu but lastRead.
 	beat       keepalive.Timer
@@ -172,6 +173,7 @@ func (hp *h2Pool) newUpstream(nc net.Conn) *h2Upstream {
 	u.lastRead.Store(hp.p.srv.now())
 	// http2.* as in force at the dial: the connection keeps what it announced.
 	u.conn = h2.NewConn(hp.p.srv.cfg.Load().h2Conn(h2.RoleClient))
+	u.proof.connected(nc, hp.p.srv.clock)
 	u.flushLocked() // the preface and Stormgate's SETTINGS (nobody else knows u yet)
 	return u
 }
@@ -184,6 +186,7 @@ func (u *h2Upstream) serve(ctx context.Context) error {
 	go func() { defer hp.p.wg.Done(); defer close(done); u.writeLoop() }()
 	stop := context.AfterFunc(ctx, func() { _ = u.nc.Close() })
 	err := u.readLoop()
+	u.proof.end(u.nc)
 	stop()
 	// Let the writer finish what is queued (a GOAWAY after a connection error), but not wait on a
 	// provider that does not read.
@@ -359,21 +362,28 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 }
 
 // die ends every call still on a connection that is gone: sent again if none of its bytes reached the
-// kernel (h2replay.go), else ended with msg. The writer has stopped.
+// kernel, or the provider's application provably read none of them (h2replay.go, h2peerread.go), else
+// ended with msg. The writer has stopped.
 func (u *h2Upstream) die(msg string, shutdown bool) {
 	hp := u.hp
 	var notes h2Notes
-	now := hp.p.srv.now()
 	u.wmu.Lock()
 	written := u.written
 	u.wmu.Unlock()
+	read, readOK := u.proof.providerRead(written, hp.p.srv.after)
+	now := hp.p.srv.now()
 	hp.mu.Lock()
 	u.dead = true
 	hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
 	calls := make([]*h2Call, 0, len(u.calls))
 	for _, c := range u.calls {
 		u.detachLocked(c, &notes)
-		if shutdown || written > c.upOff || !hp.resendOrForgetLocked(c, now, 0, holdReheld) {
+		why := holdReheld // never written
+		if written > c.upOff {
+			why = holdReheldUnseen // written, but the provider's application read none of it
+		}
+		unread := written <= c.upOff || readOK && read <= c.upOff
+		if shutdown || !unread || !hp.resendOrForgetLocked(c, now, 0, why) {
 			hp.forgetLocked(c)
 			calls = append(calls, c)
 		}

@@ -228,6 +228,23 @@ func readAnswers(t *testing.T, fr *http2.Framer, n int) map[uint32]*rawAnswer {
 	return out
 }
 
+// readAnswersTicking is readAnswers for a server on a manual clock whose pauses and backoffs must pass:
+// the clock moves on 5 ms every 10 ms until the answers are in.
+func readAnswersTicking(t *testing.T, fr *http2.Framer, n int, clk *keepalive.ManualClock, srv *Server) map[uint32]*rawAnswer {
+	t.Helper()
+	answers := make(chan map[uint32]*rawAnswer, 1)
+	go func() { answers <- readAnswers(t, fr, n) }()
+	for {
+		select {
+		case a := <-answers:
+			return a
+		case <-time.After(10 * time.Millisecond):
+			clk.Add(5 * time.Millisecond)
+			srv.wheel.Advance(clk.Now())
+		}
+	}
+}
+
 // echoed reports whether a is the whole gRPC answer to msg.
 func (a *rawAnswer) echoed(msg []byte) bool {
 	return a.status == "200" && a.grpcStatus == "0" && bytes.Equal(a.body, grpcFrame(msg)) && !a.wasReset
@@ -435,18 +452,7 @@ func TestH2ResendNotFound(t *testing.T) {
 			_, fr := h2Handshake(t, addr)
 			msg := []byte("not-found-" + c.name)
 			rawRequests(t, fr, 1, msg)
-			// The pauses are on the server's clock: move it on until the answer comes.
-			answers := make(chan *rawAnswer, 1)
-			go func() { answers <- readAnswers(t, fr, 1)[1] }()
-			var a *rawAnswer
-			for a == nil {
-				select {
-				case a = <-answers:
-				case <-time.After(10 * time.Millisecond):
-					clk.Add(5 * time.Millisecond)
-					srv.wheel.Advance(clk.Now())
-				}
-			}
+			a := readAnswersTicking(t, fr, 1, clk, srv)[1]
 			if !c.check(a, msg) {
 				t.Errorf("the consumer got %v", a)
 			}
@@ -590,4 +596,70 @@ func TestH2DeadlineWhileWaiting(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestH2ResendUnread: a call Stormgate wrote to the provider's socket that the provider's application never
+// read (its kernel says so when the socket is destroyed: peerdiag.go) is sent again on the next connection;
+// one the application had read is not, and gets grpc-status 14 (it may have run).
+func TestH2ResendUnread(t *testing.T) {
+	if diagWatcher() == nil {
+		t.Skip("the kernel offers no sock_diag destroy announcements here")
+	}
+	t.Run("never read", func(t *testing.T) {
+		p := startScriptedH2(t, func(pc *scriptedConn, id uint32, n int, body []byte) { pc.answer(id, body) })
+		p.stalled = make(chan *scriptedConn, 1)
+		clk := keepalive.NewManualClock(time.Unix(1_700_000_000, 0))
+		srv, addr := resendServer(t, p, Options{Clock: clk})
+		stalled := <-p.stalled
+		clk.Add(time.Second) // an announcement within diagFresh of connecting proves nothing
+		srv.wheel.Advance(clk.Now())
+		_, fr := h2Handshake(t, addr)
+		writeCall(t, fr, 1, true, []byte("never read"))
+		hp := srv.poolList()[0].h2
+		waitFor(t, 10*time.Second, "the call written to the provider's socket", func() bool {
+			hp.mu.Lock()
+			defer hp.mu.Unlock()
+			if len(hp.ups) != 1 || len(hp.ups[0].calls) != 1 {
+				return false
+			}
+			u := hp.ups[0]
+			var c *h2Call
+			for _, c = range u.calls {
+			}
+			u.wmu.Lock()
+			defer u.wmu.Unlock()
+			return u.written == u.queued && u.written > c.upOff
+		})
+		stalled.nc.Close() // with the call unread in its receive queue: the kernel resets
+		if a := readAnswersTicking(t, fr, 1, clk, srv)[1]; !a.echoed([]byte("never read")) {
+			t.Errorf("the call the provider never read: %v, want its own answer from the next connection", a)
+		}
+		if n := testutilCounter(srv.m.holdOutcome[holdReheldUnseen]); n != 1 {
+			t.Errorf("reheld_unseen %v, want 1", n)
+		}
+	})
+	t.Run("read, not answered", func(t *testing.T) {
+		p := startScriptedH2(t, func(pc *scriptedConn, id uint32, n int, body []byte) {
+			if n == 0 {
+				pc.nc.Close() // read it, and went away without answering
+				return
+			}
+			pc.answer(id, body)
+		})
+		clk := keepalive.NewManualClock(time.Unix(1_700_000_000, 0))
+		srv, addr := resendServer(t, p, Options{Clock: clk})
+		clk.Add(time.Second)
+		srv.wheel.Advance(clk.Now())
+		_, fr := h2Handshake(t, addr)
+		writeCall(t, fr, 1, true, []byte("read"))
+		if a := readAnswers(t, fr, 1)[1]; a.grpcStatus != "14" {
+			t.Errorf("the call the provider had read: %v, want grpc-status 14", a)
+		}
+		if n := p.requests.Load(); n != 1 {
+			t.Errorf("the provider got the call %d times, want 1", n)
+		}
+		if n := testutilCounter(srv.m.holdOutcome[holdReheldUnseen]); n != 0 {
+			t.Errorf("reheld_unseen %v, want 0", n)
+		}
+	})
 }

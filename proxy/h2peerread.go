@@ -1,0 +1,118 @@
+package proxy
+
+import (
+	"net"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stormgate/stormgate/keepalive"
+)
+
+// What a dead HTTP/2 provider had read, from its kernel: peerdiag.go's proof for an h2c provider
+// connection. The provider on loopback shares Stormgate's network namespace, and the kernel announces its
+// end of the connection when the socket is destroyed, with how much of Stormgate's stream its application
+// had read (R). Every call none of whose bytes lie before R (its head was queued at or after R:
+// h2Call.upOff) never reached the provider's application, so it was never processed, whatever its
+// stream's state: it is sent again (h2replay.go, outcome reheld_unseen). A call with a single byte before R
+// is not: the provider may have started it.
+//
+//	| at the connection's end                          | calls sent again
+//	|--------------------------------------------------|---------------------------------------------
+//	| announced: the application had read R bytes      | those whose head was queued at or after R
+//	| announced with counters that contradict what     | none (a SO_LINGER 0 abort zeroes them; an
+//	| Stormgate's kernel saw acknowledged, or too soon | announcement this soon may be an older
+//	| after connecting                                 | socket's)
+//	| no announcement within diagWait                  | none
+//	| a provider not on loopback                       | none (the announcement is not ours to see)
+//
+// Dubbo's FIN and RST rules (peerend.go) are not used here: HTTP/2 interleaves streams, so "the last
+// request on the connection" does not name one call.
+
+// h2Proof is one provider connection's part of the proof. Set at connect, before the connection is used;
+// end by the reader; read by die, after the reader.
+type h2Proof struct {
+	diag    *diagSlot
+	key     diagKey
+	ackBase uint64 // tcpi_bytes_acked right after connect (the SYN)
+	acked   uint64 // at the end: stream bytes the provider's kernel acknowledged
+	ended   bool   // acked is set
+}
+
+// connected registers a loopback provider connection that carried nothing yet with the watcher.
+func (p *h2Proof) connected(nc net.Conn, clock keepalive.Clock) {
+	p.control(nc, func(fd int) {
+		if !loopbackPeer(fd) {
+			return
+		}
+		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil || info.Bytes_acked != 1 || info.Bytes_sent != 0 {
+			return
+		}
+		w := diagWatcher()
+		if w == nil {
+			return
+		}
+		if k, ok := diagKeyOf(fd); ok {
+			p.ackBase, p.key, p.diag = info.Bytes_acked, k, w.register(k, clock)
+		}
+	})
+}
+
+// end notes, while the socket is still open, what the provider's kernel acknowledged.
+func (p *h2Proof) end(nc net.Conn) {
+	if p.diag == nil {
+		return
+	}
+	p.control(nc, func(fd int) {
+		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err == nil && info.Bytes_acked >= p.ackBase {
+			p.acked, p.ended = info.Bytes_acked-p.ackBase, true
+		}
+	})
+}
+
+// providerRead is how much of the stream the provider's application had read when its socket was
+// destroyed (written: what Stormgate's writer wrote), waiting up to diagWait for the announcement; false
+// when nothing is proven. It releases the registration.
+func (p *h2Proof) providerRead(written uint64, after afterFunc) (uint64, bool) {
+	s := p.diag
+	if s == nil {
+		return 0, false
+	}
+	defer p.release()
+	if !p.ended {
+		return 0, false
+	}
+	select {
+	case <-s.done:
+	case <-after(diagWait):
+		return 0, false
+	}
+	if s.early || s.received < p.acked || s.received > written {
+		return 0, false
+	}
+	return s.received - s.unread, true
+}
+
+func (p *h2Proof) release() {
+	if p.diag != nil {
+		if w := diagWatcher(); w != nil {
+			w.release(p.key)
+		}
+		p.diag = nil
+	}
+}
+
+// control runs f on nc's socket, if it has one.
+func (p *h2Proof) control(nc net.Conn, f func(fd int)) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = raw.Control(func(fd uintptr) { f(int(fd)) })
+}
