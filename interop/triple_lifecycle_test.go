@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
@@ -16,7 +17,8 @@ import (
 // they run); no call times out or gets another's answer; calls made while the provider is down are held and
 // answered. The calls that fail are the ones inside the provider when it went: begun in the second before an
 // exit, at most one per caller (8) per exit, each ended by Stormgate's grpc-status 14 ("provider connection
-// lost") or by the provider's own reset.
+// lost") or by the provider's own reset, or (dubbo-go, rarely) the empty answer of its rejected-execution
+// handler in the millisecond before its exit (tripleRejectedNull).
 //
 // A dubbo-go Triple provider sends no GOAWAY on SIGTERM (its h2c connections are hijacked, so its HTTP server's
 // Shutdown skips them), and does not wait for the calls on them: after its 6 s graceful shutdown the process
@@ -62,6 +64,31 @@ var grpcInterop = h2Peers{"grpc-go interop",
 			"--interval", "5ms", "--workers", strconv.Itoa(workers), "--hold")
 	}}
 
+// tripleRejectedNull is what a dubbo-go Triple consumer says of the empty answer an exiting dubbo-go v3.3.0
+// provider gives through its rejected-execution handler, in the millisecond between RejectRequest and
+// unexport ("The invocation was rejected" in its log; lifecycle_test.go has the Dubbo form, a null value):
+// the provider's own answer, with or without Stormgate, which passes it on (nothing tells it from an answer).
+const tripleRejectedNull = "@in is nil"
+
+// rejectedNulls checks that the calls failed with tripleRejectedNull are no more than the rejections the
+// providers logged, and that none of them ran.
+func rejectedNulls(s loopSummary, rejected int, ran map[string]int) error {
+	n := 0
+	for i, f := range s.Failures {
+		if !strings.Contains(f.Err, tripleRejectedNull) {
+			continue
+		}
+		n++
+		if i < len(s.FailedArgs) && ran[s.FailedArgs[i]] > 0 {
+			return fmt.Errorf("call %q ran and was answered empty", s.FailedArgs[i])
+		}
+	}
+	if n > rejected {
+		return fmt.Errorf("%d calls answered empty, more than the %d rejections the providers logged", n, rejected)
+	}
+	return nil
+}
+
 // exitNoticed bounds how long after a provider's exit (as the test saw it) Stormgate may still write a call to
 // the dead connection: until its reader sees the connection's end. Restarts are at least 2 s apart.
 const exitNoticed = 500 * time.Millisecond
@@ -80,7 +107,10 @@ func testTripleRestarts(t *testing.T, peers h2Peers, sig syscall.Signal) {
 	c := peers.consumer(t, sc.listen, duration, workers)
 	started := time.Now()
 	watch := watchConns(sc.listenPort)
-	var exits []time.Time
+	var (
+		exits    []time.Time
+		rejected int // calls the exiting dubbo-go providers answered through their rejected-execution handler
+	)
 	for round := 1; round <= rounds; round++ {
 		time.Sleep(time.Second + time.Duration(rand.IntN(500))*time.Millisecond)
 		sigAt := time.Now()
@@ -90,6 +120,7 @@ func testTripleRestarts(t *testing.T, peers h2Peers, sig syscall.Signal) {
 		prov.wait(t, 30*time.Second)
 		exited := time.Now()
 		exits = append(exits, exited)
+		rejected += strings.Count(prov.stderrText(), "The invocation was rejected")
 		time.Sleep(time.Second)
 		prov = provider(prov.port)
 		t.Logf("round %d: %v %v into the run, the provider exited %v later, restarted one READY %v after that",
@@ -114,14 +145,40 @@ func testTripleRestarts(t *testing.T, peers h2Peers, sig syscall.Signal) {
 			s.Timeouts, s.Mismatches, s.OK, len(s.FailedArgs), s.Sent, s.Failures)
 	}
 	// Per exit: the calls inside the provider, and those Stormgate wrote to the connection after the provider
-	// was gone and before it read the connection's end (without HTTP/2's kernel proof, not sent again).
+	// was gone and before it read the connection's end that the kernel's proof did not cover.
 	if err := failedAtExits(s, exits, 2*workers, exitNoticed, func(err string) bool {
 		return strings.Contains(err, "stormgate: provider connection lost") ||
 			strings.Contains(err, "received from peer") || // the provider's own RST_STREAM, passed through
-			strings.Contains(err, "terminated by RST_STREAM") // the same, as grpc-go says it
+			strings.Contains(err, "terminated by RST_STREAM") || // the same, as grpc-go says it
+			strings.Contains(err, tripleRejectedNull)
 	}); err != nil {
 		t.Errorf("%s: %+v", err, s.Failures)
 	}
+	if err := rejectedNulls(s, rejected, ran); err != nil {
+		t.Error(err)
+	}
 	t.Logf("%s, %v x%d: %d calls, %d run by the providers, %d failed: %d the provider had run, %d it had not run %v",
 		peers.name, sig, rounds, s.Sent, len(ran), len(s.FailedArgs), len(failedRan), len(failedNotRun), failedNotRun)
+}
+
+// TestRejectedNulls: the allowance for dubbo-go Triple's empty answer at an exit takes only calls that did not
+// run, no more than the rejections the providers logged.
+func TestRejectedNulls(t *testing.T) {
+	empty := loopSummary{Errors: 2, Failures: []callError{{Err: "invalid_argument: unmarshal into *string: @in is nil"},
+		{Err: "unavailable: stormgate: provider connection lost (EOF)"}}, FailedArgs: []string{"w1-5", "w2-5"}}
+	for _, c := range []struct {
+		name     string
+		rejected int
+		ran      map[string]int
+		ok       bool
+	}{
+		{"one logged", 1, nil, true},
+		{"none logged", 0, nil, false},
+		{"the empty one ran", 1, map[string]int{"w1-5": 1}, false},
+		{"the other one ran", 1, map[string]int{"w2-5": 1}, true},
+	} {
+		if err := rejectedNulls(empty, c.rejected, c.ran); (err == nil) != c.ok {
+			t.Errorf("%s: rejectedNulls = %v, want ok=%v", c.name, err, c.ok)
+		}
+	}
 }
