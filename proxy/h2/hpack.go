@@ -12,24 +12,22 @@ const fieldOverhead = 32
 
 // Errors of header block decoding: the peer's HPACK state and ours no longer agree, so the connection ends
 // (§4.3).
-var (
-	errCompression       = connErr(ErrCodeCompression, "HPACK decoding failed")
-	errNoTableSizeUpdate = connErr(ErrCodeCompression,
-		"first header block after SETTINGS_HEADER_TABLE_SIZE was acknowledged has no dynamic table size update")
-)
+var errCompression = connErr(ErrCodeCompression, "HPACK decoding failed")
 
 // HeaderDecoder decodes one connection's header blocks from one peer (one per connection and direction;
 // HPACK state is per connection). Stormgate advertises SETTINGS_HEADER_TABLE_SIZE = 0: until the peer
 // acknowledges that, its blocks may use the default 4,096-byte dynamic table and decode correctly; once it
-// has (TableSizeAcked), the peer's next block must begin with a dynamic table size update (RFC 7541 §4.2) to
-// at most the new size, so the table is empty from then on and a connection keeps no header state.
+// has (TableSizeAcked), the table is emptied and held at the acknowledged size, so a connection keeps no
+// header state. RFC 7541 §4.2 has the peer's next block begin with a dynamic table size update; one that
+// does not (HAProxy 2.6 as a client, Jetty 12) is decoded all the same, since the decoder's table already
+// has the size the update would set. A peer that skips the update and then refers to an entry it believes
+// is in its table gets COMPRESSION_ERROR (the entry is not there), never another list than it encoded.
 type HeaderDecoder struct {
-	dec        *hpack.Decoder
-	fields     []HeaderField
-	listSize   uint64
-	maxList    uint64 // 0: no bound
-	overList   bool
-	needUpdate bool
+	dec      *hpack.Decoder
+	fields   []HeaderField
+	listSize uint64
+	maxList  uint64 // 0: no bound
+	overList bool
 }
 
 // NewHeaderDecoder returns a decoder with the protocol's initial 4,096-byte table. maxHeaderListSize bounds
@@ -56,12 +54,12 @@ func (d *HeaderDecoder) emit(f HeaderField) {
 }
 
 // TableSizeAcked tells the decoder that the peer acknowledged a SETTINGS_HEADER_TABLE_SIZE of size: larger
-// dynamic table size updates are refused from now on, and when size is below the table in force the next
-// block must start with an update.
+// dynamic table size updates are refused from now on, and a table above size shrinks to it at once (the
+// entries a shrink evicts are gone whether or not the peer's update follows).
 func (d *HeaderDecoder) TableSizeAcked(size uint32) {
 	d.dec.SetAllowedMaxDynamicTableSize(size)
 	if size < DefaultHeaderTableSize {
-		d.needUpdate = true
+		d.dec.SetMaxDynamicTableSize(size)
 	}
 }
 
@@ -74,13 +72,6 @@ func (d *HeaderDecoder) Decode(block []byte) (fields []HeaderField, overList boo
 	d.listSize = 0
 	d.overList = false
 	d.dec.SetEmitEnabled(true)
-	if d.needUpdate {
-		// A dynamic table size update is 001xxxxx.
-		if len(block) == 0 || block[0]&0xe0 != 0x20 {
-			return nil, false, errNoTableSizeUpdate
-		}
-		d.needUpdate = false
-	}
 	if _, err := d.dec.Write(block); err != nil {
 		return nil, false, errCompression
 	}
