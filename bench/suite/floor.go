@@ -47,13 +47,17 @@ var (
 )
 
 // heartbeatsAnswered is how many consumer heartbeats px has answered so far: Stormgate's
-// stormgate_heartbeats_answered_total{side="downstream"}, or the count hbfloor prints on SIGUSR1.
+// stormgate_heartbeats_answered_total{side="downstream"} (in front of a Triple provider, its
+// stormgate_http2_pings_answered_total), or the count hbfloor prints on SIGUSR1.
 func (px *proxy) heartbeatsAnswered(ctx context.Context) (float64, error) {
 	switch px.kind {
 	case stormgate:
 		m, err := scrape(ctx, px.metrics)
 		if err != nil {
 			return 0, err
+		}
+		if px.proto == protoTriple {
+			return m.sum("stormgate_http2_pings_answered_total"), nil
 		}
 		return m.sum("stormgate_heartbeats_answered_total", `side="downstream"`), nil
 	case hbFloor, npFloor:

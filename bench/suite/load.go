@@ -16,6 +16,7 @@ import (
 
 // loadSpec is one run of `stormbench load`.
 type loadSpec struct {
+	Protocol        string // "" or protoDubbo: Dubbo 2; protoTriple: h2c, PINGs as heartbeats
 	Conns           int
 	ConnectRate     float64
 	DialConcurrency int
@@ -39,6 +40,9 @@ type loadSpec struct {
 func (l loadSpec) args(target string) []string {
 	a := []string{"--target", target, "--conns", strconv.Itoa(l.Conns)}
 	add := func(k, v string) { a = append(a, k, v) }
+	if l.Protocol != "" && l.Protocol != protoDubbo {
+		add("--protocol", l.Protocol)
+	}
 	if l.ConnectRate > 0 {
 		add("--connect-rate", fmtNum(l.ConnectRate))
 	}

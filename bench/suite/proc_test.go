@@ -195,24 +195,34 @@ func TestListenBacklogRejectsBadAddress(t *testing.T) {
 }
 
 func TestHAProxyConfig(t *testing.T) {
-	cfg := haproxyConfig(20881, "127.0.0.1:20880", proxyOpts{backlog: 2048, rateLimit: 1000})
+	cfg := haproxyConfig(20881, &provider{proto: protoDubbo, addr: "127.0.0.1:20880"}, proxyOpts{backlog: 2048, rateLimit: 1000})
 	for _, want := range []string{"mode tcp", "bind 127.0.0.1:20881", "backlog 2048", "rate-limit sessions 1000",
 		"server provider 127.0.0.1:20880", "nbthread 1", "maxconn " + strconv.Itoa(haproxyMaxconn)} {
 		if !strings.Contains(cfg, want) {
 			t.Errorf("config lacks %q:\n%s", want, cfg)
 		}
 	}
-	if strings.Contains(haproxyConfig(1, "x:2", proxyOpts{}), "rate-limit") {
+	if strings.Contains(haproxyConfig(1, &provider{addr: "x:2"}, proxyOpts{}), "rate-limit") {
 		t.Error("rate limit written when not asked for")
 	}
-	// HAProxy itself accepts the file, when it is installed.
-	if hp, err := exec.LookPath("haproxy"); err == nil {
-		path := t.TempDir() + "/h.cfg"
-		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
+	// In front of a Triple provider: HTTP mode, h2 without TLS on both sides, connections reused.
+	h2 := haproxyConfig(20881, &provider{proto: protoTriple, addr: "127.0.0.1:20880"}, proxyOpts{})
+	for _, want := range []string{"mode http", "bind 127.0.0.1:20881 proto h2", "server provider 127.0.0.1:20880 proto h2",
+		"http-reuse always"} {
+		if !strings.Contains(h2, want) {
+			t.Errorf("Triple config lacks %q:\n%s", want, h2)
 		}
-		if out, err := exec.Command(hp, "-c", "-f", path).CombinedOutput(); err != nil {
-			t.Fatalf("haproxy -c: %v\n%s", err, out)
+	}
+	// HAProxy itself accepts the files, when it is installed.
+	if hp, err := exec.LookPath("haproxy"); err == nil {
+		for i, c := range []string{cfg, h2} {
+			path := fmt.Sprintf("%s/h%d.cfg", t.TempDir(), i)
+			if err := os.WriteFile(path, []byte(c), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command(hp, "-c", "-f", path).CombinedOutput(); err != nil {
+				t.Fatalf("haproxy -c: %v\n%s\n%s", err, out, c)
+			}
 		}
 	}
 }

@@ -257,7 +257,8 @@ func fTP(x *TPSeries) float64 {
 }
 
 var targetTitle = map[string]string{direct: "direct", haproxy: "HAProxy", stormgate: "Stormgate", baseline: "baseline listener",
-	stormgateNoLabels: "Stormgate without per-method metrics", stormgateBase: "Stormgate at the base commit"}
+	stormgateNoLabels: "Stormgate without per-method metrics", stormgateBase: "Stormgate at the base commit",
+	armDubbo: "Stormgate, Dubbo heartbeats", armTriple: "Stormgate, h2c PINGs"}
 
 // commonConns picks the throughput connection counts to report: those of the run.
 func (p *reporter) tpConns() []int {

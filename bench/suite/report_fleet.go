@@ -128,8 +128,8 @@ func (p *reporter) fleetVerdicts() {
 // updateSections replaces, in the doc at path, the sections that the scenarios in r have of
 // their own (fleet; restart, with its summary rows and its plot), keeping everything else.
 func updateSections(r *Results, path, imgDir string) error {
-	if r.Fleet == nil && r.Restart == nil {
-		return errors.New("--update-section: only the fleet and restart scenarios have sections of their own; run one of them (--scenarios fleet or restart)")
+	if r.Fleet == nil && r.Restart == nil && r.TripleIdle == nil && r.TriplePing == nil && r.TripleForward == nil && r.TripleRestart == nil {
+		return errors.New("--update-section: only the fleet, restart and triple-* scenarios have sections of their own; run one of them (--scenarios fleet, restart or triple-idle,triple-ping,triple-forward,triple-restart)")
 	}
 	old, err := os.ReadFile(path)
 	if err != nil {
@@ -179,9 +179,11 @@ func updateRestartSection(p *reporter, doc, imgDir string) (string, error) {
 }
 
 // spliceSummaryRows replaces, in the doc's summary table, the rows whose figure starts as one
-// of rows' (up to its first comma or parenthesis), or appends them after the last such row.
+// of rows' (up to its first comma or parenthesis); a row the doc lacks goes after the row placed
+// before it, the first after the table's last "Provider" row.
 func spliceSummaryRows(doc string, p *reporter, rows []sumRow) string {
 	lines := strings.Split(doc, "\n")
+	last := -1 // the line of the row placed last
 	for _, r := range rows {
 		p.b.Reset()
 		p.summaryLine(r)
@@ -190,18 +192,41 @@ func spliceSummaryRows(doc string, p *reporter, rows []sumRow) string {
 		done := false
 		for i, l := range lines {
 			if strings.HasPrefix(l, key) {
-				lines[i], done = line, true
+				lines[i], done, last = line, true, i
 				break
 			}
 		}
-		if !done {
-			for i := len(lines) - 1; i >= 0; i-- {
-				if strings.HasPrefix(lines[i], "| Provider ") {
-					lines = append(lines[:i+1], append([]string{line}, lines[i+1:]...)...)
-					break
-				}
+		if done {
+			continue
+		}
+		at := last
+		for i := len(lines) - 1; i >= 0 && at < 0; i-- {
+			if strings.HasPrefix(lines[i], "| Provider ") {
+				at = i
 			}
+		}
+		if at >= 0 {
+			lines = append(lines[:at+1], append([]string{line}, lines[at+1:]...)...)
+			last = at + 1
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Markers of the Triple section, which the Triple scenarios alone may rewrite.
+const (
+	tripleBegin = "<!-- section:triple begin (make bench, or the triple-* scenarios alone) -->"
+	tripleEnd   = "<!-- section:triple end -->"
+)
+
+// updateTripleSection rewrites section 13 of doc and the summary's Triple rows when r measured
+// any Triple scenario.
+func updateTripleSection(p *reporter, doc, _ string) (string, error) {
+	if !p.tripleRan() {
+		return doc, nil
+	}
+	p.tripleSection()
+	doc = spliceSection(doc, tripleBegin, tripleEnd, strings.TrimRight(p.b.String(), "\n"))
+	doc = spliceSummaryRows(doc, p, p.tripleSummaryRows())
+	return doc, p.err
 }

@@ -332,7 +332,13 @@ func pctCore2(v float64) string {
 // system calls and context switches against the comparison target's (when given), the kernel's
 // share against it, and the split of Stormgate's own CPU with its largest items.
 func (p *reporter) profileWhy(key, vsTarget, vsName string) string {
-	sg := p.profile(key, stormgate)
+	return p.profileWhyTarget(key, stormgate, vsTarget, vsName)
+}
+
+// profileWhyTarget is profileWhy for the Stormgate profile of key recorded under target name tg
+// (an arm of a comparison between two Stormgates).
+func (p *reporter) profileWhyTarget(key, tg, vsTarget, vsName string) string {
+	sg := p.profile(key, tg)
 	if sg == nil {
 		return "No profile was captured for it in this run."
 	}
@@ -597,23 +603,27 @@ func (p *reporter) fwdErr(tg string, l FwdLoad) string {
 }
 
 // profileScenarios are the profiled windows in the order section 10 shows them.
-func (p *reporter) profileScenarios() []struct{ key, title string } {
-	out := []struct{ key, title string }{
-		{profileQuiet, "No consumer connected"},
-		{profileHeartbeat, fmt.Sprintf("%s consumers heartbeating every second", count(uint64(p.r.Options.HBConns)))},
-		{profileIdle30, fmt.Sprintf("%s consumers heartbeating every 30 s", count(uint64(p.r.Options.IdleConns)))},
+// profileScenario is one subsection of section 10: a profile key, its title, and the target name
+// Stormgate's profile is recorded under.
+type profileScenario struct{ key, title, sg string }
+
+func (p *reporter) profileScenarios() []profileScenario {
+	out := []profileScenario{
+		{profileQuiet, "No consumer connected", stormgate},
+		{profileHeartbeat, fmt.Sprintf("%s consumers heartbeating every second", count(uint64(p.r.Options.HBConns))), stormgate},
+		{profileIdle30, fmt.Sprintf("%s consumers heartbeating every 30 s", count(uint64(p.r.Options.IdleConns))), stormgate},
 	}
 	for _, l := range p.r.Options.FwdLoads {
-		out = append(out, struct{ key, title string }{profileForward(l),
-			fmt.Sprintf("Forwarding SayHello, %s conns, %s req/s (dubbo-go provider)", count(uint64(l.Conns)), num(l.Rate, 0))})
+		out = append(out, profileScenario{profileForward(l),
+			fmt.Sprintf("Forwarding SayHello, %s conns, %s req/s (dubbo-go provider)", count(uint64(l.Conns)), num(l.Rate, 0)), stormgate})
 	}
 	tc := 0
 	if cs := p.tpConns(); len(cs) > 0 {
 		tc = slices.Max(cs)
 	}
-	out = append(out, struct{ key, title string }{profileThroughput,
-		fmt.Sprintf("At Stormgate's maximum throughput, %s conns (fast provider)", count(uint64(tc)))})
-	return out
+	out = append(out, profileScenario{profileThroughput,
+		fmt.Sprintf("At Stormgate's maximum throughput, %s conns (fast provider)", count(uint64(tc))), stormgate})
+	return append(out, p.tripleProfileScenarios()...)
 }
 
 func (p *reporter) profilesSection() {
@@ -629,7 +639,7 @@ func (p *reporter) profilesSection() {
 		Sections   []section
 	}{Perf: p.r.Machine.Perf, Freq: perfFreq, TopN: pprofTopN}
 	for _, sc := range p.profileScenarios() {
-		d.Sections = append(d.Sections, section{sc.title, p.profile(sc.key, stormgate)})
+		d.Sections = append(d.Sections, section{sc.title, p.profile(sc.key, sc.sg)})
 		for _, pr := range p.r.Profiles {
 			if pr.Scenario != sc.key {
 				continue

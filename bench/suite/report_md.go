@@ -34,6 +34,7 @@ func (p *reporter) markdown() string {
 	p.profilesSection()
 	p.giveUpSection()
 	p.greedySection()
+	p.tripleSection()
 	p.loadToolSection()
 	p.microSection()
 	p.failures()
@@ -157,6 +158,7 @@ func (p *reporter) summaryRows() []sumRow {
 	// Restart.
 	rows = append(rows, p.restartSummaryRows()...)
 	rows = append(rows, p.consumersSummaryRows()...)
+	rows = append(rows, p.tripleSummaryRows()...)
 
 	// Accept storm.
 	sb, shp, ssg := p.storm(baseline), p.storm(haproxy), p.storm(stormgate)

@@ -94,6 +94,7 @@ func fixture(k float64) *Results {
 			ListenOverflows: uint64(k * []float64{5000, 3000, 0}[i]), FirstP50ms: 100 * k, FirstP99ms: k * []float64{9000, 3000, 700}[i], FirstMaxMs: 10000 * k})
 	}
 	addFloorFixture(r, k)
+	addTripleFixture(r, k)
 	return r
 }
 

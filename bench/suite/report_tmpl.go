@@ -42,6 +42,7 @@ var reportTemplates = template.Must(template.New("report").Funcs(template.FuncMa
 	"quiet":    quietAfter,
 	"secs":     func(d time.Duration) time.Duration { return d.Round(time.Second) },
 	"inc":      func(n int) int { return n + 1 },
+	"args":     func(v ...any) []any { return v },
 	"firstAt":  firstAt,
 	"firstP99": firstP99,
 	"firstMax": firstMax,

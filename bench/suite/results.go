@@ -32,6 +32,12 @@ type Results struct {
 	Heartbeat  *HeartbeatResult  `json:"heartbeat,omitempty"`
 	Forward    *ForwardResult    `json:"forward,omitempty"`
 
+	// The Triple rows (scen_triple.go): the same result types as their Dubbo scenarios'.
+	TripleIdle    *IdleResult      `json:"triple_idle,omitempty"`
+	TriplePing    *HeartbeatResult `json:"triple_ping,omitempty"`
+	TripleForward *ForwardResult   `json:"triple_forward,omitempty"`
+	TripleRestart *RestartResult   `json:"triple_restart,omitempty"`
+
 	// Profiles are the CPU profiles taken during the run (quiet, heartbeat, idle, forward,
 	// throughput), each with its scenario key and target.
 	Profiles []Profile `json:"profiles,omitempty"`
@@ -107,7 +113,7 @@ type IdleRow struct {
 	ProxyKiBPerConn  float64 `json:"proxy_kib_per_conn"`
 	ProvKiBPerConn   float64 `json:"provider_kib_per_conn"`
 	HBPerSec         float64 `json:"hb_per_sec"`          // consumer heartbeats answered per second
-	ProviderHBPerSec float64 `json:"provider_hb_per_sec"` // heartbeat frames reaching the provider per second
+	ProviderHBPerSec float64 `json:"provider_hb_per_sec"` // heartbeat frames reaching the provider per second; notCounted when unknown
 	ProxyUsPerHB     float64 `json:"proxy_us_per_hb"`     // proxy CPU ÷ consumer heartbeats
 	ProviderUsPerHB  float64 `json:"provider_us_per_hb"`  // provider CPU ÷ consumer heartbeats (answered by anyone)
 	LoadCPU          float64 `json:"load_cpu"`
@@ -115,6 +121,9 @@ type IdleRow struct {
 	ConnectFailures  uint64  `json:"connect_failures"`
 	Error            string  `json:"error,omitempty"`
 }
+
+// notCounted marks a figure the run could not count (JSON has no NaN).
+const notCounted = -1
 
 // LatencyResult is scenario 2.
 type LatencyResult struct {

@@ -83,20 +83,61 @@ const (
 )
 
 // profileForward is the forward scenario's profile key for one load.
-func profileForward(l FwdLoad) string { return fmt.Sprintf("forward-%d-%s", l.Conns, fmtNum(l.Rate)) }
+func profileForward(l FwdLoad) string { return dubboForward.profileKey(l) }
+
+// fwdSetup is what a forward run measures: the provider (and so the protocol), the call, the
+// targets, and whether the labels' cost and the stormgate-base target are measured too.
+type fwdSetup struct {
+	name              string // the scenario's: logs, run names, profile keys
+	provider          string
+	method, arg       string
+	targets, profiled []string
+	labelPairs, base  bool
+}
+
+var (
+	dubboForward = fwdSetup{name: "forward", provider: dubboGoProvider, method: fwdMethod, arg: fwdArg,
+		targets: fwdTargets, profiled: fwdProfiled, labelPairs: true, base: true}
+	// tripleForward: unary Triple calls (dgprovider's Echo, a String argument, as dubbo-go's
+	// client sends it without IDL) through HAProxy in HTTP/2 mode and through Stormgate.
+	tripleForward = fwdSetup{name: "triple-forward", provider: dubboGoTriple, method: tripleMethod, arg: fwdArg,
+		targets: []string{haproxy, stormgate}, profiled: []string{haproxy, stormgate}}
+)
+
+// tripleMethod is dgprovider's Echo(String) as a Triple consumer names it in :path.
+const tripleMethod = "Echo"
+
+// profileKey is the setup's profile key for one load.
+func (su fwdSetup) profileKey(l FwdLoad) string {
+	return fmt.Sprintf("%s-%d-%s", su.name, l.Conns, fmtNum(l.Rate))
+}
 
 func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
+	return s.forward(ctx, dubboForward)
+}
+
+// runTripleForward is runForward for Triple: HAProxy (HTTP/2 on both sides) and Stormgate.
+func (s *Suite) runTripleForward(ctx context.Context) (*ForwardResult, error) {
+	return s.forward(ctx, tripleForward)
+}
+
+func (s *Suite) forward(ctx context.Context, su fwdSetup) (*ForwardResult, error) {
 	o := s.opt
-	res := &ForwardResult{Provider: dubboGoProvider, Method: fwdMethod, Arg: fwdArg, Loads: o.FwdLoads,
-		Lead: o.FwdLead, Window: o.FwdWindow, Windows: o.FwdWindows, ProfWindow: o.FwdProfWindow, PairWindows: o.FwdPairWindows}
-	tgs := fwdTargets
-	if s.bins.sidecarBase != "" {
+	res := &ForwardResult{Provider: su.provider, Method: su.method, Arg: su.arg, Loads: o.FwdLoads,
+		Lead: o.FwdLead, Window: o.FwdWindow, Windows: o.FwdWindows, ProfWindow: o.FwdProfWindow}
+	if su.labelPairs {
+		res.PairWindows = o.FwdPairWindows
+	}
+	tgs := su.targets
+	if su.base && s.bins.sidecarBase != "" {
 		tgs = append(slices.Clone(tgs), stormgateBase)
 	}
 	if len(o.FwdTargets) > 0 {
 		tgs = slices.DeleteFunc(slices.Clone(tgs), func(tg string) bool { return !slices.Contains(o.FwdTargets, tg) })
 	}
-	res.Base = s.bins.baseRef
+	if su.base {
+		res.Base = s.bins.baseRef
+	}
 	rows := map[string][]*FwdRow{} // by target, one per load
 	for _, tg := range tgs {
 		for _, l := range res.Loads {
@@ -116,7 +157,7 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 	pairs := map[string]fwdPair{}
 	// fail marks what a target has not measured yet with why, and drops the target.
 	fail := func(tg string, err error) {
-		s.logf("  forward %s: %v", tg, err)
+		s.logf("  %s %s: %v", su.name, tg, err)
 		for _, r := range rows[tg] {
 			if len(r.UsPerReq) < res.Windows {
 				r.Error = err.Error()
@@ -125,7 +166,7 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 		delete(pairs, tg)
 	}
 	for _, tg := range tgs {
-		prov, px, stop, err := s.startPair(ctx, dubboGoProvider, tg)
+		prov, px, stop, err := s.startPair(ctx, su.provider, tg)
 		if err != nil {
 			fail(tg, err)
 			continue
@@ -140,12 +181,12 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 		if profKey != "" {
 			n, pw = 0, res.ProfWindow
 		}
-		spec := loadSpec{Conns: l.Conns, Rate: l.Rate, Method: res.Method, Arg: res.Arg,
+		spec := loadSpec{Protocol: pr.prov.proto, Conns: l.Conns, Rate: l.Rate, Method: res.Method, Arg: res.Arg,
 			Duration: res.Lead + time.Duration(n)*res.Window + pw + 1500*time.Millisecond}
 		if l.Conns > 2000 {
 			spec.ConnectRate, spec.ConnectTimeout = s.opt.ConnectRate, 10*time.Second
 		}
-		name := fmt.Sprintf("forward-%s-%d-%s", tg, l.Conns, fmtNum(l.Rate)) // the profiled run's, named as the profiles are
+		name := fmt.Sprintf("%s-%s-%d-%s", su.name, tg, l.Conns, fmtNum(l.Rate)) // the profiled run's, named as the profiles are
 		if profKey == "" {
 			name += fmt.Sprintf("-round%d", round)
 			row.Command = spec.command("$" + targetVar(tg))
@@ -160,7 +201,7 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 			row.SysUsPerReq = append(row.SysUsPerReq, float64(w.b.px.Sys-w.a.px.Sys)/1e3/reqs)
 			row.ProviderUsPerReq = append(row.ProviderUsPerReq, perOp(w.a.prov, w.b.prov, reqs))
 			row.ProxyCores = append(row.ProxyCores, w.proxyCores())
-			s.logf("  forward %s %d conns %s req/s round %d: %.2f µs/request", tg, l.Conns, fmtNum(l.Rate), round,
+			s.logf("  %s %s %d conns %s req/s round %d: %.2f µs/request", su.name, tg, l.Conns, fmtNum(l.Rate), round,
 				row.UsPerReq[len(row.UsPerReq)-1])
 		}
 		r := wl.run.Result
@@ -203,13 +244,13 @@ func (s *Suite) runForward(ctx context.Context) (*ForwardResult, error) {
 				return res, ctx.Err()
 			}
 		}
-		if res.ProfWindow > 0 && !each(fwdProfiled, li, -1, profileForward(l)) {
+		if res.ProfWindow > 0 && !each(su.profiled, li, -1, su.profileKey(l)) {
 			return res, ctx.Err()
 		}
 		for _, tg := range tgs {
 			if row := rows[tg][li]; len(row.UsPerReq) > 0 {
-				s.logf("  forward %s %d conns %s req/s: %.2f µs/request (median of %v), failed %d, p99 %.2fms",
-					tg, l.Conns, fmtNum(l.Rate), median(row.UsPerReq), row.UsPerReq, row.Failed, row.P99ms)
+				s.logf("  %s %s %d conns %s req/s: %.2f µs/request (median of %v), failed %d, p99 %.2fms",
+					su.name, tg, l.Conns, fmtNum(l.Rate), median(row.UsPerReq), row.UsPerReq, row.Failed, row.P99ms)
 			}
 		}
 	}

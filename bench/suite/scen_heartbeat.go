@@ -79,7 +79,6 @@ func (s *Suite) runHeartbeat(ctx context.Context) (*HeartbeatResult, error) {
 }
 
 func (s *Suite) heartbeat(ctx context.Context, res *HeartbeatResult) error {
-	o := s.opt
 	prov, err := s.startProvider(ctx, dubboGoProvider, 0, "")
 	if err != nil {
 		return err
@@ -112,32 +111,56 @@ func (s *Suite) heartbeat(ctx context.Context, res *HeartbeatResult) error {
 		}
 	}
 
-	measure := time.Duration(len(hbTargets)) * (res.Settle + res.Window) // one window of each target
-	spec := loadSpec{Conns: res.Conns, ConnectRate: o.ConnectRate, ConnectTimeout: 10 * time.Second, Heartbeat: res.Period,
-		Duration: time.Duration(res.Pairs+1)*measure + 30*time.Second}
-	loads := map[string]*loadHandle{}
+	var arms []hbArm
 	for _, tg := range hbTargets {
-		res.Commands[tg] = spec.command("$" + targetVar(tg))
-		h, err := s.startLoad(ctx, "heartbeat-"+tg, pxs[tg].addr, "", spec)
+		arms = append(arms, hbArm{name: tg, px: pxs[tg]})
+	}
+	return s.alternateWindows(ctx, res, arms, profileHeartbeat)
+}
+
+// hbArm is one side of a heartbeat comparison: a proxy and the consumers heartbeating at it.
+type hbArm struct {
+	name string // in res.Windows, the logs and the profiles
+	px   *proxy
+}
+
+// alternateWindows runs res.Conns consumers heartbeating every res.Period at each arm's proxy
+// (in its provider's protocol), all load tools for the whole run, and samples the arms in turn:
+// res.Pairs rounds of one window each (the load of every other arm stopped with SIGSTOP, the order
+// reversed every other round), then one window each under the profilers, recorded under profKey.
+func (s *Suite) alternateWindows(ctx context.Context, res *HeartbeatResult, arms []hbArm, profKey string) error {
+	o := s.opt
+	names := make([]string, len(arms))
+	byName := map[string]hbArm{}
+	for i, a := range arms {
+		names[i], byName[a.name] = a.name, a
+	}
+	measure := time.Duration(len(arms)) * (res.Settle + res.Window) // one window of each arm
+	loads := map[string]*loadHandle{}
+	for _, a := range arms {
+		spec := loadSpec{Protocol: a.px.proto, Conns: res.Conns, ConnectRate: o.ConnectRate, ConnectTimeout: 10 * time.Second,
+			Heartbeat: res.Period, Duration: time.Duration(res.Pairs+1)*measure + 30*time.Second}
+		res.Commands[a.name] = spec.command("$" + targetVar(a.px.kind))
+		h, err := s.startLoad(ctx, profKey+"-"+a.name, a.px.addr, "", spec)
 		if err != nil {
 			return err
 		}
 		defer h.proc.Kill()
-		loads[tg] = h
+		loads[a.name] = h
 	}
-	for _, tg := range hbTargets {
-		if err := loads[tg].waitRun(ctx); err != nil {
+	for _, n := range names {
+		if err := loads[n].waitRun(ctx); err != nil {
 			return err
 		}
 	}
-	for _, tg := range hbTargets {
-		if err := signalGroup(loads[tg].proc, syscall.SIGSTOP); err != nil {
+	for _, n := range names {
+		if err := signalGroup(loads[n].proc, syscall.SIGSTOP); err != nil {
 			return err
 		}
 	}
 
 	window := func(pair int, tg string, profiled bool) error {
-		px, h := pxs[tg], loads[tg]
+		px, h := byName[tg].px, loads[tg]
 		if err := signalGroup(h.proc, syscall.SIGCONT); err != nil {
 			return err
 		}
@@ -147,7 +170,7 @@ func (s *Suite) heartbeat(ctx context.Context, res *HeartbeatResult) error {
 		}
 		var prof *profiling
 		if profiled {
-			prof = s.startProfile(ctx, "heartbeat-"+tg, px, res.Window)
+			prof = s.startProfile(ctx, profKey+"-"+tg, px, res.Window)
 		}
 		// The target's own count of answered heartbeats brackets the CPU samples.
 		n0, err := px.heartbeatsAnswered(ctx)
@@ -175,31 +198,31 @@ func (s *Suite) heartbeat(ctx context.Context, res *HeartbeatResult) error {
 		cpu, el := b.Sub(a)
 		w := HBWindow{Pair: pair, Target: tg, Elapsed: el, CPU: cpu, Sys: b.Sys - a.Sys, HB: n1 - n0, Profiled: profiled}
 		res.Windows = append(res.Windows, w)
-		s.logf("  heartbeat %s window %d: %.2f µs/heartbeat (%.0f heartbeats, %.1f %% of a core)%s",
-			tg, pair, w.UsPerHB(), w.HB, 100*float64(cpu)/float64(el), map[bool]string{true: ", profiled", false: ""}[profiled])
+		s.logf("  %s %s window %d: %.2f µs/heartbeat (%.0f heartbeats, %.1f %% of a core)%s",
+			profKey, tg, pair, w.UsPerHB(), w.HB, 100*float64(cpu)/float64(el), map[bool]string{true: ", profiled", false: ""}[profiled])
 		if profiled {
-			p := Profile{Scenario: profileHeartbeat, Target: tg, Window: el, Ops: w.HB, OpName: "heartbeat", CPU: cpu, SysCPU: w.Sys}
+			p := Profile{Scenario: profKey, Target: tg, Window: el, Ops: w.HB, OpName: "heartbeat", CPU: cpu, SysCPU: w.Sys}
 			prof.finish(ctx, &p)
 			s.addProfile(p)
 		}
 		return nil
 	}
 	for pair := range res.Pairs {
-		for _, tg := range alternate(hbTargets, pair) {
+		for _, tg := range alternate(names, pair) {
 			if err := window(pair, tg, false); err != nil {
 				return err
 			}
 		}
 	}
-	for _, tg := range hbTargets {
+	for _, tg := range names {
 		if err := window(-1, tg, true); err != nil {
 			return err
 		}
 	}
 
-	// End both load tools early (SIGTERM: they write their results) and collect the failures.
+	// End the load tools early (SIGTERM: they write their results) and collect the failures.
 	var errs []error
-	for _, tg := range hbTargets {
+	for _, tg := range names {
 		h := loads[tg]
 		_ = signalGroup(h.proc, syscall.SIGCONT)
 		_ = signalGroup(h.proc, syscall.SIGTERM)
@@ -256,6 +279,12 @@ func (r *HeartbeatResult) ratio() (ratio, floorUs, sgUs float64, pairs []float64
 
 // ratioOf is ratio for any target of the scenario against the bare responder.
 func (r *HeartbeatResult) ratioOf(tg string) (ratio, floorUs, tgUs float64, pairs []float64) {
+	return r.ratioTo(hbFloor, tg)
+}
+
+// ratioTo is the median over the unprofiled rounds of tg's CPU per heartbeat ÷ base's, with the
+// medians of each.
+func (r *HeartbeatResult) ratioTo(base, tg string) (ratio, baseUs, tgUs float64, pairs []float64) {
 	if r == nil {
 		return 0, 0, 0, nil
 	}
@@ -267,7 +296,7 @@ func (r *HeartbeatResult) ratioOf(tg string) (ratio, floorUs, tgUs float64, pair
 				continue
 			}
 			switch w.Target {
-			case hbFloor:
+			case base:
 				f = w.UsPerHB()
 			case tg:
 				g = w.UsPerHB()

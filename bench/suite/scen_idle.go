@@ -6,15 +6,40 @@ import (
 	"time"
 )
 
+// idleSetup is what an idle run measures: the provider (and so the protocol) and the heartbeat
+// periods, each a run of the load tool.
+type idleSetup struct {
+	name     string // the scenario's name, in logs and run names
+	provider string
+	periods  []time.Duration
+	// profile: the proxies get one more window under the profilers at the last period.
+	profile bool
+}
+
+var (
+	// dubboIdle is scenario 1: Dubbo consumers heartbeating every second and every 30 s.
+	dubboIdle = idleSetup{name: "idle", provider: dubboGoProvider, periods: []time.Duration{time.Second, 30 * time.Second}, profile: true}
+	// tripleIdle: h2c consumers PINGing after 10 s without traffic, dubbo-go's Triple client's
+	// keepalive (x/net's ReadIdleTimeout 10 s), against dubbo-go's Triple provider.
+	tripleIdle = idleSetup{name: "triple-idle", provider: dubboGoTriple, periods: []time.Duration{10 * time.Second}}
+)
+
 // runIdle is scenario 1: idle consumers heartbeating, against the real dubbo-go provider.
 // For each target it starts a fresh provider (and proxy), measures their idle RSS, then runs the
 // load tool twice (1 s and 30 s heartbeat periods) and samples CPU, RSS and heartbeat counts over
 // a window after the connect phase has settled.
-func (s *Suite) runIdle(ctx context.Context) (*IdleResult, error) {
+func (s *Suite) runIdle(ctx context.Context) (*IdleResult, error) { return s.idle(ctx, dubboIdle) }
+
+// runTripleIdle is runIdle for Triple: h2c consumers PINGing every 10 s.
+func (s *Suite) runTripleIdle(ctx context.Context) (*IdleResult, error) {
+	return s.idle(ctx, tripleIdle)
+}
+
+func (s *Suite) idle(ctx context.Context, su idleSetup) (*IdleResult, error) {
 	o := s.opt
-	res := &IdleResult{Provider: dubboGoProvider, Conns: o.IdleConns, Settle: o.IdleSettle}
-	err := s.eachTarget(ctx, "idle", func(tg string) error {
-		rows, err := s.idleTarget(ctx, tg)
+	res := &IdleResult{Provider: su.provider, Conns: o.IdleConns, Settle: o.IdleSettle}
+	err := s.eachTarget(ctx, su.name, func(tg string) error {
+		rows, err := s.idleTarget(ctx, tg, su)
 		if err != nil {
 			rows = append(rows, IdleRow{Target: tg, Error: err.Error()})
 		}
@@ -61,9 +86,9 @@ func rowPerTarget[P, R any](ctx context.Context, s *Suite, name string, params [
 	return rows, nil
 }
 
-func (s *Suite) idleTarget(ctx context.Context, tg string) ([]IdleRow, error) {
+func (s *Suite) idleTarget(ctx context.Context, tg string, su idleSetup) ([]IdleRow, error) {
 	o := s.opt
-	prov, px, stop, err := s.startPair(ctx, dubboGoProvider, tg)
+	prov, px, stop, err := s.startPair(ctx, su.provider, tg)
 	if err != nil {
 		return nil, err
 	}
@@ -77,20 +102,20 @@ func (s *Suite) idleTarget(ctx context.Context, tg string) ([]IdleRow, error) {
 	floor := between(idle0, idle)
 
 	var rows []IdleRow
-	for _, period := range []time.Duration{time.Second, 30 * time.Second} {
+	for i, period := range su.periods {
 		win := o.IdleWindow1s
 		if period > time.Second {
 			win = o.IdleWindow30
 		}
-		// The proxies at the 30 s period get one more window, under the profilers (not in the figures).
-		profile := (tg == stormgate || tg == haproxy) && period > time.Second && o.IdleProfile > 0
-		spec := loadSpec{Conns: o.IdleConns, ConnectRate: o.ConnectRate, ConnectTimeout: 10 * time.Second, Heartbeat: period,
-			Duration: o.IdleSettle + win + 2*time.Second}
+		// The proxies at the last period get one more window, under the profilers (not in the figures).
+		profile := su.profile && (tg == stormgate || tg == haproxy) && i == len(su.periods)-1 && o.IdleProfile > 0
+		spec := loadSpec{Protocol: prov.proto, Conns: o.IdleConns, ConnectRate: o.ConnectRate, ConnectTimeout: 10 * time.Second,
+			Heartbeat: period, Duration: o.IdleSettle + win + 2*time.Second}
 		if profile {
 			spec.Duration += o.IdleProfile
 		}
 		row := IdleRow{Target: tg, Period: period, Command: spec.command("$" + targetVar(tg))}
-		h, err := s.startLoad(ctx, fmt.Sprintf("idle-%s-%v", tg, period), px.addr, "", spec)
+		h, err := s.startLoad(ctx, fmt.Sprintf("%s-%s-%v", su.name, tg, period), px.addr, "", spec)
 		if err != nil {
 			return rows, err
 		}
@@ -139,14 +164,21 @@ func (s *Suite) idleTarget(ctx context.Context, tg string) ([]IdleRow, error) {
 			row.HBPerSec = float64(b.pr.HBOK-a.pr.HBOK) / dt
 		}
 		hbWindow := row.HBPerSec * w.elapsed.Seconds()
-		switch tg {
-		case stormgate:
-			// Exact counts from Stormgate: what it answered itself, and what it sent upstream.
+		switch {
+		case tg == stormgate:
+			// Exact counts from Stormgate: what it answered itself, and what it sent upstream (its
+			// own heartbeats, or PINGs to a Triple provider).
 			answered := delta(a.m, b.m, "stormgate_heartbeats_answered_total", `side="downstream"`)
+			if prov.proto == protoTriple {
+				answered = delta(a.m, b.m, "stormgate_http2_pings_answered_total")
+			}
 			if answered > 0 {
 				hbWindow = answered
 			}
 			row.ProviderHBPerSec = delta(a.m, b.m, "stormgate_upstream_heartbeats_sent_total") / w.elapsed.Seconds()
+		case tg == haproxy && prov.proto == protoTriple:
+			// HAProxy's HTTP/2 layer answers PINGs itself; what it sends the provider is not counted.
+			row.ProviderHBPerSec = notCounted
 		default:
 			row.ProviderHBPerSec = row.HBPerSec // every consumer heartbeat is forwarded
 		}
@@ -158,8 +190,8 @@ func (s *Suite) idleTarget(ctx context.Context, tg string) ([]IdleRow, error) {
 		r := run.Result
 		row.HBFailed = r.HeartbeatsTimedOut + r.HeartbeatsLost
 		row.ConnectFailures = r.ConnectFailures.Total()
-		s.logf("  idle %s period %v: conns %d, provider %.3f cores, proxy %.3f cores, %.0f hb/s, %.1f hb/s to provider, proxy %.1f KiB/conn",
-			tg, period, row.Conns, row.ProviderCPU, row.ProxyCPU, row.HBPerSec, row.ProviderHBPerSec, row.ProxyKiBPerConn)
+		s.logf("  %s %s period %v: conns %d, provider %.3f cores, proxy %.3f cores, %.0f hb/s, %.1f hb/s to provider, proxy %.1f KiB/conn",
+			su.name, tg, period, row.Conns, row.ProviderCPU, row.ProxyCPU, row.HBPerSec, row.ProviderHBPerSec, row.ProxyKiBPerConn)
 		rows = append(rows, row)
 		if !px.alive() {
 			return rows, fmt.Errorf("%s died during the run", tg)

@@ -17,12 +17,27 @@ import (
 // started again 1 s after it exited (the graceful rows). Consumers reconnect after 1 s when their connection closes
 // (as Dubbo consumers do).
 func (s *Suite) runRestart(ctx context.Context) (*RestartResult, error) {
+	return s.restart(ctx, "restart", fastProvider)
+}
+
+// runTripleRestart is runRestart for Triple, against dubbo-go's Triple provider: SIGKILL, then
+// SIGTERM, which runs dubbo-go's graceful shutdown (it waits for the calls it is running, sends
+// its consumers no GOAWAY and closes their connections). h2c consumers reconnect after 1 s.
+func (s *Suite) runTripleRestart(ctx context.Context) (*RestartResult, error) {
+	return s.restart(ctx, "triple-restart", dubboGoTriple)
+}
+
+// dubboGoStopTime is about how long dubbo-go v3.3.0's graceful shutdown takes under load (see
+// interop/cmd/dgprovider).
+const dubboGoStopTime = 7 * time.Second
+
+func (s *Suite) restart(ctx context.Context, name, provKind string) (*RestartResult, error) {
 	o := s.opt
-	res := &RestartResult{Provider: fastProvider, Conns: o.RestartConns, Rate: o.RestartRate,
+	res := &RestartResult{Provider: provKind, Conns: o.RestartConns, Rate: o.RestartRate,
 		KillAfter: o.RestartKill, Down: o.RestartDown}
 	for _, graceful := range []bool{false, true} {
-		err := s.eachTarget(ctx, "restart", func(tg string) error {
-			row, err := s.restartTarget(ctx, tg, graceful)
+		err := s.eachTarget(ctx, name, func(tg string) error {
+			row, err := s.restartTarget(ctx, name, provKind, tg, graceful)
 			if err != nil {
 				row.Error = err.Error()
 			}
@@ -40,19 +55,23 @@ func (s *Suite) runRestart(ctx context.Context) (*RestartResult, error) {
 	return res, nil
 }
 
-func (s *Suite) restartTarget(ctx context.Context, tg string, graceful bool) (RestartRow, error) {
+func (s *Suite) restartTarget(ctx context.Context, scen, provKind, tg string, graceful bool) (RestartRow, error) {
 	o := s.opt
 	row := RestartRow{Target: tg, InsideAtKill: -1}
-	// The provider counts the requests it has read and not answered in shared memory, so that
-	// after a SIGKILL the suite knows how many it took with it.
-	inside := filepath.Join(s.out, "restart-"+tg+"-inside")
-	provArgs := []string{"--inside-file", inside}
-	if graceful {
+	// The fast provider counts the requests it has read and not answered in shared memory, so
+	// that after a SIGKILL the suite knows how many it took with it (dubbo-go's cannot).
+	inside := filepath.Join(s.out, scen+"-"+tg+"-inside")
+	var provArgs []string
+	switch {
+	case provKind != fastProvider:
+	case graceful:
 		// Java Dubbo's order: READONLY on every connection, keep serving until the consumers
 		// have disconnected (at most 3 s here; Java's dubbo.service.shutdown.wait is 10 s), close.
 		provArgs = []string{"--readonly-on-sigterm", "--wait-disconnect", "3s"}
+	default:
+		provArgs = []string{"--inside-file", inside}
 	}
-	prov, err := s.startProvider(ctx, fastProvider, 0, "", provArgs...)
+	prov, err := s.startProvider(ctx, provKind, 0, "", provArgs...)
 	if err != nil {
 		return row, err
 	}
@@ -63,12 +82,21 @@ func (s *Suite) restartTarget(ctx context.Context, tg string, graceful bool) (Re
 	}
 	defer px.stop()
 
-	spec := loadSpec{Conns: o.RestartConns, Rate: o.RestartRate, Duration: o.RestartDuration,
+	spec := loadSpec{Protocol: prov.proto, Conns: o.RestartConns, Rate: o.RestartRate, Duration: o.RestartDuration,
 		Timeout: o.RestartTimeout, Reconnect: time.Second}
+	if prov.proto == protoTriple {
+		spec.Method, spec.Arg = tripleMethod, fwdArg
+	}
+	if provKind == dubboGoTriple && graceful {
+		// dubbo-go keeps serving 3 s for its consumers to update and up to 3 s more until no
+		// call came for 3 s (never, under this load) before it exits: the load runs on past the
+		// restart for as long as with the other providers.
+		spec.Duration += dubboGoStopTime
+	}
 	row.Command = spec.command("$" + targetVar(tg))
-	name := "restart-" + tg
+	name := scen + "-" + tg
 	if graceful {
-		name = "restart-graceful-" + tg
+		name = scen + "-graceful-" + tg
 	}
 	h, err := s.startLoad(ctx, name, px.addr, "", spec)
 	if err != nil {
@@ -88,25 +116,25 @@ func (s *Suite) restartTarget(ctx context.Context, tg string, graceful bool) (Re
 		_ = syscall.Kill(prov.proc.PID, syscall.SIGTERM)
 		<-prov.proc.Done()
 		row.StopTook = time.Since(tKill).Round(time.Millisecond)
-		s.logf("  restart %s: provider stopped gracefully in %v", tg, row.StopTook)
+		s.logf("  %s %s: provider stopped gracefully in %v", scen, tg, row.StopTook)
 	} else {
 		prov.proc.Kill()
 		if n, err := readInside(inside); err == nil {
 			row.InsideAtKill = n
 		}
-		s.logf("  restart %s: provider killed with %d requests inside", tg, row.InsideAtKill)
+		s.logf("  %s %s: provider killed with %d requests inside (-1: not counted)", scen, tg, row.InsideAtKill)
 	}
 	if err := sleepCtx(ctx, o.RestartDown); err != nil {
 		h.proc.Kill()
 		return row, err
 	}
-	prov, err = s.startProvider(ctx, fastProvider, prov.port, "", provArgs...)
+	prov, err = s.startProvider(ctx, provKind, prov.port, "", provArgs...)
 	if err != nil {
 		h.proc.Kill()
 		return row, fmt.Errorf("restarting the provider: %w", err)
 	}
 	row.DownFor = time.Since(tKill).Round(time.Millisecond)
-	s.logf("  restart %s: provider back after %v", tg, row.DownFor)
+	s.logf("  %s %s: provider back after %v", scen, tg, row.DownFor)
 	run, err := h.wait()
 	if err != nil {
 		return row, err
@@ -120,11 +148,12 @@ func (s *Suite) restartTarget(ctx context.Context, tg string, graceful bool) (Re
 	row.P99ms, row.MaxMs = ms(r.Latency.P99), ms(r.Latency.Max)
 	row.Held = delta(m0, m1, "stormgate_hold_outcomes_total", `outcome="sent"`)
 	row.Reheld = delta(m0, m1, "stormgate_hold_outcomes_total", `outcome="reheld_unseen"`) +
-		delta(m0, m1, "stormgate_hold_outcomes_total", `outcome="reheld_unsent"`)
+		delta(m0, m1, "stormgate_hold_outcomes_total", `outcome="reheld_unsent"`) +
+		delta(m0, m1, "stormgate_hold_outcomes_total", `outcome="reheld_refused"`) // HTTP/2 only
 	row.LocalReplies = delta(m0, m1, "stormgate_local_replies_total")
 	row.Points, row.Recovery = okSeries(run.Series, tKill, o.RestartRate)
-	s.logf("  restart %s: ok %d/%d, errors %d, timeouts %d, lost %d, unsent %d, resets %d, closed %d, recovery %v, max %.0fms",
-		tg, row.OK, row.Sent, row.Errors, row.Timeouts, row.Lost, row.Unsent, row.Resets, row.ClosedByPeer, row.Recovery, row.MaxMs)
+	s.logf("  %s %s: ok %d/%d, errors %d, timeouts %d, lost %d, unsent %d, resets %d, closed %d, recovery %v, max %.0fms",
+		scen, tg, row.OK, row.Sent, row.Errors, row.Timeouts, row.Lost, row.Unsent, row.Resets, row.ClosedByPeer, row.Recovery, row.MaxMs)
 	return row, nil
 }
 

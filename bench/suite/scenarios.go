@@ -33,6 +33,10 @@ var scenarios = []scenario{
 	{name: "giveup", haproxy: true, dubboGo: true, run: into((*Suite).runGiveUp, func(r *Results) **GiveUpResult { return &r.GiveUp })},
 	{name: "greedy", haproxy: true, run: into((*Suite).runGreedy, func(r *Results) **GreedyResult { return &r.Greedy })},
 	{name: "storm", haproxy: true, run: into((*Suite).runStorm, func(r *Results) **StormResult { return &r.Storm })},
+	{name: "triple-idle", update: updateTripleSection, haproxy: true, dubboGo: true, run: into((*Suite).runTripleIdle, func(r *Results) **IdleResult { return &r.TripleIdle })},
+	{name: "triple-ping", update: updateTripleSection, dubboGo: true, run: into((*Suite).runTriplePing, func(r *Results) **HeartbeatResult { return &r.TriplePing })},
+	{name: "triple-forward", update: updateTripleSection, haproxy: true, dubboGo: true, run: into((*Suite).runTripleForward, func(r *Results) **ForwardResult { return &r.TripleForward })},
+	{name: "triple-restart", update: updateTripleSection, haproxy: true, dubboGo: true, run: into((*Suite).runTripleRestart, func(r *Results) **RestartResult { return &r.TripleRestart })},
 	{name: "fleet", update: updateFleetSection, run: into((*Suite).runFleet, func(r *Results) **FleetResult { return &r.Fleet })},
 }
 

@@ -32,6 +32,15 @@ var targets = []string{direct, haproxy, stormgate}
 const (
 	fastProvider    = "fast"    // stormbench provider (package peer)
 	dubboGoProvider = "dubbogo" // interop/cmd/dgprovider: dubbo-go v3.3.0
+	// dubboGoTriple is dgprovider --protocol triple: dubbo-go v3.3.0's Triple (h2c) provider,
+	// hessian2 without IDL, as dubbo-go users run it.
+	dubboGoTriple = "dubbogo-triple"
+)
+
+// Protocols a provider speaks (loadSpec.Protocol, provider.proto).
+const (
+	protoDubbo  = "dubbo"
+	protoTriple = "triple"
 )
 
 // haproxyProcs is how many HAProxy processes share the listening port (SO_REUSEPORT). One
@@ -48,10 +57,11 @@ const haproxyMaxconn = 9000
 
 // provider is a running provider.
 type provider struct {
-	kind string
-	proc *Proc
-	addr string // host:port consumers or proxies dial
-	port int
+	kind  string
+	proto string // protoDubbo or protoTriple
+	proc  *Proc
+	addr  string // host:port consumers or proxies dial
+	port  int
 }
 
 // dubbogoSessions is the dubbo-go provider's session-number, its cap on connections (default 700).
@@ -68,7 +78,7 @@ func (s *Suite) startProvider(ctx context.Context, kind string, port int, ns str
 			argv: append([]string{s.bins.stormbench, "provider", "--listen", "127.0.0.1:" + strconv.Itoa(port),
 				"--log-level", "warn"}, extra...),
 			readyRe: regexp.MustCompile(`"addr":"([^"]+)"`)}
-	case dubboGoProvider:
+	case dubboGoProvider, dubboGoTriple:
 		if port == 0 {
 			var err error
 			if port, err = freePort(); err != nil {
@@ -79,6 +89,10 @@ func (s *Suite) startProvider(ctx context.Context, kind string, port int, ns str
 			argv: append([]string{s.bins.dgprovider, "--port", strconv.Itoa(port),
 				"--session-number", strconv.Itoa(dubbogoSessions), "--log-level", "error"}, extra...),
 			readyRe: regexp.MustCompile(`^READY (\d+)`)}
+		if kind == dubboGoTriple {
+			sp.name = "dgprovider-triple"
+			sp.argv = append(sp.argv, "--protocol", protoTriple)
+		}
 	default:
 		return nil, fmt.Errorf("unknown provider %q", kind)
 	}
@@ -91,7 +105,10 @@ func (s *Suite) startProvider(ctx context.Context, kind string, port int, ns str
 		p.Kill()
 		return nil, err
 	}
-	pr := &provider{kind: kind, proc: p}
+	pr := &provider{kind: kind, proto: protoDubbo, proc: p}
+	if kind == dubboGoTriple {
+		pr.proto = protoTriple
+	}
 	if kind == fastProvider {
 		pr.addr = m[1]
 		_, ps, _ := net.SplitHostPort(pr.addr)
@@ -106,6 +123,7 @@ func (s *Suite) startProvider(ctx context.Context, kind string, port int, ns str
 // proxy is what consumers dial: the provider itself (direct), HAProxy, or Stormgate.
 type proxy struct {
 	kind    string
+	proto   string // what its provider speaks (protoDubbo, protoTriple)
 	addr    string
 	port    int
 	procs   []*Proc
@@ -168,7 +186,7 @@ func (s *Suite) startPair(ctx context.Context, providerKind, tg string) (prov *p
 // startProxy starts a proxy of the given kind in front of upstream.
 func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o proxyOpts) (*proxy, error) {
 	if kind == direct {
-		return &proxy{kind: direct, addr: up.addr, port: up.port}, nil
+		return &proxy{kind: direct, proto: up.proto, addr: up.addr, port: up.port}, nil
 	}
 	port := o.port
 	if port == 0 {
@@ -177,11 +195,11 @@ func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o pro
 			return nil, err
 		}
 	}
-	px := &proxy{kind: kind, port: port, addr: "127.0.0.1:" + strconv.Itoa(port)}
+	px := &proxy{kind: kind, proto: up.proto, port: port, addr: "127.0.0.1:" + strconv.Itoa(port)}
 	switch kind {
 	case haproxy:
 		cfg := filepath.Join(s.out, fmt.Sprintf("haproxy-%d.cfg", port))
-		if err := os.WriteFile(cfg, []byte(haproxyConfig(port, up.addr, o)), 0o644); err != nil {
+		if err := os.WriteFile(cfg, []byte(haproxyConfig(port, up, o)), 0o644); err != nil {
 			return nil, err
 		}
 		for i := range haproxyProcs {
@@ -208,6 +226,9 @@ func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o pro
 		}
 		argv := []string{bin, "run", "--listen", px.addr, "--upstream", up.addr,
 			"--upstream-conns", strconv.Itoa(stormgateUpstreamConns), "--log-level", lvl}
+		if up.proto == protoTriple {
+			argv = append(argv, "--upstream-protocol", protoTriple)
+		}
 		if kind == stormgateNoLabels {
 			cfg := filepath.Join(s.out, fmt.Sprintf("stormgate-nolabels-%d.yaml", port))
 			if err := os.WriteFile(cfg, []byte("metrics: {max_methods: 0}\n"), 0o644); err != nil {
@@ -257,20 +278,29 @@ func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o pro
 	return px, nil
 }
 
-// haproxyConfig is HAProxy's TCP-mode configuration: no health checks, no logging, each
-// process single-threaded (haproxyProcs of them share the port).
-func haproxyConfig(port int, upstream string, o proxyOpts) string {
+// haproxyConfig is HAProxy's configuration: no health checks, no logging, each process
+// single-threaded (haproxyProcs of them share the port). In front of a Dubbo provider it runs in
+// TCP mode; in front of a Triple provider in HTTP mode with HTTP/2 without TLS on both sides, the
+// way HAProxy proxies gRPC: it answers consumers' PINGs itself and multiplexes their streams onto
+// its connections to the provider, reused across consumers (http-reuse always, its most
+// economical setting: with the default, safe, each consumer's first call opens a connection of its
+// own).
+func haproxyConfig(port int, up *provider, o proxyOpts) string {
 	var b strings.Builder
+	mode, h2, reuse := "tcp", "", ""
+	if up.proto == protoTriple {
+		mode, h2, reuse = "http", " proto h2", "    http-reuse always\n"
+	}
 	fmt.Fprintf(&b, "# written by bench/suite\nglobal\n    nbthread 1\n    maxconn %d\n\n", haproxyMaxconn)
-	fmt.Fprintf(&b, "defaults\n    mode tcp\n    timeout connect 1s\n    timeout client 5m\n    timeout server 5m\n\n")
-	fmt.Fprintf(&b, "frontend consumers\n    bind 127.0.0.1:%d\n    maxconn %d\n", port, haproxyMaxconn)
+	fmt.Fprintf(&b, "defaults\n    mode %s\n    timeout connect 1s\n    timeout client 5m\n    timeout server 5m\n\n", mode)
+	fmt.Fprintf(&b, "frontend consumers\n    bind 127.0.0.1:%d%s\n    maxconn %d\n", port, h2, haproxyMaxconn)
 	if o.backlog > 0 {
 		fmt.Fprintf(&b, "    backlog %d\n", o.backlog)
 	}
 	if o.rateLimit > 0 {
 		fmt.Fprintf(&b, "    rate-limit sessions %d\n", o.rateLimit)
 	}
-	fmt.Fprintf(&b, "    default_backend provider\n\nbackend provider\n    server provider %s\n", upstream)
+	fmt.Fprintf(&b, "    default_backend provider\n\nbackend provider\n%s    server provider %s%s\n", reuse, up.addr, h2)
 	return b.String()
 }
 
