@@ -17,7 +17,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy/dubbo"
+	"github.com/stormgate/stormgate/proxy/h2"
 )
 
 func newTestSuite(t *testing.T) *Suite {
@@ -238,7 +240,7 @@ func TestStormClientAgainstBaseline(t *testing.T) {
 	defer func() { cancel(); <-served }()
 
 	ap := netip.MustParseAddrPort(ln.Addr().String())
-	rep, err := stormClient(ap, 300, 10*time.Second)
+	rep, err := stormClient(ap, 300, 10*time.Second, protoDubbo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +264,7 @@ func TestStormClientCountsFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := stormClient(netip.MustParseAddrPort("127.0.0.1:"+strconv.Itoa(port)), 20, 5*time.Second)
+	rep, err := stormClient(netip.MustParseAddrPort("127.0.0.1:"+strconv.Itoa(port)), 20, 5*time.Second, protoDubbo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,5 +284,42 @@ func TestCreateNetnsSetsSomaxconn(t *testing.T) {
 	defer ns.Remove()
 	if got := ns.sysctl(context.Background(), "net.core.somaxconn"); got != "1234" {
 		t.Errorf("somaxconn in the namespace = %q, want 1234", got)
+	}
+}
+
+// TestStormClientTriple: the storm client's h2c mode against the Triple echo provider (the HTTP/2
+// codec Stormgate runs): every connection's PING is acked; and its reading of a server's frames.
+func TestStormClientTriple(t *testing.T) {
+	prov, err := peer.StartTripleEcho(peer.TripleConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prov.Close()
+	rep, err := stormClient(netip.MustParseAddrPort(prov.Addr()), 300, 10*time.Second, protoTriple)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Connected != 300 || rep.Answered != 300 || len(rep.Failures) != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+
+	settings := h2.AppendSettings(nil, h2.Setting{ID: h2.SettingMaxConcurrentStreams, Val: 100})
+	ack := h2.AppendPing(nil, true, stormPing)
+	for _, tc := range []struct {
+		name   string
+		answer []byte
+		done   bool
+		why    string
+	}{
+		{"settings then the ack", append(append([]byte(nil), settings...), ack...), true, ""},
+		{"the ack cut short", append(append([]byte(nil), settings...), ack[:12]...), false, ""},
+		{"another PING's ack", h2.AppendPing(nil, true, [8]byte{1}), false, ""},
+		{"the PING itself, not acked", h2.AppendPing(nil, false, stormPing), false, ""},
+		{"GOAWAY", h2.AppendGoAway(nil, 0, h2.ErrCodeRefusedStream, ""), false, "GOAWAY"},
+		{"not HTTP/2", []byte("HTTP/1.1 400 Bad Request\r\n\r\n"), false, "not HTTP/2"},
+	} {
+		if done, why := stormH2Settled(tc.answer); done != tc.done || why != tc.why {
+			t.Errorf("%s: done %v why %q, want %v %q", tc.name, done, why, tc.done, tc.why)
+		}
 	}
 }

@@ -128,8 +128,8 @@ func (p *reporter) fleetVerdicts() {
 // updateSections replaces, in the doc at path, the sections that the scenarios in r have of
 // their own (fleet; restart, with its summary rows and its plot), keeping everything else.
 func updateSections(r *Results, path, imgDir string) error {
-	if r.Fleet == nil && r.Restart == nil && r.TripleIdle == nil && r.TriplePing == nil && r.TripleForward == nil && r.TripleRestart == nil {
-		return errors.New("--update-section: only the fleet, restart and triple-* scenarios have sections of their own; run one of them (--scenarios fleet, restart or triple-idle,triple-ping,triple-forward,triple-restart)")
+	if r.Fleet == nil && r.Restart == nil && r.TripleIdle == nil && r.TriplePing == nil && r.TripleForward == nil && r.TripleRestart == nil && r.TripleStorm == nil {
+		return errors.New("--update-section: only the fleet, restart and triple-* scenarios have sections of their own; run one of them (--scenarios fleet, restart or triple-idle,triple-ping,triple-forward,triple-restart,triple-storm)")
 	}
 	old, err := os.ReadFile(path)
 	if err != nil {

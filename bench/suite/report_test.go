@@ -280,6 +280,7 @@ func TestUpdateRestartSection(t *testing.T) {
 	only := fixture(2)
 	only.Command = "bash bench/run.sh --scenarios restart --update-section"
 	only.Idle, only.Latency, only.Throughput, only.Storm, only.Micro, only.Fleet = nil, nil, nil, nil, nil, nil
+	only.TripleIdle, only.TriplePing, only.TripleForward, only.TripleRestart, only.TripleStorm = nil, nil, nil, nil, nil
 	only.Restart.Rows[2].Errors, only.Restart.Rows[2].InsideAtKill = 7, 4
 	for range 2 {
 		if err := updateSections(only, path, filepath.Join(dir, "img")); err != nil {

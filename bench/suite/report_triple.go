@@ -16,7 +16,20 @@ const (
 // are left out of a run without them).
 func (p *reporter) tripleRan() bool {
 	r := p.r
-	return r.TripleIdle != nil || r.TriplePing != nil || r.TripleForward != nil || r.TripleRestart != nil
+	return r.TripleIdle != nil || r.TriplePing != nil || r.TripleForward != nil || r.TripleRestart != nil || r.TripleStorm != nil
+}
+
+// tripleStormRows are the Triple storm's rows, HAProxy and Stormgate.
+func (p *reporter) tripleStormRows() []targetRow[StormRow] {
+	var rows []targetRow[StormRow]
+	for _, tg := range []string{haproxy, stormgate} {
+		var x *StormRow
+		if r := p.r.TripleStorm; r != nil {
+			x = find(r.Rows, func(sr *StormRow) bool { return sr.Target == tg && sr.Error == "" })
+		}
+		rows = append(rows, targetRow[StormRow]{tg, x})
+	}
+	return rows
 }
 
 func (p *reporter) tripleIdleRow(tg string) *IdleRow {
@@ -131,7 +144,21 @@ func (p *reporter) tripleSummaryRows() []sumRow {
 		}
 		rows = append(rows, row)
 	}
-	return rows
+
+	st := sumRow{figure: fmt.Sprintf("Triple: accept storm of %s h2c connections at once: listen overflows", count(uint64(p.r.Options.StormConns))),
+		d: "–", h: na, s: na, target: "Stormgate 0"}
+	for _, x := range p.tripleStormRows() {
+		if x.X == nil {
+			continue
+		}
+		v := count(x.X.ListenOverflows) + " (first PING ack p99 " + firstP99(x.X) + ")"
+		if x.Target == haproxy {
+			st.h = v
+		} else {
+			st.s, st.known, st.ok = v, true, x.X.ListenOverflows == 0
+		}
+	}
+	return append(rows, st)
 }
 
 func (p *reporter) tripleSection() {
@@ -155,6 +182,8 @@ func (p *reporter) tripleSection() {
 		PingTarget                   float64
 		Fwd                          []fwdRow
 		Kill, Graceful               []targetRow[RestartRow]
+		Storm                        []targetRow[StormRow]
+		StormResult                  *StormResult
 		SG                           string
 		Restart                      *RestartResult
 		Commands                     []string
@@ -203,6 +232,12 @@ func (p *reporter) tripleSection() {
 		}
 	}
 	d.Kill, d.Graceful = p.tripleRestartRows(false), p.tripleRestartRows(true)
+	d.Storm, d.StormResult = p.tripleStormRows(), p.r.TripleStorm
+	for _, x := range d.Storm {
+		if x.X != nil {
+			d.Commands = append(d.Commands, x.X.Command)
+		}
+	}
 	for _, x := range d.Kill {
 		if x.X != nil {
 			d.Commands = append(d.Commands, x.X.Command)

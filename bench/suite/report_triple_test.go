@@ -50,6 +50,11 @@ func addTripleFixture(r *Results, k float64) {
 		}
 		r.TripleRestart.Rows, r.TripleRestart.Graceful = append(r.TripleRestart.Rows, row), append(r.TripleRestart.Graceful, g)
 	}
+	r.TripleStorm = &StormResult{Conns: 10000, Somaxconn: 4096, HARate: 2000, SGRate: 2000, SGBurst: 500}
+	for i, tg := range []string{haproxy, stormgate} {
+		r.TripleStorm.Rows = append(r.TripleStorm.Rows, StormRow{Target: tg, Command: "ip netns exec $NS suite storm-client --protocol triple", Opened: 10000,
+			HBAnswered: 10000, ListenOverflows: uint64(k * []float64{3000, 0}[i]), FirstP50ms: 100 * k, FirstP99ms: k * []float64{3000, 700}[i], FirstMaxMs: 900 * k})
+	}
 }
 
 // TestTripleReport: the Triple section and summary rows say what the fixture measured, with
@@ -70,6 +75,8 @@ func TestTripleReport(t *testing.T) {
 		"| SIGKILL | Stormgate | 24,000 | 23,995 | 5 |",
 		"| SIGTERM | HAProxy | 24,000 | 20,000 | 100 |",
 		"### Triple: forwarding Echo, 2,000 conns, 4,000 calls/s (dubbo-go Triple provider)",
+		"| Triple: accept storm of 10,000 h2c connections at once: listen overflows | – | 3,000 (first PING ack p99 3,000 ms) | 0 (first PING ack p99 700 ms) | Stormgate 0 | **met** |",
+		"| Stormgate | 0 | 0 | 0 | 10,000 | 0 | 10,000 | 0 |",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("doc lacks %q", want)
@@ -81,7 +88,7 @@ func TestTripleReport(t *testing.T) {
 
 	// A run with only some Triple scenarios says what was not measured.
 	r := fixture(1)
-	r.TriplePing, r.TripleForward, r.TripleRestart = nil, nil, nil
+	r.TriplePing, r.TripleForward, r.TripleRestart, r.TripleStorm = nil, nil, nil, nil
 	q := &reporter{r: r, img: "img"}
 	doc = q.markdown()
 	if q.err != nil {
@@ -124,7 +131,7 @@ func TestTripleSectionUpdate(t *testing.T) {
 	}
 	var rows []int
 	for _, key := range []string{"| Triple: provider CPU", "| Triple: Stormgate CPU per PING", "| Triple: proxy CPU per unary call at 2,000",
-		"| Triple: proxy CPU per unary call at 10,000", "| Triple: provider SIGKILL", "| Triple: provider graceful"} {
+		"| Triple: proxy CPU per unary call at 10,000", "| Triple: provider SIGKILL", "| Triple: provider graceful", "| Triple: accept storm"} {
 		if strings.Count(once, key) != 1 {
 			t.Fatalf("summary row %q is in the doc %d times", key, strings.Count(once, key))
 		}

@@ -37,6 +37,7 @@ type Results struct {
 	TriplePing    *HeartbeatResult `json:"triple_ping,omitempty"`
 	TripleForward *ForwardResult   `json:"triple_forward,omitempty"`
 	TripleRestart *RestartResult   `json:"triple_restart,omitempty"`
+	TripleStorm   *StormResult     `json:"triple_storm,omitempty"`
 
 	// Profiles are the CPU profiles taken during the run (quiet, heartbeat, idle, forward,
 	// throughput), each with its scenario key and target.

@@ -27,6 +27,19 @@ var stormCounters = []string{"ListenOverflows", "ListenDrops", "TCPSynRetrans", 
 // Stormgate runs first with its shipped admission defaults; HAProxy is then given the same total
 // session rate and the same total backlog.
 func (s *Suite) runStorm(ctx context.Context) (*StormResult, error) {
+	return s.storm(ctx, fastProvider, []string{stormgate, haproxy, baseline}, []string{baseline, haproxy, stormgate})
+}
+
+// runTripleStorm is runStorm for Triple: StormConns h2c connections, each sending the client
+// preface, SETTINGS and a PING and settled by the PING's ack, at HAProxy (HTTP/2) and Stormgate
+// in front of dubbo-go's Triple provider. The baseline listener speaks only Dubbo.
+func (s *Suite) runTripleStorm(ctx context.Context) (*StormResult, error) {
+	return s.storm(ctx, dubboGoTriple, []string{stormgate, haproxy}, []string{haproxy, stormgate})
+}
+
+// storm runs the targets in runOrder (Stormgate first: HAProxy is given its admission rate) in
+// front of a provider of provKind, and reports them in rowOrder.
+func (s *Suite) storm(ctx context.Context, provKind string, runOrder, rowOrder []string) (*StormResult, error) {
 	o := s.opt
 	ns, err := createNetns(ctx, fmt.Sprintf("sgbench-%d", os.Getpid()), o.StormSomaxconn)
 	if err != nil {
@@ -37,8 +50,8 @@ func (s *Suite) runStorm(ctx context.Context) (*StormResult, error) {
 		SynBacklog: ns.sysctl(ctx, "net.ipv4.tcp_max_syn_backlog"), Syncookies: ns.sysctl(ctx, "net.ipv4.tcp_syncookies"),
 		AcceptDelay: o.StormAcceptDelay, BaseBacklog: o.StormBacklog, HABacklog: o.StormSomaxconn}
 	rows := map[string]StormRow{}
-	for _, tg := range []string{stormgate, haproxy, baseline} {
-		row, err := s.stormTarget(ctx, ns, tg, res)
+	for _, tg := range runOrder {
+		row, err := s.stormTarget(ctx, ns, tg, provKind, res)
 		if err != nil {
 			s.logf("  storm %s: %v", tg, err)
 			row.Error = err.Error()
@@ -50,7 +63,7 @@ func (s *Suite) runStorm(ctx context.Context) (*StormResult, error) {
 			break
 		}
 	}
-	for _, tg := range []string{baseline, haproxy, stormgate} {
+	for _, tg := range rowOrder {
 		if r, ok := rows[tg]; ok {
 			res.Rows = append(res.Rows, r)
 		}
@@ -60,7 +73,7 @@ func (s *Suite) runStorm(ctx context.Context) (*StormResult, error) {
 
 var admissionLogRe = regexp.MustCompile(`"accept_rate":([\d.]+),"accept_burst":(\d+)`)
 
-func (s *Suite) stormTarget(ctx context.Context, ns *stormNetns, tg string, res *StormResult) (StormRow, error) {
+func (s *Suite) stormTarget(ctx context.Context, ns *stormNetns, tg, provKind string, res *StormResult) (StormRow, error) {
 	o := s.opt
 	row := StormRow{Target: tg}
 	var pids []int
@@ -78,7 +91,7 @@ func (s *Suite) stormTarget(ctx context.Context, ns *stormNetns, tg string, res 
 		}
 		pids = []int{p.PID}
 	default:
-		prov, err := s.startProvider(ctx, fastProvider, stormProviderPort, ns.Name)
+		prov, err := s.startProvider(ctx, provKind, stormProviderPort, ns.Name)
 		if err != nil {
 			return row, err
 		}
@@ -121,8 +134,12 @@ func (s *Suite) stormTarget(ctx context.Context, ns *stormNetns, tg string, res 
 	const clients = 2
 	startAt := time.Now().Add(time.Second).UnixNano()
 	target := fmt.Sprintf("127.0.0.1:%d", stormTargetPort)
-	row.Command = fmt.Sprintf("ip netns exec $NS suite storm-client --target $%s --conns %d --timeout 20s   # ×%d, started together",
-		targetVar(tg), o.StormConns/clients, clients)
+	proto := protoDubbo
+	if provKind == dubboGoTriple {
+		proto = protoTriple
+	}
+	row.Command = fmt.Sprintf("ip netns exec $NS suite storm-client --protocol %s --target $%s --conns %d --timeout 20s   # ×%d, started together",
+		proto, targetVar(tg), o.StormConns/clients, clients)
 	before, err := netstat(pids[0])
 	if err != nil {
 		return row, err
@@ -136,7 +153,7 @@ func (s *Suite) stormTarget(ctx context.Context, ns *stormNetns, tg string, res 
 			n += o.StormConns % clients
 		}
 		p, err := s.start(ctx, procSpec{name: fmt.Sprintf("storm-client%d-%s", i, tg), netns: ns.Name, bound: time.Minute,
-			argv: []string{s.bins.self, "storm-client", "--target", target, "--conns", strconv.Itoa(n),
+			argv: []string{s.bins.self, "storm-client", "--protocol", proto, "--target", target, "--conns", strconv.Itoa(n),
 				"--start-at", strconv.FormatInt(startAt, 10), "--timeout", stormTimeout.String()},
 			onLine: func(line string) {
 				if !strings.HasPrefix(line, "{") {

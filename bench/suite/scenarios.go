@@ -37,6 +37,7 @@ var scenarios = []scenario{
 	{name: "triple-ping", update: updateTripleSection, dubboGo: true, run: into((*Suite).runTriplePing, func(r *Results) **HeartbeatResult { return &r.TriplePing })},
 	{name: "triple-forward", update: updateTripleSection, haproxy: true, dubboGo: true, run: into((*Suite).runTripleForward, func(r *Results) **ForwardResult { return &r.TripleForward })},
 	{name: "triple-restart", update: updateTripleSection, haproxy: true, dubboGo: true, run: into((*Suite).runTripleRestart, func(r *Results) **RestartResult { return &r.TripleRestart })},
+	{name: "triple-storm", update: updateTripleSection, haproxy: true, dubboGo: true, run: into((*Suite).runTripleStorm, func(r *Results) **StormResult { return &r.TripleStorm })},
 	{name: "fleet", update: updateFleetSection, run: into((*Suite).runFleet, func(r *Results) **FleetResult { return &r.Fleet })},
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stormgate/stormgate/internal/connstorm"
 	"github.com/stormgate/stormgate/loadgen/hist"
 	"github.com/stormgate/stormgate/proxy/dubbo"
+	"github.com/stormgate/stormgate/proxy/h2"
 )
 
 // stormReport is one storm client's result; reports of several clients merge exactly.
@@ -53,7 +54,11 @@ func cmdStormClient(args []string) error {
 	conns := fs.Int("conns", 5000, "connections to open at once")
 	startAt := fs.Int64("start-at", 0, "Unix time in ns to start at (several clients start together); 0 = now")
 	timeout := fs.Duration("timeout", 20*time.Second, "give up on connections not answered by then")
+	proto := fs.String("protocol", protoDubbo, "dubbo: a heartbeat, answered; triple: the h2c preface, SETTINGS and a PING, acked")
 	_ = fs.Parse(args)
+	if *proto != protoDubbo && *proto != protoTriple {
+		return fmt.Errorf("storm-client: --protocol %q: want dubbo or triple", *proto)
+	}
 	ap, err := netip.ParseAddrPort(*target)
 	if err != nil || !ap.Addr().Is4() {
 		return fmt.Errorf("storm-client: --target wants an IPv4 ip:port, got %q", *target)
@@ -64,7 +69,7 @@ func cmdStormClient(args []string) error {
 	if *startAt > 0 {
 		time.Sleep(time.Until(time.Unix(0, *startAt)))
 	}
-	rep, err := stormClient(ap, *conns, *timeout)
+	rep, err := stormClient(ap, *conns, *timeout, *proto)
 	if err != nil {
 		return err
 	}
@@ -72,10 +77,15 @@ func cmdStormClient(args []string) error {
 }
 
 // stormClient is one client's storm: internal/connstorm with a Dubbo heartbeat as the first request
-// and its answer's header checked, every connection kept open until all are settled.
-func stormClient(ap netip.AddrPort, n int, timeout time.Duration) (*stormReport, error) {
-	res, err := connstorm.Run(connstorm.Spec{Target: ap, Count: n, Request: dubbo.AppendHeartbeatRequest(nil, 1),
-		AnswerLen: dubbo.HeaderLen + 1, Check: checkDubboAnswer, Deadline: timeout})
+// and its answer's header checked (protoTriple: an h2c client's preface, empty SETTINGS and a PING,
+// settled by the PING's ack), every connection kept open until all are settled.
+func stormClient(ap netip.AddrPort, n int, timeout time.Duration, proto string) (*stormReport, error) {
+	spec := connstorm.Spec{Target: ap, Count: n, Request: dubbo.AppendHeartbeatRequest(nil, 1),
+		AnswerLen: dubbo.HeaderLen + 1, Check: checkDubboAnswer, Deadline: timeout}
+	if proto == protoTriple {
+		spec.Request, spec.AnswerLen, spec.Check, spec.Settled = stormH2Request(), stormH2MaxAnswer, nil, stormH2Settled
+	}
+	res, err := connstorm.Run(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -98,4 +108,42 @@ func checkDubboAnswer(a []byte) string {
 		return "not a Dubbo answer"
 	}
 	return ""
+}
+
+// stormPing is the payload of the storm's PING.
+var stormPing = [8]byte{'s', 't', 'o', 'r', 'm', 'p', 'n', 'g'}
+
+// stormH2MaxAnswer bounds what a server may send before it acks the storm's PING: its SETTINGS,
+// its ack of the client's, a WINDOW_UPDATE, the PING's ack, with room to spare.
+const stormH2MaxAnswer = 1024
+
+// stormH2Request is what an h2c consumer sends first: the preface, its SETTINGS (none changed)
+// and, here, a PING, whose ack is the storm's answer.
+func stormH2Request() []byte {
+	b := append([]byte(nil), h2.ClientPreface...)
+	b = h2.AppendSettings(b)
+	return h2.AppendPing(b, false, stormPing)
+}
+
+// stormH2Settled reads the server's frames so far: done at the ack of the storm's PING, failed
+// at a GOAWAY or anything that is not HTTP/2.
+func stormH2Settled(a []byte) (bool, string) {
+	for len(a) >= h2.FrameHeaderLen {
+		h, ok := h2.ParseFrameHeader(a)
+		if !ok || h.Length > stormH2MaxAnswer {
+			return false, "not HTTP/2"
+		}
+		if len(a) < h.FrameLen() {
+			return false, ""
+		}
+		payload := a[h2.FrameHeaderLen:h.FrameLen()]
+		switch {
+		case h.Type == h2.FrameGoAway:
+			return false, "GOAWAY"
+		case h.Type == h2.FramePing && h.Flags.Has(h2.FlagAck) && string(payload) == string(stormPing[:]):
+			return true, ""
+		}
+		a = a[h.FrameLen():]
+	}
+	return false, ""
 }

@@ -40,6 +40,11 @@ type Spec struct {
 	// Check, if set, judges the answer's first AnswerLen bytes: "" when it is right, else the
 	// failure's name (counted as "answer: " + name).
 	Check func(answer []byte) string
+	// Settled, if set instead of Check, is asked after every read whether what came so far
+	// settles the connection (an answer of no fixed length: HTTP/2 frames until a PING's ack):
+	// done, or a failure's name; AnswerLen is then the most it may take (more fails as
+	// "answer: too long").
+	Settled func(answer []byte) (done bool, why string)
 	// ConnectTimeout and AnswerTimeout bound each connection from its connect(2): established within
 	// ConnectTimeout, answered within AnswerTimeout (0: no bound of that kind). Deadline bounds the
 	// whole storm from its start (0: none). At least one of AnswerTimeout and Deadline must be set.
@@ -259,11 +264,23 @@ func (r *run) handle(i int, events uint32, buf []byte, now time.Time) {
 			r.fail(i, KindAnswerClosed)
 			return
 		}
-		if r.spec.Check != nil {
+		if r.spec.Check != nil || r.spec.Settled != nil {
 			c.answer = append(c.answer, buf[:n]...)
 		}
 		c.got += n
-		if c.got < r.spec.AnswerLen {
+		if r.spec.Settled != nil {
+			done, why := r.spec.Settled(c.answer)
+			switch {
+			case why != "":
+				r.fail(i, "answer: "+why)
+				return
+			case !done && c.got >= r.spec.AnswerLen:
+				r.fail(i, "answer: too long")
+				return
+			case !done:
+				return
+			}
+		} else if c.got < r.spec.AnswerLen {
 			return
 		}
 		if r.spec.Check != nil {

@@ -146,3 +146,30 @@ func TestRefusesABadSpec(t *testing.T) {
 		}
 	}
 }
+
+// TestSettledAnswers: an answer of no fixed length settles when Settled says so, fails with its
+// reason, or fails as too long past AnswerLen.
+func TestSettledAnswers(t *testing.T) {
+	answer := []byte("0123456789abcdefg")
+	ap, _ := server(t, answer, "answer")
+	for _, tc := range []struct {
+		name      string
+		answerLen int
+		settled   func([]byte) (bool, string)
+		kind      string // "" = answered
+	}{
+		{"done at its end", 64, func(a []byte) (bool, string) { return bytes.HasSuffix(a, []byte("g")), "" }, ""},
+		{"wrong", 64, func(a []byte) (bool, string) { return false, "no g" }, "answer: no g"},
+		{"too long", 10, func(a []byte) (bool, string) { return false, "" }, "answer: too long"},
+	} {
+		res, err := Run(Spec{Target: ap, Count: 20, Request: []byte{1}, AnswerLen: tc.answerLen, Settled: tc.settled,
+			AnswerTimeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.kind == "" && (res.Answered != 20 || len(res.Failures) != 0) || tc.kind != "" && res.Failures[tc.kind] != 20 {
+			t.Errorf("%s: answered %d, failures %v", tc.name, res.Answered, res.Failures)
+		}
+		CloseAll(res.FDs)
+	}
+}
