@@ -270,7 +270,7 @@ func cmdRun(args []string) error {
 	fs.IntVar(&o.FleetNodes, "fleet-nodes", 5000, "fleet: xDS nodes against one control plane")
 	fs.IntVar(&o.FleetFailoverNodes, "fleet-failover-nodes", 2000, "fleet: xDS nodes against two replicas, one killed")
 	fs.IntVar(&o.FleetChanges, "fleet-changes", 3, "fleet: all-node changes timed")
-	updateSection := fs.Bool("update-section", false, "rewrite only the sections of the scenarios run (fleet, restart) in the existing doc, and keep the rest (make fleet)")
+	updateSection := fs.Bool("update-section", false, "rewrite only the sections of the scenarios run (fleet, restart, triple-*) in the existing doc, and keep the rest (make fleet)")
 	_ = fs.Parse(args)
 
 	o.Scenarios = strings.Split(scen, ",")
