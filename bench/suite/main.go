@@ -192,6 +192,7 @@ func cmdRender(args []string) error {
 	var d docFlags
 	d.register(fs)
 	out := fs.String("out", "bench/out", "output directory of the run")
+	updateSection := fs.Bool("update-section", false, "rewrite only the sections of the scenarios in the results (fleet, restart, triple-*) in the existing doc, as run --update-section does")
 	_ = fs.Parse(args)
 	if d.results == "" {
 		d.results = filepath.Join(*out, "results.json")
@@ -199,6 +200,9 @@ func cmdRender(args []string) error {
 	r, err := loadResults(d.results)
 	if err != nil {
 		return err
+	}
+	if *updateSection {
+		return updateSections(r, d.doc, d.img)
 	}
 	return writeReport(r, d.doc, d.img)
 }

@@ -84,7 +84,8 @@ func (p *reporter) tripleSummaryRows() []sumRow {
 		d:      pctCore(fIdle(d, provCPU)), h: pctCore(fIdle(h, provCPU)), s: pctCore(fIdle(s, provCPU)),
 		target: fmt.Sprintf("direct ÷ Stormgate ≥ %d×", targetTripleProvRatio),
 		known:  known, ok: ok, verdict: ratioStr + ": " + verdict(known, ok),
-		note: text("note-provider-cpu-floor", pctCore(fIdle(s, func(x *IdleRow) float64 { return x.ProviderIdleCPU }))),
+		note: text("note-triple-provider-floor", pctCore(fIdle(s, provCPU)), pctCore(fIdle(h, provCPU)),
+			pctCore(fIdle(d, provCPU)-fIdle(s, provCPU))),
 	})
 
 	r, du, tu, _ := p.triplePingRatio()
