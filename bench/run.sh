@@ -59,7 +59,8 @@ done
 # Every process may hold up to its hard fd limit (the load tool and the proxies need ~10,000+).
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-# The whole run is bounded: SIGINT after 30 minutes (a run takes 20-22; the throughput ladders climb
+# The whole run is bounded: SIGINT after 45 minutes (a run took 20-22 before the Triple scenarios, which
+# took 8 on their own; the throughput ladders climb
 # higher on a faster day), after which the suite kills its children, removes its network namespace and
 # keeps the partial results.json; SIGKILL a minute later.
 # The doc names the command that produced it: `make bench`, or this script with its arguments.
