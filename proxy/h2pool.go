@@ -214,6 +214,7 @@ func (u *h2Upstream) serve(ctx context.Context) error {
 // readLoop reads the provider's frames until the connection fails.
 func (u *h2Upstream) readLoop() error {
 	buf := make([]byte, 0, 64<<10) // more than a frame: Stormgate announces the default 16 KiB maximum
+	var d h2Delivery               // what this read owes consumers, written once at its end
 	for {
 		n, rerr := u.nc.Read(buf[len(buf):cap(buf)])
 		if n > 0 {
@@ -222,8 +223,9 @@ func (u *h2Upstream) readLoop() error {
 		buf = buf[:len(buf)+n]
 		off := 0
 		for {
-			k, err := u.step(buf[off:])
+			k, err := u.step(buf[off:], &d)
 			if err != nil {
+				d.flush()
 				return err
 			}
 			if k == 0 {
@@ -231,6 +233,7 @@ func (u *h2Upstream) readLoop() error {
 			}
 			off += k
 		}
+		d.flush()
 		buf = buf[:copy(buf, buf[off:])]
 		if rerr != nil {
 			return rerr
@@ -239,8 +242,8 @@ func (u *h2Upstream) readLoop() error {
 }
 
 // step handles one frame from the provider: the books under the pool's lock, then the delivery to the
-// consumer outside it.
-func (u *h2Upstream) step(b []byte) (int, error) {
+// consumer outside it, through d (written when the read's frames are all handled).
+func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
 	hp := u.hp
 	now := hp.p.srv.now()
 	var notes h2Notes
@@ -257,9 +260,9 @@ func (u *h2Upstream) step(b []byte) (int, error) {
 	if c != nil {
 		switch ev.Kind {
 		case h2.EventHeaders:
-			c.sess.answerHeaders(c, ev.Fields, ev.EndStream)
+			c.sess.answerHeaders(c, ev.Fields, ev.EndStream, d)
 		case h2.EventData:
-			hp.answerConsumed(c, c.sess.answerData(c, ev.Data, ev.EndStream))
+			hp.answerConsumed(c, c.sess.answerData(c, ev.Data, ev.EndStream, d))
 		case h2.EventReset:
 			if ev.ByPeer {
 				hp.answerConsumed(c, c.sess.reset(c, ev.Code))

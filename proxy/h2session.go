@@ -55,6 +55,11 @@ type h2Session struct {
 	final  bool            // the drain's final GOAWAY sent
 	stall  keepalive.Timer // the zero-window stall check (h2stall.go)
 
+	// Answer frames delivered by a provider connection's reader, written at the end of its read
+	// (h2deliver.go); pendQueued: a delivery will flush them.
+	pend       []byte
+	pendQueued bool
+
 	goingAway atomic.Bool     // a connection error's GOAWAY went to the writer: input is dropped, close follows
 	linger    keepalive.Timer // bounds how long the GOAWAY may wait in the writer (closeAfterGoAway)
 
@@ -284,7 +289,7 @@ func (h *h2Session) consumed(id uint32, n int) {
 func (h *h2Session) flushLocked() {
 	h.meter.sync(&h.sess.srv.m.h2, h2Consumer, h.conn.Counters())
 	if out := h.conn.Output(); len(out) > 0 {
-		h.sess.write(out)
+		h.writeLocked(out, nil)
 		h.conn.ClearOutput()
 	}
 }
@@ -297,10 +302,11 @@ func (h *h2Session) frames() []byte {
 }
 
 // send writes a batch from frames.
-func (h *h2Session) send(b []byte) {
-	if len(b) > 0 {
-		h.sess.write(b)
-	}
+func (h *h2Session) send(b []byte) { h.sendVia(b, nil) }
+
+// sendVia is send through a provider read's delivery (d non-nil: written at the end of the read).
+func (h *h2Session) sendVia(b []byte, d *h2Delivery) {
+	h.writeLocked(b, d)
 	if cap(b) <= spareKeep {
 		h.out = b[:0]
 	} else {
@@ -308,8 +314,9 @@ func (h *h2Session) send(b []byte) {
 	}
 }
 
-// answerHeaders hands the consumer a response head or trailers (end) from the provider.
-func (h *h2Session) answerHeaders(c *h2Call, fields []h2.HeaderField, end bool) {
+// answerHeaders hands the consumer a response head or trailers (end) from the provider, through the
+// provider read's delivery d.
+func (h *h2Session) answerHeaders(c *h2Call, fields []h2.HeaderField, end bool, d *h2Delivery) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c.done || h.closed {
@@ -326,7 +333,7 @@ func (h *h2Session) answerHeaders(c *h2Call, fields []h2.HeaderField, end bool) 
 	if end && err == nil {
 		h.answeredLocked(c, fields)
 	}
-	h.send(b)
+	h.sendVia(b, d)
 	c.headSent = true
 	if end || err != nil {
 		h.finishLocked(c)
@@ -335,8 +342,8 @@ func (h *h2Session) answerHeaders(c *h2Call, fields []h2.HeaderField, end bool) 
 
 // answerData hands the consumer DATA from the provider, as much as its windows take; the rest waits in
 // the call. It returns how many bytes left Stormgate's hands now (handed to the writer, or dropped), for
-// the provider's windows.
-func (h *h2Session) answerData(c *h2Call, data []byte, end bool) int {
+// the provider's windows. d is the provider read's delivery.
+func (h *h2Session) answerData(c *h2Call, data []byte, end bool, d *h2Delivery) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c.done || h.closed {
@@ -354,7 +361,7 @@ func (h *h2Session) answerData(c *h2Call, data []byte, end bool) int {
 	if end && err == nil && n == len(data) {
 		h.answeredLocked(c, nil)
 	}
-	h.send(b)
+	h.sendVia(b, d)
 	switch {
 	case err != nil: // the consumer reset the stream meanwhile: its EventReset ends the call
 		return len(data)
