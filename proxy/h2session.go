@@ -341,8 +341,9 @@ func (h *h2Session) answerHeaders(c *h2Call, fields []h2.HeaderField, end bool, 
 }
 
 // answerData hands the consumer DATA from the provider, as much as its windows take; the rest waits in
-// the call. It returns how many bytes left Stormgate's hands now (handed to the writer, or dropped), for
-// the provider's windows. d is the provider read's delivery.
+// the call. It returns how many bytes left the call now (handed to the writer, or to d, which hands them
+// to the writer at the end of the provider's read, or dropped), for the provider's windows. d is the
+// provider read's delivery.
 func (h *h2Session) answerData(c *h2Call, data []byte, end bool, d *h2Delivery) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
