@@ -219,14 +219,40 @@ const (
 	tripleEnd   = "<!-- section:triple end -->"
 )
 
-// updateTripleSection rewrites section 13 of doc and the summary's Triple rows when r measured
-// any Triple scenario.
+// tripleSubBegin and tripleSubEnd mark one Triple scenario's subsection inside section 13.
+func tripleSubBegin(name string) string { return "<!-- section:" + name + " begin -->" }
+func tripleSubEnd(name string) string   { return "<!-- section:" + name + " end -->" }
+
+// updateTripleSection rewrites, in doc, the subsections of section 13 and the summary rows of the
+// Triple scenarios r measured; the other scenarios' subsections and rows stay as they were (a run
+// of triple-forward alone leaves the restart rows of an earlier run in place).
 func updateTripleSection(p *reporter, doc, _ string) (string, error) {
 	if !p.tripleRan() {
 		return doc, nil
 	}
 	p.tripleSection()
-	doc = spliceSection(doc, tripleBegin, tripleEnd, strings.TrimRight(p.b.String(), "\n"))
-	doc = spliceSummaryRows(doc, p, p.tripleSummaryRows())
+	fresh := strings.TrimRight(p.b.String(), "\n")
+	var rows []sumRow
+	for _, x := range tripleParts {
+		if x.ran(p.r) {
+			rows = append(rows, x.rows(p)...)
+			continue
+		}
+		if old, ok := markedText(doc, tripleSubBegin(x.name), tripleSubEnd(x.name)); ok {
+			fresh = spliceSection(fresh, tripleSubBegin(x.name), tripleSubEnd(x.name), old)
+		}
+	}
+	doc = spliceSection(doc, tripleBegin, tripleEnd, fresh)
+	doc = spliceSummaryRows(doc, p, rows)
 	return doc, p.err
+}
+
+// markedText is doc's text from begin to end, both markers included, when it has them in that order.
+func markedText(doc, begin, end string) (string, bool) {
+	i := strings.Index(doc, begin)
+	j := strings.Index(doc, end)
+	if i < 0 || j < i {
+		return "", false
+	}
+	return doc[i : j+len(end)], true
 }

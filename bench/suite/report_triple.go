@@ -70,24 +70,49 @@ func (p *reporter) triplePingRatio() (ratio, dubboUs, tripleUs float64, pairs []
 	return p.r.TriplePing.ratioTo(armDubbo, armTriple)
 }
 
-// tripleSummaryRows are the Triple rows of the summary table (issue 27, acceptance 3).
+// tripleParts are the Triple scenarios in the order of their rows and subsections: each has a
+// subsection of section 13 between its own markers and its own summary rows, so that a run of some
+// of them (--update-section) rewrites theirs and keeps the others' (tripleSubsection).
+var tripleParts = []struct {
+	name string
+	ran  func(*Results) bool
+	rows func(*reporter) []sumRow
+}{
+	{"triple-idle", func(r *Results) bool { return r.TripleIdle != nil }, (*reporter).tripleIdleSummary},
+	{"triple-ping", func(r *Results) bool { return r.TriplePing != nil }, (*reporter).triplePingSummary},
+	{"triple-forward", func(r *Results) bool { return r.TripleForward != nil }, (*reporter).tripleFwdSummary},
+	{"triple-restart", func(r *Results) bool { return r.TripleRestart != nil }, (*reporter).tripleRestartSummary},
+	{"triple-storm", func(r *Results) bool { return r.TripleStorm != nil }, (*reporter).tripleStormSummary},
+}
+
+// tripleSummaryRows are the Triple rows of the summary table (issue 27, acceptance 3); none when no
+// Triple scenario ran.
 func (p *reporter) tripleSummaryRows() []sumRow {
 	if !p.tripleRan() {
 		return nil
 	}
 	var rows []sumRow
+	for _, x := range tripleParts {
+		rows = append(rows, x.rows(p)...)
+	}
+	return rows
+}
+
+func (p *reporter) tripleIdleSummary() []sumRow {
 	d, h, s := p.tripleIdleRow(direct), p.tripleIdleRow(haproxy), p.tripleIdleRow(stormgate)
 	provCPU := func(x *IdleRow) float64 { return x.ProviderCPU }
 	ratioStr, ok, known := p.provRatio(fIdle(d, provCPU), s)
-	rows = append(rows, sumRow{
+	return []sumRow{{
 		figure: fmt.Sprintf("Triple: provider CPU, %s idle h2c consumers PINGing every 10 s (dubbo-go Triple provider)", count(uint64(p.r.Options.IdleConns))),
 		d:      pctCore(fIdle(d, provCPU)), h: pctCore(fIdle(h, provCPU)), s: pctCore(fIdle(s, provCPU)),
 		target: fmt.Sprintf("direct ÷ Stormgate ≥ %d×", targetTripleProvRatio),
 		known:  known, ok: ok, verdict: ratioStr + ": " + verdict(known, ok),
 		note: text("note-triple-provider-floor", pctCore(fIdle(s, provCPU)), pctCore(fIdle(h, provCPU)),
 			pctCore(fIdle(d, provCPU)-fIdle(s, provCPU))),
-	})
+	}}
+}
 
+func (p *reporter) triplePingSummary() []sumRow {
 	r, du, tu, _ := p.triplePingRatio()
 	pr := sumRow{
 		figure: "Triple: Stormgate CPU per PING ÷ its CPU per Dubbo heartbeat (median of alternating rounds)",
@@ -98,8 +123,11 @@ func (p *reporter) tripleSummaryRows() []sumRow {
 		pr.verdict = num(r, 2) + "×: " + verdict(true, pr.ok)
 		pr.note = text("note-ping-ratio", pctOver(r, targetPingRatio), p.profileWhyTarget(profileTriplePing, armTriple, armDubbo, "the Dubbo arm"))
 	}
-	rows = append(rows, pr)
+	return []sumRow{pr}
+}
 
+func (p *reporter) tripleFwdSummary() []sumRow {
+	var rows []sumRow
 	for _, l := range p.r.Options.FwdLoads {
 		hv, sv := p.tripleFwdRow(haproxy, l).median(), p.tripleFwdRow(stormgate, l).median()
 		row := sumRow{
@@ -114,7 +142,11 @@ func (p *reporter) tripleSummaryRows() []sumRow {
 		}
 		rows = append(rows, row)
 	}
+	return rows
+}
 
+func (p *reporter) tripleRestartSummary() []sumRow {
+	var rows []sumRow
 	for _, graceful := range []bool{false, true} {
 		cells := map[string]string{}
 		var sg *RestartRow
@@ -145,7 +177,10 @@ func (p *reporter) tripleSummaryRows() []sumRow {
 		}
 		rows = append(rows, row)
 	}
+	return rows
+}
 
+func (p *reporter) tripleStormSummary() []sumRow {
 	st := sumRow{figure: fmt.Sprintf("Triple: accept storm of %s h2c connections at once: listen overflows", count(uint64(p.r.Options.StormConns))),
 		d: "–", h: na, s: na, target: "Stormgate 0"}
 	for _, x := range p.tripleStormRows() {
@@ -159,7 +194,7 @@ func (p *reporter) tripleSummaryRows() []sumRow {
 			st.s, st.known, st.ok = v, true, x.X.ListenOverflows == 0
 		}
 	}
-	return append(rows, st)
+	return []sumRow{st}
 }
 
 func (p *reporter) tripleSection() {
@@ -187,19 +222,24 @@ func (p *reporter) tripleSection() {
 		StormResult                  *StormResult
 		SG                           string
 		Restart                      *RestartResult
-		Commands                     []string
-		PingCommands, FwdCommands    []string
+		Marks                        map[string][2]string // each scenario's subsection markers
+		IdleCommands, PingCommands   []string
+		FwdCommands, RestartCommands []string
+		StormCommands                []string
 		NotCounted                   float64
 		TripleMethod, Arg, Windows   string
 	}{Begin: tripleBegin, End: tripleEnd, Command: p.r.Command, Started: p.r.Started.UTC().Format("2006-01-02 15:04"),
 		ByOther: p.r.Command != "make bench", Opt: p.r.Options, DubboGo: p.r.Machine.DubboGo, Direct: direct, Ping: p.r.TriplePing, PingTarget: targetPingRatio,
 		SG: stormgate, Restart: p.r.TripleRestart, NotCounted: notCounted, TripleMethod: tripleMethod, Arg: fwdArg,
-		Windows: fmt.Sprint(p.r.Options.FwdWindows)}
+		Windows: fmt.Sprint(p.r.Options.FwdWindows), Marks: map[string][2]string{}}
+	for _, x := range tripleParts {
+		d.Marks[x.name] = [2]string{tripleSubBegin(x.name), tripleSubEnd(x.name)}
+	}
 	for _, tg := range targets {
 		x := p.tripleIdleRow(tg)
 		d.Idle = append(d.Idle, targetRow[IdleRow]{tg, x})
 		if x != nil {
-			d.Commands = append(d.Commands, x.Command)
+			d.IdleCommands = append(d.IdleCommands, x.Command)
 		}
 	}
 	if d.Ping != nil {
@@ -236,12 +276,12 @@ func (p *reporter) tripleSection() {
 	d.Storm, d.StormResult = p.tripleStormRows(), p.r.TripleStorm
 	for _, x := range d.Storm {
 		if x.X != nil {
-			d.Commands = append(d.Commands, x.X.Command)
+			d.StormCommands = append(d.StormCommands, x.X.Command)
 		}
 	}
 	for _, x := range d.Kill {
 		if x.X != nil {
-			d.Commands = append(d.Commands, x.X.Command)
+			d.RestartCommands = append(d.RestartCommands, x.X.Command)
 		}
 	}
 	p.exec("triple", d)

@@ -163,3 +163,57 @@ func withoutTriple(doc string) string {
 	}
 	return strings.TrimSpace(doc)
 }
+
+// TestTripleSectionPartialUpdate: a run of one Triple scenario rewrites its subsection and its
+// summary rows and keeps the other scenarios' from the run before (a triple-forward run alone wiped
+// the restart, storm, idle and PING figures of the run before it).
+func TestTripleSectionPartialUpdate(t *testing.T) {
+	before, err := os.ReadFile("../../docs/benchmarks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := fixture(1)
+	all.Command = "bash bench/run.sh --scenarios triple-idle,triple-ping,triple-forward,triple-restart,triple-storm --update-section"
+	full, err := updateTripleSection(&reporter{r: all, img: "img"}, string(before), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := fixture(2)
+	fwd.Command = "bash bench/run.sh --scenarios triple-forward --update-section"
+	fwd.TripleIdle, fwd.TriplePing, fwd.TripleRestart, fwd.TripleStorm = nil, nil, nil, nil
+	part, err := updateTripleSection(&reporter{r: fwd, img: "img"}, full, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range tripleParts {
+		was, ok1 := markedText(full, tripleSubBegin(x.name), tripleSubEnd(x.name))
+		is, ok2 := markedText(part, tripleSubBegin(x.name), tripleSubEnd(x.name))
+		if !ok1 || !ok2 {
+			t.Fatalf("subsection %s is not between its markers (before %v, after %v)", x.name, ok1, ok2)
+		}
+		if changed := was != is; changed != (x.name == "triple-forward") {
+			t.Errorf("subsection %s changed: %v; want a change only for triple-forward", x.name, changed)
+		}
+		if x.name == "triple-forward" && !strings.Contains(is, "Measured by `"+fwd.Command+"`") {
+			t.Errorf("the rewritten subsection does not say which run measured it:\n%s", is)
+		}
+	}
+	rowsOf := func(doc, prefix string) []string {
+		var out []string
+		for _, l := range strings.Split(doc, "\n") {
+			if strings.HasPrefix(l, prefix) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	for _, key := range []string{"| Triple: provider CPU", "| Triple: Stormgate CPU per PING", "| Triple: provider SIGKILL",
+		"| Triple: provider graceful", "| Triple: accept storm"} {
+		if a, b := rowsOf(full, key), rowsOf(part, key); len(b) != 1 || a[0] != b[0] {
+			t.Errorf("summary row %q changed or doubled: %q -> %q", key, a, b)
+		}
+	}
+	if a, b := rowsOf(full, "| Triple: proxy CPU per unary call"), rowsOf(part, "| Triple: proxy CPU per unary call"); len(b) != 2 || slices.Equal(a, b) {
+		t.Errorf("the forward rows were not rewritten once each: %q -> %q", a, b)
+	}
+}
