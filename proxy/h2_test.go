@@ -85,11 +85,15 @@ func (l *killableListener) kill() int {
 }
 
 // grpcProvider is a grpc-go server that echoes each request message (after x-sleep-ms), or answers the
-// status named by an x-status header; it keeps the most calls it ran at once.
+// status named by an x-status header; it keeps the most calls it ran at once. A call's x-key header is
+// recorded when its handler starts, and a key seen twice counted (a call run twice); x-recv-delay-ms
+// makes it wait that long before reading each message (a provider that reads slowly).
 type grpcProvider struct {
 	*killableListener
 	srv               *grpc.Server
 	active, maxActive atomic.Int64
+	keys              sync.Map // x-key -> struct{}
+	runTwice          atomic.Int64
 }
 
 func startGRPCProvider(t *testing.T, opts ...grpc.ServerOption) *grpcProvider {
@@ -112,6 +116,16 @@ func startGRPCProviderAt(t *testing.T, addr string, opts ...grpc.ServerOption) *
 		for m := gp.maxActive.Load(); n > m && !gp.maxActive.CompareAndSwap(m, n); m = gp.maxActive.Load() {
 		}
 		md, _ := metadata.FromIncomingContext(ss.Context())
+		if v := md.Get("x-key"); len(v) > 0 {
+			if _, seen := gp.keys.LoadOrStore(v[0], struct{}{}); seen {
+				gp.runTwice.Add(1)
+			}
+		}
+		var recvDelay time.Duration
+		if v := md.Get("x-recv-delay-ms"); len(v) > 0 {
+			ms, _ := strconv.Atoi(v[0])
+			recvDelay = time.Duration(ms) * time.Millisecond
+		}
 		if v := md.Get("x-sleep-ms"); len(v) > 0 {
 			ms, _ := strconv.Atoi(v[0])
 			time.Sleep(time.Duration(ms) * time.Millisecond)
@@ -131,6 +145,7 @@ func startGRPCProviderAt(t *testing.T, addr string, opts ...grpc.ServerOption) *
 		}
 		for {
 			var msg []byte
+			time.Sleep(recvDelay)
 			if err := ss.RecvMsg(&msg); err == io.EOF {
 				return nil
 			} else if err != nil {
@@ -787,6 +802,7 @@ func h2cTransport(addr string) *http2.Transport {
 // h2Outcome is what a unary call through Stormgate got.
 type h2Outcome struct {
 	ok, unavailable, cancelled bool
+	cut                        bool // a gRPC client saw the answer end inside a message
 	detail                     string
 }
 
