@@ -20,9 +20,10 @@ import (
 // consumers before their run ended is logged: on a busy machine it takes longer to queue their bound;
 // proxy's TestH2StalledConsumerBound checks the bound itself.)
 //
-// Their p99 beside the 20 against without them (measured one run after the other) is logged, not yet
-// bounded: the acceptance asks at most 2x + 5 ms, and this machine measures 0.15-0.19 s against 1.5 ms
-// (docs/design.md, "A slow HTTP/2 consumer"). Before the waiting calls were served round robin it was
+// Their p99 beside the 20 against without them (measured one run after the other) is logged, not
+// bounded: the acceptance asks at most 2x + 5 ms, and this machine measures 0.15-0.25 s against 1.5 ms,
+// where direct consumers of the same provider see 0.43-0.45 s and HAProxy's 0.27-0.37 s (docs/design.md,
+// "A slow HTTP/2 consumer", says what bounds it and the decision it needs). Before the waiting calls were served round robin it was
 // 0.6-0.7 s, and before a client Conn ignored frames on the streams it had reset, a provider connection
 // died of a PROTOCOL_ERROR and every call on it failed.
 //
