@@ -38,6 +38,9 @@ type TripleConfig struct {
 	Tamper func(n uint64, msg []byte) []byte
 	// MaxViolations is how many violation details are kept; the count is always exact. <= 0: 100.
 	MaxViolations int
+	// Kill is how Kill ends the connections (KillAbort, the zero value: a RST that proves nothing about
+	// what was read; KillClose: as a dying process's kernel closes them; KillAlternate).
+	Kill KillMode
 }
 
 // TripleStats is a snapshot of a TripleEcho's counters.
@@ -50,6 +53,7 @@ type TripleStats struct {
 	Pings          uint64 `json:"pings"`           // PINGs received (each answered), whoever sent them
 	LoadPings      uint64 `json:"load_pings"`      // of them, PINGs a load consumer sent (LoadPing): 0 behind Stormgate
 	ResetsReceived uint64 `json:"resets_received"` // RST_STREAMs received
+	Restarts       uint64 `json:"restarts"`
 	MaxOpenStreams int    `json:"max_open_streams"`
 	Violations     uint64 `json:"violations"`
 }
@@ -72,18 +76,28 @@ const TripleAnswerSizeHeader = "stormbench-answer-size"
 // provider's life (a call delivered twice). It counts every PING it receives and, apart, those carrying
 // a load consumer's mark (LoadPing): behind Stormgate that count must stay 0.
 //
-// Goroutines: one accept loop, one reader per connection, and one timer callback per delayed answer;
-// Close waits for all of them. All methods are safe for concurrent use.
+// Kill closes the listener and ends every connection, as a provider process that dies; Restart listens
+// again on the same address. Keys seen before a Kill still count: a call delivered before and after a
+// restart is a violation too.
+//
+// Goroutines: one accept loop while listening, one reader per connection, and one timer callback per
+// delayed answer; Kill waits for the first two, Close for all of them. All methods are safe for
+// concurrent use.
 type TripleEcho struct {
-	log     *zap.Logger
-	cfg     TripleConfig
-	ln      net.Listener
-	maxViol int
-	wg      sync.WaitGroup
+	log      *zap.Logger
+	cfg      TripleConfig
+	addr     string // the address listened on, the same after a Restart
+	maxViol  int
+	acceptWG sync.WaitGroup
+	connWG   sync.WaitGroup
+	timerWG  sync.WaitGroup
 
-	mu     sync.Mutex // guards conns and closed
-	conns  map[*tripleConn]struct{}
-	closed bool
+	mu       sync.Mutex   // guards ln, conns and closed
+	ln       net.Listener // nil while killed
+	conns    map[*tripleConn]struct{}
+	closed   bool
+	kills    atomic.Uint64
+	restarts atomic.Uint64
 
 	keysMu sync.Mutex
 	keys   sparseSet
@@ -113,16 +127,71 @@ func StartTripleEcho(cfg TripleConfig, log *zap.Logger) (*TripleEcho, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peer: triple echo listen %s: %w", cfg.Addr, err)
 	}
-	p := &TripleEcho{log: log, cfg: cfg, ln: ln, maxViol: cfg.MaxViolations, conns: make(map[*tripleConn]struct{})}
+	p := &TripleEcho{log: log, cfg: cfg, addr: ln.Addr().String(), maxViol: cfg.MaxViolations, conns: make(map[*tripleConn]struct{})}
 	if p.maxViol <= 0 {
 		p.maxViol = 100
 	}
-	p.wg.Go(p.acceptLoop)
+	p.mu.Lock()
+	p.serveLocked(ln)
+	p.mu.Unlock()
 	return p, nil
 }
 
-// Addr returns the listening address.
-func (p *TripleEcho) Addr() string { return p.ln.Addr().String() }
+// Addr returns the listening address (the same after a Restart).
+func (p *TripleEcho) Addr() string { return p.addr }
+
+// serveLocked starts the accept loop on ln (under mu).
+func (p *TripleEcho) serveLocked(ln net.Listener) {
+	p.ln = ln
+	p.acceptWG.Go(func() { p.acceptLoop(ln) })
+}
+
+// Kill closes the listener and ends every connection at once (Config.Kill says how), dropping what was
+// not written yet, and waits for the accept loop and the connections' readers. Connecting fails until
+// Restart; killing a killed provider does nothing.
+func (p *TripleEcho) Kill() {
+	p.mu.Lock()
+	ln := p.ln
+	p.ln = nil
+	p.mu.Unlock()
+	if ln == nil {
+		return
+	}
+	_ = ln.Close()
+	p.acceptWG.Wait()
+	closeLike := p.cfg.Kill == KillClose || (p.cfg.Kill == KillAlternate && p.kills.Load()%2 == 1)
+	p.mu.Lock()
+	cs := make([]*tripleConn, 0, len(p.conns))
+	for c := range p.conns {
+		cs = append(cs, c)
+	}
+	p.mu.Unlock()
+	for _, c := range cs {
+		c.abort(closeLike)
+	}
+	p.connWG.Wait()
+	p.kills.Add(1)
+	p.log.Info("triple echo provider killed")
+}
+
+// Restart listens again on the provider's address after Kill.
+func (p *TripleEcho) Restart() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return errors.New("peer: triple echo provider is closed")
+	case p.ln != nil:
+		return errors.New("peer: triple echo provider is already listening")
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return fmt.Errorf("peer: triple echo listen %s again: %w", p.addr, err)
+	}
+	p.serveLocked(ln)
+	p.restarts.Add(1)
+	return nil
+}
 
 // Stats returns the counters.
 func (p *TripleEcho) Stats() TripleStats {
@@ -133,7 +202,7 @@ func (p *TripleEcho) Stats() TripleStats {
 		ConnsAccepted: p.connsAccepted.Load(), ConnsOpen: p.connsOpen.Load(),
 		Requests: p.requests.Load(), Checked: p.checked.Load(), UniqueKeys: uint64(keys),
 		Pings: p.pings.Load(), LoadPings: p.loadPings.Load(), ResetsReceived: p.resets.Load(),
-		MaxOpenStreams: int(p.maxOpen.Load()), Violations: p.nviol.Load(),
+		MaxOpenStreams: int(p.maxOpen.Load()), Violations: p.nviol.Load(), Restarts: p.restarts.Load(),
 	}
 }
 
@@ -152,12 +221,18 @@ func (p *TripleEcho) Close() error {
 		return nil
 	}
 	p.closed = true
-	_ = p.ln.Close()
+	ln := p.ln
+	p.ln = nil
+	if ln != nil {
+		_ = ln.Close()
+	}
 	for c := range p.conns {
 		_ = c.nc.Close()
 	}
 	p.mu.Unlock()
-	p.wg.Wait()
+	p.acceptWG.Wait()
+	p.connWG.Wait()
+	p.timerWG.Wait()
 	return nil
 }
 
@@ -172,9 +247,9 @@ func (p *TripleEcho) violation(conn uint64, kind string, id uint32, detail strin
 	p.violMu.Unlock()
 }
 
-func (p *TripleEcho) acceptLoop() {
+func (p *TripleEcho) acceptLoop(ln net.Listener) {
 	for {
-		nc, err := p.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -188,13 +263,13 @@ func (p *TripleEcho) acceptLoop() {
 			InitialWindowSize:    p.cfg.InitialWindowSize,
 		})
 		p.mu.Lock()
-		if p.closed {
+		if p.ln != ln { // killed or closed while accepting
 			p.mu.Unlock()
 			_ = nc.Close()
 			return
 		}
 		p.conns[c] = struct{}{}
-		p.wg.Add(1)
+		p.connWG.Add(1)
 		p.mu.Unlock()
 		p.connsAccepted.Add(1)
 		p.connsOpen.Add(1)
@@ -234,7 +309,7 @@ func (c *tripleConn) serve() {
 		delete(p.conns, c)
 		p.mu.Unlock()
 		p.connsOpen.Add(-1)
-		p.wg.Done()
+		p.connWG.Done()
 	}()
 	c.mu.Lock()
 	err := c.flushLocked()
@@ -267,6 +342,18 @@ func (c *tripleConn) serve() {
 			return
 		}
 	}
+}
+
+// abort ends the connection for Kill: its reader sees the socket closed, and no delayed answer writes
+// any more. closeLike closes as a dying process's kernel does; else SO_LINGER 0 sends a RST at once.
+func (c *tripleConn) abort(closeLike bool) {
+	if tc, ok := c.nc.(*net.TCPConn); ok && !closeLike {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.nc.Close() // first: a write blocked under mu returns
+	c.mu.Lock()
+	c.dead = true
+	c.mu.Unlock()
 }
 
 // readLocked feeds whole frames to the Conn and handles their events; it returns how many bytes it
@@ -417,9 +504,9 @@ func (c *tripleConn) ended(id uint32, s *tripleStream) {
 		c.answer(id, s)
 		return
 	}
-	p.wg.Add(1)
+	p.timerWG.Add(1)
 	time.AfterFunc(p.cfg.Delay, func() {
-		defer p.wg.Done()
+		defer p.timerWG.Done()
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.dead || c.streams[id] != s {

@@ -3,6 +3,7 @@ package peer
 import (
 	"bytes"
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -106,4 +107,61 @@ func grpcToEcho(t *testing.T, cfg TripleConfig) (*TripleEcho, *grpc.ClientConn) 
 	}
 	t.Cleanup(func() { cc.Close() })
 	return p, cc
+}
+
+// Kill ends every connection and refuses new ones, as a provider process that dies; Restart listens on
+// the same address again, and keys seen before the kill still count: a body delivered before the kill
+// and again after the restart is a violation (a call run twice across a restart). Both kill modes, and
+// a call still in flight (Delay) when the provider is killed: its answer never goes out.
+func TestTripleEchoKillRestart(t *testing.T) {
+	for _, mode := range []KillMode{KillAbort, KillClose} {
+		p, cc := grpcToEcho(t, TripleConfig{Kill: mode, Delay: 200 * time.Millisecond})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		call := func(key uint64) error {
+			msg := AppendTripleBody(nil, key, 64)[GRPCPrefixLen:]
+			var resp []byte
+			return cc.Invoke(ctx, "/org.stormgate.Greeter/echo", &msg, &resp)
+		}
+		if err := call(1); err != nil {
+			t.Fatalf("mode %d, before the kill: %v", mode, err)
+		}
+		inFlight := make(chan error, 1)
+		go func() { inFlight <- call(2) }()
+		waitUntil(t, func() bool { return p.Stats().Checked == 2 }) // the provider has it, answer delayed
+		addr := p.Addr()
+		p.Kill()
+		if err := <-inFlight; status.Code(err) != codes.Unavailable {
+			t.Fatalf("mode %d: the call in flight at the kill got %v, want UNAVAILABLE", mode, err)
+		}
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			t.Fatalf("mode %d: a killed provider accepted a connection", mode)
+		}
+		if err := p.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if p.Addr() != addr {
+			t.Fatalf("restarted on %s, was %s", p.Addr(), addr)
+		}
+		next := uint64(100)
+		waitUntil(t, func() bool { next++; return call(next) == nil }) // grpc-go redials with backoff
+		if err := call(1); status.Code(err) == codes.OK {
+			t.Fatalf("mode %d: a body delivered before the kill was answered again after the restart", mode)
+		}
+		st := p.Stats()
+		if v := p.Violations(); st.Restarts != 1 || len(v) != 1 || v[0].Kind != "duplicate key" {
+			t.Fatalf("mode %d: %+v, violations %v; want 1 restart and one duplicate key", mode, st, v)
+		}
+		cancel()
+	}
+}
+
+// waitUntil polls cond for up to 10 s.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10 s")
+		}
+	}
 }

@@ -70,8 +70,9 @@ same HTTP/2 codec Stormgate runs): every unary call gets :status 200, its own co
 its request message and grpc-status 0. It records as violations a frame the codec rejects, a stream
 beyond --max-streams, a malformed head or message, a checked body that fails its check and a body
 delivered twice, and it counts the PINGs it receives, apart those stormbench load sent (load_pings:
-0 behind Stormgate, which answers consumers' PINGs itself). The bad-reading, kill and restart flags
-do not apply; SIGUSR1 and SIGUSR2 are ignored.
+0 behind Stormgate, which answers consumers' PINGs itself). --restart-every, --down, --kill and SIGUSR1
+kill and restart it as they do the Dubbo one (keys seen before a kill still count); the bad-reading
+flags do not apply, and SIGUSR2 is ignored.
 
 Signals: SIGUSR1 kill now and restart after --down; SIGUSR2 read normally for --calm (ends a
 stall; make soak sends it before each leak sample, so that no sample catches a slow spell's

@@ -252,6 +252,43 @@ func TestEchoProviderCommand(t *testing.T) {
 	}
 }
 
+// stormbench echo-provider --protocol triple is killed and restarted on schedule like the Dubbo one,
+// while a Triple load with checked bodies runs against it (reconnecting): the kills and restarts are
+// announced, every answer that came was the call's own, and no body was delivered twice.
+func TestTripleEchoProviderRestarts(t *testing.T) {
+	events, cancel, done := startEchoCommand(t, "--protocol", "triple", "--listen", "127.0.0.1:0",
+		"--restart-every", "400ms", "--down", "50ms", "--kill", "alternate", "--stats-every", "0")
+	defer cancel()
+	first := <-events
+	if first.Event != "listening" || first.Addr == "" {
+		t.Fatalf("first line %+v", first)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	res, err := loadgen.Run(ctx2, loadgen.Config{Protocol: loadgen.ProtocolTriple, Target: first.Addr, Conns: 4, Rate: 300,
+		Duration: 3 * time.Second, Timeout: 2 * time.Second, Reconnect: 20 * time.Millisecond, BodyMin: 16, BodyMax: 50000}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK == 0 || res.BodyMismatches != 0 || res.Reconnects == 0 {
+		t.Fatalf("ok %d mismatches %d reconnects %d", res.OK, res.BodyMismatches, res.Reconnects)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("echo-provider: %v", err)
+	}
+	seen := map[string]int{}
+	var final echoEvent
+	for e := range events {
+		seen[e.Event]++
+		final = e
+	}
+	if seen["killed"] == 0 || seen["restarted"] == 0 || final.Event != "final" || final.Triple == nil ||
+		final.Triple.Violations != 0 || final.Triple.Restarts == 0 || final.Triple.Requests == 0 {
+		t.Fatalf("events %v, final %+v, violations %v", seen, final.Triple, final.Violations)
+	}
+}
+
 // TestProviderInsideFileSurvivesKill: `provider --inside-file` leaves, after a SIGKILL,
 // the number of requests the process had read and not answered.
 func TestProviderInsideFileSurvivesKill(t *testing.T) {
