@@ -37,13 +37,13 @@ func writeReport(r *Results, docPath, imgDir string) error {
 }
 
 // Sections other runs write into the same doc, which make bench keeps as they are: the soak's
-// (`suite soak`) and the upgrade's (make upgrade-bench, issue 14).
+// (`suite soak`, Dubbo and Triple) and the upgrade's (make upgrade-bench, issue 14).
 const (
 	upgradeBegin = "<!-- upgrade:begin (make upgrade-bench writes the figures; make bench keeps this section) -->"
 	upgradeEnd   = "<!-- upgrade:end -->"
 )
 
-var keptSections = [][2]string{{soakBegin, soakEnd}, {upgradeBegin, upgradeEnd}}
+var keptSections = [][2]string{{soakBegin, soakEnd}, {soakTripleBegin, soakTripleEnd}, {upgradeBegin, upgradeEnd}}
 
 // keepSections puts the kept sections of the doc at path into the new doc.
 func keepSections(doc, path string) string {

@@ -36,7 +36,8 @@ import (
 
 // SoakOptions are the soak's knobs; the defaults are the published run.
 type SoakOptions struct {
-	Duration     time.Duration `json:"duration_ns"` // request phase
+	Protocol     string        `json:"protocol,omitempty"` // "" or protoDubbo: Dubbo 2; protoTriple: h2c consumers and provider
+	Duration     time.Duration `json:"duration_ns"`        // request phase
 	Conns        int           `json:"conns"`
 	Workers      int           `json:"workers"`
 	ConnectRate  float64       `json:"connect_rate"`
@@ -94,6 +95,7 @@ type SoakResult struct {
 	Wall         time.Duration      `json:"wall_ns"`
 	Load         *loadgen.Result    `json:"load"`
 	Provider     *peer.EchoStats    `json:"provider"`
+	ProviderH2   *peer.TripleStats  `json:"provider_triple,omitempty"` // the Triple echo provider's, with --protocol triple
 	Violations   []peer.Violation   `json:"violations"`
 	Restarts     int                `json:"restarts"` // provider kills the driver ordered
 	LocalReplies map[string]float64 `json:"local_replies"`
@@ -112,6 +114,7 @@ func cmdSoak(args []string) error {
 	out := fs.String("out", "bench/out/soak", "output directory: logs, the load tool's JSON, soak.json")
 	doc := fs.String("doc", "", "markdown file whose soak section (between <!-- soak:begin --> and <!-- soak:end -->) is rewritten; empty: none")
 	command := fs.String("command", "make soak", "the command line the doc says produced it")
+	fs.StringVar(&o.Protocol, "protocol", protoDubbo, "dubbo, or triple: h2c consumers (stormbench load --protocol triple: unary calls, PINGs) in front of the Triple echo provider, which reads normally (the reading flags do not apply) and checks bodies across its restarts; its doc section is the Triple soak's")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Minute, "request phase")
 	fs.IntVar(&o.Conns, "conns", 10000, "consumer connections")
 	fs.IntVar(&o.Workers, "workers", 0, "load tool worker processes; 0 = one per 5,000 connections")
@@ -134,6 +137,16 @@ func cmdSoak(args []string) error {
 	fs.Float64Var(&o.Tolerance, "tolerance", 0.05, "largest relative change of fds, goroutines and heap from warm-up to the end")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the provider's reading and the load's bodies; 0 = from the clock")
 	_ = fs.Parse(args)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case o.Protocol != protoDubbo && o.Protocol != protoTriple:
+		return fmt.Errorf("--protocol %q: want %s or %s", o.Protocol, protoDubbo, protoTriple)
+	case o.Protocol == protoTriple && set["one-way"] && o.OneWay > 0:
+		return fmt.Errorf("--one-way %v with --protocol triple: gRPC has no one-way call", o.OneWay)
+	case o.Protocol == protoTriple:
+		o.OneWay, o.SlowChance, o.StallChance = 0, 0, 0
+	}
 	if o.Workers <= 0 {
 		o.Workers = max(1, (o.Conns+4999)/5000)
 	}
@@ -184,7 +197,7 @@ func cmdSoak(args []string) error {
 	if *doc != "" && res.Load != nil {
 		sec, err := res.markdown()
 		if err == nil {
-			err = writeSoakSection(*doc, sec)
+			err = res.writeSoakSection(*doc, sec)
 		}
 		if err != nil {
 			return err
@@ -207,13 +220,17 @@ func (s *Suite) runSoak(ctx context.Context, o SoakOptions, res *SoakResult) err
 
 	var finalMu sync.Mutex
 	var final *echoFinal
+	triple := o.Protocol == protoTriple
+	argv := []string{s.bins.stormbench, "echo-provider", "--listen", "127.0.0.1:0",
+		"--seed", strconv.FormatUint(o.Seed, 10), "--spell", o.Spell.String(),
+		"--slow-chance", fmtNum(o.SlowChance), "--stall-chance", fmtNum(o.StallChance),
+		"--down", o.Down.String(), "--calm", (o.Calm + 10*time.Second).String(), "--stats-every", "30s", "--log-level", "warn",
+		"--kill", o.Kill}
+	if triple {
+		argv = append(argv, "--protocol", protoTriple)
+	}
 	prov, err := s.start(ctx, procSpec{
-		name: "echo-provider", bound: bound,
-		argv: []string{s.bins.stormbench, "echo-provider", "--listen", "127.0.0.1:0",
-			"--seed", strconv.FormatUint(o.Seed, 10), "--spell", o.Spell.String(),
-			"--slow-chance", fmtNum(o.SlowChance), "--stall-chance", fmtNum(o.StallChance),
-			"--down", o.Down.String(), "--calm", (o.Calm + 10*time.Second).String(), "--stats-every", "30s", "--log-level", "warn",
-			"--kill", o.Kill},
+		name: "echo-provider", bound: bound, argv: argv,
 		readyRe: regexp.MustCompile(`"event":"listening".*"addr":"([^"]+)"`),
 		onLine: func(line string) {
 			if !strings.Contains(line, `"event":"final"`) {
@@ -236,7 +253,10 @@ func (s *Suite) runSoak(ctx context.Context, o SoakOptions, res *SoakResult) err
 	}
 	_, ps, _ := net.SplitHostPort(m[1])
 	port, _ := strconv.Atoi(ps)
-	up := &provider{kind: "echo", proc: prov, addr: m[1], port: port}
+	up := &provider{kind: "echo", proto: protoDubbo, proc: prov, addr: m[1], port: port}
+	if triple {
+		up.proto = protoTriple
+	}
 
 	px, err := s.startProxy(ctx, stormgate, up, proxyOpts{bound: bound})
 	if err != nil {
@@ -252,6 +272,9 @@ func (s *Suite) runSoak(ctx context.Context, o SoakOptions, res *SoakResult) err
 	spec := loadSpec{Conns: o.Conns, ConnectRate: o.ConnectRate, Heartbeat: o.Heartbeat, Rate: o.Rate,
 		Duration: o.Duration, Timeout: o.Timeout, Workers: o.Workers,
 		BodyMin: o.BodyMin, BodyMax: o.BodyMax, OneWay: o.OneWay, Seed: o.Seed}
+	if triple {
+		spec.Protocol = protoTriple
+	}
 	res.LoadCommand = spec.command("SIDECAR")
 	h, err := s.startLoad(ctx, "soak", px.addr, "", spec)
 	if err != nil {
@@ -292,14 +315,15 @@ func (s *Suite) runSoak(ctx context.Context, o SoakOptions, res *SoakResult) err
 	if final == nil {
 		return fmt.Errorf("the echo provider printed no final line; see %s", prov.LogPath)
 	}
-	res.Provider, res.Violations = final.Stats, final.Violations
+	res.Provider, res.ProviderH2, res.Violations = final.Stats, final.Triple, final.Violations
 	return nil
 }
 
 // echoFinal is the echo provider's last stdout line.
 type echoFinal struct {
-	Stats      *peer.EchoStats  `json:"stats"`
-	Violations []peer.Violation `json:"violations"`
+	Stats      *peer.EchoStats   `json:"stats"`
+	Triple     *peer.TripleStats `json:"triple"`
+	Violations []peer.Violation  `json:"violations"`
 }
 
 // soakSchedule runs the request phase: provider restarts, the warm-up and end samples (after a
@@ -567,6 +591,16 @@ func (r *SoakResult) evaluate() {
 		add("the provider saw no malformed frame, repeated upstream id or request twice", p.Violations == 0,
 			"%d violations; %d two-way and %d one-way requests checked (%d distinct bodies) on %d connections, %d restarts",
 			p.Violations, p.Requests, p.OneWay, p.UniqueKeys, p.ConnsAccepted, p.Restarts)
+	}
+	if p := r.ProviderH2; p != nil {
+		// The Triple echo provider reads normally: only the kills may end its connections.
+		want := uint64(stormgateUpstreamConns * (p.Restarts + 1))
+		add("the sidecar closed no provider connection on its own", p.ConnsAccepted == want,
+			"%d provider connections for %d restarts (want %d: M=%d per provider lifetime)", p.ConnsAccepted, p.Restarts, want, stormgateUpstreamConns)
+		add("the provider saw no malformed frame, stream over its limit or call twice", p.Violations == 0,
+			"%d violations; %d calls answered, %d checked (%d distinct bodies) on %d connections, %d restarts; %d consumer PINGs reached it",
+			p.Violations, p.Requests, p.Checked, p.UniqueKeys, p.ConnsAccepted, p.Restarts, p.LoadPings)
+		add("no consumer PING reached the provider", p.LoadPings == 0, "%d of the consumers' PINGs reached it", p.LoadPings)
 	}
 	want := int((r.Options.Duration - 1) / r.Options.RestartEvery)
 	add("the provider was restarted on schedule", r.Restarts == want, "%d restarts (every %v)", r.Restarts, r.Options.RestartEvery)

@@ -16,7 +16,18 @@ import (
 const (
 	soakBegin = "<!-- soak:begin -->"
 	soakEnd   = "<!-- soak:end -->"
+	// The Triple soak's (`suite soak --protocol triple`) section, apart from the Dubbo one's.
+	soakTripleBegin = "<!-- soak-triple:begin -->"
+	soakTripleEnd   = "<!-- soak-triple:end -->"
 )
+
+// markers are the doc markers of r's section: the Dubbo soak's or the Triple soak's.
+func (r *SoakResult) markers() (begin, end string) {
+	if r.Options.Protocol == protoTriple {
+		return soakTripleBegin, soakTripleEnd
+	}
+	return soakBegin, soakEnd
+}
 
 // markdown is the soak's section, markers included (templates/soak.md.tmpl).
 func (r *SoakResult) markdown() (string, error) {
@@ -25,8 +36,10 @@ func (r *SoakResult) markdown() (string, error) {
 		Begin, End, Started, Verdict, Kill, BodyMax, Replies string
 		E                                                    *SoakSample
 		Wall                                                 time.Duration
-	}{SoakResult: r, Wall: r.Wall.Round(time.Second), Begin: soakBegin, End: soakEnd, Started: r.Started.UTC().Format("2006-01-02 15:04"), Verdict: "**passed**",
+		Triple                                               bool
+	}{SoakResult: r, Wall: r.Wall.Round(time.Second), Triple: r.Options.Protocol == protoTriple, Started: r.Started.UTC().Format("2006-01-02 15:04"), Verdict: "**passed**",
 		Kill: killWords(r.Options.Kill), BodyMax: kibOrMiB(r.Options.BodyMax), E: r.End}
+	d.Begin, d.End = r.markers()
 	if !r.Pass {
 		d.Verdict = "**FAILED**"
 	}
@@ -50,18 +63,24 @@ func kibOrMiB(n int) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// writeSoakSection replaces the soak section of the doc at path (or appends it).
-func writeSoakSection(path, section string) error {
+// writeSoakSection replaces r's soak section (section) of the doc at path (or appends it).
+func (r *SoakResult) writeSoakSection(path, section string) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return os.WriteFile(path, []byte(withSoakSection(string(old), section)), 0o644)
+	begin, end := r.markers()
+	return os.WriteFile(path, []byte(withSection(string(old), begin, end, section)), 0o644)
 }
 
-// withSoakSection returns doc with its soak section replaced by section (or inserted).
+// withSoakSection returns doc with its (Dubbo) soak section replaced by section (or inserted).
 func withSoakSection(doc, section string) string {
-	return spliceSection(doc, soakBegin, soakEnd, strings.TrimRight(section, "\n"))
+	return withSection(doc, soakBegin, soakEnd, section)
+}
+
+// withSection returns doc with the section between begin and end replaced by section (or inserted).
+func withSection(doc, begin, end, section string) string {
+	return spliceSection(doc, begin, end, strings.TrimRight(section, "\n"))
 }
 
 // soakSectionOf returns the soak section of the doc at path ("" if none), for the benchmark

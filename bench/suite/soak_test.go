@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,11 +41,26 @@ func TestSoakSectionIsKept(t *testing.T) {
 	}
 	// The benchmark report regenerates the rest of the file and keeps the section.
 	path := t.TempDir() + "/benchmarks.md"
-	if err := writeSoakSection(path, sec); err != nil {
+	if err := (&SoakResult{}).writeSoakSection(path, sec); err != nil {
 		t.Fatal(err)
 	}
 	if got := soakSectionOf(path); got != sec {
 		t.Fatalf("section read back as %q", got)
+	}
+	// The Triple soak writes its own section beside it and leaves the Dubbo one as it was.
+	triple := &SoakResult{Options: SoakOptions{Protocol: protoTriple}}
+	tsec := soakTripleBegin + "\n## Soak with Triple consumers\nh2 figures\n" + soakTripleEnd + "\n"
+	if err := triple.writeSoakSection(path, tsec); err != nil {
+		t.Fatal(err)
+	}
+	if got := soakSectionOf(path); got != sec {
+		t.Fatalf("the Triple soak changed the Dubbo section: %q", got)
+	}
+	if got := sectionOf(path, soakTripleBegin, soakTripleEnd); got != tsec {
+		t.Fatalf("Triple section read back as %q", got)
+	}
+	if !slices.Contains(keptSections, [2]string{soakTripleBegin, soakTripleEnd}) {
+		t.Fatal("make bench would drop the Triple soak's section")
 	}
 }
 
@@ -109,5 +125,26 @@ func TestKeptSections(t *testing.T) {
 	}
 	if i, j := strings.Index(doc, up), strings.Index(doc, "## Load tool overhead"); i < 0 || i > j {
 		t.Fatalf("the upgrade section is not before the load tool's:\n%s", doc)
+	}
+}
+
+// The Triple soak's section has its own markers and says what ran: the Triple echo provider, the
+// sidecar with upstream.protocol triple, h2c consumers.
+func TestSoakTripleMarkdown(t *testing.T) {
+	r := &SoakResult{Options: SoakOptions{Protocol: protoTriple, Duration: time.Minute, RestartEvery: 20 * time.Second, Kill: "alternate",
+		Conns: 100, Workers: 1, Rate: 100, BodyMin: 1, BodyMax: 1 << 10}, Command: "make soak", Pass: true,
+		Load: &loadgen.Result{}, ProviderH2: &peer.TripleStats{}}
+	sec, err := r.markdown()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{soakTripleBegin, soakTripleEnd, "## Soak with Triple consumers", "echo-provider --protocol triple",
+		"`upstream.protocol triple`", "stormbench load --protocol triple"} {
+		if !strings.Contains(sec, want) {
+			t.Errorf("the Triple soak's section lacks %q:\n%s", want, sec)
+		}
+	}
+	if strings.Contains(sec, soakBegin) || strings.Contains(sec, "one-way") {
+		t.Errorf("the Triple soak's section has the Dubbo one's marker or words:\n%s", sec)
 	}
 }
