@@ -150,10 +150,29 @@ func (h *h2Session) onInput(r byteSource, now int64) {
 	case h.sess.closing.Load() || h.goingAway.Load():
 	case h.conn == nil:
 		h.sniff(b, now)
-	case len(h.in) > 0:
-		h.in = append(h.in, b...)
-		h.process(h.in, now)
 	default:
+		h.input(b, now)
+	}
+}
+
+// input processes what the handler read (b, valid until the next read): a frame begun in an earlier read
+// is completed from b's first bytes and processed alone, and the rest of b is processed where it lies. So
+// h.in holds at most one frame (its header, then its payload), never a whole read behind it.
+func (h *h2Session) input(b []byte, now int64) {
+	for len(h.in) > 0 && len(b) > 0 && !h.sess.closing.Load() && !h.goingAway.Load() {
+		need := h2.FrameHeaderLen - len(h.in)
+		if need <= 0 {
+			fh, _ := h2.ParseFrameHeader(h.in)
+			need = h2.FrameHeaderLen + int(fh.Length) - len(h.in)
+		}
+		take := min(need, len(b))
+		h.in = append(h.in, b[:take]...)
+		b = b[take:]
+		if len(h.in) >= h2.FrameHeaderLen {
+			h.process(h.in, now) // the frame whole (or refused from its header), or still partial
+		}
+	}
+	if len(b) > 0 && len(h.in) == 0 {
 		h.process(b, now)
 	}
 }
@@ -178,11 +197,17 @@ func (h *h2Session) process(buf []byte, now int64) {
 		}
 		h.event(ev, now)
 	}
-	if h.sess.closing.Load() || h.goingAway.Load() {
-		h.in = h.in[:0]
-		return
+	rest := buf[off:]
+	switch {
+	case h.sess.closing.Load() || h.goingAway.Load():
+		rest = nil
+	case len(rest) > 0 && len(h.in) > 0 && &rest[0] == &h.in[0]:
+		return // a frame still partial in h.in, where it is
 	}
-	h.in = append(h.in[:0], buf[off:]...) // less than a frame: Split bounds a frame by SETTINGS_MAX_FRAME_SIZE
+	if cap(h.in) > h2BufKeep && cap(h.in) >= 2*len(rest) {
+		h.in = nil // what a frame of a big request made it grow to
+	}
+	h.in = append(h.in[:0], rest...) // less than a frame: Split bounds a frame by SETTINGS_MAX_FRAME_SIZE
 }
 
 // event acts on what one frame meant. Fields and Data are valid until the next Read (the handler's).
@@ -307,7 +332,7 @@ func (h *h2Session) send(b []byte) { h.sendVia(b, nil) }
 // sendVia is send through a provider read's delivery (d non-nil: written at the end of the read).
 func (h *h2Session) sendVia(b []byte, d *h2Delivery) {
 	h.writeLocked(b, d)
-	if cap(b) <= spareKeep {
+	if cap(b) <= h2BufKeep {
 		h.out = b[:0]
 	} else {
 		h.out = nil
