@@ -216,36 +216,11 @@ func TestRejectsBadFlags(t *testing.T) {
 // checked-body load runs against it (reconnecting), and ends with a final line whose violation
 // count is zero.
 func TestEchoProviderCommand(t *testing.T) {
-	events, cancel, done := startEchoCommand(t, "--listen", "127.0.0.1:0", "--seed", "9", "--spell", "50ms",
-		"--slow-chance", "0.5", "--stall-chance", "0.1", "--restart-every", "400ms", "--down", "50ms",
-		"--stats-every", "0")
-	defer cancel()
-	first := <-events
-	if first.Event != "listening" || first.Addr == "" || first.Seed != 9 {
-		t.Fatalf("first line %+v", first)
-	}
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel2()
 	// 3 s of load spans about seven kills: enough for a redial to succeed after one even when a
 	// loaded machine starves this test (one run beside a CPU hog saw none in 1 s).
-	res, err := loadgen.Run(ctx2, loadgen.Config{Target: first.Addr, Conns: 4, Rate: 300, Duration: 3 * time.Second,
-		Timeout: 2 * time.Second, Reconnect: 20 * time.Millisecond, BodyMax: 50000, OneWay: 0.1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.OK == 0 || res.BodyMismatches != 0 || res.Reconnects == 0 {
-		t.Fatalf("ok %d mismatches %d reconnects %d", res.OK, res.BodyMismatches, res.Reconnects)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("echo-provider: %v", err)
-	}
-	seen := map[string]int{}
-	var final echoEvent
-	for e := range events {
-		seen[e.Event]++
-		final = e
-	}
+	seen, final := loadRestartingEcho(t, loadgen.Config{Conns: 4, Rate: 300, Duration: 3 * time.Second,
+		Timeout: 2 * time.Second, Reconnect: 20 * time.Millisecond, BodyMax: 50000, OneWay: 0.1},
+		"--seed", "9", "--spell", "50ms", "--slow-chance", "0.5", "--stall-chance", "0.1")
 	if seen["killed"] == 0 || seen["restarted"] == 0 || final.Event != "final" || final.Stats == nil ||
 		final.Stats.Violations != 0 || final.Stats.Kills == 0 || final.Stats.Requests == 0 {
 		t.Fatalf("events %v, final %+v", seen, final.Stats)
@@ -256,17 +231,31 @@ func TestEchoProviderCommand(t *testing.T) {
 // while a Triple load with checked bodies runs against it (reconnecting): the kills and restarts are
 // announced, every answer that came was the call's own, and no body was delivered twice.
 func TestTripleEchoProviderRestarts(t *testing.T) {
-	events, cancel, done := startEchoCommand(t, "--protocol", "triple", "--listen", "127.0.0.1:0",
-		"--restart-every", "400ms", "--down", "50ms", "--kill", "alternate", "--stats-every", "0")
+	seen, final := loadRestartingEcho(t, loadgen.Config{Protocol: loadgen.ProtocolTriple, Conns: 4, Rate: 300,
+		Duration: 3 * time.Second, Timeout: 2 * time.Second, Reconnect: 20 * time.Millisecond, BodyMin: 16, BodyMax: 50000},
+		"--protocol", "triple", "--kill", "alternate")
+	if seen["killed"] == 0 || seen["restarted"] == 0 || final.Event != "final" || final.Triple == nil ||
+		final.Triple.Violations != 0 || final.Triple.Restarts == 0 || final.Triple.Requests == 0 {
+		t.Fatalf("events %v, final %+v, violations %v", seen, final.Triple, final.Violations)
+	}
+}
+
+// loadRestartingEcho runs `stormbench echo-provider args...`, killed every 400 ms and back 50 ms later,
+// under the checked-body load cfg (its Target filled in), which must get answers, all its own, and
+// reconnect; it returns how many lines of each event the provider printed and its last line.
+func loadRestartingEcho(t *testing.T, cfg loadgen.Config, args ...string) (map[string]int, echoEvent) {
+	t.Helper()
+	events, cancel, done := startEchoCommand(t, append([]string{"--listen", "127.0.0.1:0",
+		"--restart-every", "400ms", "--down", "50ms", "--stats-every", "0"}, args...)...)
 	defer cancel()
 	first := <-events
 	if first.Event != "listening" || first.Addr == "" {
 		t.Fatalf("first line %+v", first)
 	}
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel2()
-	res, err := loadgen.Run(ctx2, loadgen.Config{Protocol: loadgen.ProtocolTriple, Target: first.Addr, Conns: 4, Rate: 300,
-		Duration: 3 * time.Second, Timeout: 2 * time.Second, Reconnect: 20 * time.Millisecond, BodyMin: 16, BodyMax: 50000}, nil)
+	ctx, cancelLoad := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelLoad()
+	cfg.Target = first.Addr
+	res, err := loadgen.Run(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,10 +272,7 @@ func TestTripleEchoProviderRestarts(t *testing.T) {
 		seen[e.Event]++
 		final = e
 	}
-	if seen["killed"] == 0 || seen["restarted"] == 0 || final.Event != "final" || final.Triple == nil ||
-		final.Triple.Violations != 0 || final.Triple.Restarts == 0 || final.Triple.Requests == 0 {
-		t.Fatalf("events %v, final %+v, violations %v", seen, final.Triple, final.Violations)
-	}
+	return seen, final
 }
 
 // TestProviderInsideFileSurvivesKill: `provider --inside-file` leaves, after a SIGKILL,
