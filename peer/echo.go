@@ -69,6 +69,10 @@ const (
 	KillAlternate
 )
 
+// closes reports whether kill number n (0 for the first) closes the connections as a dying process's
+// kernel does rather than aborting them.
+func (m KillMode) closes(n uint64) bool { return m == KillClose || m == KillAlternate && n%2 == 1 }
+
 // ParseKillMode reads "abort", "close" or "alternate".
 func ParseKillMode(s string) (KillMode, error) {
 	switch s {
@@ -312,7 +316,7 @@ func (p *EchoProvider) Kill() {
 		cs = append(cs, c)
 	}
 	p.mu.Unlock()
-	closeLike := p.cfg.Kill == KillClose || (p.cfg.Kill == KillAlternate && p.kills.Load()%2 == 1)
+	closeLike := p.cfg.Kill.closes(p.kills.Load())
 	for _, c := range cs {
 		c.abort(closeLike)
 	}

@@ -159,7 +159,7 @@ func (p *TripleEcho) Kill() {
 	}
 	_ = ln.Close()
 	p.acceptWG.Wait()
-	closeLike := p.cfg.Kill == KillClose || (p.cfg.Kill == KillAlternate && p.kills.Load()%2 == 1)
+	closeLike := p.cfg.Kill.closes(p.kills.Load())
 	p.mu.Lock()
 	cs := make([]*tripleConn, 0, len(p.conns))
 	for c := range p.conns {
