@@ -239,3 +239,98 @@ func (d *driver) requestWithHead(id uint32, end bool) {
 		d.t.Fatal(err)
 	}
 }
+
+// pair is a client Conn and a server Conn talking to each other in memory, both owners played by the test:
+// what one side puts in Output the other reads, and what an owner writes itself (AppendHeaders,
+// AppendData) or a frame the test builds by hand is delivered after it, in order.
+type pair struct {
+	t            testing.TB
+	now          int64
+	cli, srv     *Conn
+	cliEv, srvEv []Event
+}
+
+func newPair(t testing.TB, cli, srv Config) *pair {
+	t.Helper()
+	cli.Role, srv.Role = RoleClient, RoleServer
+	p := &pair{t: t, now: int64(time.Hour), cli: NewConn(cli), srv: NewConn(srv)}
+	p.flush()
+	return p
+}
+
+// toSrv delivers the client's Output and then b (what the client's owner wrote) to the server, and lets
+// both sides answer until neither has more to say.
+func (p *pair) toSrv(b []byte) {
+	p.t.Helper()
+	p.deliver(p.cli, p.srv, &p.srvEv, b)
+	p.flush()
+}
+
+// toCli is toSrv the other way.
+func (p *pair) toCli(b []byte) {
+	p.t.Helper()
+	p.deliver(p.srv, p.cli, &p.cliEv, b)
+	p.flush()
+}
+
+func (p *pair) deliver(from, to *Conn, evs *[]Event, b []byte) {
+	p.t.Helper()
+	in := append(append([]byte(nil), from.Output()...), b...)
+	from.ClearOutput()
+	ev, err := readAll(p.t, to, p.now, in)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	*evs = append(*evs, ev...)
+}
+
+// flush moves each side's Output to the other until both are empty (bounded: an answer never needs an
+// answer of its own more than a few times over).
+func (p *pair) flush() {
+	p.t.Helper()
+	for range 8 {
+		if len(p.cli.Output())+len(p.srv.Output()) == 0 {
+			return
+		}
+		p.deliver(p.cli, p.srv, &p.srvEv, nil)
+		p.deliver(p.srv, p.cli, &p.cliEv, nil)
+	}
+	p.t.Fatal("the two sides never went quiet")
+}
+
+// readAll reads the whole of in into c (it must hold whole frames) and returns the events, copied, and
+// the error that ended the connection, if any.
+func readAll(t testing.TB, c *Conn, now int64, in []byte) ([]Event, error) {
+	t.Helper()
+	var evs []Event
+	for len(in) > 0 {
+		n, ev, err := c.Read(now, in)
+		if ev.Kind != EventNone {
+			ev.Fields = append([]HeaderField(nil), ev.Fields...)
+			ev.Data = append([]byte(nil), ev.Data...)
+			evs = append(evs, ev)
+		}
+		if err != nil {
+			return evs, err
+		}
+		if n == 0 {
+			t.Fatalf("%d bytes left that are not a whole frame", len(in))
+		}
+		in = in[n:]
+	}
+	return evs, nil
+}
+
+// Frames as a peer writes them, built by hand: what a well-behaved Conn would not send is sendable too.
+func dataFrame(id uint32, end bool, n int) []byte {
+	var f Flags
+	if end {
+		f = FlagEndStream
+	}
+	b := AppendFrameHeader(nil, FrameHeader{Length: uint32(n), Type: FrameData, Flags: f, StreamID: id})
+	return append(b, bytes.Repeat([]byte{'d'}, n)...)
+}
+
+func headersFrame(id uint32, end bool, fields []HeaderField) []byte {
+	return AppendHeaderBlock(nil, id, AppendFields(nil, fields), end, 0)
+}

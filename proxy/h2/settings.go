@@ -36,12 +36,12 @@ type Setting struct {
 // Settings is one side's parameters. The zero value is not the protocol's initial state: use
 // DefaultSettings.
 type Settings struct {
-	HeaderTableSize      uint32
-	EnablePush           bool
-	MaxConcurrentStreams uint32 // Unlimited until the peer says otherwise
-	InitialWindowSize    uint32
-	MaxFrameSize         uint32
-	MaxHeaderListSize    uint32 // Unlimited until the peer says otherwise
+	HeaderTableSize      uint32 `json:"header_table_size"`
+	EnablePush           bool   `json:"enable_push"`
+	MaxConcurrentStreams uint32 `json:"max_concurrent_streams"` // Unlimited until the peer says otherwise
+	InitialWindowSize    uint32 `json:"initial_window_size"`
+	MaxFrameSize         uint32 `json:"max_frame_size"`
+	MaxHeaderListSize    uint32 `json:"max_header_list_size"` // Unlimited until the peer says otherwise
 }
 
 // DefaultSettings returns the values in force before any SETTINGS frame (§6.5.2).
