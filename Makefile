@@ -127,6 +127,7 @@ fuzz:
 	$(GO) test -run=NONE -fuzz=FuzzConnServer -fuzztime=50000x ./proxy/h2/
 	$(GO) test -run=NONE -fuzz=FuzzSplitCheckFrame -fuzztime=25000x ./proxy/h2/
 	$(GO) test -run=NONE -fuzz=FuzzHeaderForward -fuzztime=5000x ./proxy/h2/
+	$(GO) test -run=NONE -fuzz=FuzzRestoreConn -fuzztime=30000x ./proxy/h2/
 
 # The newcomer's first command must keep working: a short demo that exits 0 on its own.
 demo-smoke:

@@ -2,6 +2,7 @@ package h2
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"reflect"
@@ -161,4 +162,78 @@ func FuzzHeaderForward(f *testing.F) {
 			t.Fatalf("forwarded %v as %v", fields, got)
 		}
 	})
+}
+
+// FuzzRestoreConn: RestoreConn takes any JSON state without panicking, and a Conn it accepts reads any
+// bytes, and serves its owner's calls on every stream, without panicking either (it validated what the
+// state machine relies on), and still exports a state it accepts again.
+func FuzzRestoreConn(f *testing.F) {
+	for _, st := range fuzzStates(f) {
+		js, err := json.Marshal(st)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(js, []byte(nil))
+		f.Add(js, AppendWindowUpdate(dataFrame(1, true, 10), 3, 100))
+		f.Add(js, headersFrame(41, true, request("/s/m")))
+	}
+	f.Add([]byte(`{"role":1,"phase":"active","acked":true,"next_own":3,"streams":[{"id":1,"state":1,"send":-5}]}`), []byte{0, 0, 0, 1, 0, 0, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, js, in []byte) {
+		var st ConnState
+		if json.Unmarshal(js, &st) != nil {
+			return
+		}
+		c, err := RestoreConn(Config{Role: st.Role, Limits: Limits{ControlBurst: 20, ResetBurst: 20}}, st)
+		if err != nil {
+			return
+		}
+		ids := []uint32{0, 1, 2}
+		for _, s := range st.Streams {
+			ids = append(ids, s.ID)
+		}
+		for _, id := range ids {
+			_ = c.SendWindow(id)
+			_, _, _ = c.AppendData(1, nil, id, []byte("answer"), true)
+			_, _ = c.AppendHeaders(nil, id, ErrorTrailers(false, 14, "x"), true)
+		}
+		if again, err := RestoreConn(Config{Role: st.Role}, mustExport(t, c)); err != nil || again == nil {
+			t.Fatalf("a restored Conn exports a state RestoreConn refuses: %v", err)
+		}
+		c.ClearOutput()
+		now := int64(1)
+		for len(in) > 0 {
+			n, ev, err := c.Read(now, in)
+			now += 1000
+			if err != nil || n == 0 {
+				break
+			}
+			if ev.Kind == EventData {
+				_ = c.Consumed(ev.Stream, len(ev.Data))
+			}
+			in = in[n:]
+		}
+		_, _, _ = c.CheckStalls(now + int64(DefaultLimits().StallTimeout))
+	})
+}
+
+// fuzzStates are the states at rest the differential tests build, as seeds.
+func fuzzStates(f *testing.F) []ConnState {
+	var sts []ConnState
+	for _, c := range []*Conn{serverAtRest(f).srv, clientAtRest(f, false).cli, clientAtRest(f, true).cli} {
+		st, err := c.Export()
+		if err != nil {
+			f.Fatal(err)
+		}
+		sts = append(sts, st)
+	}
+	return sts
+}
+
+func mustExport(t *testing.T, c *Conn) ConnState {
+	t.Helper()
+	st, err := c.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
