@@ -249,6 +249,9 @@ func (st *ConnState) check(role Role) error {
 	switch {
 	case st.GoAwayLast > MaxStreamID || !st.GoAwaySent && st.GoAwayLast != 0:
 		return fmt.Errorf("GOAWAY last stream %d (sent: %v)", st.GoAwayLast, st.GoAwaySent)
+	case st.GoAwaySent && st.LastPeer > st.GoAwayLast:
+		// Streams above a sent GOAWAY's last id are ignored, never opened.
+		return fmt.Errorf("last peer stream %d above the GOAWAY's %d", st.LastPeer, st.GoAwayLast)
 	case st.PeerGoAwayLast > MaxStreamID || !st.GoAwayRecv && st.PeerGoAwayLast != 0:
 		return fmt.Errorf("peer's GOAWAY last stream %d (received: %v)", st.PeerGoAwayLast, st.GoAwayRecv)
 	case st.OwedHeaders < 0 || st.Role == RoleServer && st.OwedHeaders != 0:

@@ -16,34 +16,15 @@ func body(n int) []byte { return bytes.Repeat([]byte{'b'}, n) }
 
 // serverAtRest builds a consumer-side Conn (p.srv) with streams in every state a quiesced connection can
 // hold, its Output written and read by the client: stream 1 half-closed (remote) with an answer that has
-// used part of its window and unacknowledged received bytes; 3 closed normally; 5 reset by this side; 7
-// reset by the peer; 9 open with unconsumed DATA and one empty DATA frame (emptyRun); 11 half-closed
+// used part of its window, its body consumed and not yet acknowledged on the connection; 3 closed
+// normally; 5 reset by this side; 7 reset by the peer; 9 open with DATA partly consumed (unacknowledged
+// on the stream) and one empty DATA frame after it (emptyRun); 11 half-closed
 // (remote) with an answer blocked on a window that a SETTINGS decrease took below zero; the peer's
 // SETTINGS lowered HEADER_TABLE_SIZE (a table size update is owed); a graceful GOAWAY was sent.
 func serverAtRest(t testing.TB) *pair {
 	t.Helper()
 	p := newPair(t, Config{InitialWindowSize: 3000}, Config{InitialWindowSize: 4000, ConnWindowSize: 100000, MaxConcurrentStreams: 10})
-	open := func(end bool, n int) uint32 {
-		t.Helper()
-		id, err := p.cli.OpenStream()
-		p.must(err)
-		out, err := p.cli.AppendHeaders(nil, id, request("/s/m"), end && n == 0)
-		p.must(err)
-		if n > 0 {
-			out, _, err = p.cli.AppendData(p.now, out, id, body(n), end)
-			p.must(err)
-		}
-		p.toSrv(out)
-		return id
-	}
-	answer := func(id uint32, n int, end bool) {
-		t.Helper()
-		out, err := p.srv.AppendHeaders(nil, id, okHead, false)
-		p.must(err)
-		out, _, err = p.srv.AppendData(p.now, out, id, body(n), end)
-		p.must(err)
-		p.toCli(out)
-	}
+	open, answer := p.request, p.answer
 	open(true, 1500)                // 1
 	p.must(p.srv.Consumed(1, 1500)) // the stream's remote side is closed: the connection's window only
 	answer(1, 1000, false)
@@ -79,29 +60,7 @@ func serverAtRest(t testing.TB) *pair {
 func clientAtRest(t testing.TB, goAway bool) *pair {
 	t.Helper()
 	p := newPair(t, Config{InitialWindowSize: 2000}, Config{InitialWindowSize: 3000, MaxConcurrentStreams: 10})
-	open := func(end bool, n int) uint32 {
-		t.Helper()
-		id, err := p.cli.OpenStream()
-		p.must(err)
-		out, err := p.cli.AppendHeaders(nil, id, request("/s/m"), end && n == 0)
-		p.must(err)
-		if n > 0 {
-			out, _, err = p.cli.AppendData(p.now, out, id, body(n), end)
-			p.must(err)
-		}
-		p.toSrv(out)
-		return id
-	}
-	answer := func(id uint32, n int, end bool) {
-		t.Helper()
-		out, err := p.srv.AppendHeaders(nil, id, okHead, end && n == 0)
-		p.must(err)
-		if n > 0 {
-			out, _, err = p.srv.AppendData(p.now, out, id, body(n), end)
-			p.must(err)
-		}
-		p.toCli(out)
-	}
+	open, answer := p.request, p.answer
 	open(true, 1000) // 1
 	answer(1, 1500, false)
 	p.must(p.cli.Consumed(1, 600))
@@ -128,6 +87,35 @@ func clientAtRest(t testing.TB, goAway bool) *pair {
 	}
 	p.flush()
 	return p
+}
+
+// request has the client open a stream with a request head and n bytes of body, END_STREAM when end,
+// and delivers them to the server.
+func (p *pair) request(end bool, n int) uint32 {
+	p.t.Helper()
+	id, err := p.cli.OpenStream()
+	p.must(err)
+	out, err := p.cli.AppendHeaders(nil, id, request("/s/m"), end && n == 0)
+	p.must(err)
+	if n > 0 {
+		out, _, err = p.cli.AppendData(p.now, out, id, body(n), end)
+		p.must(err)
+	}
+	p.toSrv(out)
+	return id
+}
+
+// answer has the server answer stream id with a head and n bytes (as many as the windows take), END_STREAM
+// when end, and delivers them to the client.
+func (p *pair) answer(id uint32, n int, end bool) {
+	p.t.Helper()
+	out, err := p.srv.AppendHeaders(nil, id, okHead, end && n == 0)
+	p.must(err)
+	if n > 0 {
+		out, _, err = p.srv.AppendData(p.now, out, id, body(n), end)
+		p.must(err)
+	}
+	p.toCli(out)
 }
 
 func (p *pair) must(err error) {
@@ -410,6 +398,25 @@ func TestRestoredStallRestarts(t *testing.T) {
 	}
 }
 
+// TestRestoreTakesLimitsFromConfig: the guards' bounds are the new process's (cfg.Limits), not the state's:
+// a run of one empty frame crosses, and a bound of one makes the next one too many.
+func TestRestoreTakesLimitsFromConfig(t *testing.T) {
+	st, err := serverAtRest(t).srv.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for bound, want := range map[int]string{1: "conn:ENHANCE_YOUR_CALM", 2: ""} {
+		c, err := RestoreConn(Config{Limits: Limits{MaxEmptyFrames: bound}}, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = readAll(t, c, 1, dataFrame(9, false, 0))
+		if got := verdict(err); got != want {
+			t.Errorf("MaxEmptyFrames %d: %s, want %s", bound, got, want)
+		}
+	}
+}
+
 func TestExportRefusesNotAtRest(t *testing.T) {
 	cases := map[string]struct {
 		conn func(t *testing.T) *Conn
@@ -533,6 +540,7 @@ func TestRestoreRejectsInvalidState(t *testing.T) {
 		"server opened streams":       {mutate: func(st *ConnState) { st.NextOwn = 3 }},
 		"goaway last without goaway":  {mutate: func(st *ConnState) { st.GoAwaySent = false }},
 		"goaway last too large":       {mutate: func(st *ConnState) { st.GoAwayLast = 1 << 31 }},
+		"stream above goaway last":    {mutate: func(st *ConnState) { st.GoAwayLast = 9 }},
 		"peer goaway without goaway":  {mutate: func(st *ConnState) { st.PeerGoAwayLast = 5 }},
 		"owed headers on a server":    {mutate: func(st *ConnState) { st.OwedHeaders = 2 }},
 		"credit above the bound":      {mutate: func(st *ConnState) { st.Credit = maxCredit + 1 }},
