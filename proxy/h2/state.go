@@ -39,12 +39,15 @@ import (
 //	|                            | RecentNext                 | then reset) is answered by its first slot
 //	| owedHeaders                | OwedHeaders                | header blocks still free on streams reset here
 //	| resets, control            | rebuilt full               | token buckets on the old process's clock
-//	| credit, emptyRun           | Credit, EmptyRun           | small counts a peer could otherwise reset for free
+//	| credit                     | Credit                     | free answers the data already sent has earned
+//	| emptyRun                   | EmptyRun                   | a run of empty frames must not restart at a handover
 //	| queued, out                | rebuilt empty              | Export refuses while Output holds anything
 //	| err                        | rebuilt nil                | Export refuses a failed connection
-//	| c (Counters)               | rebuilt zero               | metrics count per process; Counters.Frames makes
-//	|                            |                            | the first SETTINGS read free of the control budget,
-//	|                            |                            | so one more is: a token of a budget that is full
+//	| c (Counters)               | rebuilt zero               | metrics count per process (an owner that meters
+//	|                            |                            | deltas of them starts its meter at zero too);
+//	|                            |                            | Counters.Frames makes the first SETTINGS read free
+//	|                            |                            | of the control budget, so one more is: one token
+//	|                            |                            | of a budget that starts full anyway
 //	| stream.id, state           | ID, State                  | open, half-closed (local or remote): a closed
 //	|                            |                            | stream is not tracked
 //	| stream.send, recv          | Send, Recv                 | the windows, as for the connection
@@ -120,15 +123,27 @@ func (c *Conn) Export() (ConnState, error) {
 		return ConnState{}, fmt.Errorf("%w: %s", ErrNotAtRest, why)
 	}
 	st := ConnState{
-		Role: c.role, Phase: phaseNames[c.phase], Local: c.local, Peer: c.peer, Acked: c.acked,
-		ConnWin: c.connWin, PeerOpen: c.peerOpen, OwnOpen: c.ownOpen, LastPeer: c.lastPeer, NextOwn: c.nextOwn,
-		ConnSend:   int64(c.connSend),
-		ConnRecv:   RecvState{Avail: c.connRecv.avail, Unacked: c.connRecv.unacked},
-		EncUpdate:  c.encUpdate,
-		GoAwaySent: c.goAwaySent, GoAwayRecv: c.goAwayRecv, GoAwayLast: c.goAwayLast,
+		Role:           c.role,
+		Phase:          phaseNames[c.phase],
+		Local:          c.local,
+		Peer:           c.peer,
+		Acked:          c.acked,
+		ConnWin:        c.connWin,
+		PeerOpen:       c.peerOpen,
+		OwnOpen:        c.ownOpen,
+		LastPeer:       c.lastPeer,
+		NextOwn:        c.nextOwn,
+		ConnSend:       int64(c.connSend),
+		ConnRecv:       RecvState{Avail: c.connRecv.avail, Unacked: c.connRecv.unacked},
+		EncUpdate:      c.encUpdate,
+		GoAwaySent:     c.goAwaySent,
+		GoAwayRecv:     c.goAwayRecv,
+		GoAwayLast:     c.goAwayLast,
 		PeerGoAwayLast: c.peerGoAwayLast,
 		RecentNext:     c.recentIdx,
-		OwedHeaders:    c.owedHeaders, Credit: c.credit, EmptyRun: c.emptyRun,
+		OwedHeaders:    c.owedHeaders,
+		Credit:         c.credit,
+		EmptyRun:       c.emptyRun,
 	}
 	n := len(c.recent)
 	for n > 0 && c.recent[n-1] == (closedStream{}) {
