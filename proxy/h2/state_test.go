@@ -340,6 +340,38 @@ func TestRestoreBehavesAsOriginalClient(t *testing.T) {
 	}
 }
 
+// TestRestoreKeepsRecentSlots: the memory of closed streams has wrapped, and stream 61 is in it twice:
+// closed normally (slot 30), then reset by this side when the peer sent DATA on it (slot 1). The first
+// slot answers, so HEADERS on 61 are ignored, not a connection error: a restore that kept the entries in
+// the order they were closed, rather than slot by slot, would end the connection there.
+func TestRestoreKeepsRecentSlots(t *testing.T) {
+	req := request("/s/m")
+	for name, steps := range map[string][]step{
+		"duplicate answered by its first slot": {
+			peer(headersFrame(61, true, req)),
+			peer(dataFrame(61, true, 10)),
+			peer(headersFrame(63, true, req)), // slot 31, closed normally: the connection ends
+		},
+		"forgotten stream": {
+			peer(dataFrame(1, false, 10)), // closed, no longer remembered: RST_STREAM STREAM_CLOSED
+			peer(headersFrame(1, true, req)),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := newPair(t, Config{}, Config{})
+			for range maxRecentClosed + 1 { // streams 1..65: 65 overwrites 1 in slot 0
+				p.answer(p.request(true, 0), 0, true)
+			}
+			p.toSrv(dataFrame(61, false, 10))
+			if found, resetUs := p.srv.recentlyClosed(61); !found || !resetUs || p.srv.recent[30].id != 61 {
+				t.Fatalf("the ring is not what the test needs: %+v next %d", p.srv.recent, p.srv.recentIdx)
+			}
+			r := handOver(t, p.srv, RoleServer)
+			sameBehaviour(t, p.srv, r, p.now, steps)
+		})
+	}
+}
+
 // TestRestoreCarriesTheState checks the scenario built what the differential tests claim to cover.
 func TestRestoreCarriesTheState(t *testing.T) {
 	st, err := serverAtRest(t).srv.Export()
