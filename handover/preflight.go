@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -25,7 +26,16 @@ type PreflightReport struct {
 	Preflight string `json:"preflight"` // "ok"
 	Version   string `json:"version"`
 	Format    int    `json:"handover_format"`
+	// Carries is what the binary can take over besides Dubbo connections (format 1 has always
+	// had those), in optional parts of the format: CarriesHTTP2. Binaries before it report none.
+	Carries []string `json:"carries,omitempty"`
 }
+
+// CarriesHTTP2: the binary restores HTTP/2 (Triple, gRPC) consumer connections from a handover.
+const CarriesHTTP2 = "http2"
+
+// Can reports whether the binary carries what.
+func (r PreflightReport) Can(what string) bool { return slices.Contains(r.Carries, what) }
 
 // Preflight runs binary with args (the old process's command line, PreflightFlag added by
 // the caller) and stdin, and returns its report. It refuses, with what the binary said, a

@@ -325,7 +325,8 @@ func runPreflight(cmd *cobra.Command, f runFlags) error {
 			}
 		}
 	}
-	b, err := json.Marshal(handover.PreflightReport{Preflight: "ok", Version: version, Format: handover.Format})
+	b, err := json.Marshal(handover.PreflightReport{Preflight: "ok", Version: version, Format: handover.Format,
+		Carries: []string{handover.CarriesHTTP2}})
 	if err != nil {
 		return err
 	}

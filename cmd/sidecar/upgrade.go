@@ -248,6 +248,11 @@ func (u *upgrader) prepare(ctx context.Context, binary, trigger string, timeout 
 	if err != nil {
 		return refuse(fmt.Errorf("preflight: %w", err))
 	}
+	if p := u.settings().GetUpstream().GetProtocol(); p != "" && p != "dubbo" && !rep.Can(handover.CarriesHTTP2) {
+		// Its restore would take the HTTP/2 consumers for Dubbo ones and close them.
+		return refuse(fmt.Errorf("preflight: %s (version %s) cannot take HTTP/2 consumer connections over "+
+			"(upstream.protocol is %s): upgrade to a version that can, or restart", binary, rep.Version, p))
+	}
 	u.log.Info("upgrade: preflight passed", zap.String("id", job.out.ID), zap.String("binary", binary),
 		zap.String("version", rep.Version), zap.Duration("took", job.preflight))
 	return job, nil

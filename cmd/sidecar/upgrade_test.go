@@ -7,7 +7,10 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -104,7 +107,7 @@ func TestRunPreflight(t *testing.T) {
 	}
 	var rep handover.PreflightReport
 	if json.Unmarshal([]byte(strings.TrimSpace(out)), &rep) != nil || rep.Preflight != "ok" || rep.Version != version ||
-		rep.Format != handover.Format {
+		rep.Format != handover.Format || !rep.Can(handover.CarriesHTTP2) {
 		t.Fatalf("report %q", out)
 	}
 	if _, err := run(nil, "--upstream-conns", "500"); err == nil || !strings.Contains(err.Error(), "upstream.connections") {
@@ -161,6 +164,32 @@ func TestUpgradeEndpointRefuses(t *testing.T) {
 	// Every refusal counted (the busy one is not an upgrade).
 	if got := counterValue(t, reg, "stormgate_upgrades_total", resultRefused); got != 3 {
 		t.Errorf("stormgate_upgrades_total{result=refused} = %v, want 3", got)
+	}
+}
+
+// With Triple on, a binary that cannot take HTTP/2 connections over (one from before it: its report
+// carries nothing) is refused after its preflight, before anything stops: its restore would take the
+// HTTP/2 consumers for Dubbo ones and close them. With Dubbo only the same binary is fine.
+func TestUpgradeRefusesBinaryWithoutHTTP2(t *testing.T) {
+	old := filepath.Join(t.TempDir(), "sidecar-old")
+	script := "#!/bin/sh\necho '{\"preflight\":\"ok\",\"version\":\"v0.9\",\"handover_format\":" +
+		strconv.Itoa(handover.Format) + "}'\n"
+	if err := os.WriteFile(old, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, proto := range []string{"triple", "both", "dubbo"} {
+		in := settings.Defaults()
+		in.Upstream.Protocol = &proto
+		u, err := newUpgrader(zap.NewNop(), "", func() *sg.Settings { return in }, func() bool { return false }, prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		u.handler(context.Background())(rec, httptest.NewRequest(http.MethodPost, "/upgrade?binary="+old, nil))
+		refused := rec.Code == http.StatusUnprocessableEntity && strings.Contains(rec.Body.String(), "cannot take HTTP/2 consumer connections over")
+		if refused != (proto != "dubbo") {
+			t.Errorf("upstream.protocol %s: %d %s", proto, rec.Code, rec.Body)
+		}
 	}
 }
 
