@@ -42,10 +42,12 @@ import (
 // provider-side fields of every h2Call of the pool. Nothing holds mu and a session's lock at once (see
 // h2session.go). Each connection has a writer goroutine that owns the socket's writes; frames are
 // queued to it under mu in the order the Conn produced them, so its output stays in order. The
-// goroutines are the pool's (its WaitGroup, which pool.close waits for).
+// goroutines are the h2Pool's (wg, which pool.close waits for); a handover's freeze leaves them running
+// (h2handover.go: the provider's HTTP/2 connections do not cross, and none has a stream by then).
 type h2Pool struct {
 	p          *pool
 	sessionIDs atomic.Uint64
+	wg         sync.WaitGroup
 
 	mu      sync.Mutex
 	ups     []*h2Upstream // connections the provider's SETTINGS made usable, until they die or go away
@@ -61,8 +63,8 @@ func newH2Pool(p *pool) *h2Pool { return &h2Pool{p: p} }
 // start runs n slot loops. (upstream.connections is read once for HTTP/2 in this slice: not resized live.)
 func (hp *h2Pool) start(n int) {
 	for i := range n {
-		hp.p.wg.Add(1)
-		go func() { defer hp.p.wg.Done(); hp.slotLoop(hp.p.ctx, i) }()
+		hp.wg.Add(1)
+		go func() { defer hp.wg.Done(); hp.slotLoop(hp.p.ctx, i) }()
 	}
 }
 
@@ -182,8 +184,8 @@ func (hp *h2Pool) newUpstream(nc net.Conn) *h2Upstream {
 func (u *h2Upstream) serve(ctx context.Context) error {
 	hp := u.hp
 	done := make(chan struct{})
-	hp.p.wg.Add(1)
-	go func() { defer hp.p.wg.Done(); defer close(done); u.writeLoop() }()
+	hp.wg.Add(1)
+	go func() { defer hp.wg.Done(); defer close(done); u.writeLoop() }()
 	stop := context.AfterFunc(ctx, func() { _ = u.nc.Close() })
 	err := u.readLoop()
 	u.proof.end(u.nc)
@@ -445,8 +447,12 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	notes.run()
 }
 
-// pickLocked is the usable connection with the fewest streams that can open one more; nil when none.
+// pickLocked is the usable connection with the fewest streams that can open one more; nil when none, and
+// while a handover quiesces HTTP/2 (no call takes a provider stream then: h2handover.go).
 func (hp *h2Pool) pickLocked() *h2Upstream {
+	if hp.p.srv.handover.quiescing.Load() {
+		return nil
+	}
 	var best *h2Upstream
 	for _, u := range hp.ups {
 		if u.conn.CanOpenStream() && (best == nil || len(u.calls) < len(best.calls)) {

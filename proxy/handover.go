@@ -40,13 +40,14 @@ import (
 
 // handoverGate is what the handlers consult (holding, park).
 type handoverGate struct {
-	stashing atomic.Bool
-	parking  atomic.Bool
-	parked   atomic.Int32
-	mu       sync.Mutex
-	release  chan struct{} // closed by thaw to unpark the pollers
-	onPark   chan struct{} // a poller parked (parkPollers counts them); one slot, never blocks park
-	peers    []int         // the other ends of the trigger connections
+	quiescing atomic.Bool // HTTP/2 calls take no provider stream (h2handover.go)
+	stashing  atomic.Bool
+	parking   atomic.Bool
+	parked    atomic.Int32
+	mu        sync.Mutex
+	release   chan struct{} // closed by thaw to unpark the pollers
+	onPark    chan struct{} // a poller parked (parkPollers counts them); one slot, never blocks park
+	peers     []int         // the other ends of the trigger connections
 
 	// The bytes consumers sent while stashing, not yet handled: kept here rather than
 	// in every session, since only a handover needs them.
@@ -122,15 +123,17 @@ type Snapshot struct {
 
 // SessionSnapshot is one consumer connection.
 type SessionSnapshot struct {
-	FD      int           `json:"fd"`
-	Remote  string        `json:"remote"`
-	Port    uint16        `json:"port"`           // pool key: the original destination port in transparent mode, else 0
-	Idle    time.Duration `json:"idle"`           // since the consumer last sent anything
-	In      []byte        `json:"in,omitempty"`   // read, not handled: a partial frame and what followed
-	Skip    int           `json:"skip,omitempty"` // bytes of a refused frame still to discard
-	Out     []byte        `json:"out,omitempty"`  // not written yet; Out[:Sent] went out already
-	Sent    int           `json:"sent,omitempty"`
-	Partial time.Duration `json:"partial,omitempty"` // age of the partial frame, for frame_read_timeout
+	Proto   string             `json:"proto,omitempty"` // "" Dubbo, "unknown" (In decides), "h2" (H2)
+	H2      *H2SessionSnapshot `json:"h2,omitempty"`
+	FD      int                `json:"fd"`
+	Remote  string             `json:"remote"`
+	Port    uint16             `json:"port"`           // pool key: the original destination port in transparent mode, else 0
+	Idle    time.Duration      `json:"idle"`           // since the consumer last sent anything
+	In      []byte             `json:"in,omitempty"`   // read, not handled: a partial frame and what followed
+	Skip    int                `json:"skip,omitempty"` // bytes of a refused frame still to discard
+	Out     []byte             `json:"out,omitempty"`  // not written yet; Out[:Sent] went out already
+	Sent    int                `json:"sent,omitempty"`
+	Partial time.Duration      `json:"partial,omitempty"` // age of the partial frame, for frame_read_timeout
 }
 
 // PoolSnapshot is one provider address: its connections and its hold queue.
@@ -202,15 +205,36 @@ var ErrFrozen = errors.New("proxy: already frozen for a handover")
 // table above). Afterwards the Server handles nothing until Thaw; the caller execs
 // the new process with the snapshot, or calls Thaw if it cannot. Freeze the listener
 // (admission) first: a connection handed to ServeFD during a freeze is lost. ctx
-// bounds the wait for the pollers to park.
+// bounds the wait for the pollers to park. With Triple on, HTTP/2 is quiesced first
+// (h2handover.go): a call on a provider stream that does not end within
+// h2QuiesceBudget makes Freeze fail, with everything serving as before.
 func (s *Server) Freeze(ctx context.Context) (*Snapshot, error) {
 	if !netpollInline() {
 		return nil, errors.New("proxy: Freeze needs handlers on the pollers (ConfigureNetpoll)")
 	}
-	if s.cfg.Load().Protocols.Triple() {
-		// Their HTTP/2 state (stream maps, windows, the provider connections' Conns) is not in a Snapshot.
-		return nil, errors.New("proxy: an upgrade cannot carry HTTP/2 connections yet (upstream.protocol triple or both): restart the sidecar instead")
+	if s.handover.stashing.Load() || s.handover.quiescing.Load() {
+		return nil, ErrFrozen
 	}
+	triple := s.cfg.Load().Protocols.Triple()
+	for attempt := 1; ; attempt++ {
+		if triple {
+			if err := s.quiesceH2(ctx); err != nil {
+				return nil, fmt.Errorf("proxy: freeze: %w", err)
+			}
+		}
+		sn, err := s.freeze(ctx)
+		// A consumer's frame read between the quiesce and the parking can leave its connection
+		// not at rest (a header block half read): thawed, quiesce again.
+		if errors.Is(err, errH2NotAtRest) && attempt < 3 {
+			s.log.Info("an HTTP/2 connection moved during the freeze; quiescing again", zap.Error(err))
+			continue
+		}
+		return sn, err
+	}
+}
+
+// freeze is Freeze's work after the quiesce: stop, park, copy.
+func (s *Server) freeze(ctx context.Context) (*Snapshot, error) {
 	g := &s.handover
 	if !g.stashing.CompareAndSwap(false, true) {
 		return nil, ErrFrozen
@@ -298,7 +322,7 @@ func (s *Server) Thaw() {
 		}
 	}
 	for ss, in := range g.takeStashes() {
-		ss.consume(&sliceSource{b: in}, false)
+		ss.handleStashed(in)
 	}
 	s.eachWriter(func(w *writer) { w.resume(nil, 0) })
 	g.stashing.Store(false)
@@ -317,6 +341,7 @@ func (s *Server) Thaw() {
 	for _, p := range s.poolList() {
 		p.startLoops()
 	}
+	s.unquiesceH2()
 	s.log.Info("data plane thawed: serving again in this process")
 }
 
@@ -342,13 +367,26 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 		if ss.closing.Load() || err != nil {
 			return // closing anyway: its fd keeps CLOEXEC and closes at exec
 		}
-		in, skip := ss.rd.exportPartial()
-		out, sent, _ := ss.w.export()
 		st := SessionSnapshot{FD: ss.w.fd, Remote: ss.remote.String(), Port: ss.pool.port,
-			Idle: time.Duration(now - ss.idle.Last()), In: append(in, s.handover.stashed(ss)...), Skip: skip, Out: out, Sent: sent}
-		if since := ss.rd.partialSince(); since != 0 {
-			st.Partial = time.Duration(now - since)
+			Idle: time.Duration(now - ss.idle.Last())}
+		stash := s.handover.stashed(ss)
+		switch {
+		case ss.h2 != nil: // set before proto
+			ok, herr := ss.h2.snapshot(&st, stash, now)
+			if herr != nil || !ok {
+				err = herr // !ok: it ends in a GOAWAY; its fd keeps CLOEXEC and closes at exec
+				return
+			}
+		case ss.proto.Load() == protoUnknown:
+			st.Proto, st.In = snapUnknown, append([]byte(nil), stash...)
+		default:
+			in, skip := ss.rd.exportPartial()
+			st.In, st.Skip = append(in, stash...), skip
+			if since := ss.rd.partialSince(); since != 0 {
+				st.Partial = time.Duration(now - since)
+			}
 		}
+		st.Out, st.Sent, _ = ss.w.export()
 		index[ss] = len(sn.Sessions)
 		sn.Sessions = append(sn.Sessions, st)
 		err = keepOnExec(ss.w.fd)
@@ -440,8 +478,15 @@ func (s *Server) restore(sn *Snapshot) error {
 	cfg := s.cfg.Load()
 	// Pools first, without their loops: sessions and pending entries refer to them.
 	pools := map[uint16]*pool{}
+	newPool := func(addr string, port uint16) *pool {
+		p := newPoolStopped(s, addr, port)
+		if cfg.Protocols.Triple() {
+			p.h2 = newH2Pool(p) // its loops start with the others, below
+		}
+		return p
+	}
 	for _, ps := range sn.Pools {
-		p := newPoolStopped(s, ps.Addr, ps.Port)
+		p := newPool(ps.Addr, ps.Port)
 		p.readonlySent.Store(ps.ReadonlySent)
 		pools[ps.Port] = p
 	}
@@ -453,7 +498,7 @@ func (s *Server) restore(sn *Snapshot) error {
 		if cfg.Transparent {
 			addr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), port).String()
 		}
-		p := newPoolStopped(s, addr, port)
+		p := newPool(addr, port)
 		pools[port] = p
 		return p
 	}
@@ -464,11 +509,25 @@ func (s *Server) restore(sn *Snapshot) error {
 	for i, st := range sn.Sessions {
 		remote, _ := netip.ParseAddrPort(st.Remote)
 		ss := newSession(s, poolFor(st.Port), nil, st.FD, remote)
-		ss.proto.Store(protoDubbo) // a Snapshot holds Dubbo sessions only (Freeze refuses with Triple on)
 		ss.w.held = true
 		ss.idle.Touch(now - int64(st.Idle))
-		ss.rd.skip = st.Skip
 		sessions[i] = ss
+		var err error
+		switch st.Proto {
+		case snapDubbo:
+			ss.proto.Store(protoDubbo)
+			ss.rd.skip = st.Skip
+		case snapUnknown: // its first bytes decide, as they would have
+		case snapH2:
+			err = ss.restoreH2(st.H2, now)
+		default:
+			err = fmt.Errorf("a consumer of protocol %q, which this build does not know", st.Proto)
+		}
+		if err != nil {
+			s.logRestoreFailure(ss, err)
+			ss.closing.Store(true)
+			_ = unix.Close(st.FD)
+		}
 	}
 	sessionAt := func(i int) *session {
 		if i >= 0 && i < len(sessions) {
@@ -518,7 +577,9 @@ func (s *Server) restore(sn *Snapshot) error {
 		if st.Partial > 0 {
 			defer ss.rd.since.Store(now - int64(st.Partial))
 		}
-		ss.consume(&sliceSource{b: st.In}, false)
+		if !ss.closing.Load() {
+			ss.handleStashed(st.In)
+		}
 	}
 	// Serving: handlers on, writers on, timers armed.
 	for _, uc := range ups {
@@ -527,8 +588,11 @@ func (s *Server) restore(sn *Snapshot) error {
 		}
 	}
 	for i, ss := range sessions {
+		if ss.closing.Load() {
+			continue
+		}
 		if err := s.serveRestored(ss); err != nil {
-			s.log.Warn("a consumer connection could not be restored; closing it", zap.Stringer("peer", ss.remote), zap.Error(err))
+			s.logRestoreFailure(ss, err)
 			continue
 		}
 		ss.w.resume(sn.Sessions[i].Out, sn.Sessions[i].Sent)
@@ -539,6 +603,9 @@ func (s *Server) restore(sn *Snapshot) error {
 	}
 	for _, p := range pools {
 		p.startLoops()
+		if p.h2 != nil {
+			p.h2.start(cfg.UpstreamConns)
+		}
 	}
 	s.log.Info("data plane restored from a handover", zap.Int("consumers", len(sessions)),
 		zap.Int("provider_connections", len(ups)), zap.Duration("since_freeze", s.clock.Now().Sub(sn.Taken)))
@@ -568,7 +635,7 @@ func (s *Server) serveRestored(ss *session) error {
 	}
 	ss.conn = conn
 	s.sessions.add(ss)
-	s.m.downConns[protoDubbo].Inc() // restored sessions are Dubbo's (restore marks them so)
+	s.m.downConns[ss.proto.Load()].Inc()
 	if t := s.cfg.Load().DownstreamIdleTimeout; t > 0 {
 		s.wheel.Schedule(&ss.timer, max(ss.idle.Remaining(s.now(), t), time.Millisecond))
 	}

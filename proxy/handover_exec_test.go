@@ -37,27 +37,8 @@ func TestHandoverAcrossExec(t *testing.T) {
 	go prov.Serve(ctx)
 	defer prov.Close()
 
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), handoverRole+"=old", "HANDOVER_PROVIDER="+prov.Addr())
-	child.Stderr = os.Stderr
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	lines := bufio.NewScanner(out)
-	next := func(prefix string) string {
-		for lines.Scan() {
-			if l := lines.Text(); strings.HasPrefix(l, prefix) {
-				return strings.TrimPrefix(l, prefix)
-			}
-		}
-		t.Fatalf("child: no %q line", prefix)
-		return ""
-	}
+	child := startHandoverChild(t, "HANDOVER_PROVIDER="+prov.Addr())
+	next := child.next
 	addr := next("listening ")
 
 	const consumers = 50
@@ -74,7 +55,7 @@ func TestHandoverAcrossExec(t *testing.T) {
 	load := startCalls(t, ctx, clients, 700)
 	waitFor(t, 10*time.Second, "calls before the handover", func() bool { return load.calls.Load() >= 2*consumers })
 	before := load.calls.Load()
-	if err := child.Process.Signal(syscall.SIGUSR1); err != nil {
+	if err := child.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
 	took := next("restored ")
@@ -84,6 +65,41 @@ func TestHandoverAcrossExec(t *testing.T) {
 		t.Errorf("the provider accepted %d connections; its 2 should have moved", n)
 	}
 	t.Logf("%d calls; handover %s; longest call %v", load.calls.Load(), took, time.Duration(load.longest.Load()))
+}
+
+// handoverChildProc is the child of a handover test: this test binary, serving as the old image.
+type handoverChildProc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	lines *bufio.Scanner
+}
+
+// startHandoverChild starts the child with env added; it is killed at the test's end.
+func startHandoverChild(t *testing.T, env ...string) *handoverChildProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), handoverRole+"=old"), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return &handoverChildProc{t: t, cmd: cmd, lines: bufio.NewScanner(out)}
+}
+
+// next is the rest of the child's next output line that begins with prefix.
+func (c *handoverChildProc) next(prefix string) string {
+	for c.lines.Scan() {
+		if l := c.lines.Text(); strings.HasPrefix(l, prefix) {
+			return strings.TrimPrefix(l, prefix)
+		}
+	}
+	c.t.Fatalf("child: no %q line", prefix)
+	return ""
 }
 
 const handoverRole = "STORMGATE_TEST_HANDOVER"
@@ -105,6 +121,9 @@ func handoverChild() {
 func handoverChildRun(role string) error {
 	cfg := testConfig(os.Getenv("HANDOVER_PROVIDER"))
 	cfg.UpstreamConns = 2
+	if os.Getenv("HANDOVER_PROTOCOL") == "triple" {
+		cfg.Protocols = ProtoTriple
+	}
 	opts := Options{}
 	ctx := context.Background()
 	var srv *Server
@@ -175,6 +194,7 @@ func handoverChildRun(role string) error {
 	if err != nil {
 		return err
 	}
+	fmt.Println(snapshotSummary(sn))
 	b, err := sn.MarshalBinary()
 	if err != nil {
 		return err

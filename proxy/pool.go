@@ -108,7 +108,9 @@ func (p *pool) startLoops() {
 		go func() { defer p.wg.Done(); p.slotLoop(ctx, i, sl) }()
 	}
 	p.mu.Unlock()
-	p.resize(max(p.srv.cfg.Load().UpstreamConns, len(p.slotList())))
+	if cfg := p.srv.cfg.Load(); cfg.Protocols.Dubbo() {
+		p.resize(max(cfg.UpstreamConns, len(p.slotList())))
+	}
 	p.connChanged()
 }
 
@@ -525,6 +527,7 @@ func (p *pool) close() {
 	p.cancel()
 	p.wg.Wait()
 	if p.h2 != nil {
+		p.h2.wg.Wait()
 		p.h2.close()
 	}
 	p.hold.failAll("stormgate: shutting down")

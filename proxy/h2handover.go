@@ -1,0 +1,320 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/stormgate/stormgate/proxy/h2"
+)
+
+// Handing HTTP/2 over in an upgrade (issue 27 item 5; docs/design.md §14.12): quiesce, then hand over
+// connections at rest. A Dubbo connection crosses with everything in flight (handover.go); an HTTP/2
+// connection in the middle of streams would need its whole state machine to cross, and a mistake there
+// corrupts a stream. So before the freeze Stormgate stops starting calls on provider streams and waits,
+// within h2QuiesceBudget, until no call is on one: then every HTTP/2 consumer connection is at rest, and
+// what crosses is small and plain (h2.ConnState, and the calls that wait whole).
+//
+//	| what, at the freeze                         | crosses as                          | in the new image
+//	|---------------------------------------------|-------------------------------------|-------------------------------
+//	| a consumer connection (SETTINGS acked)      | h2.ConnState: settings, windows,    | h2.RestoreConn; its guards'
+//	|                                             | stream states, last ids, GOAWAYs    | budgets start full
+//	| its unread input (a partial frame, and what | SessionSnapshot.In                  | handled first, in order
+//	| came during the freeze)                     |                                     |
+//	| a consumer whose preface is not whole yet   | In, protocol unknown                | sniffed again
+//	| a call that arrived during the quiesce, or  | H2CallSnapshot: head, DATA and      | waits for a provider stream,
+//	| was held before it (waiting for a stream)   | trailers so far, its kept request   | as it did (hold.timeout from
+//	|                                             | (sending again), its age            | its arrival)
+//	| a call on a provider stream                 | never: the quiesce waits for it     | —
+//	| answer DATA waiting for a consumer's window | never: the quiesce waits for it     | —
+//	| the provider's HTTP/2 connections           | never: idle, they close at the exec | dialled anew (upstream.connections)
+//	| a connection ending in a GOAWAY             | never: it closes at the exec        | —
+//
+// Calls that arrive during the quiesce wait (as they would for a stream), so consumers see the quiesce,
+// the freeze and the exec as one pause, and no connection closes. A call still on a provider stream when
+// the budget is up (a long stream, a consumer that does not read its answer) makes the upgrade fail:
+// Freeze returns an error saying what was open, and everything resumes as before.
+
+// h2QuiesceBudget bounds the wait for HTTP/2 calls on provider streams to end before a freeze: unary
+// calls take milliseconds, and consumers' calls wait meanwhile.
+const h2QuiesceBudget = time.Second
+
+// H2SessionSnapshot is an HTTP/2 consumer connection at rest.
+type H2SessionSnapshot struct {
+	Conn  h2.ConnState     `json:"conn"`
+	Drain bool             `json:"drain,omitempty"` // Stormgate's drain: the first GOAWAY went out
+	Final bool             `json:"final,omitempty"` // and the final one
+	Calls []H2CallSnapshot `json:"calls,omitempty"` // calls waiting for a provider stream, oldest first
+}
+
+// H2CallSnapshot is one call waiting for a provider stream.
+type H2CallSnapshot struct {
+	Stream      uint32           `json:"stream"`
+	Age         time.Duration    `json:"age"` // since it arrived (hold.timeout and grpc-timeout count from then)
+	Head        []h2.HeaderField `json:"head"`
+	HeadEnd     bool             `json:"head_end,omitempty"`
+	In          []byte           `json:"in,omitempty"` // request DATA still to send
+	InEnd       bool             `json:"in_end,omitempty"`
+	InTrail     []h2.HeaderField `json:"in_trail,omitempty"`
+	Kept        *H2KeptSnapshot  `json:"kept,omitempty"` // nil: not kept (too large): never sent again
+	Resending   bool             `json:"resending,omitempty"`
+	Resends     int              `json:"resends,omitempty"`
+	NotRunTries int              `json:"not_run_tries,omitempty"`
+	ReqBytes    uint64           `json:"req_bytes,omitempty"`
+}
+
+// H2KeptSnapshot is a call's request kept for sending it again (h2replay.go).
+type H2KeptSnapshot struct {
+	Head     []h2.HeaderField `json:"head"`
+	Body     []byte           `json:"body,omitempty"`
+	Trailers []h2.HeaderField `json:"trailers,omitempty"`
+	Complete bool             `json:"complete,omitempty"`
+}
+
+// The protocols of SessionSnapshot.Proto. Snapshots from before HTTP/2 have none: Dubbo.
+const (
+	snapDubbo   = ""
+	snapUnknown = "unknown"
+	snapH2      = "h2"
+)
+
+// h2Busy is what keeps HTTP/2 from being at rest.
+type h2Busy struct {
+	onStreams int    // calls on provider streams
+	paused    int    // calls pausing before being sent again
+	answering int    // calls whose answer is still going to their consumer
+	notAtRest int    // consumer connections whose h2.Conn cannot be exported yet
+	why       string // one of those connections' reasons
+}
+
+func (b h2Busy) none() bool { return b.onStreams+b.paused+b.answering+b.notAtRest == 0 }
+
+func (b h2Busy) String() string {
+	s := fmt.Sprintf("%d HTTP/2 calls on provider streams (streaming calls, or slow answers), %d pausing before a resend, "+
+		"%d answers still going to consumers (consumers not reading), %d connections not at rest", b.onStreams, b.paused,
+		b.answering, b.notAtRest)
+	if b.why != "" {
+		s += " (" + b.why + ")"
+	}
+	return s
+}
+
+// quiesceH2 stops HTTP/2 calls from taking provider streams and waits, within ctx and h2QuiesceBudget,
+// until HTTP/2 is at rest. On an error quiescing is off again.
+func (s *Server) quiesceH2(ctx context.Context) error {
+	s.handover.quiescing.Store(true)
+	ctx, cancel := context.WithTimeout(ctx, h2QuiesceBudget)
+	defer cancel()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		b := s.h2Busy()
+		if b.none() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			s.unquiesceH2()
+			return fmt.Errorf("HTTP/2 did not come to rest within %v: %v; nothing was handed over, try again "+
+				"(or restart the sidecar, which ends those calls)", h2QuiesceBudget, b)
+		case <-tick.C:
+		}
+	}
+}
+
+// unquiesceH2 lets HTTP/2 calls take provider streams again and starts those that waited.
+func (s *Server) unquiesceH2() {
+	if !s.handover.quiescing.CompareAndSwap(true, false) {
+		return
+	}
+	now := s.now()
+	for _, p := range s.poolList() {
+		hp := p.h2
+		if hp == nil {
+			continue
+		}
+		var notes h2Notes
+		hp.mu.Lock()
+		hp.pumpLocked(now, &notes)
+		hp.mu.Unlock()
+		notes.run()
+	}
+}
+
+// h2Busy counts what keeps HTTP/2 from being at rest, consumer connection by consumer connection.
+func (s *Server) h2Busy() h2Busy {
+	var b h2Busy
+	var calls []*h2Call
+	var answering []bool
+	s.sessions.each(func(ss *session) {
+		h := ss.h2
+		if h == nil || ss.closing.Load() || h.goingAway.Load() {
+			return
+		}
+		calls, answering = calls[:0], answering[:0]
+		h.mu.Lock()
+		if h.closed || h.conn == nil {
+			h.mu.Unlock()
+			return
+		}
+		for _, c := range h.calls {
+			calls = append(calls, c)
+			answering = append(answering, h.answering(c))
+		}
+		if len(h.pend) > 0 {
+			b.answering++
+		}
+		if _, err := h.conn.Export(); err != nil {
+			b.notAtRest++
+			b.why = err.Error()
+		}
+		h.mu.Unlock()
+		h.hp.mu.Lock()
+		for i, c := range calls {
+			switch {
+			case c.up != nil && !c.upDone:
+				b.onStreams++
+			case c.paused:
+				b.paused++
+			case answering[i] || !c.waiting: // its answer is on its way to the consumer
+				b.answering++
+			}
+		}
+		h.hp.mu.Unlock()
+	})
+	return b
+}
+
+// answering reports whether a call's answer has begun toward the consumer (under mu).
+func (h *h2Session) answering(c *h2Call) bool {
+	return c.headSent || len(c.out) > 0 || c.outEnd || c.trailers != nil
+}
+
+// errH2NotAtRest: a connection moved after the quiesce found everything at rest (a frame read just
+// before the pollers parked). Freeze thaws and quiesces again.
+var errH2NotAtRest = errors.New("an HTTP/2 connection is not at rest")
+
+// snapshot copies an HTTP/2 consumer connection at rest (the data plane frozen). in is what it read and
+// did not handle (the stash). ok is false for a connection that does not cross (it ends in a GOAWAY).
+func (h *h2Session) snapshot(st *SessionSnapshot, in []byte, now int64) (ok bool, err error) {
+	h.mu.Lock()
+	if h.closed || h.goingAway.Load() {
+		h.mu.Unlock()
+		return false, nil
+	}
+	st.In = append(append([]byte(nil), h.in...), in...)
+	if h.conn == nil { // the preface is not whole yet: sniffed again
+		h.mu.Unlock()
+		st.Proto = snapUnknown
+		return true, nil
+	}
+	cs, err := h.conn.Export()
+	if err != nil {
+		h.mu.Unlock()
+		return false, fmt.Errorf("%w: %v", errH2NotAtRest, err)
+	}
+	hs := &H2SessionSnapshot{Conn: cs, Drain: h.drain, Final: h.final}
+	calls := make([]*h2Call, 0, len(h.calls))
+	for _, c := range h.calls {
+		if h.answering(c) || len(h.pend) > 0 {
+			h.mu.Unlock()
+			return false, fmt.Errorf("%w: an answer is still going to the consumer", errH2NotAtRest)
+		}
+		calls = append(calls, c)
+	}
+	reqBytes := make([]uint64, len(calls))
+	for i, c := range calls {
+		reqBytes[i] = c.reqBytes
+	}
+	h.mu.Unlock()
+	slices.SortFunc(calls, func(a, b *h2Call) int { return int(a.down) - int(b.down) })
+	hp := h.hp
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	for i, c := range calls {
+		if !c.waiting || c.paused || c.up != nil {
+			return false, fmt.Errorf("%w: a call is on a provider stream", errH2NotAtRest)
+		}
+		x := H2CallSnapshot{Stream: c.down, Age: time.Duration(now - c.arrived), Head: c.head, HeadEnd: c.headEnd,
+			In: c.in, InEnd: c.inEnd, InTrail: c.inTrail, Resending: c.resending, Resends: c.resends,
+			NotRunTries: c.notRunTries, ReqBytes: reqBytes[i]}
+		if k := &c.req; !k.lost {
+			x.Kept = &H2KeptSnapshot{Head: k.head, Body: k.body, Trailers: k.trailers, Complete: k.complete}
+		}
+		hs.Calls = append(hs.Calls, x)
+	}
+	st.Proto, st.H2 = snapH2, hs
+	return true, nil
+}
+
+// restoreH2 rebuilds an HTTP/2 consumer connection from a handover: its h2.Conn, and its waiting calls
+// back in their pool's waiting list (their hold timers from their arrival).
+func (ss *session) restoreH2(hs *H2SessionSnapshot, now int64) error {
+	srv := ss.srv
+	cfg := srv.cfg.Load()
+	hp := ss.pool.h2
+	if hp == nil {
+		return errors.New("an HTTP/2 consumer, but upstream.protocol no longer includes triple")
+	}
+	conn, err := h2.RestoreConn(cfg.h2Conn(h2.RoleServer), hs.Conn)
+	if err != nil {
+		return err
+	}
+	h := newH2Session(ss, hp)
+	h.conn, h.drain, h.final = conn, hs.Drain, hs.Final
+	ss.h2 = h
+	ss.proto.Store(protoH2)
+	for _, x := range hs.Calls {
+		c := &h2Call{sess: h, down: x.Stream, arrived: now - int64(x.Age), reqBytes: x.ReqBytes,
+			method: srv.identifyH2(x.Head, cfg)}
+		h.calls[c.down] = c
+		ss.inflight.Add(1)
+		ss.counts.requests.Add(1)
+		hp.adoptWaiting(c, x, now, cfg)
+	}
+	return nil
+}
+
+// adoptWaiting puts a call from a handover in the waiting list, as open and resendLocked leave one.
+func (hp *h2Pool) adoptWaiting(c *h2Call, x H2CallSnapshot, now int64, cfg *Config) {
+	srv := hp.p.srv
+	c.sendBy = h2SendBy(x.Head, c.arrived, cfg)
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	c.head, c.headEnd, c.inEnd, c.inTrail = x.Head, x.HeadEnd, x.InEnd, x.InTrail
+	c.resending, c.resends, c.notRunTries = x.Resending, x.Resends, x.NotRunTries
+	c.req = h2Kept{lost: true}
+	if k := x.Kept; k != nil {
+		c.req = h2Kept{head: k.Head, body: k.Body, trailers: k.Trailers, complete: k.Complete}
+		srv.budget.force(len(k.Body))
+	}
+	if c.resending {
+		c.in = c.req.body // the kept body itself (forgetLocked releases it once)
+	} else {
+		c.in = x.In
+		srv.budget.force(len(c.in))
+	}
+	c.waiting = true
+	c.waited.Store(true)
+	hp.waiting.push(c)
+	hp.initTimersLocked(c)
+	srv.wheel.Schedule(&c.hold, max(time.Duration(h2HoldUntil(c, cfg)-now), time.Millisecond))
+}
+
+// handleStashed handles what a consumer sent during a handover (Thaw, restore), as its handler would have.
+func (ss *session) handleStashed(in []byte) {
+	src := &sliceSource{b: in}
+	if ss.proto.Load() != protoDubbo && ss.otherProtocol(src) {
+		return
+	}
+	ss.consume(src, false)
+}
+
+// logRestoreFailure says why a consumer connection from a handover could not be restored.
+func (s *Server) logRestoreFailure(ss *session, err error) {
+	s.log.Warn("a consumer connection could not be restored; closing it", zap.Stringer("peer", ss.remote), zap.Error(err))
+}

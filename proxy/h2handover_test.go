@@ -1,0 +1,226 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+)
+
+// TestHandoverAcrossExecTriple is TestHandoverAcrossExec with Triple consumers (issue 27 item 5): grpc-go
+// clients call a grpc-go provider through a child Server with unique bodies and keys, the child
+// freezes (quiescing HTTP/2 first), execs itself and restores. Every call gets exactly its own answer,
+// none fails, no consumer connection closes (each client dials once), the provider runs no call twice,
+// and calls that arrived during the quiesce crossed the exec waiting (the snapshot carried them).
+func TestHandoverAcrossExecTriple(t *testing.T) {
+	prov := startGRPCProvider(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	child := startHandoverChild(t, "HANDOVER_PROVIDER="+prov.Addr().String(), "HANDOVER_PROTOCOL=triple")
+	next := child.next
+	addr := next("listening ")
+
+	const consumers = 24
+	var dials atomic.Int64
+	ccs := make([]*grpc.ClientConn, consumers)
+	for i := range ccs {
+		cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})),
+			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+				dials.Add(1)
+				return (&net.Dialer{}).DialContext(ctx, "tcp", a)
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ccs[i] = cc
+	}
+	load := startTripleLoad(t, ctx, ccs)
+	waitFor(t, 20*time.Second, "calls before the handover", func() bool { return load.calls.Load() >= 4*consumers })
+	if err := child.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	frozen := next("frozen ")
+	took := next("restored ")
+	before := load.calls.Load()
+	waitFor(t, 20*time.Second, "calls after the handover", func() bool { return load.calls.Load() > before+4*consumers })
+	load.finish(t)
+	t.Logf("%d calls; snapshot: %s; handover %s", load.calls.Load(), frozen, took)
+	if n := dials.Load(); n != consumers {
+		t.Errorf("the consumers dialled %d times; want %d (one connection each, never closed)", n, consumers)
+	}
+	if n := prov.runTwice.Load(); n != 0 {
+		t.Errorf("the provider ran %d calls twice", n)
+	}
+	var h2s, waiting int
+	if _, err := fmt.Sscanf(frozen, "sessions=%d h2=%d waiting=%d", new(int), &h2s, &waiting); err != nil {
+		t.Fatalf("child's frozen line %q: %v", frozen, err)
+	}
+	if h2s != consumers || waiting == 0 {
+		t.Errorf("the snapshot carried %d HTTP/2 consumers and %d waiting calls; want %d and some", h2s, waiting, consumers)
+	}
+}
+
+// snapshotSummary is the child's account of a snapshot, for the tests.
+func snapshotSummary(sn *Snapshot) string {
+	h2s, waiting := 0, 0
+	for _, st := range sn.Sessions {
+		if st.H2 != nil {
+			h2s++
+			waiting += len(st.H2.Calls)
+		}
+	}
+	return fmt.Sprintf("frozen sessions=%d h2=%d waiting=%d", len(sn.Sessions), h2s, waiting)
+}
+
+// tripleLoad is unary calls in a loop on each client connection, each with a unique key and body, each
+// answer checked against its own body, until finish.
+type tripleLoad struct {
+	calls, failed atomic.Int64
+	stop          chan struct{}
+	wg            sync.WaitGroup
+}
+
+func startTripleLoad(t *testing.T, ctx context.Context, ccs []*grpc.ClientConn) *tripleLoad {
+	l := &tripleLoad{stop: make(chan struct{})}
+	var firstFailure sync.Once
+	for i, cc := range ccs {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for k := 0; ; k++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("c%d-%d", i, k)
+				msg := integrityMsg(key, k, 1+(i*131+k*17)%3000)
+				// x-sleep-ms keeps calls on provider streams when a quiesce begins: it waits for them,
+				// while the calls their consumers make next wait for a stream.
+				// One consumer in eight has slower calls, so that the others' next calls arrive during a
+				// quiesce.
+				sleep := "3"
+				if i%8 == 0 {
+					sleep = "25"
+				}
+				cctx := metadata.AppendToOutgoingContext(ctx, "x-key", key, "x-sleep-ms", sleep)
+				if o := h2UnaryCall(cctx, cc, msg); !o.ok {
+					l.failed.Add(1)
+					firstFailure.Do(func() { t.Errorf("call %s: %s", key, o.detail) })
+					return
+				}
+				l.calls.Add(1)
+			}
+		}()
+	}
+	return l
+}
+
+// finish stops the load and checks that no call failed.
+func (l *tripleLoad) finish(t *testing.T) {
+	t.Helper()
+	close(l.stop)
+	l.wg.Wait()
+	if n := l.failed.Load(); n != 0 {
+		t.Errorf("%d calls failed", n)
+	}
+}
+
+// TestH2FreezeThaw: a freeze with Triple consumers calling, then a thaw (what a failed exec does), three
+// times: every call gets its own answer, and the calls that waited through the freeze are sent after it.
+func TestH2FreezeThaw(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ccs := make([]*grpc.ClientConn, 16)
+	for i := range ccs {
+		ccs[i] = grpcClient(t, addr)
+	}
+	load := startTripleLoad(t, ctx, ccs)
+	for round := range 3 {
+		before := load.calls.Load()
+		waitFor(t, 20*time.Second, "calls before the freeze", func() bool { return load.calls.Load() >= before+32 })
+		sn, err := srv.Freeze(ctx)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		t.Logf("round %d: %s", round, snapshotSummary(sn))
+		for _, st := range sn.Sessions {
+			if st.Proto != snapH2 || st.H2 == nil {
+				t.Fatalf("round %d: a consumer crossed as %q, not as HTTP/2", round, st.Proto)
+			}
+		}
+		srv.Thaw()
+		before = load.calls.Load()
+		waitFor(t, 20*time.Second, "calls after the thaw", func() bool { return load.calls.Load() >= before+32 })
+	}
+	load.finish(t)
+	if n := prov.runTwice.Load(); n != 0 {
+		t.Errorf("the provider ran %d calls twice", n)
+	}
+}
+
+// TestH2FreezeRefusedWhileStreaming: a stream open on a provider stream keeps HTTP/2 from coming to rest;
+// Freeze fails within its budget saying so, and everything serves as before: the stream goes on, and a
+// unary call made meanwhile is answered.
+func TestH2FreezeRefusedWhileStreaming(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	cc := grpcClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/stormgate.Test/Echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip := func(msg string) {
+		t.Helper()
+		b, got := []byte(msg), []byte(nil)
+		if err := st.SendMsg(&b); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.RecvMsg(&got); err != nil || string(got) != msg {
+			t.Fatalf("stream echo %q: %q %v", msg, got, err)
+		}
+	}
+	roundTrip("before")
+	unary := make(chan h2Outcome, 1)
+	go func() {
+		for !srv.handover.quiescing.Load() && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		unary <- h2UnaryCall(ctx, cc, []byte("during the quiesce"))
+	}()
+	start := time.Now()
+	_, err = srv.Freeze(ctx)
+	if err == nil || !strings.Contains(err.Error(), "1 HTTP/2 calls on provider streams") {
+		t.Fatalf("Freeze with a stream open: %v; want a refusal naming the stream", err)
+	}
+	if d := time.Since(start); d < h2QuiesceBudget {
+		t.Errorf("Freeze gave up after %v, before its budget %v", d, h2QuiesceBudget)
+	}
+	if o := <-unary; !o.ok {
+		t.Errorf("the unary call made during the quiesce: %s", o.detail)
+	}
+	roundTrip("after")
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	if err := st.RecvMsg(&got); err == nil {
+		t.Fatalf("stream: an echo after CloseSend: %q", got)
+	}
+}
