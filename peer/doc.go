@@ -38,6 +38,12 @@
 // counts the PINGs it receives, those a load consumer marked (LoadPing) apart. triple_wire.go builds
 // and reads the calls dubbo-go v3.3.0 sends without IDL (a hessian2 TripleRequestWrapper).
 //
+// UnifiedEcho (unified.go) is both on one port, as Dubbo 3's port unification serves them (the
+// provider of upstream.protocol both): one listener and one accept loop (accept.go's acceptEach, the
+// one the other two run too); each connection's first bytes (the Dubbo magic, or the HTTP/2 client
+// preface) pick the EchoProvider or the TripleEcho, which serves it with those bytes replayed, as if
+// it had accepted it; a kill ends both at once.
+//
 // Frames are built and read with proxy/dubbo; wire.go adds only what the codec does not
 // have (the exception body). The package's tests check the bytes that matter (heartbeat
 // reply, READONLY, echo reply) against literal hex, so a codec bug cannot cancel itself

@@ -99,13 +99,19 @@ type Reading struct {
 
 // Violation is one thing the provider received that a correct proxy never sends.
 type Violation struct {
-	Conn   uint64 `json:"conn"` // the connection's serial number (1, 2, ... over the provider's life)
-	Kind   string `json:"kind"` // "malformed frame", "corrupt body", "repeated id", "duplicate key", "unexpected frame"
-	ID     int64  `json:"id"`   // the frame's id, when its header could be read
-	Detail string `json:"detail"`
+	// Protocol is the half of a UnifiedEcho that recorded it ("dubbo", "triple"; "" for the listener
+	// itself and for a provider of one protocol).
+	Protocol string `json:"protocol,omitempty"`
+	Conn     uint64 `json:"conn"` // the connection's serial number (1, 2, ... over the provider's life)
+	Kind     string `json:"kind"` // "malformed frame", "corrupt body", "repeated id", "duplicate key", "unexpected frame"
+	ID       int64  `json:"id"`   // the frame's id, when its header could be read
+	Detail   string `json:"detail"`
 }
 
 func (v Violation) String() string {
+	if v.Protocol != "" {
+		return fmt.Sprintf("%s conn %d: %s (id %d): %s", v.Protocol, v.Conn, v.Kind, v.ID, v.Detail)
+	}
 	return fmt.Sprintf("conn %d: %s (id %d): %s", v.Conn, v.Kind, v.ID, v.Detail)
 }
 
@@ -178,6 +184,17 @@ type EchoProvider struct {
 
 // StartEcho listens on cfg.Addr and starts accepting. log may be nil.
 func StartEcho(cfg EchoConfig, log *zap.Logger) (*EchoProvider, error) {
+	p := newEcho(cfg, log)
+	ln, err := p.listen()
+	if err != nil {
+		return nil, err
+	}
+	p.serve(ln, true)
+	return p, nil
+}
+
+// newEcho is an EchoProvider with cfg's defaults resolved, not yet serving.
+func newEcho(cfg EchoConfig, log *zap.Logger) *EchoProvider {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -200,15 +217,17 @@ func StartEcho(cfg EchoConfig, log *zap.Logger) (*EchoProvider, error) {
 	}
 	r := cfg.Reading
 	p.reading.Store(&r)
-	ln, err := p.listen()
-	if err != nil {
-		return nil, err
-	}
-	p.addr = ln.Addr().String() // a restart reuses the port
+	return p
+}
+
+// serve starts serving ln, before the provider is shared: its address is the one a restart
+// listens on again. With accept, the provider's own accept loop takes ln's connections; without,
+// a UnifiedEcho's does and hands them over (serveConn).
+func (p *EchoProvider) serve(ln net.Listener, accept bool) {
+	p.addr = ln.Addr().String()
 	p.mu.Lock()
-	p.serveLocked(ln)
+	p.serveLocked(ln, accept)
 	p.mu.Unlock()
-	return p, nil
 }
 
 // Addr returns the listening address, e.g. "127.0.0.1:43121" (the same after Restart).
@@ -243,36 +262,19 @@ func (p *EchoProvider) listen() (net.Listener, error) {
 	return ln, nil
 }
 
-// serveLocked starts the accept loop on ln. The caller holds mu.
-func (p *EchoProvider) serveLocked(ln net.Listener) {
+// serveLocked makes ln the listener served, and starts the accept loop on it when accept (see
+// serve). The caller holds mu.
+func (p *EchoProvider) serveLocked(ln net.Listener, accept bool) {
 	p.ln = ln
-	p.acceptWG.Add(1)
-	go func() {
-		defer p.acceptWG.Done()
-		p.acceptLoop(ln)
-	}()
-}
-
-func (p *EchoProvider) acceptLoop(ln net.Listener) {
-	var backoff time.Duration
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of fds or similar: back off, as net/http does. Kill closes ln to end this.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			p.log.Warn("echo provider: accept failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
-			time.Sleep(backoff)
-			continue
-		}
-		backoff = 0
-		p.addConn(ln, nc.(*net.TCPConn))
+	if accept {
+		p.acceptWG.Go(func() { acceptEach(ln, p.log, "echo provider", func(nc *net.TCPConn) { p.serveConn(ln, nc) }) })
 	}
 }
 
-func (p *EchoProvider) addConn(ln net.Listener, nc *net.TCPConn) {
+// serveConn serves a connection accepted on ln, by the provider's own accept loop or by a
+// UnifiedEcho's (which read its first bytes: nc replays them). A connection accepted on a
+// listener no longer served (killed while accepting) is reset.
+func (p *EchoProvider) serveConn(ln net.Listener, nc tcpConn) {
 	p.mu.Lock()
 	if p.ln != ln { // killed while accepting
 		p.mu.Unlock()
@@ -326,7 +328,11 @@ func (p *EchoProvider) Kill() {
 }
 
 // Restart listens again on the provider's address after Kill.
-func (p *EchoProvider) Restart() error {
+func (p *EchoProvider) Restart() error { return p.restart(nil) }
+
+// restart serves again after Kill: a listener of its own on the same address when ln is nil, else
+// ln, a UnifiedEcho's, whose accept loop hands connections over.
+func (p *EchoProvider) restart(ln net.Listener) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -335,11 +341,14 @@ func (p *EchoProvider) Restart() error {
 	case p.ln != nil:
 		return errors.New("peer: echo provider is already listening")
 	}
-	ln, err := p.listen()
-	if err != nil {
-		return err
+	accept := ln == nil
+	if accept {
+		var err error
+		if ln, err = p.listen(); err != nil {
+			return err
+		}
 	}
-	p.serveLocked(ln)
+	p.serveLocked(ln, accept)
 	p.restarts.Add(1)
 	p.log.Info("echo provider restarted", zap.String("addr", p.addr))
 	return nil
@@ -400,7 +409,7 @@ func (p *EchoProvider) newKey(k uint64) bool {
 type echoConn struct {
 	p      *EchoProvider
 	serial uint64
-	nc     *net.TCPConn
+	nc     tcpConn
 	rng    *rand.Rand // reader only
 	ids    sparseSet  // reader only: request ids seen on this connection
 	done   chan struct{}

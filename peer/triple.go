@@ -114,6 +114,17 @@ type TripleEcho struct {
 
 // StartTripleEcho listens on cfg.Addr and starts accepting. log may be nil.
 func StartTripleEcho(cfg TripleConfig, log *zap.Logger) (*TripleEcho, error) {
+	p := newTripleEcho(cfg, log)
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return nil, fmt.Errorf("peer: triple echo listen %s: %w", p.addr, err)
+	}
+	p.serve(ln, true)
+	return p, nil
+}
+
+// newTripleEcho is a TripleEcho with cfg's defaults resolved, not yet serving.
+func newTripleEcho(cfg TripleConfig, log *zap.Logger) *TripleEcho {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -123,27 +134,35 @@ func StartTripleEcho(cfg TripleConfig, log *zap.Logger) (*TripleEcho, error) {
 	if cfg.MaxMessage <= 0 {
 		cfg.MaxMessage = MaxCheckedBody + 1024
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("peer: triple echo listen %s: %w", cfg.Addr, err)
-	}
-	p := &TripleEcho{log: log, cfg: cfg, addr: ln.Addr().String(), maxViol: cfg.MaxViolations, conns: make(map[*tripleConn]struct{})}
+	p := &TripleEcho{log: log, cfg: cfg, addr: cfg.Addr, maxViol: cfg.MaxViolations, conns: make(map[*tripleConn]struct{})}
 	if p.maxViol <= 0 {
 		p.maxViol = 100
 	}
+	return p
+}
+
+// serve starts serving ln, before the provider is shared: its address is the one a restart
+// listens on again. With accept, the provider's own accept loop takes ln's connections; without,
+// a UnifiedEcho's does and hands them over (serveConn).
+func (p *TripleEcho) serve(ln net.Listener, accept bool) {
+	p.addr = ln.Addr().String()
 	p.mu.Lock()
-	p.serveLocked(ln)
+	p.serveLocked(ln, accept)
 	p.mu.Unlock()
-	return p, nil
 }
 
 // Addr returns the listening address (the same after a Restart).
 func (p *TripleEcho) Addr() string { return p.addr }
 
-// serveLocked starts the accept loop on ln (under mu).
-func (p *TripleEcho) serveLocked(ln net.Listener) {
+// serveLocked makes ln the listener served, and starts the accept loop on it when accept (see
+// serve). The caller holds mu.
+func (p *TripleEcho) serveLocked(ln net.Listener, accept bool) {
 	p.ln = ln
-	p.acceptWG.Go(func() { p.acceptLoop(ln) })
+	if accept {
+		p.acceptWG.Go(func() {
+			acceptEach(ln, p.log, "triple echo provider", func(nc *net.TCPConn) { p.serveConn(ln, nc) })
+		})
+	}
 }
 
 // Kill closes the listener and ends every connection at once (Config.Kill says how), dropping what was
@@ -175,7 +194,11 @@ func (p *TripleEcho) Kill() {
 }
 
 // Restart listens again on the provider's address after Kill.
-func (p *TripleEcho) Restart() error {
+func (p *TripleEcho) Restart() error { return p.restart(nil) }
+
+// restart serves again after Kill: a listener of its own on the same address when ln is nil, else
+// ln, a UnifiedEcho's, whose accept loop hands connections over.
+func (p *TripleEcho) restart(ln net.Listener) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -184,11 +207,14 @@ func (p *TripleEcho) Restart() error {
 	case p.ln != nil:
 		return errors.New("peer: triple echo provider is already listening")
 	}
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		return fmt.Errorf("peer: triple echo listen %s again: %w", p.addr, err)
+	accept := ln == nil
+	if accept {
+		var err error
+		if ln, err = net.Listen("tcp", p.addr); err != nil {
+			return fmt.Errorf("peer: triple echo listen %s again: %w", p.addr, err)
+		}
 	}
-	p.serveLocked(ln)
+	p.serveLocked(ln, accept)
 	p.restarts.Add(1)
 	return nil
 }
@@ -247,41 +273,34 @@ func (p *TripleEcho) violation(conn uint64, kind string, id uint32, detail strin
 	p.violMu.Unlock()
 }
 
-func (p *TripleEcho) acceptLoop(ln net.Listener) {
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(5 * time.Millisecond) // out of fds or similar; Close ends the loop
-			continue
-		}
-		c := &tripleConn{p: p, serial: p.connSeq.Add(1), nc: nc, streams: make(map[uint32]*tripleStream)}
-		c.conn = h2.NewConn(h2.Config{
-			MaxConcurrentStreams: p.cfg.MaxConcurrentStreams,
-			InitialWindowSize:    p.cfg.InitialWindowSize,
-		})
-		p.mu.Lock()
-		if p.ln != ln { // killed or closed while accepting
-			p.mu.Unlock()
-			_ = nc.Close()
-			return
-		}
-		p.conns[c] = struct{}{}
-		p.connWG.Add(1)
+// serveConn serves a connection accepted on ln, by the provider's own accept loop or by a
+// UnifiedEcho's (which read its first bytes: nc replays them). A connection accepted on a listener
+// no longer served (killed or closed while accepting) is closed.
+func (p *TripleEcho) serveConn(ln net.Listener, nc tcpConn) {
+	c := &tripleConn{p: p, serial: p.connSeq.Add(1), nc: nc, streams: make(map[uint32]*tripleStream)}
+	c.conn = h2.NewConn(h2.Config{
+		MaxConcurrentStreams: p.cfg.MaxConcurrentStreams,
+		InitialWindowSize:    p.cfg.InitialWindowSize,
+	})
+	p.mu.Lock()
+	if p.ln != ln { // killed or closed while accepting
 		p.mu.Unlock()
-		p.connsAccepted.Add(1)
-		p.connsOpen.Add(1)
-		go c.serve()
+		_ = nc.Close()
+		return
 	}
+	p.conns[c] = struct{}{}
+	p.connWG.Add(1)
+	p.mu.Unlock()
+	p.connsAccepted.Add(1)
+	p.connsOpen.Add(1)
+	go c.serve()
 }
 
 // tripleConn is one connection: the reader goroutine and the delayed answers share it under mu.
 type tripleConn struct {
 	p      *TripleEcho
 	serial uint64
-	nc     net.Conn
+	nc     tcpConn
 
 	mu      sync.Mutex
 	conn    *h2.Conn
@@ -347,8 +366,8 @@ func (c *tripleConn) serve() {
 // abort ends the connection for Kill: its reader sees the socket closed, and no delayed answer writes
 // any more. closeLike closes as a dying process's kernel does; else SO_LINGER 0 sends a RST at once.
 func (c *tripleConn) abort(closeLike bool) {
-	if tc, ok := c.nc.(*net.TCPConn); ok && !closeLike {
-		_ = tc.SetLinger(0)
+	if !closeLike {
+		_ = c.nc.SetLinger(0)
 	}
 	_ = c.nc.Close() // first: a write blocked under mu returns
 	c.mu.Lock()
