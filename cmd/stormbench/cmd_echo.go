@@ -74,12 +74,26 @@ delivered twice, and it counts the PINGs it receives, apart those stormbench loa
 kill and restart it as they do the Dubbo one (keys seen before a kill still count); the bad-reading
 flags do not apply, and SIGUSR2 is ignored.
 
+With --protocol both it is one port serving both (peer.UnifiedEcho), as a Dubbo 3 provider with
+port unification does: the provider a sidecar with upstream.protocol both expects at its one
+upstream address. Each connection's first bytes pick the provider that serves it: the HTTP/2
+client preface the Triple one, the Dubbo magic 0xdabb the Dubbo one; it checks and counts what it
+reads exactly as it does alone. First bytes that are neither close the connection and count as a
+violation (kind "unknown protocol"). A kill (SIGUSR1, --restart-every) kills both at once; keys seen
+before it still count in each. The reading flags and SIGUSR2 apply to the Dubbo half, --rcvbuf and
+--mss to the one listener (both halves), --max-streams, --window and --delay to the Triple half.
+Stats and final lines carry "stats" (the Dubbo half), "triple" (the Triple half) and "sniff" (the
+listener: connections accepted, handed to each half, foreign, closed before their first bytes
+decided); "violations" lists both halves' (with their "protocol") and the listener's.
+
 Signals: SIGUSR1 kill now and restart after --down; SIGUSR2 read normally for --calm (ends a
 stall; make soak sends it before each leak sample, so that no sample catches a slow spell's
 backlog); SIGINT or SIGTERM stop.`,
 		Example: `  stormbench echo-provider --listen 127.0.0.1:20880 --seed 42
   stormbench echo-provider --listen 127.0.0.1:20880 --restart-every 60s --slow-chance 0.3 --stall-chance 0.05
-  stormbench load --target 127.0.0.1:20881 --conns 1000 --rate 1000 --body-max 262144 --one-way 0.1`,
+  stormbench load --target 127.0.0.1:20881 --conns 1000 --rate 1000 --body-max 262144 --one-way 0.1
+  # the provider of a sidecar with upstream.protocol both (Dubbo and Triple consumers on one port)
+  stormbench echo-provider --protocol both --listen 127.0.0.1:20880 --slow-chance 0 --stall-chance 0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runEcho(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -103,7 +117,7 @@ backlog); SIGINT or SIGTERM stop.`,
 	f.DurationVar(&o.calm, "calm", 10*time.Second, "after SIGUSR2, read normally for this long")
 	f.DurationVar(&o.statsEvery, "stats-every", 10*time.Second, "print a stats line at this interval; 0 = never")
 	f.StringVar(&o.logLevel, "log-level", "warn", "debug, info, warn or error")
-	f.StringVar(&o.protocol, "protocol", "dubbo", "dubbo, or triple: an h2c Triple/gRPC provider that answers every unary call with its message (see above)")
+	f.StringVar(&o.protocol, "protocol", "dubbo", "dubbo; triple: an h2c Triple/gRPC provider that answers every unary call with its message; both: one port serving both, the provider of upstream.protocol both (see above)")
 	f.Uint32Var(&o.triple.MaxConcurrentStreams, "max-streams", 0, "triple: SETTINGS_MAX_CONCURRENT_STREAMS announced; 0 = 100")
 	f.Uint32Var(&o.triple.InitialWindowSize, "window", 0, "triple: stream receive window, bytes; 0 = 65,535")
 	f.DurationVar(&o.triple.Delay, "delay", 0, "triple: hold every answer this long")
@@ -116,8 +130,9 @@ type echoEvent struct {
 	At         time.Time         `json:"at"`
 	Addr       string            `json:"addr,omitempty"`
 	Seed       uint64            `json:"seed,omitempty"`
-	Stats      *peer.EchoStats   `json:"stats,omitempty"`
-	Triple     *peer.TripleStats `json:"triple,omitempty"`
+	Stats      *peer.EchoStats   `json:"stats,omitempty"`  // the Dubbo provider's (--protocol both: its Dubbo half's)
+	Triple     *peer.TripleStats `json:"triple,omitempty"` // the Triple provider's (both: its Triple half's)
+	Sniff      *peer.SniffStats  `json:"sniff,omitempty"`  // both: the listener's, by where connections went
 	Violations []peer.Violation  `json:"violations,omitempty"`
 }
 
@@ -136,38 +151,110 @@ func runEcho(ctx context.Context, o echoOptions, stdout, stderr io.Writer) error
 	if o.seed == 0 {
 		o.seed = rand.Uint64()
 	}
-	if o.protocol != "dubbo" && o.protocol != "triple" {
-		return fmt.Errorf("--protocol %q: want dubbo or triple", o.protocol)
+	killMode, err := peer.ParseKillMode(o.kill)
+	if err != nil {
+		return fmt.Errorf("--kill: %w", err)
 	}
 	log, err := newProviderLogger(o.logLevel, stderr)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	dcfg := peer.EchoConfig{Addr: o.listen, Seed: o.seed, RecvBuf: o.rcvbuf, MaxSegment: o.mss, MaxFrame: o.maxFrame, Kill: killMode}
+	tcfg := o.triple
+	tcfg.Addr, tcfg.Kill = o.listen, killMode
+	var srv echoServer
+	switch o.protocol {
+	case "dubbo":
+		p, err := peer.StartEcho(dcfg, log)
+		if err != nil {
+			return err
+		}
+		srv = echoDubbo{p}
+	case "triple":
+		p, err := peer.StartTripleEcho(tcfg, log)
+		if err != nil {
+			return err
+		}
+		srv = echoTriple{p}
+	case "both":
+		p, err := peer.StartUnifiedEcho(dcfg, tcfg, log)
+		if err != nil {
+			return err
+		}
+		srv = echoBoth{p}
+	default:
+		return fmt.Errorf("--protocol %q: want dubbo, triple or both", o.protocol)
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	emit := newEmitter(stdout)
-	if o.protocol == "triple" {
-		return runTripleEcho(ctx, o, log, sigs, emit)
-	}
+	return serveEcho(ctx, o, srv, log, sigs, newEmitter(stdout))
+}
 
-	killMode, err := peer.ParseKillMode(o.kill)
-	if err != nil {
-		return fmt.Errorf("--kill: %w", err)
-	}
-	p, err := peer.StartEcho(peer.EchoConfig{
-		Addr: o.listen, Seed: o.seed, RecvBuf: o.rcvbuf, MaxSegment: o.mss, MaxFrame: o.maxFrame, Kill: killMode,
-	}, log)
-	if err != nil {
-		return err
-	}
-	emit(echoEvent{Event: "listening", Addr: p.Addr(), Seed: o.seed})
-	log.Info("echo provider listening", zap.String("addr", p.Addr()), zap.Uint64("seed", o.seed))
+// echoServer is an echo provider as the command runs it: peer.EchoProvider (--protocol dubbo),
+// peer.TripleEcho (triple) or peer.UnifiedEcho (both).
+type echoServer interface {
+	Addr() string
+	Kill()
+	Restart() error
+	Close() error
+	Violations() []peer.Violation
+	// stats puts a snapshot of the counters into e and returns how many violations they count.
+	stats(e *echoEvent) uint64
+}
 
+// badReader is an echo server whose reading can be made bad (the Dubbo one, and the Dubbo half of
+// both); the Triple one reads normally.
+type badReader interface {
+	SetReading(peer.Reading)
+	Stall(time.Duration)
+}
+
+type (
+	echoDubbo  struct{ *peer.EchoProvider }
+	echoTriple struct{ *peer.TripleEcho }
+	echoBoth   struct{ *peer.UnifiedEcho }
+)
+
+func (p echoDubbo) stats(e *echoEvent) uint64 {
+	st := p.Stats()
+	e.Stats = &st
+	return st.Violations
+}
+
+func (p echoTriple) stats(e *echoEvent) uint64 {
+	st := p.Stats()
+	e.Triple = &st
+	return st.Violations
+}
+
+func (p echoBoth) stats(e *echoEvent) uint64 {
+	st := p.Stats()
+	e.Stats, e.Triple, e.Sniff = &st.Dubbo, &st.Triple, &st.Sniff
+	return st.Dubbo.Violations + st.Triple.Violations + st.Sniff.Foreign
+}
+
+var (
+	_ badReader = echoDubbo{}
+	_ badReader = echoBoth{}
+)
+
+// serveEcho runs srv until ctx ends or a stop signal: kills and restarts on SIGUSR1 and
+// --restart-every, reading spells and SIGUSR2's calm for a badReader (SIGUSR2 is ignored otherwise,
+// not left to its default action, which ends the process), a stats line every --stats-every, and
+// the final line. It returns violationsExit's verdict.
+func serveEcho(ctx context.Context, o echoOptions, srv echoServer, log *zap.Logger, sigs <-chan os.Signal, emit func(echoEvent)) error {
+	emit(echoEvent{Event: "listening", Addr: srv.Addr(), Seed: o.seed})
+	log.Info("echo provider listening", zap.String("protocol", o.protocol), zap.String("addr", srv.Addr()), zap.Uint64("seed", o.seed))
+	reader, _ := srv.(badReader)
 	rng := rand.New(rand.NewPCG(o.seed, 0xec40))
 	spell := time.NewTimer(0)
 	defer spell.Stop()
+	var spellC <-chan time.Time // nil (never ready) without a badReader
+	if reader != nil {
+		spellC = spell.C
+	}
 	restartC, stopRestart := ticks(o.restart)
 	defer stopRestart()
 	statsC, stopStats := ticks(o.statsEvery)
@@ -177,7 +264,7 @@ func runEcho(ctx context.Context, o echoOptions, stdout, stderr io.Writer) error
 	defer up.Stop()
 	var calmUntil time.Time
 	kill := func() {
-		p.Kill()
+		srv.Kill()
 		emit(echoEvent{Event: "killed"})
 		up.Reset(o.down)
 	}
@@ -191,43 +278,47 @@ loop:
 			case syscall.SIGUSR1:
 				kill()
 			case syscall.SIGUSR2:
-				calmUntil = time.Now().Add(o.calm)
-				p.SetReading(peer.Reading{})
-				p.Stall(0)
-				emit(echoEvent{Event: "calm"})
+				if reader != nil {
+					calmUntil = time.Now().Add(o.calm)
+					reader.SetReading(peer.Reading{})
+					reader.Stall(0)
+					emit(echoEvent{Event: "calm"})
+				}
 			default:
 				break loop
 			}
 		case <-restartC:
 			kill()
 		case <-up.C:
-			if err := p.Restart(); err != nil {
-				_ = p.Close()
+			if err := srv.Restart(); err != nil {
+				_ = srv.Close()
 				return fmt.Errorf("restart: %w", err)
 			}
-			emit(echoEvent{Event: "restarted", Addr: p.Addr()})
-		case <-spell.C:
+			emit(echoEvent{Event: "restarted", Addr: srv.Addr()})
+		case <-spellC:
 			d := o.spell/2 + time.Duration(rng.Int64N(int64(o.spell)))
 			switch x := rng.Float64(); {
 			case time.Now().Before(calmUntil):
-				p.SetReading(peer.Reading{})
+				reader.SetReading(peer.Reading{})
 			case x < o.stallChance:
-				p.Stall(d)
+				reader.Stall(d)
 			case x < o.stallChance+o.slowChance:
-				p.SetReading(o.slow)
+				reader.SetReading(o.slow)
 			default:
-				p.SetReading(peer.Reading{})
+				reader.SetReading(peer.Reading{})
 			}
 			spell.Reset(d)
 		case <-statsC:
-			st := p.Stats()
-			emit(echoEvent{Event: "stats", Stats: &st})
+			e := echoEvent{Event: "stats"}
+			srv.stats(&e)
+			emit(e)
 		}
 	}
-	_ = p.Close()
-	st := p.Stats()
-	emit(echoEvent{Event: "final", Stats: &st, Violations: p.Violations()})
-	return violationsExit(st.Violations)
+	_ = srv.Close()
+	e := echoEvent{Event: "final", Violations: srv.Violations()}
+	n := srv.stats(&e)
+	emit(e)
+	return violationsExit(n)
 }
 
 // newEmitter returns a function that writes one echoEvent a line to w, stamped with the time; safe for

@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -218,8 +221,8 @@ func TestRejectsBadFlags(t *testing.T) {
 func TestEchoProviderCommand(t *testing.T) {
 	// 3 s of load spans about seven kills: enough for a redial to succeed after one even when a
 	// loaded machine starves this test (one run beside a CPU hog saw none in 1 s).
-	seen, final := loadRestartingEcho(t, loadgen.Config{Conns: 4, Rate: 300, Duration: 3 * time.Second,
-		Timeout: 2 * time.Second, Reconnect: 20 * time.Millisecond, BodyMax: 50000, OneWay: 0.1},
+	seen, final := loadRestartingEcho(t, []loadgen.Config{{Conns: 4, Rate: 300, Duration: 3 * time.Second,
+		Timeout: 2 * time.Second, Reconnect: 20 * time.Millisecond, BodyMax: 50000, OneWay: 0.1}},
 		"--seed", "9", "--spell", "50ms", "--slow-chance", "0.5", "--stall-chance", "0.1")
 	if seen["killed"] == 0 || seen["restarted"] == 0 || final.Event != "final" || final.Stats == nil ||
 		final.Stats.Violations != 0 || final.Stats.Kills == 0 || final.Stats.Requests == 0 {
@@ -231,8 +234,8 @@ func TestEchoProviderCommand(t *testing.T) {
 // while a Triple load with checked bodies runs against it (reconnecting): the kills and restarts are
 // announced, every answer that came was the call's own, and no body was delivered twice.
 func TestTripleEchoProviderRestarts(t *testing.T) {
-	seen, final := loadRestartingEcho(t, loadgen.Config{Protocol: loadgen.ProtocolTriple, Conns: 4, Rate: 300,
-		Duration: 3 * time.Second, Timeout: 2 * time.Second, Reconnect: 20 * time.Millisecond, BodyMin: 16, BodyMax: 50000},
+	seen, final := loadRestartingEcho(t, []loadgen.Config{{Protocol: loadgen.ProtocolTriple, Conns: 4, Rate: 300,
+		Duration: 3 * time.Second, Timeout: 2 * time.Second, Reconnect: 20 * time.Millisecond, BodyMin: 16, BodyMax: 50000}},
 		"--protocol", "triple", "--kill", "alternate")
 	if seen["killed"] == 0 || seen["restarted"] == 0 || final.Event != "final" || final.Triple == nil ||
 		final.Triple.Violations != 0 || final.Triple.Restarts == 0 || final.Triple.Requests == 0 {
@@ -241,9 +244,10 @@ func TestTripleEchoProviderRestarts(t *testing.T) {
 }
 
 // loadRestartingEcho runs `stormbench echo-provider args...`, killed every 400 ms and back 50 ms later,
-// under the checked-body load cfg (its Target filled in), which must get answers, all its own, and
-// reconnect; it returns how many lines of each event the provider printed and its last line.
-func loadRestartingEcho(t *testing.T, cfg loadgen.Config, args ...string) (map[string]int, echoEvent) {
+// under the checked-body loads cfgs (their Target filled in; they run at once), each of which must get
+// answers, all its own, and reconnect; it returns how many lines of each event the provider printed
+// and its last line.
+func loadRestartingEcho(t *testing.T, cfgs []loadgen.Config, args ...string) (map[string]int, echoEvent) {
 	t.Helper()
 	events, cancel, done := startEchoCommand(t, append([]string{"--listen", "127.0.0.1:0",
 		"--restart-every", "400ms", "--down", "50ms", "--stats-every", "0"}, args...)...)
@@ -254,13 +258,21 @@ func loadRestartingEcho(t *testing.T, cfg loadgen.Config, args ...string) (map[s
 	}
 	ctx, cancelLoad := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelLoad()
-	cfg.Target = first.Addr
-	res, err := loadgen.Run(ctx, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
+	results := make([]*loadgen.Result, len(cfgs))
+	errs := make([]error, len(cfgs))
+	var loads sync.WaitGroup
+	for i, cfg := range cfgs {
+		cfg.Target = first.Addr
+		loads.Go(func() { results[i], errs[i] = loadgen.Run(ctx, cfg, nil) })
 	}
-	if res.OK == 0 || res.BodyMismatches != 0 || res.Reconnects == 0 {
-		t.Fatalf("ok %d mismatches %d reconnects %d", res.OK, res.BodyMismatches, res.Reconnects)
+	loads.Wait()
+	for i, res := range results {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if res.OK == 0 || res.BodyMismatches != 0 || res.Reconnects == 0 {
+			t.Fatalf("%s load: ok %d mismatches %d reconnects %d", res.Protocol, res.OK, res.BodyMismatches, res.Reconnects)
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -273,6 +285,64 @@ func loadRestartingEcho(t *testing.T, cfg loadgen.Config, args ...string) (map[s
 		final = e
 	}
 	return seen, final
+}
+
+// stormbench echo-provider --protocol both, killed and restarted on schedule, under a Dubbo and a
+// Triple load on its one port at once: each half served only its own protocol's connections (the
+// listener handed each over, none foreign), both were killed and restarted, every answer was the
+// call's own, and neither half recorded a violation.
+func TestBothEchoProviderRestarts(t *testing.T) {
+	base := loadgen.Config{Conns: 4, Rate: 200, Duration: 3 * time.Second, Timeout: 2 * time.Second,
+		Reconnect: 20 * time.Millisecond, BodyMin: 16, BodyMax: 50000}
+	triple := base
+	triple.Protocol = loadgen.ProtocolTriple
+	seen, final := loadRestartingEcho(t, []loadgen.Config{base, triple}, "--protocol", "both", "--kill", "alternate",
+		"--slow-chance", "0.3", "--stall-chance", "0", "--spell", "50ms")
+	if seen["killed"] == 0 || seen["restarted"] == 0 || final.Event != "final" || final.Stats == nil || final.Triple == nil || final.Sniff == nil {
+		t.Fatalf("events %v, final %+v", seen, final)
+	}
+	d, tr, sn := final.Stats, final.Triple, final.Sniff
+	if d.Violations+tr.Violations+sn.Foreign != 0 || len(final.Violations) != 0 {
+		t.Fatalf("violations %v", final.Violations)
+	}
+	if d.Kills == 0 || d.Restarts == 0 || tr.Restarts != d.Restarts || d.Requests == 0 || tr.Requests == 0 {
+		t.Fatalf("Dubbo half %+v, Triple half %+v: want both killed and restarted alike, both answering", d, tr)
+	}
+	if sn.Dubbo != d.ConnsAccepted || sn.Triple != tr.ConnsAccepted || sn.Dubbo < 8 || sn.Triple < 8 {
+		t.Fatalf("listener %+v; halves accepted %d Dubbo and %d Triple connections; want each half's own, and redials",
+			sn, d.ConnsAccepted, tr.ConnsAccepted)
+	}
+}
+
+// stormbench echo-provider --protocol both: a connection whose first bytes are neither protocol's
+// is a violation: the final line counts it (sniff.foreign, listed with protocol "") and the exit
+// status is 3.
+func TestBothEchoProviderForeign(t *testing.T) {
+	events, cancel, done := startEchoCommand(t, "--protocol", "both", "--listen", "127.0.0.1:0", "--stats-every", "0")
+	defer cancel()
+	first := <-events
+	c, err := net.Dial("tcp", first.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.ReadAll(c) // closed by the provider
+	cancel()
+	var ee *exitError
+	if err := <-done; !errors.As(err, &ee) || ee.code != 3 {
+		t.Fatalf("echo-provider returned %v, want exit status 3", err)
+	}
+	var final echoEvent
+	for e := range events {
+		final = e
+	}
+	if final.Sniff == nil || final.Sniff.Foreign != 1 || len(final.Violations) != 1 || final.Violations[0].Kind != "unknown protocol" {
+		t.Fatalf("final %+v, violations %v", final.Sniff, final.Violations)
+	}
 }
 
 // TestProviderInsideFileSurvivesKill: `provider --inside-file` leaves, after a SIGKILL,
