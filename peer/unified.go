@@ -42,7 +42,7 @@ type UnifiedEcho struct {
 	sniffing map[*net.TCPConn]struct{}
 	closed   bool
 
-	kills, accepted, foreign, undecided, toDubbo, toTriple, nviol atomic.Uint64
+	kills, accepted, foreign, undecided, silent, toDubbo, toTriple, nviol atomic.Uint64
 
 	violMu     sync.Mutex
 	violations []Violation
@@ -55,6 +55,10 @@ type SniffStats struct {
 	Triple        uint64 `json:"triple"`    // handed to the Triple half
 	Foreign       uint64 `json:"foreign"`   // first bytes neither: closed, and each a violation
 	Undecided     uint64 `json:"undecided"` // closed by the peer before its first bytes decided
+	// Silent were still undecided when a kill or Close ended them: peers that had not spoken yet, such
+	// as an idle Dubbo client (a proxy's provider connection says nothing until it carries a request
+	// or a heartbeat), where an HTTP/2 client sends its preface at once.
+	Silent uint64 `json:"silent"`
 }
 
 // UnifiedStats is a snapshot of a UnifiedEcho's counters: each half's and the listener's.
@@ -148,8 +152,10 @@ func (u *UnifiedEcho) sniff(ln net.Listener, serial uint64, nc *net.TCPConn) {
 		u.violation(Violation{Conn: serial, Kind: "unknown protocol",
 			Detail: fmt.Sprintf("first bytes % x: neither the Dubbo magic nor the HTTP/2 client preface", buf[:n])})
 		_ = nc.Close()
-	default: // the peer closed, or Kill aborted it, before the first bytes decided
-		if !killed {
+	default: // the peer closed, or Kill ended it, before the first bytes decided
+		if killed {
+			u.silent.Add(1)
+		} else {
 			u.undecided.Add(1)
 		}
 		_ = nc.Close()
@@ -266,7 +272,7 @@ func (u *UnifiedEcho) Close() error {
 func (u *UnifiedEcho) Stats() UnifiedStats {
 	return UnifiedStats{Dubbo: u.dubbo.Stats(), Triple: u.triple.Stats(), Sniff: SniffStats{
 		ConnsAccepted: u.accepted.Load(), Dubbo: u.toDubbo.Load(), Triple: u.toTriple.Load(),
-		Foreign: u.foreign.Load(), Undecided: u.undecided.Load(),
+		Foreign: u.foreign.Load(), Undecided: u.undecided.Load(), Silent: u.silent.Load(),
 	}}
 }
 

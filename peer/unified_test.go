@@ -210,8 +210,8 @@ func TestUnifiedEchoKillRestart(t *testing.T) {
 	if st.Dubbo.Kills != 1 || st.Dubbo.Restarts != 1 || st.Triple.Restarts != 1 || st.Dubbo.ConnsAccepted != 2 || st.Triple.ConnsAccepted != 2 {
 		t.Errorf("Dubbo half %+v, Triple half %+v: want one kill and one restart each, two connections each", st.Dubbo, st.Triple)
 	}
-	if st.Sniff.Undecided != 0 {
-		t.Errorf("the connection Kill ended while it was being sniffed counted as undecided: %+v", st.Sniff)
+	if st.Sniff.Undecided != 0 || st.Sniff.Silent != 1 {
+		t.Errorf("listener %+v: want the connection Kill ended while it was being sniffed counted as silent, not undecided", st.Sniff)
 	}
 	if v := u.Violations(); len(v) != 1 || v[0].Protocol != "dubbo" || v[0].Kind != "duplicate key" {
 		t.Errorf("violations %v, want the Dubbo half's one duplicate key", v)

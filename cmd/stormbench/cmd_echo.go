@@ -84,7 +84,9 @@ before it still count in each. The reading flags and SIGUSR2 apply to the Dubbo 
 --mss to the one listener (both halves), --max-streams, --window and --delay to the Triple half.
 Stats and final lines carry "stats" (the Dubbo half), "triple" (the Triple half) and "sniff" (the
 listener: connections accepted, handed to each half, foreign, closed before their first bytes
-decided); "violations" lists both halves' (with their "protocol") and the listener's.
+decided, and silent: still undecided at a kill, such as an idle Dubbo client, which says nothing
+until it has a request or heartbeat to send); "violations" lists both halves' (with their
+"protocol") and the listener's.
 
 Signals: SIGUSR1 kill now and restart after --down; SIGUSR2 read normally for --calm (ends a
 stall; make soak sends it before each leak sample, so that no sample catches a slow spell's
