@@ -171,9 +171,11 @@ type echoProvider struct {
 	addr string
 }
 
-func startEchoProvider(t *testing.T, prefix ...string) *echoProvider {
+// startEchoProvider runs `stormbench echo-provider --protocol protocol` (dubbo, triple or both: Dubbo
+// and Triple on one port, the provider of upstream.protocol both), through prefix when given.
+func startEchoProvider(t *testing.T, protocol string, prefix ...string) *echoProvider {
 	t.Helper()
-	argv := append(append([]string(nil), prefix...), bins.stormbench, "echo-provider", "--listen", "127.0.0.1:0",
+	argv := append(append([]string(nil), prefix...), bins.stormbench, "echo-provider", "--protocol", protocol, "--listen", "127.0.0.1:0",
 		"--slow-chance", "0", "--stall-chance", "0", "--rcvbuf", "0", "--mss", "0", "--stats-every", "0")
 	p := startProc(t, "echo-provider", argv[0], argv[1:]...)
 	m := p.waitJSONLine(t, true, 20*time.Second, `{"event":"listening"}`, func(m map[string]any) bool {
@@ -182,27 +184,35 @@ func startEchoProvider(t *testing.T, prefix ...string) *echoProvider {
 	return &echoProvider{proc: p, addr: m["addr"].(string)}
 }
 
+// echoFinal is an echo provider's final line.
+type echoFinal struct {
+	Stats      *peer.EchoStats   `json:"stats"`  // the Dubbo provider's (both: its Dubbo half's)
+	Triple     *peer.TripleStats `json:"triple"` // the Triple provider's (both: its Triple half's)
+	Sniff      *peer.SniffStats  `json:"sniff"`  // both: the listener's
+	Violations []peer.Violation  `json:"violations"`
+}
+
 // stop ends the provider (SIGINT) and returns its final counters and violations.
-func (p *echoProvider) stop(t *testing.T) (peer.EchoStats, []peer.Violation) {
+func (p *echoProvider) stop(t *testing.T) echoFinal {
 	t.Helper()
 	_ = p.Signal(syscall.SIGINT)
 	p.wait(t, 10*time.Second)
 	lines := p.stdoutLines()
 	for i := len(lines) - 1; i >= 0; i-- {
 		var e struct {
-			Event      string           `json:"event"`
-			Stats      *peer.EchoStats  `json:"stats"`
-			Violations []peer.Violation `json:"violations"`
+			Event string `json:"event"`
+			echoFinal
 		}
-		if json.Unmarshal([]byte(lines[i]), &e) == nil && e.Event == "final" && e.Stats != nil {
-			return *e.Stats, e.Violations
+		if json.Unmarshal([]byte(lines[i]), &e) == nil && e.Event == "final" && (e.Stats != nil || e.Triple != nil) {
+			return e.echoFinal
 		}
 	}
 	t.Fatalf("echo provider printed no final line; stdout:\n%s", strings.Join(lines, "\n"))
-	return peer.EchoStats{}, nil
+	return echoFinal{}
 }
 
-// envInt reads an integer from the environment (the make upgrade-bench knobs), or def.
+// envInt reads an integer from the environment (the make upgrade-bench knobs), or def. It must be
+// positive, or 0 where def is (a knob that is off by default).
 func envInt(t *testing.T, name string, def int) int {
 	t.Helper()
 	v := os.Getenv(name)
@@ -210,7 +220,7 @@ func envInt(t *testing.T, name string, def int) int {
 		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
+	if err != nil || n < 0 || n == 0 && def != 0 {
 		t.Fatalf("%s=%q: want a positive integer", name, v)
 	}
 	return n

@@ -33,6 +33,15 @@ import (
 // make upgrade-bench runs the issue's 10,000 connections at 5,000 req/s
 // (STORMGATE_UPGRADE_CONNS, _RATE, _COUNT, _HEARTBEAT, _FIGURES).
 //
+// Issue 27, acceptance 4: with STORMGATE_UPGRADE_TRIPLE_CONNS > 0 (make test: 0; make
+// upgrade-bench: 5,000 beside 5,000 Dubbo ones) a second load process runs that many Triple
+// (h2c) consumers at STORMGATE_UPGRADE_TRIPLE_RATE calls/s (default half of _RATE), PINGing
+// when idle, through the same sidecar, now upstream.protocol both in front of `stormbench
+// echo-provider --protocol both` (Dubbo and Triple on one port). The Triple consumers must
+// notice nothing either; every consumer connection of both protocols is handed over. The
+// provider's HTTP/2 connections are not (docs/design.md §14.12: each new image closes them
+// once idle and redials), so only its Dubbo half must see no new connection.
+//
 // The 300 ms bound is time on a 2-core machine, so the test skips in make race, where
 // the other packages' race-instrumented tests run beside it (there the longest gap was
 // 328-423 ms; alone beside one busy loop, 109-125 ms): make timing runs it on its own.
@@ -51,20 +60,36 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		}
 		heartbeat = d
 	}
+	tripleConns := envInt(t, "STORMGATE_UPGRADE_TRIPLE_CONNS", 0)
+	tripleRate := envInt(t, "STORMGATE_UPGRADE_TRIPLE_RATE", max(rate/2, 1))
 	const (
 		upstreamM = 4
 		maxGap    = 300 * time.Millisecond
 		spacing   = 500 * time.Millisecond
 	)
 	next := upgradeBinaries(t).next
-	prov := startEchoProvider(t)
-	sc := startSidecar(t, prov.addr, "", upstreamM)
-	workers := (conns + 4999) / 5000 // 5,000 connections per load process
+	protocol, settings, wantUpstream := "dubbo", "", upstreamM
+	if tripleConns > 0 {
+		// One provider address speaking both, and M provider connections per protocol.
+		protocol, settings, wantUpstream = "both", fmt.Sprintf("upstream: { protocol: both, connections: %d }\n", upstreamM), 2*upstreamM
+	}
+	prov := startEchoProvider(t, protocol)
+	sc := startSidecar(t, prov.addr, settings, wantUpstream)
 	dur := time.Duration(upgrades)*(2*time.Second) + 6*time.Second
-	load := startLoad(t, nil, "--target", sc.listen, "--conns", strconv.Itoa(conns), "--workers", strconv.Itoa(workers),
-		"--connect-rate", "5000", "--rate", strconv.Itoa(rate), "--duration", dur.String(), "--heartbeat", heartbeat.String(),
-		"--timeout", "5s", "--body-max", "4096")
-	sc.waitMetric(t, 60*time.Second, "stormgate_downstream_connections", func(v float64) bool { return v == float64(conns) })
+	loadWorkers := func(conns int) int { return (conns + 4999) / 5000 } // 5,000 connections per load process
+	loadArgs := func(conns, rate int) []string {
+		return []string{"--target", sc.listen, "--conns", strconv.Itoa(conns), "--workers", strconv.Itoa(loadWorkers(conns)),
+			"--connect-rate", "5000", "--rate", strconv.Itoa(rate), "--duration", dur.String(), "--heartbeat", heartbeat.String(),
+			"--timeout", "5s", "--body-max", "4096"}
+	}
+	workers := loadWorkers(conns)
+	load := startLoad(t, nil, loadArgs(conns, rate)...)
+	var tload *loadRun
+	if tripleConns > 0 {
+		// --heartbeat: a PING on each connection that received nothing for that long.
+		tload = startLoad(t, nil, append([]string{"--protocol", "triple"}, loadArgs(tripleConns, tripleRate)...)...)
+	}
+	sc.waitMetric(t, 60*time.Second, "stormgate_downstream_connections", func(v float64) bool { return v == float64(conns+tripleConns) })
 	sc.waitMetric(t, 30*time.Second, "stormgate_requests_total", func(v float64) bool { return v >= float64(rate) })
 	time.Sleep(time.Second)
 	before := sc.footprint(t)
@@ -89,8 +114,9 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		st := upgradeStatusOf(t, sc)
 		total, _ := time.ParseDuration(st.Last.Phases["total"])
 		waited = append(waited, total)
-		if st.Last.Handed["consumers"] != conns || st.Last.Handed["upstream"] != upstreamM {
-			t.Errorf("upgrade %d handed over %v; want %d consumers and %d upstream connections", i+1, st.Last.Handed, conns, upstreamM)
+		// Every consumer connection of either protocol moves; of the provider's, only the Dubbo ones.
+		if st.Last.Handed["consumers"] != conns+tripleConns || st.Last.Handed["upstream"] != upstreamM {
+			t.Errorf("upgrade %d handed over %v; want %d consumers and %d upstream connections", i+1, st.Last.Handed, conns+tripleConns, upstreamM)
 		}
 		fp := sc.footprint(t)
 		prints = append(prints, fp)
@@ -107,23 +133,53 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	}
 
 	res := load.result(t, dur+2*time.Minute)
-	stats, violations := prov.stop(t)
+	var triple *tripleFigures
+	if tload != nil {
+		triple = &tripleFigures{conns: tripleConns, workers: loadWorkers(tripleConns), rate: tripleRate, res: tload.result(t, dur+2*time.Minute)}
+	}
+	fin := prov.stop(t)
+	stats, violations := *fin.Stats, fin.Violations
+	dubboUpstream := stats.ConnsAccepted
+	if fin.Sniff != nil {
+		// An idle Dubbo provider connection says nothing until it carries a request or a heartbeat
+		// (every 30 s), so the one-port provider may never learn that it is Dubbo (sniff.silent): the
+		// Dubbo connections are all those that were not Triple (foreign ones are violations).
+		dubboUpstream = fin.Sniff.ConnsAccepted - fin.Sniff.Triple
+	}
 	slices.Sort(waited)
 	t.Logf("%d connections (%d load processes), %d req/s, %d upgrades: consumers waited median %v, max %v; answers: longest gap %v, latency p50 %v p99 %v p99.9 %v max %v",
 		conns, workers, rate, upgrades, waited[len(waited)/2], waited[len(waited)-1], res.MaxAnswerGap,
 		res.Latency.P50, res.Latency.P99, res.Latency.P999, res.Latency.Max)
 	t.Logf("load: sent %d ok %d; heartbeats %d/%d; provider: %d connections accepted, %d requests, %d violations; sidecar before: %v, after upgrade 1: %v, after %d: %v",
-		res.Sent, res.OK, res.HeartbeatsAnswered, res.HeartbeatsSent, stats.ConnsAccepted, stats.Requests, len(violations),
+		res.Sent, res.OK, res.HeartbeatsAnswered, res.HeartbeatsSent, dubboUpstream, stats.Requests, len(violations),
 		before, prints[0], upgrades, prints[len(prints)-1])
-	writeUpgradeFigures(t, conns, workers, rate, heartbeat, upgrades, waited, res, stats.ConnsAccepted-upstreamM, prints)
+	if triple != nil {
+		tr := triple.res
+		triple.newUpstream = int64(fin.Triple.ConnsAccepted) - upstreamM
+		t.Logf("Triple: %d connections, %d calls/s: sent %d ok %d, grpc-status %v; PINGs %d/%d; longest gap %v, latency p50 %v p99 %v max %v; provider's Triple half: %+v; listener: %+v",
+			tripleConns, tripleRate, tr.Sent, tr.OK, tr.GRPCStatus, tr.HeartbeatsAnswered, tr.HeartbeatsSent, tr.MaxAnswerGap,
+			tr.Latency.P50, tr.Latency.P99, tr.Latency.Max, *fin.Triple, *fin.Sniff)
+	}
+	writeUpgradeFigures(t, conns, workers, rate, heartbeat, upgrades, waited, res, int64(dubboUpstream)-upstreamM, triple, prints)
 
 	checkUntouched(t, res, conns)
 	if res.MaxAnswerGap > maxGap {
 		t.Errorf("answers stopped for %v at the longest; want at most %v", res.MaxAnswerGap, maxGap)
 	}
-	if stats.ConnsAccepted != upstreamM || len(violations) != 0 {
-		t.Errorf("provider: %d connections accepted (want Stormgate's %d: the upstream connections move), violations %v",
-			stats.ConnsAccepted, upstreamM, violations)
+	if dubboUpstream != upstreamM || len(violations) != 0 {
+		t.Errorf("provider: %d Dubbo connections accepted (want Stormgate's %d: the upstream connections move), violations %v",
+			dubboUpstream, upstreamM, violations)
+	}
+	if triple != nil {
+		checkUntouched(t, triple.res, tripleConns)
+		if triple.res.MaxAnswerGap > maxGap {
+			t.Errorf("Triple answers stopped for %v at the longest; want at most %v", triple.res.MaxAnswerGap, maxGap)
+		}
+		// Each image dials its own M (the old one's close once idle): M at the start, at most M more per upgrade.
+		if tr := fin.Triple; tr.ConnsAccepted < upstreamM || tr.ConnsAccepted > uint64(upstreamM*(upgrades+1)) || tr.LoadPings != 0 {
+			t.Errorf("provider's Triple half: %d connections accepted, want %d to %d (M, and M more per upgrade); %d consumer PINGs reached it, want 0 (Stormgate answers them)",
+				tr.ConnsAccepted, upstreamM, upstreamM*(upgrades+1), tr.LoadPings)
+		}
 	}
 	// Not growing: the last image against the first upgraded one (same work, same connections).
 	first, last := prints[0], prints[len(prints)-1]
@@ -138,22 +194,34 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	}
 }
 
-// checkUntouched asserts what a consumer must not notice of an upgrade.
+// checkUntouched asserts what a consumer must not notice of an upgrade. For Triple consumers
+// (res.Protocol triple) the same counters mean the same: loadgen counts calls as requests (an
+// error is a non-zero grpc-status or a reset stream) and its PINGs as heartbeats (sent on a
+// connection idle for the heartbeat interval, answered by Stormgate itself); exceptions, unknown
+// ids and duplicates are Dubbo's only and stay 0. Triple adds: no GOAWAY, no reset stream, no
+// protocol error.
 func checkUntouched(t *testing.T, res *loadgen.Result, conns int) {
 	t.Helper()
+	who := res.Protocol
+	if who == "" {
+		who = loadgen.ProtocolDubbo
+	}
 	if res.ConnsOpened != uint64(conns) || res.ConnsOpenAtEnd != uint64(conns) || res.ClosedByPeer+res.Resets+res.OtherConnErrors != 0 ||
 		res.ConnectFailures.Total() != 0 {
-		t.Errorf("connections: opened %d, open at end %d of %d; closed by the sidecar %d, reset %d, other errors %d, connect failures %+v; want none closed",
-			res.ConnsOpened, res.ConnsOpenAtEnd, conns, res.ClosedByPeer, res.Resets, res.OtherConnErrors, res.ConnectFailures)
+		t.Errorf("%s connections: opened %d, open at end %d of %d; closed by the sidecar %d, reset %d, other errors %d, connect failures %+v; want none closed",
+			who, res.ConnsOpened, res.ConnsOpenAtEnd, conns, res.ClosedByPeer, res.Resets, res.OtherConnErrors, res.ConnectFailures)
 	}
 	if res.Errors+res.Timeouts+res.Lost+res.Unsent+res.Exceptions+res.BodyMismatches+res.UnknownIDs+res.Duplicates != 0 || res.OK != res.Sent {
-		t.Errorf("requests: sent %d ok %d; errors %d %v, timeouts %d, lost %d, unsent %d, exceptions %d, body mismatches %d (foreign %d), unknown ids %d, duplicates %d; want every one answered OK",
-			res.Sent, res.OK, res.Errors, res.ErrorByStatus, res.Timeouts, res.Lost, res.Unsent, res.Exceptions,
+		t.Errorf("%s requests: sent %d ok %d; errors %d %v, timeouts %d, lost %d, unsent %d, exceptions %d, body mismatches %d (foreign %d), unknown ids %d, duplicates %d; want every one answered OK",
+			who, res.Sent, res.OK, res.Errors, res.ErrorByStatus, res.Timeouts, res.Lost, res.Unsent, res.Exceptions,
 			res.BodyMismatches, res.ForeignBodies, res.UnknownIDs, res.Duplicates)
 	}
 	if res.HeartbeatsTimedOut+res.HeartbeatsLost != 0 || res.HeartbeatsAnswered != res.HeartbeatsSent || res.HeartbeatsSent == 0 {
-		t.Errorf("heartbeats: sent %d answered %d timed out %d lost %d; want every one answered", res.HeartbeatsSent,
+		t.Errorf("%s heartbeats: sent %d answered %d timed out %d lost %d; want every one answered", who, res.HeartbeatsSent,
 			res.HeartbeatsAnswered, res.HeartbeatsTimedOut, res.HeartbeatsLost)
+	}
+	if res.Protocol == loadgen.ProtocolTriple && res.GoAways+res.StreamResets+res.ProtocolErrors != 0 {
+		t.Errorf("Triple: %d GOAWAYs, %d streams reset, %d protocol errors; want none", res.GoAways, res.StreamResets, res.ProtocolErrors)
 	}
 }
 
@@ -188,12 +256,19 @@ type upgradeStatusJSON struct {
 	} `json:"last"`
 }
 
+// tripleFigures is the Triple load of an upgrade run (STORMGATE_UPGRADE_TRIPLE_CONNS), for its figures.
+type tripleFigures struct {
+	conns, workers, rate int
+	res                  *loadgen.Result
+	newUpstream          int64 // provider connections of the Triple half beyond the first M
+}
+
 // writeUpgradeFigures writes the run's figures as a Markdown table when
 // STORMGATE_UPGRADE_FIGURES names a file, and into the figures of the upgrade
 // section of the doc STORMGATE_UPGRADE_DOC names (make upgrade-bench:
-// docs/benchmarks.md).
+// docs/benchmarks.md). triple is nil when no Triple load ran.
 func writeUpgradeFigures(t *testing.T, conns, workers, rate int, heartbeat time.Duration, upgrades int, waited []time.Duration, res *loadgen.Result,
-	newUpstream uint64, prints []procFootprint) {
+	newUpstream int64, triple *tripleFigures, prints []procFootprint) {
 	path := os.Getenv("STORMGATE_UPGRADE_FIGURES")
 	if path == "" {
 		return
@@ -201,16 +276,32 @@ func writeUpgradeFigures(t *testing.T, conns, workers, rate int, heartbeat time.
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/1e6) }
 	first, last := prints[0], prints[len(prints)-1]
 	var b strings.Builder
+	// consumers writes one protocol's rows: what its consumers must not notice.
+	consumers := func(who, calls, beats string, res *loadgen.Result) {
+		fmt.Fprintf(&b, "| %sconsumer connections closed or reset | %d | 0 |\n", who, res.ClosedByPeer+res.Resets+res.OtherConnErrors)
+		fmt.Fprintf(&b, "| %s%s failed, timed out, lost (of %d, bodies checked byte for byte) | %d, %d, %d | 0 |\n", who, calls, res.Sent, res.Errors+res.BodyMismatches, res.Timeouts, res.Lost)
+		fmt.Fprintf(&b, "| %s%s timeouts (of %d) | %d | 0 |\n", who, beats, res.HeartbeatsSent, res.HeartbeatsTimedOut+res.HeartbeatsLost)
+		fmt.Fprintf(&b, "| %slongest time without any answer | %s | ≤ 300 ms |\n", who, ms(res.MaxAnswerGap))
+		fmt.Fprintf(&b, "| %s%s latency p50 / p99 / p99.9 / max over the run | %s / %s / %s / %s | |\n", who, strings.TrimSuffix(calls, "s"), ms(res.Latency.P50), ms(res.Latency.P99), ms(res.Latency.P999), ms(res.Latency.Max))
+	}
 	fmt.Fprintf(&b, "| figure | measured | target |\n|---|---|---|\n")
 	fmt.Fprintf(&b, "| consumer connections (load processes), rate, heartbeats | %d (%d), %d req/s, every %v | 10,000, 5,000 req/s |\n", conns, workers, rate, heartbeat)
+	dubbo, upstream := "", ""
+	if triple != nil {
+		fmt.Fprintf(&b, "| Triple (h2c) consumer connections (load processes), rate, PINGs | %d (%d), %d calls/s, after %v idle | half of the 10,000 (issue 27) |\n",
+			triple.conns, triple.workers, triple.rate, heartbeat)
+		dubbo, upstream = "Dubbo: ", ", Dubbo"
+	}
 	fmt.Fprintf(&b, "| upgrades in a row (alternating two builds) | %d | 10 |\n", upgrades)
-	fmt.Fprintf(&b, "| consumer connections closed or reset | %d | 0 |\n", res.ClosedByPeer+res.Resets+res.OtherConnErrors)
-	fmt.Fprintf(&b, "| requests failed, timed out, lost (of %d, bodies checked byte for byte) | %d, %d, %d | 0 |\n", res.Sent, res.Errors+res.BodyMismatches, res.Timeouts, res.Lost)
-	fmt.Fprintf(&b, "| heartbeat timeouts (of %d) | %d | 0 |\n", res.HeartbeatsSent, res.HeartbeatsTimedOut+res.HeartbeatsLost)
 	fmt.Fprintf(&b, "| handover (freeze to serving), median / max | %s / %s | |\n", ms(waited[len(waited)/2]), ms(waited[len(waited)-1]))
-	fmt.Fprintf(&b, "| longest time without any answer | %s | ≤ 300 ms |\n", ms(res.MaxAnswerGap))
-	fmt.Fprintf(&b, "| request latency p50 / p99 / p99.9 / max over the run | %s / %s / %s / %s | |\n", ms(res.Latency.P50), ms(res.Latency.P99), ms(res.Latency.P999), ms(res.Latency.Max))
-	fmt.Fprintf(&b, "| new provider connections | %d | ≤ M (4) |\n", newUpstream)
+	consumers(dubbo, "requests", "heartbeat", res)
+	if triple != nil {
+		consumers("Triple: ", "calls", "PING", triple.res)
+	}
+	fmt.Fprintf(&b, "| new provider connections%s | %d | ≤ M (4) |\n", upstream, newUpstream)
+	if triple != nil {
+		fmt.Fprintf(&b, "| new provider connections, Triple (each image redials its M) | %d | ≤ M (4) per upgrade |\n", triple.newUpstream)
+	}
 	fmt.Fprintf(&b, "| sidecar after the first / last upgrade | %v / %v | not growing |\n", first, last)
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Errorf("writing %s: %v", path, err)
@@ -297,7 +388,7 @@ func TestUpgradeRollsBack(t *testing.T) {
 	const conns, rate, upstreamM = 500, 1000, 4
 	builds := upgradeBinaries(t)
 	next, fault := builds.next, builds.fault
-	prov := startEchoProvider(t)
+	prov := startEchoProvider(t, "dubbo")
 	sc := startSidecarArgs(t, prov.addr, upstreamM, "--upgrade-binary", next)
 	load := startLoad(t, nil, "--target", sc.listen, "--conns", strconv.Itoa(conns), "--rate", strconv.Itoa(rate),
 		"--duration", "10s", "--heartbeat", "1s", "--timeout", "5s", "--body-max", "2048")
@@ -339,7 +430,8 @@ func TestUpgradeRollsBack(t *testing.T) {
 		}
 	}
 	res := load.result(t, time.Minute)
-	stats, violations := prov.stop(t)
+	fin := prov.stop(t)
+	stats, violations := *fin.Stats, fin.Violations
 	t.Logf("load: sent %d ok %d, longest gap %v, p99 %v max %v; provider: %d connections, %d violations",
 		res.Sent, res.OK, res.MaxAnswerGap, res.Latency.P99, res.Latency.Max, stats.ConnsAccepted, len(violations))
 	checkUntouched(t, res, conns)
