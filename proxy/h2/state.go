@@ -119,8 +119,8 @@ var phaseNames = [...]string{phasePreface: "preface", phaseSettings: "settings",
 // decoder holds), or a header block is being assembled (CONTINUATION expected). It does not change the
 // Conn.
 func (c *Conn) Export() (ConnState, error) {
-	if why := c.notAtRest(); why != "" {
-		return ConnState{}, fmt.Errorf("%w: %s", ErrNotAtRest, why)
+	if err := c.AtRest(); err != nil {
+		return ConnState{}, err
 	}
 	st := ConnState{
 		Role:           c.role,
@@ -165,6 +165,15 @@ func (c *Conn) Export() (ConnState, error) {
 		slices.SortFunc(st.Streams, func(a, b StreamSnapshot) int { return cmp.Compare(a.ID, b.ID) })
 	}
 	return st, nil
+}
+
+// AtRest is nil when Export would succeed now, else why not (ErrNotAtRest, wrapped): Export's check
+// without its copy, for an owner that waits for rest.
+func (c *Conn) AtRest() error {
+	if why := c.notAtRest(); why != "" {
+		return fmt.Errorf("%w: %s", ErrNotAtRest, why)
+	}
+	return nil
 }
 
 func (c *Conn) notAtRest() string {
