@@ -112,12 +112,15 @@ func (s *Server) quiesceH2(ctx context.Context) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
-		b := s.h2Busy()
-		if b.none() {
-			return nil
+		// The pools' counts first: the scan of every consumer connection only once they are 0.
+		if !s.h2PoolsBusy() {
+			if s.h2Busy().none() {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
+			b := s.h2Busy()
 			s.unquiesceH2()
 			return fmt.Errorf("HTTP/2 did not come to rest within %v: %v; nothing was handed over, try again "+
 				"(or restart the sidecar, which ends those calls)", h2QuiesceBudget, b)
@@ -145,6 +148,21 @@ func (s *Server) unquiesceH2() {
 	}
 }
 
+// h2PoolsBusy reports whether some call is on a provider stream or pausing before a resend.
+func (s *Server) h2PoolsBusy() bool {
+	for _, p := range s.poolList() {
+		if hp := p.h2; hp != nil {
+			hp.mu.Lock()
+			busy := hp.streams > 0 || len(hp.paused) > 0
+			hp.mu.Unlock()
+			if busy {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // h2Busy counts what keeps HTTP/2 from being at rest, consumer connection by consumer connection.
 func (s *Server) h2Busy() h2Busy {
 	var b h2Busy
@@ -168,7 +186,7 @@ func (s *Server) h2Busy() h2Busy {
 		if len(h.pend) > 0 {
 			b.answering++
 		}
-		if _, err := h.conn.Export(); err != nil {
+		if err := h.conn.AtRest(); err != nil {
 			b.notAtRest++
 			b.why = err.Error()
 		}

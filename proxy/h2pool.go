@@ -53,6 +53,7 @@ type h2Pool struct {
 	ups     []*h2Upstream // connections the provider's SETTINGS made usable, until they die or go away
 	waiting h2Waiting     // requests no connection could open a stream for (h2wait.go: round robin by consumer)
 	paused  []*h2Call     // requests to be sent again after a pause (h2replay.go)
+	streams int           // calls on provider streams, on every connection (a handover waits for 0)
 	closed  bool
 
 	calls callShard // per-method counts of the pool's calls (h2calls.go); atomics, no lock
@@ -529,6 +530,7 @@ func (u *h2Upstream) startLocked(c *h2Call, now int64, notes *h2Notes) {
 		panic(fmt.Sprintf("proxy: opening a provider stream: %v", err))
 	}
 	u.calls[id] = c
+	u.hp.streams++
 	c.up, c.upID = u, id
 	b, _ := u.conn.AppendHeaders(u.frames(), id, c.head, c.headEnd)
 	c.upOff = u.queuedBytes()
@@ -574,6 +576,7 @@ func (u *h2Upstream) detachLocked(c *h2Call, notes *h2Notes) {
 	}
 	c.upDone = true
 	delete(u.calls, c.upID)
+	u.hp.streams--
 	u.ids.Unbind(c.upID)
 	u.hp.leftLocked(c, len(c.in), notes)
 	c.in, c.inTrail, c.inEnd = nil, nil, false

@@ -119,6 +119,9 @@ type Snapshot struct {
 	Taken    time.Time         `json:"taken"` // on the freezing server's clock (Options.Clock)
 	Sessions []SessionSnapshot `json:"sessions"`
 	Pools    []PoolSnapshot    `json:"pools"`
+
+	decoded time.Duration // how long UnmarshalBinary took, of size bytes
+	size    int
 }
 
 // SessionSnapshot is one consumer connection.
@@ -195,8 +198,13 @@ func (sn *Snapshot) FDs() []int {
 // MarshalBinary encodes the snapshot (JSON).
 func (sn *Snapshot) MarshalBinary() ([]byte, error) { return json.Marshal(sn) }
 
-// UnmarshalBinary decodes what MarshalBinary wrote.
-func (sn *Snapshot) UnmarshalBinary(b []byte) error { return json.Unmarshal(b, sn) }
+// UnmarshalBinary decodes what MarshalBinary wrote (the restore logs how long it took).
+func (sn *Snapshot) UnmarshalBinary(b []byte) error {
+	start := time.Now()
+	err := json.Unmarshal(b, sn)
+	sn.decoded, sn.size = time.Since(start), len(b)
+	return err
+}
 
 // ErrFrozen is returned by Freeze when a handover is already under way.
 var ErrFrozen = errors.New("proxy: already frozen for a handover")
@@ -476,6 +484,8 @@ func Restore(sn *Snapshot, cfg Config, opts Options) (*Server, error) {
 func (s *Server) restore(sn *Snapshot) error {
 	now := s.now()
 	cfg := s.cfg.Load()
+	start := s.clock.Now()
+	var books, input time.Duration // where the restore's time went, for its log line
 	// Pools first, without their loops: sessions and pending entries refer to them.
 	pools := map[uint16]*pool{}
 	newPool := func(addr string, port uint16) *pool {
@@ -568,6 +578,7 @@ func (s *Server) restore(sn *Snapshot) error {
 		s.pools[port] = p
 	}
 	s.mu.Unlock()
+	books = s.clock.Now().Sub(start)
 	// What was read during the handover, in order: answers, then requests.
 	for i, uc := range ups {
 		uc.consume(&sliceSource{b: restoredIn(sn, i)})
@@ -581,6 +592,7 @@ func (s *Server) restore(sn *Snapshot) error {
 			ss.handleStashed(st.In)
 		}
 	}
+	input = s.clock.Now().Sub(start) - books
 	// Serving: handlers on, writers on, timers armed.
 	for _, uc := range ups {
 		if err := uc.serve(); err != nil {
@@ -607,8 +619,11 @@ func (s *Server) restore(sn *Snapshot) error {
 			p.h2.start(cfg.UpstreamConns)
 		}
 	}
+	took := s.clock.Now().Sub(start)
 	s.log.Info("data plane restored from a handover", zap.Int("consumers", len(sessions)),
-		zap.Int("provider_connections", len(ups)), zap.Duration("since_freeze", s.clock.Now().Sub(sn.Taken)))
+		zap.Int("provider_connections", len(ups)), zap.Duration("since_freeze", s.clock.Now().Sub(sn.Taken)),
+		zap.Duration("took", took), zap.Duration("decode", sn.decoded), zap.Int("state_bytes", sn.size),
+		zap.Duration("books", books), zap.Duration("input", input), zap.Duration("register", took-books-input))
 	return nil
 }
 
