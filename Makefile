@@ -168,14 +168,14 @@ fleet:
 	bash bench/fleet.sh
 
 ## upgrade-bench: issues 14 and 27's acceptance at full size: 10,000 consumer connections, half of
-## them Triple (5,000 Dubbo at 5,000 req/s and 5,000 h2c at 2,500 calls/s, one load process each,
+## them Triple (5,000 Dubbo at 2,500 req/s and 5,000 h2c at 2,500 calls/s, one load process each,
 ## through upstream.protocol both to `stormbench echo-provider --protocol both`), heartbeats and
 ## PINGs every second, ten `sidecar upgrade`s in a row between two builds; the figures go into
 ## docs/benchmarks.md ("Upgrading Stormgate itself") and bin/upgrade-figures.md. make test runs the
-## same test at 2,000 Dubbo connections and no Triple ones.
+## same test at 1,000 Dubbo and 1,000 Triple connections, 1,000 calls/s each.
 upgrade-bench:
 	mkdir -p bin
-	STORMGATE_UPGRADE_CONNS=5000 STORMGATE_UPGRADE_TRIPLE_CONNS=5000 STORMGATE_UPGRADE_RATE=5000 STORMGATE_UPGRADE_COUNT=10 \
+	STORMGATE_UPGRADE_CONNS=5000 STORMGATE_UPGRADE_TRIPLE_CONNS=5000 STORMGATE_UPGRADE_RATE=2500 STORMGATE_UPGRADE_COUNT=10 \
 	  STORMGATE_UPGRADE_HEARTBEAT=1s STORMGATE_UPGRADE_FIGURES=$(CURDIR)/bin/upgrade-figures.md \
 	  STORMGATE_UPGRADE_DOC=$(CURDIR)/docs/benchmarks.md \
 	  $(GO) test -count=1 -timeout 20m -run 'TestUpgradeUnderLoad$$' -v ./e2e/
