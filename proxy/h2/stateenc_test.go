@@ -11,9 +11,9 @@ import (
 func everyField() ConnState {
 	return ConnState{
 		Role: RoleClient, Phase: "active",
-		Local:    Settings{HeaderTableSize: 1, EnablePush: true, MaxConcurrentStreams: 2, InitialWindowSize: 3, MaxFrameSize: 4, MaxHeaderListSize: 5},
-		Peer:     Settings{HeaderTableSize: 6, MaxConcurrentStreams: 1<<32 - 1, InitialWindowSize: 8, MaxFrameSize: 9, MaxHeaderListSize: 10},
-		Acked:    true, ConnWin: 11, PeerOpen: 12, OwnOpen: 13, LastPeer: 14, NextOwn: 15, ConnSend: -16,
+		Local: Settings{HeaderTableSize: 1, EnablePush: true, MaxConcurrentStreams: 2, InitialWindowSize: 3, MaxFrameSize: 4, MaxHeaderListSize: 5},
+		Peer:  Settings{HeaderTableSize: 6, MaxConcurrentStreams: 1<<32 - 1, InitialWindowSize: 8, MaxFrameSize: 9, MaxHeaderListSize: 10},
+		Acked: true, ConnWin: 11, PeerOpen: 12, OwnOpen: 13, LastPeer: 14, NextOwn: 15, ConnSend: -16,
 		ConnRecv: RecvState{Avail: 17, Unacked: -18}, EncUpdate: true, GoAwaySent: true, GoAwayRecv: true,
 		GoAwayLast: 19, PeerGoAwayLast: 20, RecentNext: 21, OwedHeaders: -22, Credit: 23, EmptyRun: 24,
 		Recent:  []RecentStream{{ID: 25, ResetUs: true}, {ID: 26}},
