@@ -491,7 +491,10 @@ func (s *Server) restore(sn *Snapshot) error {
 	newPool := func(addr string, port uint16) *pool {
 		p := newPoolStopped(s, addr, port)
 		if cfg.Protocols.Triple() {
-			p.h2 = newH2Pool(p) // its loops start with the others, below
+			// Its provider connections did not cross: dialled at once, so that they are up when the
+			// consumers are served again (the calls that waited through the handover go first).
+			p.h2 = newH2Pool(p)
+			p.h2.start(cfg.UpstreamConns)
 		}
 		return p
 	}
@@ -615,9 +618,6 @@ func (s *Server) restore(sn *Snapshot) error {
 	}
 	for _, p := range pools {
 		p.startLoops()
-		if p.h2 != nil {
-			p.h2.start(cfg.UpstreamConns)
-		}
 	}
 	took := s.clock.Now().Sub(start)
 	s.log.Info("data plane restored from a handover", zap.Int("consumers", len(sessions)),
