@@ -297,12 +297,17 @@ func (ss *session) restoreH2(hs *H2SessionSnapshot, now int64) error {
 	return nil
 }
 
-// adoptWaiting puts a call from a handover in the waiting list, as open and resendLocked leave one.
+// adoptWaiting puts a call from a handover in the waiting list, as open and resendLocked leave one, and
+// starts it if a provider connection can take it: the pool dials as it is restored, so one may be up
+// already, and nothing else would start the call until another stream ended (calls waited up to 0.8 s).
 func (hp *h2Pool) adoptWaiting(c *h2Call, x H2CallSnapshot, now int64, cfg *Config) {
 	srv := hp.p.srv
 	c.sendBy = h2SendBy(x.Head, c.arrived, cfg)
+	var notes h2Notes
+	defer notes.run()
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
+	defer hp.pumpLocked(now, &notes)
 	c.head, c.headEnd, c.inEnd, c.inTrail = x.Head, x.HeadEnd, x.InEnd, x.InTrail
 	c.resending, c.resends, c.notRunTries = x.Resending, x.Resends, x.NotRunTries
 	c.req = h2Kept{lost: true}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/stormgate/stormgate/proxy/h2"
 )
 
 // TestHandoverAcrossExecTriple is TestHandoverAcrossExec with Triple consumers (issue 27 item 5): grpc-go
@@ -223,4 +227,58 @@ func TestH2FreezeRefusedWhileStreaming(t *testing.T) {
 	if err := st.RecvMsg(&got); err == nil {
 		t.Fatalf("stream: an echo after CloseSend: %q", got)
 	}
+}
+
+// A call carried over by a handover starts at once when a provider connection can take it. The
+// restored pool dials as it is rebuilt, so its connections can be up before the consumers' waiting calls
+// are put back: nothing else would start them until some other stream ended (make test's upgrade run
+// had Triple calls waiting up to 0.8 s: p99 633 ms against 15 ms with one upgrade).
+func TestH2AdoptedCallStartsAtOnce(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, _ := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	p := srv.poolList()[0]
+	// A consumer connection at rest, as a handover carries it: the handshake done, SETTINGS acked.
+	cfg := srv.cfg.Load()
+	conn := h2.NewConn(cfg.h2Conn(h2.RoleServer))
+	in := append([]byte(h2.ClientPreface), h2.AppendSettings(nil)...)
+	in = h2.AppendSettingsAck(in)
+	for len(in) > 0 {
+		n, _, err := conn.Read(srv.now(), in)
+		if err != nil || n == 0 {
+			t.Fatalf("handshake: %d %v", n, err)
+		}
+		in = in[n:]
+	}
+	conn.ClearOutput()
+	state, err := conn.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state.LastPeer, state.PeerOpen = 1, 1
+	state.Streams = []h2.StreamSnapshot{{ID: 1, State: h2.StateHalfClosedRemote, Send: 65535, Recv: h2.RecvState{Avail: 65535}}}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	ss := newSession(srv, p, nil, fds[0], netip.AddrPort{})
+	ss.w.held = true
+	msg := grpcFrame([]byte("carried over"))
+	head := []h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: "/stormgate.Test/Echo"}, {Name: ":authority", Value: "x"},
+		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}}
+	err = ss.restoreH2(&H2SessionSnapshot{Conn: state, Calls: []H2CallSnapshot{{Stream: 1, Head: head,
+		In: msg, InEnd: true, Kept: &H2KeptSnapshot{Head: head, Body: msg, Complete: true}}}}, srv.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ss.h2.call(1)
+	p.h2.mu.Lock()
+	started, waiting := c.up != nil, c.waiting
+	p.h2.mu.Unlock()
+	if !started || waiting {
+		t.Fatalf("the carried call: on a provider stream %v, waiting %v; want it started at once", started, waiting)
+	}
+	waitFor(t, 10*time.Second, "the provider's answer", func() bool { return ss.h2.call(1) == nil })
 }
