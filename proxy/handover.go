@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,6 +124,7 @@ type Snapshot struct {
 
 	decoded time.Duration // how long UnmarshalBinary took, of size bytes
 	size    int
+	compact bool // MarshalBinary writes the consumers as one blob (SetCompact)
 }
 
 // SessionSnapshot is one consumer connection.
@@ -195,14 +198,43 @@ func (sn *Snapshot) FDs() []int {
 	return fds
 }
 
-// MarshalBinary encodes the snapshot (JSON).
-func (sn *Snapshot) MarshalBinary() ([]byte, error) { return json.Marshal(sn) }
+// MarshalBinary encodes the snapshot: JSON, or, when SetCompact said so, compactMagic, the JSON's
+// length, the JSON without the consumers, and the consumers as one blob after it (handover_compact.go:
+// outside the JSON, which would scan it byte by byte twice).
+func (sn *Snapshot) MarshalBinary() ([]byte, error) {
+	if !sn.compact {
+		return json.Marshal(sn)
+	}
+	c := *sn
+	c.Sessions = nil
+	js, err := json.Marshal(&c)
+	if err != nil {
+		return nil, err
+	}
+	b := append([]byte(compactMagic), binary.AppendUvarint(nil, uint64(len(js)))...)
+	return appendSessions(append(b, js...), sn.Sessions)
+}
 
-// UnmarshalBinary decodes what MarshalBinary wrote (the restore logs how long it took).
+// compactMagic opens a snapshot written compact (JSON opens with '{').
+const compactMagic = "SGC"
+
+// UnmarshalBinary decodes what MarshalBinary wrote, compact or not (the restore logs how long it took).
 func (sn *Snapshot) UnmarshalBinary(b []byte) error {
 	start := time.Now()
-	err := json.Unmarshal(b, sn)
-	sn.decoded, sn.size = time.Since(start), len(b)
+	defer func() { sn.decoded, sn.size = time.Since(start), len(b) }()
+	rest, ok := bytes.CutPrefix(b, []byte(compactMagic))
+	if !ok {
+		return json.Unmarshal(b, sn)
+	}
+	n, k := binary.Uvarint(rest)
+	if k <= 0 || n > uint64(len(rest)-k) {
+		return errCompact
+	}
+	if err := json.Unmarshal(rest[k:k+int(n)], sn); err != nil {
+		return err
+	}
+	var err error
+	sn.Sessions, err = parseSessions(rest[k+int(n):])
 	return err
 }
 

@@ -195,6 +195,7 @@ func handoverChildRun(role string) error {
 		return err
 	}
 	fmt.Println(snapshotSummary(sn))
+	sn.SetCompact(os.Getenv("HANDOVER_PROTOCOL") == "triple") // the Triple run crosses with the compact consumers
 	b, err := sn.MarshalBinary()
 	if err != nil {
 		return err

@@ -326,7 +326,7 @@ func runPreflight(cmd *cobra.Command, f runFlags) error {
 		}
 	}
 	b, err := json.Marshal(handover.PreflightReport{Preflight: "ok", Version: version, Format: handover.Format,
-		Carries: []string{handover.CarriesHTTP2}})
+		Carries: []string{handover.CarriesHTTP2, handover.CarriesCompactConsumers}})
 	if err != nil {
 		return err
 	}

@@ -96,6 +96,7 @@ type upgradeJob struct {
 	out       upgradeOutcome
 	started   time.Time
 	preflight time.Duration
+	compact   bool // the new binary reads the consumers as one compact blob
 }
 
 // plane is what a handover moves and what run serves with; run's main goroutine owns it.
@@ -253,6 +254,7 @@ func (u *upgrader) prepare(ctx context.Context, binary, trigger string, timeout 
 		return refuse(fmt.Errorf("preflight: %s (version %s) cannot take HTTP/2 consumer connections over "+
 			"(upstream.protocol is %s): upgrade to a version that can, or restart", binary, rep.Version, p))
 	}
+	job.compact = rep.Can(handover.CarriesCompactConsumers)
 	u.log.Info("upgrade: preflight passed", zap.String("id", job.out.ID), zap.String("binary", binary),
 		zap.String("version", rep.Version), zap.Duration("took", job.preflight))
 	return job, nil
@@ -412,6 +414,7 @@ func (u *upgrader) state(p *plane, job upgradeJob, admSnap *admission.Snapshot, 
 	if err != nil {
 		return fail(err)
 	}
+	psn.SetCompact(job.compact)
 	proxyB, err := psn.MarshalBinary()
 	if err != nil {
 		return fail(err)

@@ -107,7 +107,7 @@ func TestRunPreflight(t *testing.T) {
 	}
 	var rep handover.PreflightReport
 	if json.Unmarshal([]byte(strings.TrimSpace(out)), &rep) != nil || rep.Preflight != "ok" || rep.Version != version ||
-		rep.Format != handover.Format || !rep.Can(handover.CarriesHTTP2) {
+		rep.Format != handover.Format || !rep.Can(handover.CarriesHTTP2) || !rep.Can(handover.CarriesCompactConsumers) {
 		t.Fatalf("report %q", out)
 	}
 	if _, err := run(nil, "--upstream-conns", "500"); err == nil || !strings.Contains(err.Error(), "upstream.connections") {

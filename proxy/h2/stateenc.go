@@ -43,6 +43,15 @@ func (st *ConnState) UnmarshalJSON(js []byte) error {
 	if err != nil {
 		return errStateEncoding
 	}
+	return st.UnmarshalBinary(b)
+}
+
+// MarshalBinary is the binary form itself (what MarshalJSON carries), for an owner that encodes its own
+// handover state compactly.
+func (st ConnState) MarshalBinary() ([]byte, error) { return st.appendBinary(nil), nil }
+
+// UnmarshalBinary decodes MarshalBinary's form. It checks the encoding only: RestoreConn checks the state.
+func (st *ConnState) UnmarshalBinary(b []byte) error {
 	d := stateDecoder{b: b}
 	*st = d.state()
 	if d.err || len(d.b) > 0 {
