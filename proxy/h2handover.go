@@ -43,6 +43,12 @@ import (
 // calls take milliseconds, and consumers' calls wait meanwhile.
 const h2QuiesceBudget = time.Second
 
+// h2RestGrace is how long, once no call is on a provider stream, a consumer connection may stay not at
+// rest (its SETTINGS ACK not come, a header block begun and not finished) before the quiesce gives up on
+// it: the listener is frozen by then, so a live consumer answers within a round trip; one that does not
+// is closed with a GOAWAY rather than holding everyone's calls, or the upgrade, any longer.
+const h2RestGrace = 100 * time.Millisecond
+
 // H2SessionSnapshot is an HTTP/2 consumer connection at rest.
 type H2SessionSnapshot struct {
 	Conn  h2.ConnState     `json:"conn"`
@@ -104,18 +110,30 @@ func (b h2Busy) String() string {
 }
 
 // quiesceH2 stops HTTP/2 calls from taking provider streams and waits, within ctx and h2QuiesceBudget,
-// until HTTP/2 is at rest. On an error quiescing is off again.
+// until HTTP/2 is at rest; consumer connections that stay not at rest for h2RestGrace once the calls are
+// done are closed (closeRestless). On an error quiescing is off again.
 func (s *Server) quiesceH2(ctx context.Context) error {
 	s.handover.quiescing.Store(true)
 	ctx, cancel := context.WithTimeout(ctx, h2QuiesceBudget)
 	defer cancel()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
+	var callsDone time.Time // when only connections not at rest were left
 	for {
 		// The pools' counts first: the scan of every consumer connection only once they are 0.
 		if !s.h2PoolsBusy() {
-			if s.h2Busy().none() {
+			b := s.h2Busy()
+			if b.none() {
 				return nil
+			}
+			switch {
+			case b.onStreams+b.paused+b.answering > 0:
+				callsDone = time.Time{}
+			case callsDone.IsZero():
+				callsDone = time.Now()
+			case time.Since(callsDone) >= h2RestGrace:
+				s.closeRestless()
+				continue
 			}
 		}
 		select {
@@ -146,6 +164,39 @@ func (s *Server) unquiesceH2() {
 		hp.mu.Unlock()
 		notes.run()
 	}
+}
+
+// closeRestless closes, with a GOAWAY saying why, the HTTP/2 consumer connections that are not at rest
+// (quiesceH2). A consumer that never acknowledged Stormgate's SETTINGS gets SETTINGS_TIMEOUT (RFC 9113
+// §6.5.3); one that began a header block and did not finish it, NO_ERROR: it may connect again. Their calls
+// that waited are answered UNAVAILABLE as the connection closes (none reached a provider). They are
+// counted as any connection closed after a GOAWAY (stormgate_downstream_closed_total{reason="http2_error"}).
+func (s *Server) closeRestless() {
+	s.sessions.each(func(ss *session) {
+		h := ss.h2
+		if h == nil || ss.closing.Load() || h.goingAway.Load() {
+			return
+		}
+		h.mu.Lock()
+		var err error
+		if !h.closed && h.conn != nil {
+			err = h.conn.AtRest()
+		}
+		if err != nil {
+			code := h2.ErrCodeNo
+			if !h.conn.Acked() {
+				code = h2.ErrCodeSettingsTimeout
+			}
+			h.conn.GoAway(code, "stormgate is upgrading and the connection is not at rest")
+			h.flushLocked()
+		}
+		h.mu.Unlock()
+		if err != nil {
+			s.log.Warn("closing an HTTP/2 consumer that did not come to rest for an upgrade (GOAWAY sent)",
+				zap.Stringer("peer", ss.remote), zap.Duration("grace", h2RestGrace), zap.Error(err))
+			h.closeAfterGoAway()
+		}
+	})
 }
 
 // h2PoolsBusy reports whether some call is on a provider stream or pausing before a resend.

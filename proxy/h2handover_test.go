@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -281,4 +282,52 @@ func TestH2AdoptedCallStartsAtOnce(t *testing.T) {
 		t.Fatalf("the carried call: on a provider stream %v, waiting %v; want it started at once", started, waiting)
 	}
 	waitFor(t, 10*time.Second, "the provider's answer", func() bool { return ss.h2.call(1) == nil })
+}
+
+// TestH2FreezeClosesRestless: a consumer that never acknowledges Stormgate's SETTINGS cannot be handed
+// over (its header blocks may use a table the restored decoder would not have). Freeze does not wait the
+// whole budget for it, nor fail: once the calls are done it gives it h2RestGrace, then closes it with
+// GOAWAY SETTINGS_TIMEOUT, and hands the rest over. The gRPC consumers beside it notice nothing.
+func TestH2FreezeClosesRestless(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ccs := []*grpc.ClientConn{grpcClient(t, addr), grpcClient(t, addr), grpcClient(t, addr)}
+	load := startTripleLoad(t, ctx, ccs)
+	_, fr := dialH2(t, addr) // its SETTINGS, and never an ACK of Stormgate's
+	waitFor(t, 10*time.Second, "Stormgate's SETTINGS", func() bool {
+		f, err := fr.ReadFrame()
+		sf, ok := f.(*http2.SettingsFrame)
+		return err == nil && ok && !sf.IsAck()
+	})
+	waitFor(t, 10*time.Second, "calls", func() bool { return load.calls.Load() >= 30 })
+	start := time.Now()
+	sn, err := srv.Freeze(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	n := len(sn.Sessions)
+	srv.Thaw()
+	if n != len(ccs) {
+		t.Errorf("the snapshot has %d consumers; want the %d gRPC ones, not the one that never acked", n, len(ccs))
+	}
+	if took < h2RestGrace || took > h2QuiesceBudget {
+		t.Errorf("Freeze took %v; want the grace (%v), not the budget (%v)", took, h2RestGrace, h2QuiesceBudget)
+	}
+	var ga *http2.GoAwayFrame
+	for ga == nil {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("the restless consumer: %v before a GOAWAY", err)
+		}
+		ga, _ = f.(*http2.GoAwayFrame)
+	}
+	if ga.ErrCode != http2.ErrCodeSettingsTimeout {
+		t.Errorf("GOAWAY %v; want SETTINGS_TIMEOUT", ga.ErrCode)
+	}
+	before := load.calls.Load()
+	waitFor(t, 10*time.Second, "calls after the thaw", func() bool { return load.calls.Load() >= before+30 })
+	load.finish(t)
 }

@@ -248,6 +248,9 @@ func (c *Conn) Err() error {
 // the per-frame path that reads them): read them only while owning the Conn.
 func (c *Conn) Counters() *Counters { return &c.c }
 
+// Acked reports whether the peer acknowledged this side's SETTINGS.
+func (c *Conn) Acked() bool { return c.acked }
+
 // PeerSettings returns the settings the peer announced.
 func (c *Conn) PeerSettings() Settings { return c.peer }
 
