@@ -1,10 +1,10 @@
 package proxy
 
 import (
-	"encoding/binary"
 	"errors"
 	"time"
 
+	"github.com/stormgate/stormgate/internal/varbin"
 	"github.com/stormgate/stormgate/proxy/h2"
 )
 
@@ -15,7 +15,7 @@ import (
 // for a binary that reads it (handover.CarriesCompactSessions: SetCompact); one written before it, or
 // for a binary before it, has the JSON objects, which UnmarshalBinary reads as it always did.
 //
-// The blob: compactVersion, the count of consumers, then each: Proto, FD, Remote, Port, Idle, In,
+// The blob (internal/varbin): compactVersion, the count of consumers, then each: Proto, FD, Remote, Port, Idle, In,
 // Skip, Out, Sent, Partial, and H2 (absent, or present with its ConnState's binary form, Drain, Final
 // and its calls: Stream, Age, Head, HeadEnd, In, InEnd, InTrail, Kept (absent, or Head, Body, Trailers,
 // Complete), Resending, Resends, NotRunTries, ReqBytes). Integers are varints or uvarints, byte strings
@@ -30,119 +30,46 @@ var errCompact = errors.New("proxy: the handover's consumer blob is not this bui
 // snapshot reads it).
 func (sn *Snapshot) SetCompact(on bool) { sn.compact = on }
 
-// enc appends the binary form.
-type enc struct{ b []byte }
-
-func (e *enc) u(x uint64) { e.b = binary.AppendUvarint(e.b, x) }
-func (e *enc) v(x int64)  { e.b = binary.AppendVarint(e.b, x) }
-func (e *enc) bytes(p []byte) {
-	e.u(uint64(len(p)))
-	e.b = append(e.b, p...)
-}
-func (e *enc) str(s string) {
-	e.u(uint64(len(s)))
-	e.b = append(e.b, s...)
-}
-func (e *enc) bool(x bool) {
-	if x {
-		e.b = append(e.b, 1)
-	} else {
-		e.b = append(e.b, 0)
-	}
-}
-func (e *enc) fields(fs []h2.HeaderField) {
-	e.u(uint64(len(fs)))
+// writeFields and readFields are header fields in the blob: a count, then each name, value and Sensitive.
+func writeFields(w *varbin.Writer, fs []h2.HeaderField) {
+	w.Uvarint(uint64(len(fs)))
 	for _, f := range fs {
-		e.str(f.Name)
-		e.str(f.Value)
-		e.bool(f.Sensitive)
+		w.String(f.Name)
+		w.String(f.Value)
+		w.Bool(f.Sensitive)
 	}
 }
 
-// dec reads it; bad sticks once anything is out of place.
-type dec struct {
-	b   []byte
-	bad bool
-}
-
-func (d *dec) u() uint64 {
-	x, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.bad, d.b = true, nil
-		return 0
-	}
-	d.b = d.b[n:]
-	return x
-}
-
-func (d *dec) v() int64 {
-	x, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.bad, d.b = true, nil
-		return 0
-	}
-	d.b = d.b[n:]
-	return x
-}
-
-// raw is the next length-prefixed bytes, aliasing the blob (nil when empty).
-func (d *dec) raw() []byte {
-	n := d.u()
-	if d.bad || n > uint64(len(d.b)) {
-		d.bad, d.b = true, nil
-		return nil
-	}
-	p := d.b[:n:n]
-	d.b = d.b[n:]
-	if n == 0 {
-		return nil
-	}
-	return p
-}
-
-func (d *dec) str() string { return string(d.raw()) }
-func (d *dec) bool() bool  { return d.u() == 1 }
-
-// count is a count of items of at least min bytes each, bounded by what is left.
-func (d *dec) count(min int) int {
-	n := d.u()
-	if n > uint64(len(d.b)/min) {
-		d.bad, d.b = true, nil
-		return 0
-	}
-	return int(n)
-}
-
-func (d *dec) fields() []h2.HeaderField {
-	n := d.count(3)
+func readFields(r *varbin.Reader) []h2.HeaderField {
+	n := r.Count(3)
 	if n == 0 {
 		return nil
 	}
 	fs := make([]h2.HeaderField, n)
 	for i := range fs {
-		fs[i] = h2.HeaderField{Name: d.str(), Value: d.str(), Sensitive: d.bool()}
+		fs[i] = h2.HeaderField{Name: r.String(), Value: r.String(), Sensitive: r.Bool()}
 	}
 	return fs
 }
 
 // appendSessions encodes the consumers.
 func appendSessions(b []byte, ss []SessionSnapshot) ([]byte, error) {
-	e := enc{b: b}
-	e.u(compactVersion)
-	e.u(uint64(len(ss)))
+	w := varbin.Writer{B: b}
+	w.Uvarint(compactVersion)
+	w.Uvarint(uint64(len(ss)))
 	for i := range ss {
 		st := &ss[i]
-		e.str(st.Proto)
-		e.v(int64(st.FD))
-		e.str(st.Remote)
-		e.u(uint64(st.Port))
-		e.v(int64(st.Idle))
-		e.bytes(st.In)
-		e.v(int64(st.Skip))
-		e.bytes(st.Out)
-		e.v(int64(st.Sent))
-		e.v(int64(st.Partial))
-		e.bool(st.H2 != nil)
+		w.String(st.Proto)
+		w.Varint(int64(st.FD))
+		w.String(st.Remote)
+		w.Uvarint(uint64(st.Port))
+		w.Varint(int64(st.Idle))
+		w.Bytes(st.In)
+		w.Varint(int64(st.Skip))
+		w.Bytes(st.Out)
+		w.Varint(int64(st.Sent))
+		w.Varint(int64(st.Partial))
+		w.Bool(st.H2 != nil)
 		if st.H2 == nil {
 			continue
 		}
@@ -150,84 +77,84 @@ func appendSessions(b []byte, ss []SessionSnapshot) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		e.bytes(conn)
-		e.bool(st.H2.Drain)
-		e.bool(st.H2.Final)
-		e.u(uint64(len(st.H2.Calls)))
+		w.Bytes(conn)
+		w.Bool(st.H2.Drain)
+		w.Bool(st.H2.Final)
+		w.Uvarint(uint64(len(st.H2.Calls)))
 		for _, c := range st.H2.Calls {
-			e.u(uint64(c.Stream))
-			e.v(int64(c.Age))
-			e.fields(c.Head)
-			e.bool(c.HeadEnd)
-			e.bytes(c.In)
-			e.bool(c.InEnd)
-			e.fields(c.InTrail)
-			e.bool(c.Kept != nil)
+			w.Uvarint(uint64(c.Stream))
+			w.Varint(int64(c.Age))
+			writeFields(&w, c.Head)
+			w.Bool(c.HeadEnd)
+			w.Bytes(c.In)
+			w.Bool(c.InEnd)
+			writeFields(&w, c.InTrail)
+			w.Bool(c.Kept != nil)
 			if k := c.Kept; k != nil {
-				e.fields(k.Head)
-				e.bytes(k.Body)
-				e.fields(k.Trailers)
-				e.bool(k.Complete)
+				writeFields(&w, k.Head)
+				w.Bytes(k.Body)
+				writeFields(&w, k.Trailers)
+				w.Bool(k.Complete)
 			}
-			e.bool(c.Resending)
-			e.v(int64(c.Resends))
-			e.v(int64(c.NotRunTries))
-			e.u(c.ReqBytes)
+			w.Bool(c.Resending)
+			w.Varint(int64(c.Resends))
+			w.Varint(int64(c.NotRunTries))
+			w.Uvarint(c.ReqBytes)
 		}
 	}
-	return e.b, nil
+	return w.B, nil
 }
 
 // parseSessions decodes what appendSessions wrote. Byte fields alias b.
 func parseSessions(b []byte) ([]SessionSnapshot, error) {
-	d := dec{b: b}
-	if d.u() != compactVersion {
+	r := varbin.NewReader(b)
+	if r.Uvarint() != compactVersion {
 		return nil, errCompact
 	}
-	ss := make([]SessionSnapshot, d.count(12))
+	ss := make([]SessionSnapshot, r.Count(12))
 	for i := range ss {
 		st := &ss[i]
-		st.Proto = d.str()
-		st.FD = int(d.v())
-		st.Remote = d.str()
-		st.Port = uint16(d.u())
-		st.Idle = time.Duration(d.v())
-		st.In = d.raw()
-		st.Skip = int(d.v())
-		st.Out = d.raw()
-		st.Sent = int(d.v())
-		st.Partial = time.Duration(d.v())
-		if !d.bool() {
+		st.Proto = r.String()
+		st.FD = int(r.Varint())
+		st.Remote = r.String()
+		st.Port = uint16(r.UvarintMax(1<<16 - 1))
+		st.Idle = time.Duration(r.Varint())
+		st.In = r.Bytes()
+		st.Skip = int(r.Varint())
+		st.Out = r.Bytes()
+		st.Sent = int(r.Varint())
+		st.Partial = time.Duration(r.Varint())
+		if !r.Bool() {
 			continue
 		}
 		hs := &H2SessionSnapshot{}
-		if err := hs.Conn.UnmarshalBinary(d.raw()); err != nil && !d.bad {
-			return nil, err
+		if err := hs.Conn.UnmarshalBinary(r.Bytes()); err != nil {
+			return nil, errCompact
 		}
-		hs.Drain, hs.Final = d.bool(), d.bool()
-		if n := d.count(16); n > 0 {
+		hs.Drain, hs.Final = r.Bool(), r.Bool()
+		if n := r.Count(16); n > 0 {
 			hs.Calls = make([]H2CallSnapshot, n)
 			for j := range hs.Calls {
 				c := &hs.Calls[j]
-				c.Stream = uint32(d.u())
-				c.Age = time.Duration(d.v())
-				c.Head = d.fields()
-				c.HeadEnd = d.bool()
-				c.In = d.raw()
-				c.InEnd = d.bool()
-				c.InTrail = d.fields()
-				if d.bool() {
-					c.Kept = &H2KeptSnapshot{Head: d.fields(), Body: d.raw(), Trailers: d.fields(), Complete: d.bool()}
+				c.Stream = uint32(r.UvarintMax(1<<31 - 1))
+				c.Age = time.Duration(r.Varint())
+				c.Head = readFields(r)
+				c.HeadEnd = r.Bool()
+				c.In = r.Bytes()
+				c.InEnd = r.Bool()
+				c.InTrail = readFields(r)
+				if r.Bool() {
+					c.Kept = &H2KeptSnapshot{Head: readFields(r), Body: r.Bytes(), Trailers: readFields(r), Complete: r.Bool()}
 				}
-				c.Resending = d.bool()
-				c.Resends = int(d.v())
-				c.NotRunTries = int(d.v())
-				c.ReqBytes = d.u()
+				c.Resending = r.Bool()
+				c.Resends = int(r.Varint())
+				c.NotRunTries = int(r.Varint())
+				c.ReqBytes = r.Uvarint()
 			}
 		}
 		st.H2 = hs
 	}
-	if d.bad || len(d.b) > 0 {
+	if !r.Done() {
 		return nil, errCompact
 	}
 	return ss, nil

@@ -170,6 +170,20 @@ func handOver(t *testing.T, c *Conn, role Role) *Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	back := jsonRoundTrip(t, st)
+	r, err := RestoreConn(Config{Role: role}, back)
+	if err != nil {
+		t.Fatalf("RestoreConn: %v\n%+v", err, back)
+	}
+	if again, err := r.Export(); err != nil || !reflect.DeepEqual(again, st) {
+		t.Fatalf("the restored Conn exports another state (%v):\n%+v\n%+v", err, st, again)
+	}
+	return r
+}
+
+// jsonRoundTrip passes st through JSON and requires it unchanged.
+func jsonRoundTrip(t *testing.T, st ConnState) ConnState {
+	t.Helper()
 	js, err := json.Marshal(st)
 	if err != nil {
 		t.Fatal(err)
@@ -179,16 +193,9 @@ func handOver(t *testing.T, c *Conn, role Role) *Conn {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(back, st) {
-		t.Fatalf("JSON changed the state:\n%+v\n%+v", st, back)
+		t.Fatalf("JSON changed the state:\n got %+v\nwant %+v", back, st)
 	}
-	r, err := RestoreConn(Config{Role: role}, back)
-	if err != nil {
-		t.Fatalf("RestoreConn: %v\n%s", err, js)
-	}
-	if again, err := r.Export(); err != nil || !reflect.DeepEqual(again, st) {
-		t.Fatalf("the restored Conn exports another state (%v):\n%+v\n%+v", err, st, again)
-	}
-	return r
+	return back
 }
 
 // sameBehaviour runs steps on the original Conn and the restored one and requires the same events, errors,

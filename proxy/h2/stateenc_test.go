@@ -25,17 +25,7 @@ func everyField() ConnState {
 // another version, is refused rather than read as another state.
 func TestConnStateEncoding(t *testing.T) {
 	st := everyField()
-	js, err := json.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back ConnState
-	if err := json.Unmarshal(js, &back); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(back, st) {
-		t.Fatalf("round trip:\n got %+v\nwant %+v", back, st)
-	}
+	back := jsonRoundTrip(t, st)
 	// Every field is set (a field added to ConnState and not to the form would stay zero).
 	v := reflect.ValueOf(back)
 	for i := range v.NumField() {
@@ -45,13 +35,12 @@ func TestConnStateEncoding(t *testing.T) {
 	}
 	b := st.appendBinary(nil)
 	for n := range len(b) {
-		d := stateDecoder{b: b[:n]}
-		if d.state(); !d.err && len(d.b) == 0 {
+		if err := back.UnmarshalBinary(b[:n]); err == nil {
 			t.Errorf("the form cut to %d of %d bytes was read as a state", n, len(b))
 		}
 	}
 	b[0] = stateFormat + 1
-	if d := (stateDecoder{b: b}); func() bool { d.state(); return !d.err }() {
+	if err := back.UnmarshalBinary(b); err == nil {
 		t.Error("another format version was read")
 	}
 	for _, bad := range []string{`{}`, `"!!"`, `""`, `"AQ=="`, `12`} {
