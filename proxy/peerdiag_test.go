@@ -5,6 +5,10 @@ import (
 	"encoding/binary"
 	"io"
 	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -12,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/keepalive"
+	"github.com/stormgate/stormgate/peer"
 )
 
 // TestPeerReadAnnounced checks, on this kernel, what peerdiag.go relies on: a destroyed
@@ -232,5 +237,65 @@ func TestDiagTimesOnTheSlotsClock(t *testing.T) {
 	w.release(k) // no slot: a no-op
 	if len(w.slots) != 0 || len(w.released) != 1 {
 		t.Fatalf("%d slots, %d released after the announcement", len(w.slots), len(w.released))
+	}
+}
+
+// TestDiagWatcherEndsWithServer: the sock_diag watcher belongs to the Server whose
+// provider connections it watches. Once Close has returned, its goroutine has
+// returned and its netlink socket is closed: nothing of it outlives the Server.
+func TestDiagWatcherEndsWithServer(t *testing.T) {
+	f := newFixture(t, peer.ProviderConfig{}) // a loopback provider: its connections are watched
+	if len(diagSockets(t)) == 0 {
+		t.Skip("sock_diag destroy announcements are not available here: no watcher to stop")
+	}
+	if diagRunners() == 0 {
+		t.Fatal("a sock_diag socket is open but no watcher reads it")
+	}
+	f.srv.Close()
+	if n := diagRunners(); n != 0 {
+		t.Errorf("%d sock_diag watcher goroutines still running after Close", n)
+	}
+	if s := diagSockets(t); len(s) != 0 {
+		t.Errorf("sock_diag sockets still open after Close: %v", s)
+	}
+}
+
+// diagSockets lists this process's sock_diag netlink sockets ("socket:[inode]").
+func diagSockets(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/net/netlink") // sk Eth Pid Groups Rmem Wmem Dump Locks Drops Inode
+	if err != nil {
+		t.Skip("no /proc/self/net/netlink:", err)
+	}
+	diag := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 10 && f[1] == strconv.Itoa(unix.NETLINK_SOCK_DIAG) {
+			diag["socket:["+f[9]+"]"] = true
+		}
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && diag[l] {
+			out = append(out, e.Name()+" -> "+l)
+		}
+	}
+	return out
+}
+
+// diagRunners counts the goroutines in a sock_diag watcher's read loop.
+func diagRunners() int {
+	return bytes.Count(allStacks(), []byte("proxy.(*diagWatch).run("))
+}
+
+// allStacks is every goroutine's stack.
+func allStacks() []byte {
+	for buf := make([]byte, 1<<20); ; buf = make([]byte, 2*len(buf)) {
+		if n := runtime.Stack(buf, true); n < len(buf) {
+			return buf[:n]
+		}
 	}
 }
