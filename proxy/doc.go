@@ -49,15 +49,18 @@
 //	| connection death, retirement | a goroutine of its own    | settle or re-hold everything that was on it
 //	| an HTTP/2 provider connection| its slot goroutine reads, | frames routed to consumer streams; a writer
 //	|                              | a writer goroutine writes | goroutine owns the socket's writes
+//	| a loopback provider's socket | the Server's sock_diag    | how much its application had read, handed to
+//	| destroyed (peerdiag.go)      | watcher, 1/Server         | the connection's death waiting for it
 //
-// Every goroutine is started through the Server (spawn) or a pool's WaitGroup, and
-// Close returns only after all of them have. Time comes from Options.Clock: timeouts
+// Every goroutine is started through the Server (spawn), a pool's WaitGroup, or the
+// Server's sock_diag watcher (which Close stops last: a connection's death waits for
+// its announcements), and Close returns only after all of them have. Time comes from Options.Clock: timeouts
 // through the wheel, and the waits of a connection's death (the peer-end proof in
 // peerend.go) through Server.after, off the wheel, which Freeze and Close stop while
 // they wait for those goroutines. Tests drive both with a keepalive.ManualClock. The
-// handover's Taken stamp and its logged durations are on it too, and the process-wide
-// sock_diag watcher (peerdiag.go) reads each slot's times on the clock of the server
-// that registered it. Only the dial deadline (dial.go) is on the real clock: it bounds
+// handover's Taken stamp and its logged durations are on it too, and the sock_diag
+// watcher (peerdiag.go) reads each slot's times on the clock of the server that
+// registered it. Only the dial deadline (dial.go) is on the real clock: it bounds
 // the kernel's connect(2) and the resolver, which run in real time.
 //
 // # Concurrency rules

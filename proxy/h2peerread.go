@@ -33,14 +33,14 @@ import (
 // end by the reader; read by die, after the reader.
 type h2Proof struct {
 	diag    *diagSlot
-	key     diagKey
 	ackBase uint64 // tcpi_bytes_acked right after connect (the SYN)
 	acked   uint64 // at the end: stream bytes the provider's kernel acknowledged
 	ended   bool   // acked is set
 }
 
-// connected registers a loopback provider connection that carried nothing yet with the watcher.
-func (p *h2Proof) connected(nc net.Conn, clock keepalive.Clock) {
+// connected registers a loopback provider connection that carried nothing yet with the server's watcher
+// (diag), its times on clock.
+func (p *h2Proof) connected(nc net.Conn, clock keepalive.Clock, diag *peerDiag) {
 	p.control(nc, func(fd int) {
 		if !loopbackPeer(fd) {
 			return
@@ -49,13 +49,7 @@ func (p *h2Proof) connected(nc net.Conn, clock keepalive.Clock) {
 		if err != nil || info.Bytes_acked != 1 || info.Bytes_sent != 0 {
 			return
 		}
-		w := diagWatcher()
-		if w == nil {
-			return
-		}
-		if k, ok := diagKeyOf(fd); ok {
-			p.ackBase, p.key, p.diag = info.Bytes_acked, k, w.register(k, clock)
-		}
+		p.ackBase, p.diag = info.Bytes_acked, diag.watch(fd, clock)
 	})
 }
 
@@ -96,12 +90,8 @@ func (p *h2Proof) providerRead(written uint64, after afterFunc) (uint64, bool) {
 }
 
 func (p *h2Proof) release() {
-	if p.diag != nil {
-		if w := diagWatcher(); w != nil {
-			w.release(p.key)
-		}
-		p.diag = nil
-	}
+	p.diag.release()
+	p.diag = nil
 }
 
 // control runs f on nc's socket, if it has one.

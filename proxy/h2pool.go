@@ -176,7 +176,7 @@ func (hp *h2Pool) newUpstream(nc net.Conn) *h2Upstream {
 	u.lastRead.Store(hp.p.srv.now())
 	// http2.* as in force at the dial: the connection keeps what it announced.
 	u.conn = h2.NewConn(hp.p.srv.cfg.Load().h2Conn(h2.RoleClient))
-	u.proof.connected(nc, hp.p.srv.clock)
+	u.proof.connected(nc, hp.p.srv.clock, &hp.p.srv.diag)
 	u.flushLocked() // the preface and Stormgate's SETTINGS (nobody else knows u yet)
 	return u
 }

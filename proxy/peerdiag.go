@@ -3,8 +3,10 @@ package proxy
 import (
 	"encoding/binary"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -37,8 +39,16 @@ import (
 //	| announced within diagFresh of connecting | refused (perhaps an older socket's)
 //	| no announcement within diagWait          | the FIN/RST rules decide (peerend.go)
 //
-// One process-wide netlink socket serves every connection; each loopback provider
-// connection Stormgate dials registers the provider end's address pair at connect.
+// Each Server has its own watcher (Server.diag): one netlink socket and one goroutine
+// reading it, started by the first loopback provider connection that can use the
+// proof (none for a provider elsewhere) and stopped by Close, last, after every
+// goroutine that may wait for an announcement has returned. Each such connection
+// registers the provider end's address pair at connect and releases it at its death.
+// The socket is CLOEXEC: at a handover's exec it closes with the old process image,
+// and the restored Server opens its own (a frozen Server keeps its watcher: Thaw
+// resumes connections that stay registered). A kernel without the destroy groups
+// leaves the FIN/RST rules alone, as they were.
+//
 // The watcher has no clock of its own: a slot carries the clock of the server that
 // registered it (Options.Clock), and every time the watcher keeps (diagFresh,
 // diagReuseGuard) is read and aged on that clock.
@@ -66,6 +76,8 @@ type diagKey struct{ provider, stormgate netip.AddrPort }
 // diagSlot receives the announcement for one registered connection.
 type diagSlot struct {
 	done       chan struct{} // closed when the fields are set
+	w          *diagWatch    // the watcher it is registered with; nil in tests that build a slot
+	key        diagKey
 	clock      keepalive.Clock
 	registered time.Time // on clock
 	early      bool      // announced within diagFresh of registering: perhaps an older socket's
@@ -78,8 +90,11 @@ type peerRead struct {
 	unread   uint64 // idiag_rqueue: of those, the ones its application never read
 }
 
-// diagWatch is the process's listener on the destroy groups.
+// diagWatch is a Server's listener on the destroy groups.
 type diagWatch struct {
+	f    *os.File      // the netlink socket, in Go's poller; nil in tests that build a watcher
+	done chan struct{} // closed when run has returned
+
 	mu       sync.Mutex
 	slots    map[diagKey]*diagSlot
 	released map[diagKey]diagStamp
@@ -97,33 +112,102 @@ type diagStamp struct {
 // recent reports whether the pair was released less than diagReuseGuard ago.
 func (st diagStamp) recent() bool { return st.clock.Now().Sub(st.at) < diagReuseGuard }
 
-var peerDiag struct {
-	once sync.Once
-	w    *diagWatch // nil when the kernel offers no destroy announcements
+// peerDiag is a Server's watcher, started on first use (Server.diag). Its zero value
+// is ready; close ends it for good.
+type peerDiag struct {
+	mu  sync.Mutex
+	w   *diagWatch
+	off bool // the kernel offers no destroy announcements, or the server closed
 }
 
-// diagWatcher returns the process's watcher, starting it on first use; nil when
-// sock_diag's destroy groups cannot be joined.
-func diagWatcher() *diagWatch {
-	peerDiag.once.Do(func() {
-		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
-		if err != nil {
-			return
+// watcher returns the server's watcher, starting it on first use; nil when sock_diag's
+// destroy groups cannot be joined or the server is closed.
+func (d *peerDiag) watcher() *diagWatch {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.w == nil && !d.off {
+		w, err := startDiagWatch()
+		switch {
+		case err == nil:
+			d.w = w
+		case err != unix.EMFILE && err != unix.ENFILE && err != unix.ENOBUFS && err != unix.ENOMEM:
+			d.off = true // not offered here: not asked again at every connection
 		}
-		// Groups are numbered from 1: bit g-1 joins group g.
-		const groups = 1<<(unix.SKNLGRP_INET_TCP_DESTROY-1) | 1<<(unix.SKNLGRP_INET6_TCP_DESTROY-1)
-		if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: groups}); err != nil {
-			unix.Close(fd)
-			return
-		}
-		// Every TCP socket destroyed in the namespace is announced (consumers come and go
-		// in storms): a larger queue loses fewer. A lost announcement only costs the proof.
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
-		w := &diagWatch{slots: map[diagKey]*diagSlot{}, released: map[diagKey]diagStamp{}}
-		peerDiag.w = w
-		go w.run(fd)
-	})
-	return peerDiag.w
+	}
+	return d.w
+}
+
+// watch starts watching for the destruction of the provider's end of the connection on
+// fd (a loopback provider connection that carried nothing yet), on clock; nil when it
+// is not watched.
+func (d *peerDiag) watch(fd int, clock keepalive.Clock) *diagSlot {
+	k, ok := diagKeyOf(fd)
+	if !ok {
+		return nil
+	}
+	if w := d.watcher(); w != nil {
+		return w.register(k, clock)
+	}
+	return nil
+}
+
+// close stops the watcher and waits for its goroutine; watcher returns nil afterwards.
+// Slots still registered are never announced (their waits end at diagWait).
+func (d *peerDiag) close() {
+	d.mu.Lock()
+	w := d.w
+	d.w, d.off = nil, true
+	d.mu.Unlock()
+	if w != nil {
+		w.close()
+	}
+}
+
+func newDiagWatch() *diagWatch {
+	return &diagWatch{slots: map[diagKey]*diagSlot{}, released: map[diagKey]diagStamp{}, done: make(chan struct{})}
+}
+
+// startDiagWatch joins the destroy groups and starts reading them.
+//
+// How close stops the reader: closing a netlink socket does not wake a recvfrom blocked
+// on it (Linux), and netlink has no shutdown(2) (EOPNOTSUPP). So the socket is
+// non-blocking and handed to Go's poller (os.NewFile), and run reads it through
+// RawConn.Read: a wait for the socket is a poller wait, which File.Close ends at once
+// (the read returns an error), and File.Close returns once the fd is closed. The
+// alternatives cost more: a poll(2) on the socket and an eventfd blocks a thread and
+// adds an fd; a receive timeout (SO_RCVTIMEO) that checks a stop flag wakes the
+// process for nothing and delays Close by up to the timeout. No thread stays blocked in
+// recvfrom either.
+func startDiagWatch() (*diagWatch, error) {
+	// CLOEXEC from the start: a handover's exec (or any fork+exec meanwhile) never inherits it.
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return nil, err
+	}
+	// Groups are numbered from 1: bit g-1 joins group g.
+	const groups = 1<<(unix.SKNLGRP_INET_TCP_DESTROY-1) | 1<<(unix.SKNLGRP_INET6_TCP_DESTROY-1)
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: groups}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	// Every TCP socket destroyed in the namespace is announced (consumers come and go
+	// in storms): a larger queue loses fewer. A lost announcement only costs the proof.
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+	w := newDiagWatch()
+	w.f = os.NewFile(uintptr(fd), "sock_diag")
+	rc, err := w.f.SyscallConn()
+	if err != nil {
+		w.f.Close()
+		return nil, err
+	}
+	go func() { defer close(w.done); w.run(rc) }() // owned by the Server's peerDiag: close waits for it
+	return w, nil
+}
+
+// close ends run and waits for it; the socket is closed when it returns.
+func (w *diagWatch) close() {
+	_ = w.f.Close()
+	<-w.done
 }
 
 // register starts watching for the destruction of k's provider socket, on clock (the
@@ -140,48 +224,66 @@ func (w *diagWatch) register(k diagKey, clock keepalive.Clock) *diagSlot {
 			delete(w.released, old)
 		}
 	}
-	s := &diagSlot{done: make(chan struct{}), clock: clock, registered: clock.Now()}
+	s := &diagSlot{done: make(chan struct{}), w: w, key: k, clock: clock, registered: clock.Now()}
 	w.slots[k] = s
 	return s
 }
 
-// release stops watching k.
-func (w *diagWatch) release(k diagKey) {
+// release stops watching s's connection (a no-op once announced, for a slot that was
+// never registered, and for nil).
+func (s *diagSlot) release() {
+	if s == nil || s.w == nil {
+		return
+	}
+	w := s.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if s, ok := w.slots[k]; ok {
-		delete(w.slots, k)
-		w.released[k] = diagStamp{s.clock, s.clock.Now()}
+	if w.slots[s.key] == s {
+		delete(w.slots, s.key)
+		w.released[s.key] = diagStamp{s.clock, s.clock.Now()}
 	}
 }
 
-// run reads announcements until the socket fails.
-func (w *diagWatch) run(fd int) {
+// run reads announcements until the socket is closed (close) or fails.
+func (w *diagWatch) run(rc syscall.RawConn) {
 	buf := make([]byte, 1<<16)
+	var n int
+	var rerr error
+	recv := func(fd uintptr) bool {
+		n, _, rerr = unix.Recvfrom(int(fd), buf, 0)
+		return rerr != unix.EAGAIN // EAGAIN: wait in the poller for the next announcement
+	}
 	for {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err := rc.Read(recv); err != nil {
+			return // closed
+		}
 		switch {
-		case err == unix.EINTR:
+		case rerr == unix.EINTR:
 			continue
-		case err == unix.ENOBUFS:
+		case rerr == unix.ENOBUFS:
 			continue // announcements were lost: their connections fall back to the FIN/RST rules
-		case err != nil:
+		case rerr != nil:
 			return
 		}
-		for b := buf[:n]; len(b) >= unix.SizeofNlMsghdr; {
-			l := int(binary.NativeEndian.Uint32(b[0:4]))
-			if l < unix.SizeofNlMsghdr || l > len(b) {
-				break
-			}
-			k, r, ok := parseDestroyed(b[:l])
-			if ok {
-				w.deliver(k, r)
-			}
-			if h := w.hookHandled.Load(); h != nil && k.provider.IsValid() {
-				(*h)(k)
-			}
-			b = b[min(nlmAlign(l), len(b)):]
+		w.handle(buf[:n])
+	}
+}
+
+// handle delivers every announcement in one datagram.
+func (w *diagWatch) handle(b []byte) {
+	for len(b) >= unix.SizeofNlMsghdr {
+		l := int(binary.NativeEndian.Uint32(b[0:4]))
+		if l < unix.SizeofNlMsghdr || l > len(b) {
+			break
 		}
+		k, r, ok := parseDestroyed(b[:l])
+		if ok {
+			w.deliver(k, r)
+		}
+		if h := w.hookHandled.Load(); h != nil && k.provider.IsValid() {
+			(*h)(k)
+		}
+		b = b[min(nlmAlign(l), len(b)):]
 	}
 }
 

@@ -25,10 +25,7 @@ import (
 // close; a SO_LINGER 0 abort is announced with its counters zeroed, which must never
 // count as "read nothing".
 func TestPeerReadAnnounced(t *testing.T) {
-	w := diagWatcher()
-	if w == nil {
-		t.Skip("sock_diag destroy announcements are not available here (no NETLINK_SOCK_DIAG?)")
-	}
+	w := testDiagWatch(t)
 	for _, tc := range []struct {
 		name             string
 		read             int  // bytes the peer's application reads of the 100 sent
@@ -51,7 +48,7 @@ func TestPeerReadAnnounced(t *testing.T) {
 			if slot == nil {
 				t.Fatal("a fresh address pair was refused")
 			}
-			defer w.release(k)
+			defer slot.release()
 			if _, err := c.Write(bytes.Repeat([]byte{'a'}, 100)); err != nil {
 				t.Fatal(err)
 			}
@@ -173,15 +170,12 @@ func unsafePointer(p *unix.TCPInfo) unsafe.Pointer { return unsafe.Pointer(p) }
 // nothing. The slot's clock never moves, so the announcement is early however long the
 // kernel takes to send it.
 func TestPeerReadTooEarly(t *testing.T) {
-	w := diagWatcher()
-	if w == nil {
-		t.Skip("sock_diag destroy announcements are not available here")
-	}
+	w := testDiagWatch(t)
 	c, s := pair(t)
 	k, _ := diagKeyOf(fdOf(t, c))
 	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
 	slot := w.register(k, clk)
-	defer w.release(k)
+	defer slot.release()
 	s.Close()
 	select {
 	case <-slot.done:
@@ -202,7 +196,7 @@ func TestPeerReadTooEarly(t *testing.T) {
 // on the clock that released it (whichever clock registers it next), and an
 // announcement is early until diagFresh has passed on the slot's clock.
 func TestDiagTimesOnTheSlotsClock(t *testing.T) {
-	w := &diagWatch{slots: map[diagKey]*diagSlot{}, released: map[diagKey]diagStamp{}}
+	w := newDiagWatch() // its maps only: no socket
 	k := diagKey{netip.MustParseAddrPort("127.0.0.1:20880"), netip.MustParseAddrPort("127.0.0.1:40000")}
 	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
 	other := keepalive.NewManualClock(time.Unix(9_000_000, 0))
@@ -234,7 +228,7 @@ func TestDiagTimesOnTheSlotsClock(t *testing.T) {
 	if s.early {
 		t.Fatal("announced diagFresh after registering on its clock, marked early")
 	}
-	w.release(k) // no slot: a no-op
+	s.release() // announced: a no-op
 	if len(w.slots) != 0 || len(w.released) != 1 {
 		t.Fatalf("%d slots, %d released after the announcement", len(w.slots), len(w.released))
 	}
@@ -260,12 +254,79 @@ func TestDiagWatcherEndsWithServer(t *testing.T) {
 	}
 }
 
-// diagSockets lists this process's sock_diag netlink sockets ("socket:[inode]").
+// TestDiagWatchCloseWakesItsReader: close ends a watcher whose goroutine is waiting
+// for an announcement (closing a netlink socket alone would not wake a recvfrom), and
+// closes its socket.
+func TestDiagWatchCloseWakesItsReader(t *testing.T) {
+	before := len(diagSockets(t))
+	w, err := startDiagWatch()
+	if err != nil {
+		t.Skipf("sock_diag destroy announcements are not available here: %v", err)
+	}
+	if n := len(diagSockets(t)); n != before+1 {
+		t.Fatalf("%d sock_diag sockets after starting a watcher, want %d", n, before+1)
+	}
+	// Waiting in the poller: parked in its read loop, not handling anything.
+	waitFor(t, 5*time.Second, "the watcher waiting for an announcement", func() bool {
+		for _, g := range bytes.Split(allStacks(), []byte("\n\n")) {
+			if bytes.Contains(g, []byte("proxy.(*diagWatch).run(")) && bytes.Contains(g, []byte("runtime_pollWait")) {
+				return true
+			}
+		}
+		return false
+	})
+	closed := make(chan struct{})
+	go func() { defer close(closed); w.close() }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("close did not wake the watcher's reader")
+	}
+	select {
+	case <-w.done:
+	default:
+		t.Fatal("close returned before run did")
+	}
+	if n := len(diagSockets(t)); n != before {
+		t.Fatalf("%d sock_diag sockets after close, want %d", n, before)
+	}
+}
+
+// testDiagWatch is a watcher of the test's own, closed at its end; the test is skipped
+// where the kernel offers no destroy announcements.
+func testDiagWatch(t *testing.T) *diagWatch {
+	t.Helper()
+	w, err := startDiagWatch()
+	if err != nil {
+		t.Skipf("sock_diag destroy announcements are not available here: %v", err)
+	}
+	t.Cleanup(w.close)
+	return w
+}
+
+// diagAvailable reports whether the kernel offers destroy announcements.
+func diagAvailable() bool {
+	w, err := startDiagWatch()
+	if err == nil {
+		w.close()
+	}
+	return err == nil
+}
+
+// diagSockets lists this process's sock_diag netlink sockets ("fd -> socket:[inode]").
 func diagSockets(t *testing.T) []string {
 	t.Helper()
+	out, err := openDiagSockets()
+	if err != nil {
+		t.Skip("cannot list netlink sockets:", err)
+	}
+	return out
+}
+
+func openDiagSockets() ([]string, error) {
 	b, err := os.ReadFile("/proc/self/net/netlink") // sk Eth Pid Groups Rmem Wmem Dump Locks Drops Inode
 	if err != nil {
-		t.Skip("no /proc/self/net/netlink:", err)
+		return nil, err
 	}
 	diag := map[string]bool{}
 	for _, l := range strings.Split(string(b), "\n") {
@@ -275,7 +336,7 @@ func diagSockets(t *testing.T) []string {
 	}
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var out []string
 	for _, e := range ents {
@@ -283,7 +344,7 @@ func diagSockets(t *testing.T) []string {
 			out = append(out, e.Name()+" -> "+l)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // diagRunners counts the goroutines in a sock_diag watcher's read loop.

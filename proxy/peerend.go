@@ -49,7 +49,6 @@ type peerProof struct {
 	end     peerEnd                     // the first peer end seen; under w.fdMu, read after w.close
 	endFD   int                         // after a FIN: a dup of the socket, to watch for the RST (fail closes it); -1 when none
 	diag    *diagSlot                   // the provider socket's destruction, announced (peerdiag.go); nil when not watched
-	diagKey diagKey
 }
 
 // TCP states (include/net/tcp_states.h).
@@ -121,8 +120,9 @@ func (e peerEnd) unseen(off uint64, n int, final uint64) bool {
 
 // noteConnected reads the acknowledged-bytes base of a new connection. The FIN and RST
 // rules stay off (ackOK false) for a provider that is not on loopback. The
-// announcement's times are on clock (Options.Clock).
-func (l *peerProof) noteConnected(fd int, clock keepalive.Clock) {
+// announcement comes from the server's watcher (diag), its times on clock
+// (Options.Clock).
+func (l *peerProof) noteConnected(fd int, clock keepalive.Clock, diag *peerDiag) {
 	l.endFD = -1
 	if !loopbackPeer(fd) {
 		return
@@ -137,11 +137,7 @@ func (l *peerProof) noteConnected(fd int, clock keepalive.Clock) {
 	// matches Stormgate's stream offsets only on a connection that carried nothing yet
 	// (not one restored from a handover).
 	if info.Bytes_acked == 1 && info.Bytes_sent == 0 {
-		if w := diagWatcher(); w != nil {
-			if k, ok := diagKeyOf(fd); ok {
-				l.diagKey, l.diag = k, w.register(k, clock)
-			}
-		}
+		l.diag = diag.watch(fd, clock)
 	}
 }
 
@@ -170,12 +166,8 @@ func (l *peerProof) providerRead(final uint64, after afterFunc) (uint64, bool) {
 
 // releaseDiag stops watching for the provider socket's destruction.
 func (l *peerProof) releaseDiag() {
-	if l.diag != nil {
-		if w := diagWatcher(); w != nil {
-			w.release(l.diagKey)
-		}
-		l.diag = nil
-	}
+	l.diag.release()
+	l.diag = nil
 }
 
 // readEnd is the connection's end when the provider's application is known to have

@@ -283,10 +283,11 @@ func resetReholdsTheLastRequest(t *testing.T) bool {
 
 	// After a RST alone nothing says the request was received; the provider socket's
 	// destruction, announced, says its application read it.
+	watched := f.srv.diag.watcher() != nil
 	if r := <-ran; r.err != nil || r.resp.Status != dubbo.StatusChannelInactive ||
-		strings.Contains(r.resp.Value, "received") != (diagWatcher() != nil) {
+		strings.Contains(r.resp.Value, "received") != watched {
 		t.Fatalf("the request the provider had read: %+v %v; want CHANNEL_INACTIVE (it may have run), saying it "+
-			"was received when the kernel announced the provider socket's destruction (%v)", r.resp, r.err, diagWatcher() != nil)
+			"was received when the kernel announced the provider socket's destruction (%v)", r.resp, r.err, watched)
 	}
 	if value(f.srv.m.life.vetoed) > 0 {
 		return false
@@ -354,7 +355,9 @@ func finAfterReading(t *testing.T, halfClose bool) (c, s *net.TCPConn, l *peerPr
 	t.Helper()
 	c, s = pair(t)
 	l = new(peerProof)
-	l.noteConnected(fdOf(t, c), systemClock{})
+	diag := new(peerDiag)
+	t.Cleanup(diag.close)
+	l.noteConnected(fdOf(t, c), systemClock{}, diag)
 	if _, err := c.Write(bytes.Repeat([]byte{'a'}, 100)); err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +484,7 @@ func TestFINThenRSTBeforeCapture(t *testing.T) {
 // one it read may have run: CHANNEL_INACTIVE. (Before, only the last request before
 // a RST was provable; the restart bench lost 2 to 11 such requests per kill.)
 func TestProviderResetReholdsEveryUnreadRequest(t *testing.T) {
-	if diagWatcher() == nil {
+	if !diagAvailable() {
 		t.Skip("sock_diag destroy announcements are not available here: only the last request before a RST is provable")
 	}
 	f, prov, ctx, cl, first := rawFixture(t)

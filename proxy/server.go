@@ -58,6 +58,7 @@ type Server struct {
 	budget  budget
 	wenv    writerEnv // shared by every writer of this server
 	tasks   group
+	diag    peerDiag // the sock_diag watcher (peerdiag.go): Close stops it after tasks
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -488,6 +489,9 @@ func (s *Server) Close() error {
 		s.cancel()
 	}
 	s.tasks.Wait()
+	// Last: a connection's death (in tasks, or a pool's) waits for its provider
+	// socket's announcement; nothing registers a connection any more.
+	s.diag.close()
 	return nil
 }
 

@@ -91,7 +91,7 @@ func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 	uc.lastRead.Store(now)
 	uc.live.lastCheck = now
 	uc.notRunFrom.Store(now)
-	uc.proof.noteConnected(fd, srv.clock)
+	uc.proof.noteConnected(fd, srv.clock, &srv.diag)
 	uc.beat.Init(uc.onBeat)
 	uc.stall.Init(uc.onStallTimer)
 	uc.sqTimer.Init(uc.expireQueued)
