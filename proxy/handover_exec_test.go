@@ -138,6 +138,11 @@ func handoverChildRun(role string) error {
 			return err
 		}
 	} else {
+		// The old image's sock_diag watcher (its provider is on loopback) is CLOEXEC:
+		// the restored Server opens its own.
+		if s, err := openDiagSockets(); err == nil && len(s) > 0 {
+			return fmt.Errorf("sock_diag sockets crossed exec: %v", s)
+		}
 		state, _ := strconv.Atoi(os.Getenv("HANDOVER_STATE"))
 		lfd, _ = strconv.Atoi(os.Getenv("HANDOVER_LISTENER"))
 		f := os.NewFile(uintptr(state), "state")
