@@ -266,8 +266,15 @@ func firstMax(x *StormRow) string {
 	return msStr(x.FirstMaxMs)
 }
 
-// isHotPath reports the benchmarks held to 0 allocs/op: the proxy package's.
-func isHotPath(r MicroRow) bool { return r.Package == "proxy" }
+// hotPaths are the proxy package's benchmarks of the per-request path, held to 0 allocs/op (by name, up to
+// the first '/'). Its other benchmarks (the handover's SnapshotSessions) are not on that path.
+var hotPaths = []string{"HeartbeatReply", "RequestForward", "ResponseRouting", "ForwardAndRoute"}
+
+// isHotPath reports the benchmarks held to 0 allocs/op.
+func isHotPath(r MicroRow) bool {
+	name, _, _ := strings.Cut(r.Name, "/")
+	return r.Package == "proxy" && slices.Contains(hotPaths, name)
+}
 
 // tpLabel is a series' maximum, "< R" when even its first rate R failed, n/a when not measured.
 func tpLabel(se *TPSeries) string {
