@@ -162,12 +162,14 @@ type h2Upstream struct {
 	deadWhy    string // set when liveness declared the connection dead
 	meter      h2Meter
 
-	wmu     sync.Mutex
-	wbuf    []byte
-	wclosed bool
-	queued  uint64 // bytes ever queued, and of them written to the socket: what reached the kernel
-	written uint64
-	wake    chan struct{}
+	wmu      sync.Mutex
+	wbuf     []byte
+	wclosed  bool
+	queued   uint64 // bytes ever queued, and of them written to the socket: what reached the kernel
+	written  uint64
+	inflight int // bytes of the batch the writer goroutine is writing
+	charged  int // of wbuf and inflight, what is charged to the budget (chargeLocked)
+	wake     chan struct{}
 }
 
 func (hp *h2Pool) newUpstream(nc net.Conn) *h2Upstream {
@@ -717,7 +719,7 @@ func (u *h2Upstream) flushLocked() {
 }
 
 // queue hands bytes to the writer goroutine (copied). What may wait there is bounded by the provider's
-// flow-control windows (DATA) and its stream limit (heads).
+// flow-control windows (DATA) and its stream limit (heads), and charged to the budget past h2WriteFree.
 func (u *h2Upstream) queue(b []byte) {
 	if len(b) == 0 {
 		return
@@ -725,6 +727,7 @@ func (u *h2Upstream) queue(b []byte) {
 	u.wmu.Lock()
 	if !u.wclosed {
 		u.wbuf = append(u.wbuf, b...)
+		u.chargeLocked()
 	}
 	u.queued += uint64(len(b))
 	u.wmu.Unlock()
@@ -741,6 +744,28 @@ func (u *h2Upstream) queuedBytes() uint64 {
 	return u.queued
 }
 
+// h2WriteFree is how much of a provider connection's write queue is not charged to the budget: what one
+// batch of a busy connection holds while the kernel takes it. Past it the provider is not reading as fast as
+// Stormgate sends, and the bytes waiting for it count against limits.max_buffered_bytes, as a stalled
+// writer's do (writer.go). The hot path never touches the shared counter.
+const h2WriteFree = 64 << 10
+
+// chargeLocked brings the queue's charge to what waits past h2WriteFree (the queued bytes and the batch
+// being written). Forced: the bytes are already here, bounded by the provider's flow-control windows and
+// stream limit; the charge makes the rest of Stormgate refuse what no longer fits. Under wmu.
+func (u *h2Upstream) chargeLocked() {
+	want := max(len(u.wbuf)+u.inflight-h2WriteFree, 0)
+	switch b := &u.hp.p.srv.budget; {
+	case want > u.charged:
+		b.force(want - u.charged)
+	case want < u.charged:
+		b.release(u.charged - want)
+	default:
+		return
+	}
+	u.charged = want
+}
+
 func (u *h2Upstream) closeWriter() {
 	u.wmu.Lock()
 	u.wclosed = true
@@ -754,23 +779,29 @@ func (u *h2Upstream) closeWriter() {
 // writeLoop owns the socket's writes: it writes what was queued, in order, until closeWriter.
 func (u *h2Upstream) writeLoop() {
 	var batch []byte
+	defer func() { // nothing is written any more: the queue's charge goes back
+		u.wmu.Lock()
+		u.wclosed, u.wbuf, u.inflight = true, nil, 0
+		u.chargeLocked()
+		u.wmu.Unlock()
+	}()
 	for range u.wake {
 		u.wmu.Lock()
 		batch, u.wbuf = u.wbuf, batch[:0]
+		u.inflight = len(batch)
 		closed := u.wclosed
 		u.wmu.Unlock()
 		if len(batch) > 0 {
 			n, err := u.nc.Write(batch)
 			u.wmu.Lock()
 			u.written += uint64(n)
+			u.inflight = 0
+			u.chargeLocked()
 			u.wmu.Unlock()
 			if err != nil {
 				// A write fails only on a broken connection, which the reader sees too, after reading what the
 				// provider sent before it broke. (Closing the socket here lost a provider's last answers:
 				// the reader got "use of closed network connection" with them still unread, TestH2ResendAboveGoAway.)
-				u.wmu.Lock()
-				u.wclosed, u.wbuf = true, nil
-				u.wmu.Unlock()
 				return
 			}
 		}

@@ -63,7 +63,8 @@ type h2Session struct {
 	goingAway atomic.Bool     // a connection error's GOAWAY went to the writer: input is dropped, close follows
 	linger    keepalive.Timer // bounds how long the GOAWAY may wait in the writer (closeAfterGoAway)
 
-	in []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
+	in        []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
+	inCharged int    // the handler's: cap(in) charged to the budget while in holds part of a frame (chargeIn)
 }
 
 // h2Call is one consumer stream and the provider stream that carries it: the HTTP/2 form of a
@@ -153,6 +154,29 @@ func (h *h2Session) onInput(r byteSource, now int64) {
 	default:
 		h.input(b, now)
 	}
+	h.chargeIn()
+}
+
+// chargeIn charges the budget for the frame a consumer has begun and not finished (h.in, at most one frame:
+// 16 KiB and its header with the frame size Stormgate announces), as a Dubbo frame being reassembled is
+// charged (framereader.go), and gives the charge back once the frame is whole. It is forced, not reserved:
+// the bytes are already here, and what one connection can hold this way is bounded by the frame size; the
+// charge makes the rest of Stormgate (the hold queue, kept answers and requests) refuse what no longer fits.
+// Handler only; the atomic is touched only when a partial frame begins, grows or ends.
+func (h *h2Session) chargeIn() {
+	want := 0
+	if len(h.in) > 0 {
+		want = cap(h.in)
+	}
+	switch b := &h.sess.srv.budget; {
+	case want > h.inCharged:
+		b.force(want - h.inCharged)
+	case want < h.inCharged:
+		b.release(h.inCharged - want)
+	default:
+		return
+	}
+	h.inCharged = want
 }
 
 // input processes what the handler read (b, valid until the next read): a frame begun in an earlier read
@@ -588,6 +612,8 @@ func (h *h2Session) onClosed() {
 		return
 	}
 	h.closed = true
+	h.in = nil // the close path never runs beside the handler (session.onClosed)
+	h.chargeIn()
 	h.sess.srv.wheel.Stop(&h.stall)
 	h.sess.srv.wheel.Stop(&h.linger)
 	calls := make([]*h2Call, 0, len(h.calls))
