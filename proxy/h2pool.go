@@ -57,16 +57,61 @@ type h2Pool struct {
 	closed  bool
 
 	calls callShard // per-method counts of the pool's calls (h2calls.go); atomics, no lock
+
+	slotMu sync.Mutex // around resize
+	slots  []*h2Slot  // under slotMu: one per upstream.connections
+}
+
+// h2Slot is one slot loop: the connection it serves now, and whether a smaller upstream.connections
+// retired it.
+type h2Slot struct {
+	cancel context.CancelFunc
+	retire bool        // under hp.mu: take no new connection; the one it has ends with its last stream
+	up     *h2Upstream // under hp.mu: the connection being served; nil while dialing or backing off
 }
 
 func newH2Pool(p *pool) *h2Pool { return &h2Pool{p: p} }
 
-// start runs n slot loops. (upstream.connections is read once for HTTP/2 in this slice: not resized live.)
-func (hp *h2Pool) start(n int) {
-	for i := range n {
+// start runs n slot loops.
+func (hp *h2Pool) start(n int) { hp.resize(n) }
+
+// resize runs n slot loops (upstream.connections, live). A slot over n retires as a Dubbo slot does
+// (pool.resize): its connection takes no new stream, as after a provider's GOAWAY, and closes once its
+// last stream has ended; a slot still dialing or backing off stops at once.
+func (hp *h2Pool) resize(n int) {
+	hp.slotMu.Lock()
+	defer hp.slotMu.Unlock()
+	for i := len(hp.slots); i < n; i++ {
+		ctx, cancel := context.WithCancel(hp.p.ctx)
+		sl := &h2Slot{cancel: cancel}
+		hp.slots = append(hp.slots, sl)
 		hp.wg.Add(1)
-		go func() { defer hp.wg.Done(); hp.slotLoop(hp.p.ctx, i) }()
+		go func() { defer hp.wg.Done(); defer cancel(); hp.slotLoop(ctx, i, sl) }()
 	}
+	if n >= len(hp.slots) {
+		return
+	}
+	var closing []*h2Upstream
+	hp.mu.Lock()
+	for _, sl := range hp.slots[n:] {
+		sl.retire = true
+		u := sl.up
+		if u == nil {
+			sl.cancel()
+			continue
+		}
+		u.away = true
+		hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
+		if len(u.calls) == 0 {
+			closing = append(closing, u)
+		}
+	}
+	hp.mu.Unlock()
+	hp.slots = slices.Clip(hp.slots[:n])
+	for _, u := range closing {
+		_ = u.nc.Close()
+	}
+	hp.p.srv.spawn(hp.p.connChanged) // the gauges
 }
 
 // close ends the requests still waiting; the pool's context already ended the connections.
@@ -97,8 +142,9 @@ func (hp *h2Pool) readyConns() int {
 	return len(hp.ups)
 }
 
-// slotLoop keeps one connection up: dial, serve until it ends, back off with full jitter, redial.
-func (hp *h2Pool) slotLoop(ctx context.Context, slot int) {
+// slotLoop keeps one connection up: dial, serve until it ends, back off with full jitter, redial; until
+// the pool closes or the slot retires (resize).
+func (hp *h2Pool) slotLoop(ctx context.Context, slot int, sl *h2Slot) {
 	srv := hp.p.srv
 	var bo keepalive.Backoff
 	connectedBefore := false
@@ -126,8 +172,21 @@ func (hp *h2Pool) slotLoop(ctx context.Context, slot int) {
 		connectedBefore = true
 		hp.p.dials.connected(hp.p, slot)
 		u := hp.newUpstream(nc)
+		hp.mu.Lock()
+		retired := sl.retire
+		if !retired {
+			sl.up = u
+		}
+		hp.mu.Unlock()
+		if retired {
+			_ = nc.Close()
+			return
+		}
 		err = u.serve(ctx)
-		if ctx.Err() != nil {
+		hp.mu.Lock()
+		sl.up, retired = nil, sl.retire
+		hp.mu.Unlock()
+		if ctx.Err() != nil || retired {
 			return
 		}
 		srv.log.Info("HTTP/2 provider connection ended; reconnecting", zap.String("provider", hp.p.addr),

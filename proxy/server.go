@@ -218,9 +218,14 @@ func (s *Server) Update(cfg Config) error {
 	s.budget.limit.Store(cfg.MaxBufferedBytes)
 	s.calls.table.setLimit(cfg.MaxMethods)
 	pools := s.poolList()
-	if cfg.UpstreamConns != old.UpstreamConns && cfg.Protocols.Dubbo() {
+	if cfg.UpstreamConns != old.UpstreamConns {
 		for _, p := range pools {
-			p.resize(cfg.UpstreamConns)
+			if cfg.Protocols.Dubbo() {
+				p.resize(cfg.UpstreamConns)
+			}
+			if p.h2 != nil {
+				p.h2.resize(cfg.UpstreamConns)
+			}
 		}
 	}
 	s.rearm(old, &cfg, pools)
