@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -182,7 +183,17 @@ func (hp *h2Pool) slotLoop(ctx context.Context, slot int, sl *h2Slot) {
 			_ = nc.Close()
 			return
 		}
-		err = u.serve(ctx)
+		served := make(chan error, 1)
+		hp.wg.Add(1)
+		go func() { defer hp.wg.Done(); served <- u.serve(ctx) }()
+		select {
+		case err = <-served:
+		case <-u.goneAway:
+			// The provider's GOAWAY: the connection finishes the streams below its last id on its own and
+			// closes after the last one; the slot opens a new connection meanwhile (RFC 9113 §6.8), so that
+			// new calls need not wait for the old streams to end.
+			err = errProviderGoAway
+		}
 		hp.mu.Lock()
 		sl.up, retired = nil, sl.retire
 		hp.mu.Unlock()
@@ -197,21 +208,28 @@ func (hp *h2Pool) slotLoop(ctx context.Context, slot int, sl *h2Slot) {
 	}
 }
 
+// errProviderGoAway is why a slot reconnects while its connection still finishes the streams a provider's
+// GOAWAY let it keep.
+var errProviderGoAway = errors.New("the provider sent GOAWAY; its streams below the last id finish on the old connection")
+
 // h2Upstream is one h2c connection to the provider.
 type h2Upstream struct {
 	hp *h2Pool
 	nc net.Conn
 
 	// Under hp.mu.
-	conn    *h2.Conn
-	ids     h2.StreamMap
-	calls   map[uint32]*h2Call
-	ready   bool // the provider's first SETTINGS arrived
-	away    bool // the provider's GOAWAY: no new streams, closed when the last one ends
-	dead    bool
-	readyAt int64   // when the provider's first SETTINGS came (the not-executed window starts)
-	proof   h2Proof // what the provider read, at the end (h2peerread.go)
-	scratch []byte
+	conn  *h2.Conn
+	ids   h2.StreamMap
+	calls map[uint32]*h2Call
+	ready bool // the provider's first SETTINGS arrived
+	away  bool // the provider's GOAWAY: no new streams, closed when the last one ends
+	// goneAway is closed at the provider's first GOAWAY (awaySeen): the slot dials a new connection meanwhile.
+	goneAway chan struct{}
+	awaySeen bool
+	dead     bool
+	readyAt  int64   // when the provider's first SETTINGS came (the not-executed window starts)
+	proof    h2Proof // what the provider read, at the end (h2peerread.go)
+	scratch  []byte
 	// Liveness (h2keepalive.go), under hp.mu but lastRead.
 	beat       keepalive.Timer
 	lastRead   atomic.Int64 // when bytes last came from the provider (the server's clock)
@@ -232,7 +250,8 @@ type h2Upstream struct {
 }
 
 func (hp *h2Pool) newUpstream(nc net.Conn) *h2Upstream {
-	u := &h2Upstream{hp: hp, nc: nc, calls: make(map[uint32]*h2Call), wake: make(chan struct{}, 1)}
+	u := &h2Upstream{hp: hp, nc: nc, calls: make(map[uint32]*h2Call), wake: make(chan struct{}, 1),
+		goneAway: make(chan struct{})}
 	u.beat.Init(u.onBeat)
 	u.lastRead.Store(hp.p.srv.now())
 	// http2.* as in force at the dial: the connection keeps what it announced.
@@ -388,6 +407,10 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 	case h2.EventGoAway:
 		hp.p.srv.log.Info("the provider sent GOAWAY: no new streams on this connection",
 			zap.String("provider", hp.p.addr), zap.Uint32("last_stream", ev.LastStream), zap.Stringer("code", ev.Code))
+		if !u.awaySeen {
+			u.awaySeen = true
+			close(u.goneAway)
+		}
 		u.away = true
 		hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
 		var refused []*h2Call

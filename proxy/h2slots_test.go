@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 )
 
 // TestH2ConnectionsResizeLive: upstream.connections is a live setting (settings/validate.go), and
@@ -99,5 +102,38 @@ func relayAccepts(l *openCounter, target string) {
 			_, _ = io.Copy(in, out)
 			end()
 		}()
+	}
+}
+
+// TestH2GoAwayOpensANewConnection: a provider's GOAWAY stops new streams on that connection, and the slot
+// opens a new connection at once (RFC 9113 §6.8) rather than after the old one's last stream ends.
+// grpc-go's MaxConnectionAge does exactly this to a provider that goes on serving: with one connection and
+// a 5 s call on it, a call made after the GOAWAY waited for that call to end. Now it is answered on the new
+// connection while the long call still runs there.
+func TestH2GoAwayOpensANewConnection(t *testing.T) {
+	prov := startGRPCProvider(t, grpc.KeepaliveParams(keepalive.ServerParameters{
+		MaxConnectionAge: 300 * time.Millisecond, MaxConnectionAgeGrace: 30 * time.Second}))
+	_, addr := newH2Server(t, prov.Addr().String(), ProtoTriple, func(c *Config) { c.UpstreamConns = 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cc := grpcClient(t, addr)
+	long := make(chan error, 1)
+	go func() {
+		_, err := echo(ctx, cc, []byte("long"), "x-sleep-ms", "5000")
+		long <- err
+	}()
+	waitFor(t, 10*time.Second, "the long call at the provider", func() bool { return prov.active.Load() == 1 })
+	waitFor(t, 10*time.Second, "a second provider connection", func() bool { return prov.accepted.Load() >= 2 })
+	got, err := echo(ctx, cc, []byte("next"))
+	if err != nil || string(got) != "next" {
+		t.Fatalf("the call after the GOAWAY: %q, %v", got, err)
+	}
+	select {
+	case err := <-long:
+		t.Fatalf("the long call ended (%v) before the next call was answered: the next one waited for it", err)
+	default:
+	}
+	if err := <-long; err != nil {
+		t.Fatalf("the long call, below the GOAWAY's last stream id: %v", err)
 	}
 }
