@@ -94,6 +94,7 @@ type grpcProvider struct {
 	active, maxActive atomic.Int64
 	keys              sync.Map // x-key -> struct{}
 	runTwice          atomic.Int64
+	cancelled         atomic.Int64 // handlers that ended with their stream reset or cancelled
 }
 
 func startGRPCProvider(t *testing.T, opts ...grpc.ServerOption) *grpcProvider {
@@ -113,6 +114,11 @@ func startGRPCProviderAt(t *testing.T, addr string, opts ...grpc.ServerOption) *
 	opts = append(opts, grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
 		n := gp.active.Add(1)
 		defer gp.active.Add(-1)
+		defer func() {
+			if ss.Context().Err() != nil {
+				gp.cancelled.Add(1)
+			}
+		}()
 		for m := gp.maxActive.Load(); n > m && !gp.maxActive.CompareAndSwap(m, n); m = gp.maxActive.Load() {
 		}
 		md, _ := metadata.FromIncomingContext(ss.Context())

@@ -109,13 +109,14 @@ func (b h2Busy) String() string {
 	return s
 }
 
-// quiesceH2 stops HTTP/2 calls from taking provider streams and waits, within ctx and h2QuiesceBudget,
+// quiesceH2 stops HTTP/2 calls from taking provider streams and waits, within parent and h2QuiesceBudget,
 // until HTTP/2 is at rest; consumer connections that stay not at rest for h2RestGrace once the calls are
-// done are closed (closeRestless). On an error quiescing is off again.
-func (s *Server) quiesceH2(ctx context.Context) error {
+// done are closed (closeRestless). With endOpen, the calls still open when the budget is up are ended
+// (endOpenH2Calls) and the wait goes on for one more budget. On an error quiescing is off again.
+func (s *Server) quiesceH2(parent context.Context, endOpen bool) error {
 	s.handover.quiescing.Store(true)
-	ctx, cancel := context.WithTimeout(ctx, h2QuiesceBudget)
-	defer cancel()
+	budget := time.NewTimer(h2QuiesceBudget)
+	defer budget.Stop()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	var callsDone time.Time // when only connections not at rest were left
@@ -136,15 +137,66 @@ func (s *Server) quiesceH2(ctx context.Context) error {
 				continue
 			}
 		}
+		expired := false
 		select {
-		case <-ctx.Done():
-			b := s.h2Busy()
-			s.unquiesceH2()
-			return fmt.Errorf("HTTP/2 did not come to rest within %v: %v; nothing was handed over, try again "+
-				"(or restart the sidecar, which ends those calls)", h2QuiesceBudget, b)
+		case <-parent.Done():
+			expired = true
+		case <-budget.C:
+			expired = true
+			if endOpen {
+				endOpen, expired = false, false
+				n := s.endOpenH2Calls()
+				s.log.Warn("upgrade: ended the HTTP/2 calls still open after the quiesce's budget (--end-streams)",
+					zap.Int("calls", n), zap.Duration("budget", h2QuiesceBudget))
+				budget.Reset(h2QuiesceBudget)
+			}
 		case <-tick.C:
 		}
+		if expired {
+			b := s.h2Busy()
+			s.unquiesceH2()
+			return fmt.Errorf("HTTP/2 did not come to rest within %v: %v; nothing was handed over, try again, "+
+				"or end those calls (sidecar upgrade --end-streams) or restart the sidecar", h2QuiesceBudget, b)
+		}
 	}
+}
+
+// h2EndedByUpgrade is the grpc-message of a call endOpenH2Calls ended.
+const h2EndedByUpgrade = "stormgate: the sidecar is being upgraded and this call was still open after " +
+	"the upgrade's 1 s wait (sidecar upgrade --end-streams); the connection stays, open the call again"
+
+// endOpenH2Calls ends every HTTP/2 call that keeps the quiesce from coming to rest: on a provider stream, or
+// with its answer still going to its consumer. The consumer gets grpc-status 14 UNAVAILABLE (after whatever
+// answer it had), the provider's stream is reset with CANCEL. It returns how many it ended.
+func (s *Server) endOpenH2Calls() int {
+	var open []*h2Call
+	var mine []*h2Call
+	s.sessions.each(func(ss *session) {
+		h := ss.h2
+		if h == nil || ss.closing.Load() {
+			return
+		}
+		mine = mine[:0]
+		h.mu.Lock()
+		for _, c := range h.calls {
+			if !c.done {
+				mine = append(mine, c)
+			}
+		}
+		h.mu.Unlock()
+		h.hp.mu.Lock()
+		for _, c := range mine {
+			if c.up != nil && !c.upDone || !c.waiting && !c.paused {
+				open = append(open, c)
+			}
+		}
+		h.hp.mu.Unlock()
+	})
+	for _, c := range open {
+		c.sess.hp.answerConsumed(c, c.sess.fail(c, replyUpgrade, h2EndedByUpgrade))
+		c.sess.hp.cancel(c)
+	}
+	return len(open)
 }
 
 // unquiesceH2 lets HTTP/2 calls take provider streams again and starts those that waited.

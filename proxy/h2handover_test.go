@@ -15,8 +15,10 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/stormgate/stormgate/proxy/h2"
 )
@@ -228,6 +230,65 @@ func TestH2FreezeRefusedWhileStreaming(t *testing.T) {
 	if err := st.RecvMsg(&got); err == nil {
 		t.Fatalf("stream: an echo after CloseSend: %q", got)
 	}
+}
+
+// TestH2FreezeEndsOpenCalls: with FreezeOptions.EndOpenCalls (sidecar upgrade --end-streams), the calls
+// still on provider streams when the quiesce's budget is up are ended instead of failing the freeze: a
+// bidirectional stream and a unary call that runs 10 s each get grpc-status 14 with a message naming the
+// upgrade, their consumer's connection is in the snapshot (handed over, never closed), and after the thaw
+// it makes calls again. Without the option the same freeze fails (TestH2FreezeRefusedWhileStreaming).
+func TestH2FreezeEndsOpenCalls(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	cc := grpcClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/stormgate.Test/Echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, got := []byte("before"), []byte(nil)
+	if err := st.SendMsg(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecvMsg(&got); err != nil || string(got) != "before" {
+		t.Fatalf("stream echo: %q %v", got, err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		_, err := echo(ctx, cc, []byte("slow"), "x-sleep-ms", "10000")
+		slow <- err
+	}()
+	waitFor(t, 10*time.Second, "the stream and the slow call at the provider", func() bool { return prov.active.Load() == 2 })
+	start := time.Now()
+	sn, err := srv.FreezeWith(ctx, FreezeOptions{EndOpenCalls: true})
+	if err != nil {
+		t.Fatalf("Freeze ending open calls: %v", err)
+	}
+	took := time.Since(start)
+	n := len(sn.Sessions)
+	srv.Thaw()
+	if n != 1 {
+		t.Errorf("the snapshot has %d consumer connections; want the one whose calls were ended", n)
+	}
+	if took < h2QuiesceBudget || took > 2*h2QuiesceBudget {
+		t.Errorf("Freeze took %v; want the budget (%v) and a little more", took, h2QuiesceBudget)
+	}
+	wantEnded := func(what string, err error) {
+		t.Helper()
+		if s := status.Convert(err); s.Code() != codes.Unavailable || !strings.Contains(s.Message(), "--end-streams") {
+			t.Errorf("%s: %v; want UNAVAILABLE naming the upgrade", what, err)
+		}
+	}
+	wantEnded("the stream", st.RecvMsg(&got))
+	wantEnded("the slow unary call", <-slow)
+	if o := h2UnaryCall(ctx, cc, []byte("after the thaw")); !o.ok {
+		t.Errorf("a call after the thaw: %s", o.detail)
+	}
+	if c := srv.Stats().Closed; c[closePeer.String()]+c[closeH2Error.String()] != 0 {
+		t.Errorf("consumer connections closed: %v", c)
+	}
+	waitFor(t, 10*time.Second, "the provider's stream reset", func() bool { return prov.cancelled.Load() >= 1 })
 }
 
 // A call carried over by a handover starts at once when a provider connection can take it. The

@@ -249,6 +249,22 @@ var ErrFrozen = errors.New("proxy: already frozen for a handover")
 // (h2handover.go): a call on a provider stream that does not end within
 // h2QuiesceBudget makes Freeze fail, with everything serving as before.
 func (s *Server) Freeze(ctx context.Context) (*Snapshot, error) {
+	return s.FreezeWith(ctx, FreezeOptions{})
+}
+
+// FreezeOptions changes what Freeze does with what will not come to rest.
+type FreezeOptions struct {
+	// EndOpenCalls: HTTP/2 calls still on provider streams (or still sending their answer to a consumer
+	// that does not read) when the quiesce's budget is up are ended, rather than the freeze failing: the
+	// consumer gets grpc-status 14 UNAVAILABLE saying why, the provider's stream is reset (CANCEL), and the
+	// consumer's connection is handed over with the others. For long streams (server, client or
+	// bidirectional streaming), which may stay open for hours; a unary call still running after the budget
+	// ends the same way, and may have run (`sidecar upgrade --end-streams`).
+	EndOpenCalls bool
+}
+
+// FreezeWith is Freeze with options.
+func (s *Server) FreezeWith(ctx context.Context, opts FreezeOptions) (*Snapshot, error) {
 	if !netpollInline() {
 		return nil, errors.New("proxy: Freeze needs handlers on the pollers (ConfigureNetpoll)")
 	}
@@ -258,7 +274,7 @@ func (s *Server) Freeze(ctx context.Context) (*Snapshot, error) {
 	triple := s.cfg.Load().Protocols.Triple()
 	for attempt := 1; ; attempt++ {
 		if triple {
-			if err := s.quiesceH2(ctx); err != nil {
+			if err := s.quiesceH2(ctx, opts.EndOpenCalls); err != nil {
 				return nil, fmt.Errorf("proxy: freeze: %w", err)
 			}
 		}

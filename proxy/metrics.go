@@ -62,6 +62,7 @@ const (
 	replyBadResponse
 	replyDrain
 	replyDeadline
+	replyUpgrade
 	nReplyReasons
 )
 
@@ -77,6 +78,7 @@ var replyReasonNames = [nReplyReasons]string{
 	replyBadResponse:  "bad_response",
 	replyDrain:        "draining",
 	replyDeadline:     "deadline",
+	replyUpgrade:      "upgrade",
 }
 
 func (r replyReason) String() string { return replyReasonNames[r] }

@@ -24,6 +24,7 @@ type upgradeFlags struct {
 	admin            string
 	timeout          time.Duration
 	preflightTimeout time.Duration
+	endStreams       bool
 }
 
 func newUpgradeCmd() *cobra.Command {
@@ -41,7 +42,10 @@ What happens (each phase is logged by the sidecar, with its duration):
              nothing is bound. A binary that fails, or takes longer than --preflight-timeout,
              is refused: nothing was stopped, and this command says why.
   freeze     accepting stops (the listening socket stays open: new connections queue in the
-             kernel), the data plane stops at frame boundaries
+             kernel), the data plane stops at frame boundaries. Triple/gRPC calls already
+             on provider streams get 1 s to end; calls still open then (long streams) fail
+             the upgrade safely, or with --end-streams are ended with grpc-status 14
+             UNAVAILABLE while their connections are handed over
   exec       the sidecar re-executes itself as the new binary, with its sockets and state
   restore    the new binary takes everything over and serves; consumers saw a pause
              (docs/benchmarks.md: about a tenth of a second with 10,000 connections)
@@ -91,6 +95,7 @@ against the release's SHA256SUMS first. In the image the binary is /sidecar.`,
 	fl.StringVar(&f.admin, "admin", "127.0.0.1:15000", "admin listener of the running sidecar")
 	fl.DurationVar(&f.timeout, "timeout", time.Minute, "how long to wait for the outcome")
 	fl.DurationVar(&f.preflightTimeout, "preflight-timeout", defaultPreflightTimeout, "how long the new binary's preflight may take")
+	fl.BoolVar(&f.endStreams, "end-streams", false, "Triple/gRPC: end the calls still open after the freeze's 1 s wait (long streams) with grpc-status 14 UNAVAILABLE, their consumer connections handed over, instead of failing the upgrade; a unary call still running then ends the same way and may have run")
 	return cmd
 }
 
@@ -179,6 +184,9 @@ func runUpgrade(out io.Writer, f upgradeFlags) error {
 	q := url.Values{"preflight_timeout": {f.preflightTimeout.String()}}
 	if binary != "" {
 		q.Set("binary", binary)
+	}
+	if f.endStreams {
+		q.Set("end_streams", "true")
 	}
 	resp, err := hc.Post(base+"/upgrade?"+q.Encode(), "", nil)
 	if err != nil {

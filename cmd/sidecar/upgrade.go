@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,10 +94,11 @@ type upgradeStatus struct {
 
 // upgradeJob is an upgrade that passed its preflight, on its way to the main goroutine.
 type upgradeJob struct {
-	out       upgradeOutcome
-	started   time.Time
-	preflight time.Duration
-	compact   bool // the new binary reads the consumers as one compact blob
+	out        upgradeOutcome
+	started    time.Time
+	preflight  time.Duration
+	compact    bool // the new binary reads the consumers as one compact blob
+	endStreams bool // HTTP/2 calls still open after the quiesce are ended (upgrade --end-streams)
 }
 
 // plane is what a handover moves and what run serves with; run's main goroutine owns it.
@@ -276,7 +278,7 @@ func (u *upgrader) fromSignal(ctx context.Context, g *sync.WaitGroup) {
 }
 
 // handler serves /upgrade on the admin listener: GET reports, POST starts an upgrade
-// (binary=PATH, preflight_timeout=5s) and answers once its preflight has passed (202, the
+// (binary=PATH, preflight_timeout=5s, end_streams=true) and answers once its preflight has passed (202, the
 // handover follows at once) or failed (422, with why); `sidecar upgrade` then polls GET
 // for the outcome, across the exec.
 func (u *upgrader) handler(ctx context.Context) http.HandlerFunc {
@@ -306,7 +308,17 @@ func (u *upgrader) handler(ctx context.Context) http.HandlerFunc {
 			}
 			timeout = d
 		}
+		endStreams := false
+		if v := r.FormValue("end_streams"); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				reply(http.StatusBadRequest, map[string]string{"error": "end_streams: true or false"})
+				return
+			}
+			endStreams = b
+		}
 		job, err := u.prepare(ctx, r.FormValue("binary"), "admin", timeout)
+		job.endStreams = endStreams
 		switch {
 		case errors.Is(err, errUpgradeBusy):
 			reply(http.StatusConflict, map[string]string{"error": err.Error()})
@@ -348,7 +360,7 @@ func (u *upgrader) handover(p *plane, job upgradeJob, stop <-chan os.Signal, got
 		return fail(resultFailed, fmt.Errorf("freezing the listener: %w", err))
 	}
 	fctx, cancel := context.WithTimeout(p.ctx, freezeTimeout)
-	psn, err := p.srv.Freeze(fctx)
+	psn, err := p.srv.FreezeWith(fctx, proxy.FreezeOptions{EndOpenCalls: job.endStreams})
 	cancel()
 	if err != nil {
 		if terr := u.thaw(p, admSnap, nil); terr != nil {

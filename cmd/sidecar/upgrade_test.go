@@ -141,6 +141,7 @@ func TestUpgradeEndpointRefuses(t *testing.T) {
 		"":                              "no binary",
 		"binary=sidecar":                "must be absolute",
 		"binary=/x&preflight_timeout=x": "preflight_timeout",
+		"binary=/x&end_streams=maybe":   "end_streams",
 	} {
 		if code, body := post(q); code/100 != 4 || !strings.Contains(body, want) {
 			t.Errorf("POST /upgrade?%s: %d %s; want a 4xx saying %q", q, code, body, want)
