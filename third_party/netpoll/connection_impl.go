@@ -49,7 +49,6 @@ type connection struct {
 	writeTrigger  chan error
 	inputBuffer   *LinkBuffer
 	outputBuffer  *LinkBuffer
-	outputBarrier *barrier
 	maxSize       int       // The maximum size of data between two Release().
 	bookSize      int       // The size of data that can be read at once.
 	booked        int       // The size of the last read's booking (inputs).
@@ -366,7 +365,7 @@ var barrierPool = sync.Pool{
 
 // init initializes the connection with options
 func (c *connection) init(conn Conn, opts *options) (err error) {
-	// init buffer, barrier, finalizer
+	// init buffer, finalizer (the output barrier is taken by each flush: see flush)
 	c.readTrigger = make(chan error, 1)
 	c.writeTrigger = make(chan error, 1)
 	c.bookSize, c.maxSize = defaultLinkBufferSize, defaultLinkBufferSize
@@ -374,7 +373,6 @@ func (c *connection) init(conn Conn, opts *options) (err error) {
 		c.bookSize = maxReadSize
 	}
 	c.inputBuffer, c.outputBuffer = NewLinkBuffer(defaultLinkBufferSize), NewLinkBuffer()
-	c.outputBarrier = barrierPool.Get().(*barrier)
 	c.state = connStateNone
 
 	c.initNetFD(conn) // conn must be *netFD{}
@@ -517,12 +515,20 @@ RET:
 }
 
 // flush writes data directly.
+//
+// The output barrier (the slice headers and iovecs of one sendmsg, 1.3 KiB) is taken from
+// barrierPool for the sendmsg and given back right after it, not held by the connection from init
+// to close: a connection that is idle, or that never writes through netpoll, holds none. What a
+// short write leaves is sent by the poller with its own barriers (PollR2RW), so nothing of this one
+// outlives the call, and a close racing the flush (which stops flushing first) never sees it.
 func (c *connection) flush() error {
 	if c.outputBuffer.IsEmpty() {
 		return nil
 	}
-	bs := c.outputBuffer.GetBytes(c.outputBarrier.bs)
-	n, err := sendmsg(c.fd, bs, c.outputBarrier.ivs, false)
+	barrier := barrierPool.Get().(*barrier)
+	bs := c.outputBuffer.GetBytes(barrier.bs)
+	n, err := sendmsg(c.fd, bs, barrier.ivs, false)
+	barrierPool.Put(barrier) // sendmsg has cleared the slices it sent: the pool keeps no output bytes
 	if err != nil && err != syscall.EAGAIN {
 		return Exception(err, "when flush")
 	}

@@ -7,6 +7,7 @@
 #   measure.sh idle DIR npfloor|sidecar CONNS HEARTBEAT WINDOW_S   # heartbeats only
 #   measure.sh fwd  DIR npfwd|sidecar   CONNS RATE WINDOW_S        # stormbench provider behind it
 #   measure.sh greedy DIR npfwd|sidecar CONNS SIZE WINDOW_S        # bulk senders, echo provider behind it
+#   measure.sh mem  DIR sidecar         CONNS HEARTBEAT SETTLE_S   # memory per idle consumer
 #
 # idle prints calls per answered write (one write per readable consumer); fwd prints calls per request;
 # greedy runs `stormbench greedy --read` (CONNS connections sending SIZE-byte requests back to back and
@@ -14,13 +15,17 @@
 # prints MiB/s of answered requests (sent: what the senders wrote, kernel buffers included) and readv and
 # epoll_wait calls per answered MiB (the proxy reads each request twice: from the consumer and, echoed,
 # from the provider).
+# mem prints the sidecar's RSS (as make bench reads it, no collection forced) and Go heap (live after a
+# forced collection: the admin listener's heap profile with gc=1) per consumer connection: with
+# nothing connected, then SETTLE_S seconds after all CONNS consumers (heartbeating every HEARTBEAT)
+# are connected, over CONNS.
 # Ports are taken below 32768, away from the load tool's ephemeral ports. Every process it starts is
 # stopped before it returns.
 set -euo pipefail
 mode=$1 dir=$2 kind=$3 conns=$4 arg=$5 win=${6:-10}
 port=$((20000 + RANDOM % 8000))
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -f "${res:-}"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null; rm -f "${res:-}"' EXIT
 res=$(mktemp)
 listening() { # waits up to 20 s for $1 to accept
   for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
@@ -31,7 +36,7 @@ start_proxy() { # $1: upstream address (fwd) or none
     npfloor) exec "$dir/npfloor" --listen 127.0.0.1:$port ;;
     npfwd) exec "$dir/npfwd" --listen 127.0.0.1:$port --upstream "$1" --upstream-conns 4 ;;
     sidecar) exec "$dir/sidecar" run --listen 127.0.0.1:$port --upstream "${1:-127.0.0.1:9}" --upstream-conns 4 \
-      --metrics '' --admin '' --log-level error ;;
+      --metrics "${metrics:-}" --admin "${admin:-}" --log-level error ;;
   esac
 }
 if [ "$mode" = greedy ]; then
@@ -63,6 +68,32 @@ print("greedy %s window=%ss answered_MiB/s=%.1f sent_MiB/s=%.1f readv=%s readv_p
       d["answered"], d["sent"], d["errors"], d["closed"], top))
 PY
   rm -f "$out"
+  exit 0
+fi
+if [ "$mode" = mem ]; then
+  metrics=127.0.0.1:$((port + 2)) admin=127.0.0.1:$((port + 3))
+  start_proxy >/dev/null 2>&1 & px=$!; pids+=($px)
+  listening $port
+  listening $((port + 2))
+  metric() { # summed over its labels
+    curl -s "http://$metrics/metrics" | awk -v m="$1" '$1 == m || index($1, m "{") == 1 {s += $2; n++} END {if (n) printf "%d", s}'
+  }
+  sample() { # RSS in KiB, then live heap in bytes after a forced collection
+    rss=$(awk '/^VmRSS:/ {print $2}' /proc/$px/status)
+    curl -s -o /dev/null "http://$admin/debug/pprof/heap?gc=1"
+    echo "$rss $(metric go_gc_heap_live_bytes)"
+  }
+  sleep 2
+  read -r rss0 heap0 < <(sample)
+  "$dir/stormbench" load --target 127.0.0.1:$port --conns "$conns" --heartbeat "$arg" \
+    --duration $((win + 60))s --json "$res" >/dev/null 2>&1 & ld=$!; pids+=($ld)
+  for _ in $(seq 600); do [ "$(metric stormgate_downstream_connections)" = "$conns" ] && break; sleep 0.1; done
+  up=$(metric stormgate_downstream_connections)
+  sleep "$win"
+  read -r rss1 heap1 < <(sample)
+  echo "mem $kind $dir conns=$up/$conns heartbeat=$arg settle=${win}s rss_kib=$rss0->$rss1" \
+    "rss_kib_per_conn=$(echo "scale=2; ($rss1 - $rss0) / $conns" | bc)" \
+    "heap_live=$heap0->$heap1 heap_kib_per_conn=$(echo "scale=2; ($heap1 - $heap0) / 1024 / $conns" | bc)"
   exit 0
 fi
 if [ "$mode" = fwd ]; then
