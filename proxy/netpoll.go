@@ -14,7 +14,8 @@ import (
 // It is a large part of what an idle consumer costs: with 10,000 idle consumers
 // (30 s heartbeats) RSS grew 4,487 bytes per connection at 1,024 and 3,919 at 256
 // (measured here with stormbench load; the rest is netpoll's connection, its unused
-// output barrier, about 1.3 KiB, and the session). A heartbeat is 17 bytes and a
+// output barrier, about 1.3 KiB, which third_party/netpoll's patch 0004 no longer
+// keeps per connection, and the session). A heartbeat is 17 bytes and a
 // typical request a few hundred.
 const DefaultNetpollBuffer = 256
 
