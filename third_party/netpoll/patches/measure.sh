@@ -9,7 +9,9 @@
 #   measure.sh greedy DIR npfwd|sidecar CONNS SIZE WINDOW_S        # bulk senders, echo provider behind it
 #   measure.sh mem  DIR sidecar         CONNS HEARTBEAT SETTLE_S   # memory per idle consumer
 #
-# idle prints calls per answered write (one write per readable consumer); fwd prints calls per request;
+# idle prints calls per answered write (one write per readable consumer); fwd prints calls per request
+# and, for sidecar, frames per upstream write over the window (stormgate_upstream_write_batch_frames, from
+# the sidecar's metrics listener, on the port after the provider's);
 # greedy runs `stormbench greedy --read` (CONNS connections sending SIZE-byte requests back to back and
 # reading their answers) for the window through the proxy to an echo provider that reads well, and
 # prints MiB/s of answered requests (sent: what the senders wrote, kernel buffers included) and readv and
@@ -96,26 +98,38 @@ if [ "$mode" = mem ]; then
     "heap_live=$heap0->$heap1 heap_kib_per_conn=$(echo "scale=2; ($heap1 - $heap0) / 1024 / $conns" | bc)"
   exit 0
 fi
+batches() { # "sum count" of frames per upstream write, or nothing without metrics
+  [ -n "${metrics:-}" ] || return 0
+  curl -s "http://$metrics/metrics" | awk '/^stormgate_upstream_write_batch_frames_sum/ {s=$2}
+    /^stormgate_upstream_write_batch_frames_count/ {c=$2} END {printf "%d %d", s, c}'
+}
 if [ "$mode" = fwd ]; then
+  [ "$kind" = sidecar ] && metrics=127.0.0.1:$((port + 2))
   "$dir/stormbench" provider --listen 127.0.0.1:$((port + 1)) >/dev/null 2>&1 & pids+=($!)
   listening $((port + 1))
   start_proxy 127.0.0.1:$((port + 1)) >/dev/null 2>&1 & px=$!; pids+=($px)
   listening $port
   "$dir/stormbench" load --target 127.0.0.1:$port --conns "$conns" --rate "$arg" --heartbeat 30s \
-    --duration $((win + 5))s --json "$res" >/dev/null 2>&1 & ld=$!
+    --duration $((win + conns / 2000 + 5))s --json "$res" >/dev/null 2>&1 & ld=$!
   reqs=$((arg * win))
 else
   start_proxy >/dev/null 2>&1 & px=$!; pids+=($px)
   listening $port
   "$dir/stormbench" load --target 127.0.0.1:$port --conns "$conns" --heartbeat "$arg" \
-    --duration $((win + 8))s --json "$res" >/dev/null 2>&1 & ld=$!
+    --duration $((win + conns / 2000 + 5))s --json "$res" >/dev/null 2>&1 & ld=$!
 fi
 pids+=($ld)
-sleep $((conns / 2000 + 3))
+sleep $((conns / 2000 + 3)) # connected and settled; the load runs 2 s past the window
 out=$(mktemp)
+b0=$(batches || true)
 t0=$(awk '{print $14+$15}' /proc/$px/stat)
 perf stat -x, -e 'syscalls:sys_enter_*' -p "$px" -o "$out" -- sleep "$win" 2>/dev/null
 t1=$(awk '{print $14+$15}' /proc/$px/stat)
+b1=$(batches || true)
+fpw=
+if [ -n "$b0" ] && [ -n "$b1" ]; then
+  fpw=$(echo "$b0 $b1" | awk '{ if ($4 > $2) printf " frames_per_upstream_write=%.2f", ($3 - $1) / ($4 - $2) }')
+fi
 wait "$ld" || true
 tot=$(awk -F, '$1 ~ /^[0-9]+$/ {s+=$1} END{print s}' "$out")
 per=${reqs:-$(awk -F, '$3 ~ /sys_enter_write$/ {print $1}' "$out")}
@@ -126,4 +140,4 @@ rm -f "$out"
 load=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
 print("load_ok=%d/%d hb_answered=%d/%d" % (d["ok"], d["scheduled"], d["heartbeats_answered"], d["heartbeats_sent"]))' "$res" 2>/dev/null ||
   echo "load_result=missing")
-echo "$mode $kind $dir conns=$conns $arg window=${win}s cpu_ticks=$((t1 - t0)) calls=$tot calls_per_unit=$(echo "scale=2; $tot / $per" | bc) $load | $top"
+echo "$mode $kind $dir conns=$conns $arg window=${win}s cpu_ticks=$((t1 - t0)) calls=$tot calls_per_unit=$(echo "scale=2; $tot / $per" | bc)$fpw $load | $top"
