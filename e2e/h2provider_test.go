@@ -27,6 +27,7 @@ type h2Provider struct {
 	conns     []net.Conn
 	malformed []string
 	pings     [][8]byte
+	opened    int // streams opened (HEADERS on a new stream)
 	answered  int // streams answered
 	resets    int // RST_STREAMs received
 }
@@ -82,6 +83,13 @@ func (p *h2Provider) report() (malformed []string, pings [][8]byte, answered, re
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.malformed...), append([][8]byte(nil), p.pings...), p.answered, p.resets
+}
+
+// streamCounts is how many streams were opened, answered and reset so far.
+func (p *h2Provider) streamCounts() (opened, answered, resets int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.opened, p.answered, p.resets
 }
 
 // pstream is one request stream at the provider.
@@ -157,6 +165,9 @@ func (c *pconn) frame(f http2.Frame) error {
 			c.last = id
 			s = &pstream{send: c.initWin}
 			c.streams[id] = s
+			p.mu.Lock()
+			p.opened++
+			p.mu.Unlock()
 		}
 		if f.StreamEnded() {
 			return c.answer(id, s)
