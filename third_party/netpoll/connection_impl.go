@@ -378,6 +378,7 @@ func (c *connection) init(conn Conn, opts *options) (err error) {
 	c.initNetFD(conn) // conn must be *netFD{}
 	c.initFDOperator()
 	c.initFinalizer()
+	c.processTask = c.processRequests // before onPrepare, which may run it
 
 	syscall.SetNonblock(c.fd, true)
 	// enable TCP_NODELAY by default

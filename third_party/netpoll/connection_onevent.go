@@ -40,6 +40,10 @@ type onEvent struct {
 	onDisconnectCallback atomic.Value
 	onRequestCallback    atomic.Value
 	closeCallbacks       atomic.Value // value is latest *callbackNode
+	// processTask is c.processRequests, made once at init: the task onProcess hands to the Runner
+	// for every readable event, which was a new closure (32 bytes of garbage) per event.
+	processTask   func()
+	taskOnRequest OnRequest // the OnRequest processTask runs; see onProcess
 }
 
 type callbackNode struct {
@@ -182,86 +186,100 @@ func (c *connection) onProcess(onConnect OnConnect, onRequest OnRequest) (proces
 	if !c.lock(processing) {
 		return false
 	}
-
-	task := func() {
-		panicked := true
-		defer func() {
-			if !panicked {
-				return
-			}
-			// cannot use recover() here, since we don't want to break the panic stack
-			c.unlock(processing)
-			if c.IsActive() {
-				c.Close()
-			} else {
-				c.closeCallback(false, false)
-			}
-		}()
-		// trigger onConnect first
-		if onConnect != nil && c.changeState(connStateNone, connStateConnected) {
-			c.ctx = onConnect(c.ctx, c)
-			if !c.IsActive() && c.changeState(connStateConnected, connStateDisconnected) {
-				// since we hold connecting lock, so we should help to call onDisconnect here
-				onDisconnect, _ := c.onDisconnectCallback.Load().(OnDisconnect)
-				if onDisconnect != nil {
-					onDisconnect(c.ctx, c)
-				}
-			}
-			c.unlock(connecting)
-		}
-	START:
-		// The `onRequest` must be executed at least once if conn have any readable data,
-		// which is in order to cover the `send & close by peer` case.
-		// A paused connection waits for ResumeRead, which runs the task again.
-		if onRequest != nil && c.Reader().Len() > 0 && !c.operator.isReadPaused() {
-			_ = onRequest(c.ctx, c)
-		}
-		// The processing loop must ensure that the connection meets `IsActive`.
-		// `onRequest` must either eventually read all the input data or actively Close the connection,
-		// otherwise the goroutine will fall into a dead loop.
-		var closedBy who
-		for {
-			closedBy = c.status(closing)
-			// close by user or not processable; a handler that paused reading may leave input unread
-			if closedBy == user || onRequest == nil || c.Reader().Len() == 0 || c.operator.isReadPaused() {
-				break
-			}
-			_ = onRequest(c.ctx, c)
-		}
-		// handling callback if connection has been closed.
-		if closedBy != none {
-			//  if closed by user when processing, it "may" needs detach
-			needDetach := closedBy == user
-			// Here is a conor case that operator will be detached twice:
-			//   If server closed the connection(client OnHup will detach op first and closeBy=poller),
-			//   and then client's OnRequest function also closed the connection(closeBy=user).
-			// But operator already prevent that detach twice will not cause any problem
-			c.closeCallback(false, needDetach)
-			panicked = false
-			return
-		}
-		c.unlock(processing)
-		// Note: Poller's closeCallback call will try to get processing lock failed but here already neer to unlock processing.
-		//       So here we need to check connection state again, to avoid connection leak
-		// double check close state
-		if c.status(closing) != 0 && c.lock(processing) {
-			// poller will get the processing lock failed, here help poller do closeCallback
-			// fd must already detach by poller
-			c.closeCallback(false, false)
-			panicked = false
-			return
-		}
-		// double check is processable (ResumeRead clears the pause before it tries the lock)
-		if onRequest != nil && c.Reader().Len() > 0 && !c.operator.isReadPaused() && c.lock(processing) {
-			goto START
-		}
-		// task exits
-		panicked = false
-	} // end of task closure func
-
-	// add new task
-	runner.RunTask(c.ctx, task)
+	if onConnect != nil {
+		// Once per connection: a closure, as before.
+		runner.RunTask(c.ctx, func() { c.process(onConnect, onRequest) })
+		return true
+	}
+	// Every readable event comes here: the task is made once per connection (processTask), not a
+	// closure per event, and takes onRequest from taskOnRequest, which only the holder of the
+	// processing lock writes (here, before handing the task over) and the task reads as it starts.
+	c.taskOnRequest = onRequest
+	runner.RunTask(c.ctx, c.processTask)
 	return true
+}
+
+// processRequests is the task of a readable event (processTask): onRequest as onProcess was given it.
+func (c *connection) processRequests() {
+	c.process(nil, c.taskOnRequest)
+}
+
+// process is onProcess's task: it runs with the processing lock held and gives it back (or runs the
+// close callbacks) before it returns.
+func (c *connection) process(onConnect OnConnect, onRequest OnRequest) {
+	panicked := true
+	defer func() {
+		if !panicked {
+			return
+		}
+		// cannot use recover() here, since we don't want to break the panic stack
+		c.unlock(processing)
+		if c.IsActive() {
+			c.Close()
+		} else {
+			c.closeCallback(false, false)
+		}
+	}()
+	// trigger onConnect first
+	if onConnect != nil && c.changeState(connStateNone, connStateConnected) {
+		c.ctx = onConnect(c.ctx, c)
+		if !c.IsActive() && c.changeState(connStateConnected, connStateDisconnected) {
+			// since we hold connecting lock, so we should help to call onDisconnect here
+			onDisconnect, _ := c.onDisconnectCallback.Load().(OnDisconnect)
+			if onDisconnect != nil {
+				onDisconnect(c.ctx, c)
+			}
+		}
+		c.unlock(connecting)
+	}
+START:
+	// The `onRequest` must be executed at least once if conn have any readable data,
+	// which is in order to cover the `send & close by peer` case.
+	// A paused connection waits for ResumeRead, which runs the task again.
+	if onRequest != nil && c.Reader().Len() > 0 && !c.operator.isReadPaused() {
+		_ = onRequest(c.ctx, c)
+	}
+	// The processing loop must ensure that the connection meets `IsActive`.
+	// `onRequest` must either eventually read all the input data or actively Close the connection,
+	// otherwise the goroutine will fall into a dead loop.
+	var closedBy who
+	for {
+		closedBy = c.status(closing)
+		// close by user or not processable; a handler that paused reading may leave input unread
+		if closedBy == user || onRequest == nil || c.Reader().Len() == 0 || c.operator.isReadPaused() {
+			break
+		}
+		_ = onRequest(c.ctx, c)
+	}
+	// handling callback if connection has been closed.
+	if closedBy != none {
+		//  if closed by user when processing, it "may" needs detach
+		needDetach := closedBy == user
+		// Here is a conor case that operator will be detached twice:
+		//   If server closed the connection(client OnHup will detach op first and closeBy=poller),
+		//   and then client's OnRequest function also closed the connection(closeBy=user).
+		// But operator already prevent that detach twice will not cause any problem
+		c.closeCallback(false, needDetach)
+		panicked = false
+		return
+	}
+	c.unlock(processing)
+	// Note: Poller's closeCallback call will try to get processing lock failed but here already neer to unlock processing.
+	//       So here we need to check connection state again, to avoid connection leak
+	// double check close state
+	if c.status(closing) != 0 && c.lock(processing) {
+		// poller will get the processing lock failed, here help poller do closeCallback
+		// fd must already detach by poller
+		c.closeCallback(false, false)
+		panicked = false
+		return
+	}
+	// double check is processable (ResumeRead clears the pause before it tries the lock)
+	if onRequest != nil && c.Reader().Len() > 0 && !c.operator.isReadPaused() && c.lock(processing) {
+		goto START
+	}
+	// task exits
+	panicked = false
 }
 
 // closeCallback .

@@ -9,9 +9,12 @@
 #   measure.sh greedy DIR npfwd|sidecar CONNS SIZE WINDOW_S        # bulk senders, echo provider behind it
 #   measure.sh mem  DIR sidecar         CONNS HEARTBEAT SETTLE_S   # memory per idle consumer
 #
-# idle prints calls per answered write (one write per readable consumer); fwd prints calls per request
-# and, for sidecar, frames per upstream write over the window (stormgate_upstream_write_batch_frames, from
-# the sidecar's metrics listener, on the port after the provider's);
+# idle prints calls and CPU ticks per answered write (one write per readable consumer) and, for the
+# sidecar, what it allocated over the window (go_memstats_alloc_bytes_total and go_memstats_mallocs_total
+# from its metrics listener, less what one scrape itself allocates): bytes per second, bytes and
+# allocations per answered write; fwd prints calls per request and, for sidecar, frames per upstream
+# write over the window (stormgate_upstream_write_batch_frames, from the sidecar's metrics listener, on
+# the port after the provider's);
 # greedy runs `stormbench greedy --read` (CONNS connections sending SIZE-byte requests back to back and
 # reading their answers) for the window through the proxy to an echo provider that reads well, and
 # prints MiB/s of answered requests (sent: what the senders wrote, kernel buffers included) and readv and
@@ -72,14 +75,18 @@ PY
   rm -f "$out"
   exit 0
 fi
+metric() { # summed over its labels
+  curl -s "http://$metrics/metrics" | awk -v m="$1" '$1 == m || index($1, m "{") == 1 {s += $2; n++} END {if (n) printf "%d", s}'
+}
+allocs() { # bytes and objects the sidecar allocated so far
+  curl -s "http://$metrics/metrics" | awk '$1 == "go_memstats_alloc_bytes_total" {b = $2} $1 == "go_memstats_mallocs_total" {n = $2}
+    END {printf "%d %d\n", b, n}'
+}
 if [ "$mode" = mem ]; then
   metrics=127.0.0.1:$((port + 2)) admin=127.0.0.1:$((port + 3))
   start_proxy >/dev/null 2>&1 & px=$!; pids+=($px)
   listening $port
   listening $((port + 2))
-  metric() { # summed over its labels
-    curl -s "http://$metrics/metrics" | awk -v m="$1" '$1 == m || index($1, m "{") == 1 {s += $2; n++} END {if (n) printf "%d", s}'
-  }
   sample() { # RSS in KiB, then live heap in bytes after a forced collection
     rss=$(awk '/^VmRSS:/ {print $2}' /proc/$px/status)
     curl -s -o /dev/null "http://$admin/debug/pprof/heap?gc=1"
@@ -110,22 +117,34 @@ if [ "$mode" = fwd ]; then
   start_proxy 127.0.0.1:$((port + 1)) >/dev/null 2>&1 & px=$!; pids+=($px)
   listening $port
   "$dir/stormbench" load --target 127.0.0.1:$port --conns "$conns" --rate "$arg" --heartbeat 30s \
-    --duration $((win + conns / 2000 + 5))s --json "$res" >/dev/null 2>&1 & ld=$!
+    --duration $((win + conns / 2000 + 20))s --json "$res" >/dev/null 2>&1 & ld=$!
   reqs=$((arg * win))
 else
+  [ "$kind" = sidecar ] && metrics=127.0.0.1:$((port + 2))
   start_proxy >/dev/null 2>&1 & px=$!; pids+=($px)
   listening $port
+  [ -n "${metrics:-}" ] && listening $((port + 2))
   "$dir/stormbench" load --target 127.0.0.1:$port --conns "$conns" --heartbeat "$arg" \
-    --duration $((win + conns / 2000 + 5))s --json "$res" >/dev/null 2>&1 & ld=$!
+    --duration $((win + conns / 2000 + 20))s --json "$res" >/dev/null 2>&1 & ld=$!
 fi
 pids+=($ld)
-sleep $((conns / 2000 + 3)) # connected and settled; the load runs 2 s past the window
+sleep $((conns / 2000 + 3)) # connected and settled; the load runs well past the window
+if [ -n "${metrics:-}" ]; then # the sidecar: every consumer connected, then 5 s for their first requests
+  for _ in $(seq 600); do [ "$(metric stormgate_downstream_connections)" = "$conns" ] && break; sleep 0.1; done
+  sleep 5
+fi
 out=$(mktemp)
+if [ -n "${metrics:-}" ]; then # after a first scrape (it sets up what later ones reuse), two back to back:
+  allocs >/dev/null                # their difference is one scrape's own cost
+  read -r ab0 an0 < <(allocs)
+  read -r ab1 an1 < <(allocs)
+fi
 b0=$(batches || true)
 t0=$(awk '{print $14+$15}' /proc/$px/stat)
 perf stat -x, -e 'syscalls:sys_enter_*' -p "$px" -o "$out" -- sleep "$win" 2>/dev/null
 t1=$(awk '{print $14+$15}' /proc/$px/stat)
 b1=$(batches || true)
+[ -n "${metrics:-}" ] && read -r ab2 an2 < <(allocs)
 fpw=
 if [ -n "$b0" ] && [ -n "$b1" ]; then
   fpw=$(echo "$b0 $b1" | awk '{ if ($4 > $2) printf " frames_per_upstream_write=%.2f", ($3 - $1) / ($4 - $2) }')
@@ -140,4 +159,11 @@ rm -f "$out"
 load=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
 print("load_ok=%d/%d hb_answered=%d/%d" % (d["ok"], d["scheduled"], d["heartbeats_answered"], d["heartbeats_sent"]))' "$res" 2>/dev/null ||
   echo "load_result=missing")
-echo "$mode $kind $dir conns=$conns $arg window=${win}s cpu_ticks=$((t1 - t0)) calls=$tot calls_per_unit=$(echo "scale=2; $tot / $per" | bc)$fpw $load | $top"
+alloc=
+if [ -n "${metrics:-}" ]; then
+  ab=$((ab2 - ab1 - (ab1 - ab0))) an=$((an2 - an1 - (an1 - an0)))
+  alloc="alloc_bytes_per_s=$((ab / win)) alloc_bytes_per_unit=$(echo "scale=1; $ab / $per" | bc)"
+  alloc="$alloc allocs_per_unit=$(echo "scale=3; $an / $per" | bc) scrape_bytes=$((ab1 - ab0))"
+fi
+echo "$mode $kind $dir conns=$conns $arg window=${win}s cpu_ticks=$((t1 - t0)) cpu_ticks_per_1000=$(echo "scale=3; 1000 * $((t1 - t0)) / $per" | bc)" \
+  "calls=$tot calls_per_unit=$(echo "scale=2; $tot / $per" | bc)$fpw $alloc $load | $top"
