@@ -47,6 +47,20 @@ func (b *budget) release(n int) {
 	}
 }
 
+// recharge brings a holder's charge (*charged) to want bytes of memory that already exist (forced, as in
+// force), touching the shared counter only when the charge changes.
+func (b *budget) recharge(charged *int, want int) {
+	switch {
+	case want > *charged:
+		b.force(want - *charged)
+	case want < *charged:
+		b.release(*charged - want)
+	default:
+		return
+	}
+	*charged = want
+}
+
 // inUse is the number of bytes charged now.
 func (b *budget) inUse() int64 {
 	if b == nil {

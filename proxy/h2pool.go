@@ -836,16 +836,7 @@ const h2WriteFree = 64 << 10
 // being written). Forced: the bytes are already here, bounded by the provider's flow-control windows and
 // stream limit; the charge makes the rest of Stormgate refuse what no longer fits. Under wmu.
 func (u *h2Upstream) chargeLocked() {
-	want := max(len(u.wbuf)+u.inflight-h2WriteFree, 0)
-	switch b := &u.hp.p.srv.budget; {
-	case want > u.charged:
-		b.force(want - u.charged)
-	case want < u.charged:
-		b.release(u.charged - want)
-	default:
-		return
-	}
-	u.charged = want
+	u.hp.p.srv.budget.recharge(&u.charged, max(len(u.wbuf)+u.inflight-h2WriteFree, 0))
 }
 
 func (u *h2Upstream) closeWriter() {

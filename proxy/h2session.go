@@ -168,15 +168,7 @@ func (h *h2Session) chargeIn() {
 	if len(h.in) > 0 {
 		want = cap(h.in)
 	}
-	switch b := &h.sess.srv.budget; {
-	case want > h.inCharged:
-		b.force(want - h.inCharged)
-	case want < h.inCharged:
-		b.release(h.inCharged - want)
-	default:
-		return
-	}
-	h.inCharged = want
+	h.sess.srv.budget.recharge(&h.inCharged, want)
 }
 
 // input processes what the handler read (b, valid until the next read): a frame begun in an earlier read
