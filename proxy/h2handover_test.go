@@ -189,10 +189,7 @@ func TestH2FreezeRefusedWhileStreaming(t *testing.T) {
 	cc := grpcClient(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/stormgate.Test/Echo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openEchoStream(t, ctx, cc)
 	roundTrip := func(msg string) {
 		t.Helper()
 		b, got := []byte(msg), []byte(nil)
@@ -212,7 +209,7 @@ func TestH2FreezeRefusedWhileStreaming(t *testing.T) {
 		unary <- h2UnaryCall(ctx, cc, []byte("during the quiesce"))
 	}()
 	start := time.Now()
-	_, err = srv.Freeze(ctx)
+	_, err := srv.Freeze(ctx)
 	if err == nil || !strings.Contains(err.Error(), "1 HTTP/2 calls on provider streams") {
 		t.Fatalf("Freeze with a stream open: %v; want a refusal naming the stream", err)
 	}
@@ -243,10 +240,7 @@ func TestH2FreezeEndsOpenCalls(t *testing.T) {
 	cc := grpcClient(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/stormgate.Test/Echo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openEchoStream(t, ctx, cc)
 	b, got := []byte("before"), []byte(nil)
 	if err := st.SendMsg(&b); err != nil {
 		t.Fatal(err)
@@ -289,6 +283,16 @@ func TestH2FreezeEndsOpenCalls(t *testing.T) {
 		t.Errorf("consumer connections closed: %v", c)
 	}
 	waitFor(t, 10*time.Second, "the provider's stream reset", func() bool { return prov.cancelled.Load() >= 1 })
+}
+
+// openEchoStream opens a bidirectional stream to the test provider's echo.
+func openEchoStream(t *testing.T, ctx context.Context, cc *grpc.ClientConn) grpc.ClientStream {
+	t.Helper()
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/stormgate.Test/Echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // A call carried over by a handover starts at once when a provider connection can take it. The
