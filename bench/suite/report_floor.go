@@ -40,6 +40,23 @@ func (p *reporter) fwdRow(tg string, l FwdLoad) *FwdRow {
 	})
 }
 
+// fwdPerf is tg's system calls and context switches per forwarded request at load l, from perf
+// stat in its profiled window (section 9's columns); NaN when that window was not counted (a
+// count perf had but the window's requests did not is -1).
+func (p *reporter) fwdPerf(tg string, l FwdLoad) (sys, cs float64) {
+	pr := p.profile(profileForward(l), tg)
+	if pr == nil || pr.Syscalls < 0 {
+		return math.NaN(), math.NaN()
+	}
+	return pr.perfPerOp(pr.Syscalls), pr.perfPerOp(pr.CtxSwitches)
+}
+
+// idle30CPU is tg's proxy CPU (cores) with the idle consumers heartbeating every 30 s; NaN when
+// not measured.
+func (p *reporter) idle30CPU(tg string) float64 {
+	return fIdle(p.idle(tg, 30*time.Second), func(x *IdleRow) float64 { return x.ProxyCPU })
+}
+
 func (p *reporter) quietRow(tg string) *QuietRow {
 	if p.r.Quiet == nil {
 		return nil
@@ -113,18 +130,22 @@ func (p *reporter) quietSummaryRow() sumRow {
 }
 
 func (p *reporter) idle30SummaryRow() sumRow {
-	h, s := p.idle(haproxy, 30*time.Second), p.idle(stormgate, 30*time.Second)
-	pc := func(x *IdleRow) float64 { return x.ProxyCPU }
-	hv, sv := fIdle(h, pc), fIdle(s, pc)
+	hv, sv := p.idle30CPU(haproxy), p.idle30CPU(stormgate)
 	row := sumRow{
 		figure: fmt.Sprintf("Proxy CPU with %s idle consumers heartbeating every 30 s", count(uint64(p.r.Options.IdleConns))),
 		d:      "–", h: pctCore2(hv), s: pctCore2(sv), target: "Stormgate ≤ HAProxy", known: !math.IsNaN(hv + sv), ok: sv <= hv,
 	}
 	if row.known {
-		row.note = fmt.Sprintf("Stormgate used %s of a core more than HAProxy (%s of its own with nothing connected, section 8). %s",
-			pctCore2(sv-hv), pctCore2(fQuiet(p.quietRow(stormgate))), p.profileWhy(profileIdle30, haproxy, "HAProxy"))
+		row.note = p.idle30Why(hv, sv)
 	}
 	return row
+}
+
+// idle30Why explains Stormgate's proxy CPU (sv) above HAProxy's (hv) with the idle consumers
+// heartbeating every 30 s.
+func (p *reporter) idle30Why(hv, sv float64) string {
+	return fmt.Sprintf("Stormgate used %s of a core more than HAProxy (%s of its own with nothing connected, section 8). %s",
+		pctCore2(sv-hv), pctCore2(fQuiet(p.quietRow(stormgate))), p.profileWhy(profileIdle30, haproxy, "HAProxy"))
 }
 
 func (p *reporter) forwardSummaryRows() []sumRow {
@@ -250,31 +271,60 @@ func (p *reporter) throughputSummaryRow(c int) sumRow {
 		d:      tpLabel(d) + " req/s", h: tpLabel(h) + " req/s", s: tpLabel(s) + " req/s", target: fmt.Sprintf("≥ %s×", num(targetTPRatio, 1)),
 		known: !math.IsNaN(hv + sv), ok: sv >= targetTPRatio*hv,
 	}
-	// A series whose first rate failed has only a bound: below that rate.
-	hLow, sLow := lowestFailed(h), lowestFailed(s)
-	switch {
-	case !math.IsNaN(sv) && math.IsNaN(hv) && hLow > 0:
-		r := sv / hLow
+	r, b := p.tpRatio(c)
+	switch b {
+	case lowerBound:
 		row.known, row.ok = true, r >= targetTPRatio
 		row.verdict = "> " + num(r, 2) + "×: " + verdict(true, row.ok)
-		row.note = fmt.Sprintf("HAProxy failed even its first rate (%s req/s), so the ratio is only bounded below.", num(hLow, 0))
+		row.note = fmt.Sprintf("HAProxy failed even its first rate (%s req/s), so the ratio is only bounded below.", num(lowestFailed(h), 0))
 		return row
-	case math.IsNaN(sv) && !math.IsNaN(hv) && sLow > 0:
-		r := sLow / hv
+	case upperBound:
 		row.known, row.ok = true, r >= targetTPRatio
 		row.verdict = "< " + num(r, 2) + "×: " + verdict(true, row.ok)
-		row.note = fmt.Sprintf("Stormgate failed even its first rate (%s req/s). %s", num(sLow, 0), p.profileWhy(profileThroughput, "", ""))
+		row.note = fmt.Sprintf("Stormgate failed even its first rate (%s req/s). %s", num(lowestFailed(s), 0), p.profileWhy(profileThroughput, "", ""))
 		return row
 	}
 	if row.known {
 		row.verdict = ratio(sv, hv) + ": " + verdict(true, row.ok)
-		note := text("note-throughput-ratio", pctUnder(sv/hv, targetTPRatio), num(targetTPRatio*hv, 0))
-		if st := s.maxStep(); st != nil {
-			note += fmt.Sprintf(" At its maximum Stormgate used %s (%s per request); HAProxy at its own %s.", pctCore(st.ProxyCPU), usStr(st.ProxyUsPerReq), maxStepCPU(h))
-		}
-		row.note = note + " " + p.profileWhy(profileThroughput, "", "")
+		row.note = text("note-throughput-ratio", pctUnder(sv/hv, targetTPRatio), num(targetTPRatio*hv, 0)) + " " + p.tpWhy(c)
 	}
 	return row
+}
+
+// valueBound says where a figure lies relative to the value printed for it.
+type valueBound int
+
+const (
+	exactValue valueBound = iota
+	lowerBound            // the figure is above the value
+	upperBound            // the figure is below the value
+)
+
+// tpRatio is Stormgate's max throughput ÷ HAProxy's at c connections, NaN when either was not
+// measured. A series whose first rate failed has only a bound, below that rate, and so has the
+// ratio: b says which side of r the ratio lies on (exactValue when both passed a rate).
+func (p *reporter) tpRatio(c int) (r float64, b valueBound) {
+	h, s := p.tp(haproxy, c), p.tp(stormgate, c)
+	hv, sv := fTP(h), fTP(s)
+	hLow, sLow := lowestFailed(h), lowestFailed(s)
+	switch {
+	case !math.IsNaN(sv) && math.IsNaN(hv) && hLow > 0:
+		return sv / hLow, lowerBound
+	case math.IsNaN(sv) && !math.IsNaN(hv) && sLow > 0:
+		return sLow / hv, upperBound
+	}
+	return sv / hv, exactValue
+}
+
+// tpWhy explains Stormgate's max throughput at c connections: its CPU at its maximum against
+// HAProxy's, and its profile there.
+func (p *reporter) tpWhy(c int) string {
+	why := ""
+	if s := p.tp(stormgate, c); s != nil && s.maxStep() != nil {
+		st := s.maxStep()
+		why = fmt.Sprintf("At its maximum Stormgate used %s (%s per request); HAProxy at its own %s. ", pctCore(st.ProxyCPU), usStr(st.ProxyUsPerReq), maxStepCPU(p.tp(haproxy, c)))
+	}
+	return why + p.profileWhy(profileThroughput, "", "")
 }
 
 // lowestFailed is the lowest rate a series tried when none passed (0 otherwise).
@@ -496,7 +546,7 @@ func (p *reporter) heartbeatSection() {
 		d.Ratio, d.Floor, d.SG, d.Pairs = hr.ratio()
 		d.Met = d.Ratio <= targetHBRatio
 		d.NPRatio, _, d.NPUs, d.NPPairs = hr.ratioOf(npFloor)
-		d.SGOverNP = d.SG / d.NPUs
+		d.SGOverNP = hr.overNetpoll()
 		for _, tg := range hbTargets {
 			d.Commands = append(d.Commands, hr.Commands[tg])
 		}
@@ -559,8 +609,8 @@ func (p *reporter) forwardSection() {
 			r := row{Load: load, Target: tg, Median: usStr(x.median()), Spread: spread(x.UsPerReq, 1), Kernel: usStr(median(x.SysUsPerReq)),
 				VsHAProxy: "–", CPU: pctCore(median(x.ProxyCores)), Provider: usStr(median(x.ProviderUsPerReq)), Sys: na, CS: na,
 				P50: msStr(x.P50ms), P99: msStr(x.P99ms), Failed: count(x.Failed)}
-			if pr := p.profile(profileForward(l), tg); pr != nil && pr.Syscalls >= 0 {
-				r.Sys, r.CS = num(pr.perfPerOp(pr.Syscalls), 2), num(pr.perfPerOp(pr.CtxSwitches), 2)
+			if sys, cs := p.fwdPerf(tg, l); !math.IsNaN(sys) {
+				r.Sys, r.CS = num(sys, 2), num(cs, 2)
 			}
 			if tg != haproxy {
 				r.VsHAProxy = ratio(x.median(), hv)

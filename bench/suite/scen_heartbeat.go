@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"syscall"
 	"time"
@@ -321,4 +322,16 @@ func median(v []float64) float64 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// overNetpoll is Stormgate's median CPU per heartbeat ÷ the netpoll responder's (each the median
+// of its rounds against the bare responder): what Stormgate's own code costs above netpoll's
+// connections. NaN when either did not run.
+func (r *HeartbeatResult) overNetpoll() float64 {
+	_, _, sg, pairs := r.ratio()
+	_, _, np, npPairs := r.ratioOf(npFloor)
+	if len(pairs) == 0 || len(npPairs) == 0 {
+		return math.NaN()
+	}
+	return sg / np
 }
