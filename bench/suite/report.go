@@ -140,11 +140,22 @@ func dur(d time.Duration) string {
 	}
 	return num(d.Seconds(), 2) + " s"
 }
+
+// ratio prints a ÷ b as "1.25×" (n/a when quotient has none).
 func ratio(a, b float64) string {
-	if math.IsNaN(a) || math.IsNaN(b) || b <= 0 {
+	q := quotient(a, b)
+	if math.IsNaN(q) {
 		return na
 	}
-	return num(a/b, 2) + "×"
+	return num(q, 2) + "×"
+}
+
+// quotient is a ÷ b, NaN when either is missing or b is not positive.
+func quotient(a, b float64) float64 {
+	if math.IsNaN(a) || math.IsNaN(b) || b <= 0 {
+		return math.NaN()
+	}
+	return a / b
 }
 
 // verdict compares a figure with a target; ok is the comparison's outcome.

@@ -22,6 +22,7 @@ func (p *reporter) markdown() string {
 	p.machine()
 	p.summary()
 	p.losses()
+	p.patchSetSection()
 	p.idleSection()
 	p.latencySection()
 	p.throughputSection()
