@@ -156,13 +156,23 @@ func (c *connection) releaseQuiet() {
 		return
 	}
 	c.inputBuffer.releaseIfReleased()
+	if testHookReleaseQuiet != nil {
+		testHookReleaseQuiet(c)
+	}
 	c.unlock(processing)
 	// As at the end of a handler task: a close meanwhile found the lock taken and left its callbacks
-	// to the holder.
+	// to the holder. Not on this goroutine, though: the poller is in the middle of this fd's event and
+	// holds its operator (do), and the callbacks free the operator, which waits until the poller lets go
+	// of it (unused): run here they spun forever (netpoll's TestConnectionWrite, a Close from the test
+	// racing a read's end, hung at 99 % CPU). A handler task that ends the same way runs on the runner.
 	if closedBy := c.status(closing); closedBy != none && c.lock(processing) {
-		c.closeCallback(false, closedBy == user)
+		go c.closeCallback(false, closedBy == user)
 	}
 }
+
+// testHookReleaseQuiet, when set (by tests only), runs in releaseQuiet while it holds the processing
+// lock: where a Close from another goroutine finds the lock taken and leaves its callbacks to the holder.
+var testHookReleaseQuiet func(c *connection)
 
 // readSizeFor is the read size after a short read of n bytes: the initial size doubled until it
 // holds n, at most maxReadSize.
