@@ -96,7 +96,7 @@ alerts:
 # of its own that ./... does not reach) and of the process harness (internal/childproc, likewise).
 race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
-	cd third_party/netpoll && $(GO) test -race -count=1 -run 'TestReadPause|TestMaxReadSize|TestReadGrowsWithSender|TestQuietAfterBurstHoldsNoLargeNode|TestIdleConnectionHoldsNoBarrier|TestReadableEventAllocatesNothing|TestCloseDuringReleaseQuietFinishes' .
+	cd third_party/netpoll && $(GO) test -race -count=1 -run 'TestReadPause|TestMaxReadSize|TestReadGrowsWithSender|TestQuietAfterBurstHoldsNoLargeNode|TestIdleConnectionHoldsNoBarrier|TestReadableEventAllocatesNothing|TestOneReadPerMessage|TestCloseDuringReleaseQuietFinishes' .
 	cd third_party/netpoll && $(GO) test -count=1 -run '^TestConnectionUntil$$' . # parked pollers: without -race
 	cd internal/childproc && $(GO) test -race -count=1 .
 	$(GO) test -race -count=1 -tags dataplane ./cmd/sidecar

@@ -408,7 +408,7 @@ func (c *connection) initFDOperator() {
 	op := poll.Alloc()
 	op.FD = c.fd
 	op.OnRead, op.OnWrite, op.OnHup = nil, nil, c.onHup
-	op.Inputs, op.InputAck = c.inputs, c.inputAck
+	op.Inputs, op.InputAck, op.InputSpill = c.inputs, c.inputAck, c.inputSpill
 	op.Outputs, op.OutputAck = c.outputs, c.outputAck
 	c.operator = op
 }

@@ -97,15 +97,27 @@ func (c *connection) inputs(vs [][]byte) (rs [][]byte) {
 
 // inputAck implements FDOperator.
 func (c *connection) inputAck(n int) (err error) {
+	return c.inputRead(n, nil, n < c.booked, false)
+}
+
+// inputSpill implements FDOperator: the poller extended the read into its scratch buffer.
+func (c *connection) inputSpill(n int, spill []byte, short bool) (err error) {
+	return c.inputRead(n, spill, short, true)
+}
+
+// inputRead acknowledges a read of n bytes into what inputs booked and, when the poller extended
+// the read into its scratch buffer (extended), spill, which is copied into the input buffer (the
+// nodes a second read would have used) before the handler is triggered. short reports that the
+// read came back shorter than offered (the socket is drained).
+func (c *connection) inputRead(n int, spill []byte, short, extended bool) (err error) {
 	if n <= 0 {
 		c.inputBuffer.bookAck(0)
 		return nil
 	}
 
 	// Auto size bookSize, up to maxReadSize: it doubles after a read that filled what bookSize
-	// booked (the socket may hold more).
-	short := n < c.booked
-	if !short && c.booked == c.bookSize && c.bookSize < maxReadSize {
+	// booked, or (extended) what was booked and the scratch (the socket may hold more).
+	if !short && (c.booked == c.bookSize || extended) && c.bookSize < maxReadSize {
 		c.bookSize <<= 1
 		if c.bookSize > maxReadSize {
 			c.bookSize = maxReadSize
@@ -113,9 +125,24 @@ func (c *connection) inputAck(n int) (err error) {
 	}
 
 	length, _ := c.inputBuffer.bookAck(n)
+	read := n
+	for rest := spill; len(rest) > 0; {
+		nodeSize := c.maxSize
+		if nodeSize < c.bookSize {
+			nodeSize = c.bookSize
+		}
+		if nodeSize < len(rest) {
+			nodeSize = len(rest)
+		}
+		p := c.inputBuffer.book(len(rest), nodeSize)
+		m := copy(p, rest)
+		length, _ = c.inputBuffer.bookAck(m)
+		rest = rest[m:]
+		read += m
+	}
 	// maxSize sizes new nodes for a handler that lets input pile up (one waiting for a large
 	// message): it follows what the handler left unread, not this read, which bookSize sizes.
-	if left := length - n; c.maxSize < left {
+	if left := length - read; c.maxSize < left {
 		c.maxSize = left
 	}
 	if c.maxSize > mallocMax {
@@ -123,7 +150,9 @@ func (c *connection) inputAck(n int) (err error) {
 	}
 
 	needTrigger := true
-	if length == n { // first start onRequest
+	// first start onRequest; after a spill always try: a handler running elsewhere (netpoll's own
+	// runner) may have consumed the first part and exited before the spill was acknowledged.
+	if length == read || len(spill) > 0 {
 		needTrigger = c.onRequest()
 	}
 	if needTrigger && length >= int(atomic.LoadInt64(&c.waitReadSize)) {
@@ -133,9 +162,18 @@ func (c *connection) inputAck(n int) (err error) {
 		// The read drained the socket and the handler consumed everything: the burst is over. The
 		// read size goes back to what this read needed, and a node grown for the burst is not kept
 		// by a connection gone quiet: the next read starts a node of the new size. (A handler that
-		// lets input pile up, waiting for a large message, keeps its large reads.)
+		// lets input pile up, waiting for a large message, keeps its large reads.) When the poller
+		// extends reads, the read size needs to hold only what the scratch would not, and no node
+		// larger than the initial one is kept: the next read books a node of its size if it needs one.
+		keep := 0
+		if extended {
+			n += len(spill) - spillSize
+			keep = defaultLinkBufferSize
+		}
 		c.bookSize = readSizeFor(n)
-		keep := c.bookSize
+		if !extended {
+			keep = c.bookSize
+		}
 		if keep < LinkBufferCap {
 			keep = LinkBufferCap
 		}

@@ -35,6 +35,12 @@ type FDOperator struct {
 	// Fns are only called by the poll when handles connection events.
 	Inputs   func(vs [][]byte) (rs [][]byte)
 	InputAck func(n int) (err error)
+	// InputSpill, optional, acknowledges a read that the poller extended past what Inputs booked
+	// with a second iovec into its own scratch buffer: n bytes landed in what was booked, spill (a
+	// slice of the scratch, valid only during the call) holds the rest, and short reports that the
+	// read came back shorter than booked and scratch together (the socket is drained). It is called
+	// instead of InputAck, and must copy spill into the input buffer before the handler sees the read.
+	InputSpill func(n int, spill []byte, short bool) (err error)
 
 	// Outputs will locked if len(rs) > 0, which need unlocked by OutputAck.
 	// supportZeroCopy is not implemented, and it will be ignored
@@ -109,7 +115,7 @@ func (op *FDOperator) isUnused() bool {
 func (op *FDOperator) reset() {
 	op.FD = 0
 	op.OnRead, op.OnWrite, op.OnHup = nil, nil, nil
-	op.Inputs, op.InputAck = nil, nil
+	op.Inputs, op.InputAck, op.InputSpill = nil, nil, nil
 	op.Outputs, op.OutputAck = nil, nil
 	op.poll = nil
 	op.detached = 0

@@ -73,6 +73,10 @@ type defaultPoll struct {
 	// again. modded records a MOD since the poller last looked; idle that it is parking.
 	modded uint32
 	idle   uint32
+	// spill extends a connection's read past what it booked (FDOperator.InputSpill), so that a
+	// message larger than the read size or than what is left of the buffer node is read in one
+	// readv. Owned by the poller's goroutine; what lands in it is copied out before the next read.
+	spill []byte
 	// fns for handle events
 	Reset   func(size, caps int)
 	Handler func(events []epollevent) (closed bool)
@@ -199,6 +203,25 @@ func (p *defaultPoll) waitBlocking() (err error) {
 	}
 }
 
+// spillSize is the poller's scratch for reads past what a connection booked: a few messages of
+// the sizes an RPC proxy forwards, at no memory per connection.
+const spillSize = 16 << 10
+
+// spillFor returns the scratch a read into bs (booked bytes) may continue into: none for operators
+// that cannot take it, none past maxReadSize (what one readable event may take into a connection).
+func (p *defaultPoll) spillFor(op *FDOperator, bs [][]byte, booked int) []byte {
+	if op.InputSpill == nil || len(bs) >= cap(bs) || booked >= maxReadSize {
+		return nil
+	}
+	if p.spill == nil {
+		p.spill = make([]byte, spillSize)
+	}
+	if room := maxReadSize - booked; room < len(p.spill) {
+		return p.spill[:room]
+	}
+	return p.spill
+}
+
 func (p *defaultPoll) handler(events []epollevent) (closed bool) {
 	var triggerRead, triggerWrite, triggerHup, triggerError bool
 	var err error
@@ -249,14 +272,26 @@ func (p *defaultPoll) handler(events []epollevent) (closed bool) {
 				bs := operator.Inputs(p.barriers[i].bs)
 				if len(bs) > 0 {
 					booked := iovecsLen(bs) // ioread clears bs
+					spill := p.spillFor(operator, bs, booked)
+					if len(spill) > 0 {
+						bs = append(bs, spill)
+					}
 					n, err := ioread(operator.FD, bs, p.barriers[i].ivs)
-					operator.InputAck(n)
+					if len(spill) > 0 {
+						if n > booked {
+							operator.InputSpill(booked, spill[:n-booked], n < booked+len(spill))
+						} else {
+							operator.InputSpill(n, nil, true)
+						}
+					} else {
+						operator.InputAck(n)
+					}
 					totalRead += n
 					if err != nil {
 						p.appendHup(operator)
 						continue
 					}
-					if n == booked { // a full read: the socket may hold more
+					if n == booked+len(spill) { // a full read: the socket may hold more
 						p.more = true
 					}
 				}
