@@ -112,7 +112,7 @@ func (p *reporter) patchSetRows() []patchSetRow {
 	// Heartbeats against the bare epoll responder and the netpoll responder (section 7).
 	hr := p.r.Heartbeat
 	hbV, fl, sg, pairs := hr.ratio()
-	_, _, np, _ := hr.ratioOf(npFloor)
+	npRatio, _, np, npPairs := hr.ratioOf(npFloor)
 	if len(pairs) == 0 {
 		hbV = math.NaN()
 	}
@@ -120,8 +120,8 @@ func (p *reporter) patchSetRows() []patchSetRow {
 		fmt.Sprintf("%s (%s ÷ %s)", ratioUnit(hbV), usStr(sg), usStr(fl)), hbV, exactValue, ratioLimit(patchSetHBRatio),
 		func() string {
 			why := p.profileWhy(profileHeartbeat, hbFloor, "the responder")
-			if nr, _, nu, nps := hr.ratioOf(npFloor); len(nps) > 0 {
-				why += text("note-heartbeat-npfloor", usStr(nu), num(nr, 2))
+			if len(npPairs) > 0 {
+				why += text("note-heartbeat-npfloor", usStr(np), num(npRatio, 2))
 			}
 			return why
 		}))
