@@ -513,10 +513,20 @@ func TestH2ResendUnsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeCall(t, fr, 3, false, []byte("small-call"))
-	waitFor(t, 10*time.Second, "the small call on the stalled connection", func() bool {
+	// Whole, END_STREAM read: a call still arriving is never held (h2replay.go), and the consumer's HEADERS
+	// and DATA can reach Stormgate in two reads.
+	waitFor(t, 10*time.Second, "the small call, whole, on the stalled connection", func() bool {
 		hp.mu.Lock()
 		defer hp.mu.Unlock()
-		return len(hp.ups) == 1 && len(hp.ups[0].calls) == 2
+		if len(hp.ups) != 1 || len(hp.ups[0].calls) != 2 {
+			return false
+		}
+		for _, c := range hp.ups[0].calls {
+			if c.down == 3 {
+				return c.req.complete
+			}
+		}
+		return false
 	})
 	_ = stalled.nc.(*net.TCPConn).SetLinger(0)
 	stalled.nc.Close()
@@ -667,7 +677,7 @@ func testH2ResendUnread(t *testing.T) {
 		}
 		u.wmu.Lock()
 		defer u.wmu.Unlock()
-		return u.written == u.queued && u.written > c.upOff
+		return c.req.complete && u.written == u.queued && u.written > c.upOff // whole: see TestH2ResendUnsent
 	})
 	stalled.nc.Close() // with the call unread in its receive queue: the kernel resets
 	a := readAnswersTicking(t, fr, 1, clk, srv)[1]
