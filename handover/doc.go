@@ -16,8 +16,9 @@
 //
 // What crosses the exec: the State, in a memfd without FD_CLOEXEC whose number (and the old
 // executable's) is in EnvState; the descriptors the State names, by number (FD_CLOEXEC
-// cleared; every other descriptor gets it, so nothing leaks into the new image); the
-// command line; the environment. Format versions the encoding: the preflight reports the
+// cleared on them at the exec; every other descriptor gets it, so nothing leaks into the new
+// image; FromEnv sets it again on them once the State is read, so nothing leaks into the
+// new image's children either); the command line; the environment. Format versions the encoding: the preflight reports the
 // format a binary reads, and a binary that reads another is refused before anything stops.
 //
 // What cannot be rolled back: a new binary that dies before it reaches FromEnv and the

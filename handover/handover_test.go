@@ -133,6 +133,61 @@ func TestExecKeepsExactlyTheListedFDs(t *testing.T) {
 	}
 }
 
+// TestIncomingDescriptorsCloseOnExecAgain: the descriptors a handover carried across exec (FD_CLOEXEC
+// cleared for it) have FD_CLOEXEC again in the new image once FromEnv has read the state, so a child the
+// new image starts later (the next upgrade's preflight) does not hold every consumer socket open.
+func TestIncomingDescriptorsCloseOnExecAgain(t *testing.T) {
+	switch os.Getenv("HANDOVER_TEST_MODE") {
+	case "exec":
+		var sock [2]int
+		if err := unix.Pipe2(sock[:], unix.O_CLOEXEC); err != nil {
+			panic(err)
+		}
+		memfd, err := WriteMemfd(&State{Header: Header{ID: "x", FDs: []int{sock[0]}}})
+		if err != nil {
+			panic(err)
+		}
+		exe, err := OpenSelf()
+		if err != nil {
+			panic(err)
+		}
+		var env []string
+		for _, kv := range Env(StateEnv(memfd, exe)) {
+			if !strings.HasPrefix(kv, "HANDOVER_TEST_MODE=") {
+				env = append(env, kv)
+			}
+		}
+		env = append(env, "HANDOVER_TEST_MODE=report", "HANDOVER_TEST_FDS="+strconv.Itoa(sock[0]))
+		err = Exec(os.Args[0], []string{os.Args[0], "-test.run=TestIncomingDescriptorsCloseOnExecAgain"}, env,
+			[]int{sock[0], memfd, exe})
+		fmt.Println("exec failed:", err)
+		os.Exit(3)
+	case "report":
+		fd, _ := strconv.Atoi(os.Getenv("HANDOVER_TEST_FDS"))
+		before, _ := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		in, err := FromEnv()
+		if err != nil {
+			fmt.Println("FromEnv:", err)
+			os.Exit(4)
+		}
+		in.Done()
+		after, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		fmt.Printf("crossed open=%t cloexec before=%t after=%t\n", err == nil, before&unix.FD_CLOEXEC != 0,
+			after&unix.FD_CLOEXEC != 0)
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=TestIncomingDescriptorsCloseOnExecAgain")
+	cmd.Env = append(os.Environ(), "HANDOVER_TEST_MODE=exec")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "crossed open=true cloexec before=false after=true") {
+		t.Fatalf("want the crossed descriptor open, without FD_CLOEXEC across the exec and with it after "+
+			"FromEnv; got:\n%s", out)
+	}
+}
+
 // script writes an executable shell script.
 func script(t *testing.T, body string) string {
 	t.Helper()

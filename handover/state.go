@@ -245,8 +245,20 @@ func FromEnv() (*Incoming, error) {
 	if _, err := io.ReadFull(fdReader(fd), buf); err != nil {
 		return in, fmt.Errorf("handover: reading the state: %w", err)
 	}
-	in.State, err1 = Decode(buf)
-	return in, err1
+	if in.State, err1 = Decode(buf); err1 != nil {
+		return in, err1
+	}
+	// The handed-over descriptors crossed with FD_CLOEXEC cleared. In this image they must have it
+	// again, or every child it starts (the next upgrade's preflight) would hold every consumer and
+	// provider socket open while it runs. A rollback (RollBack) clears it again on those the state
+	// names; before the state is decoded nothing is touched, so a rollback without it keeps them all.
+	if cloexecAbove2() != nil {
+		CloseOnExec(in.State.Header.FDs...)
+		for _, lfd := range in.State.Header.Listeners {
+			unix.CloseOnExec(lfd)
+		}
+	}
+	return in, nil
 }
 
 // Done closes the memfd and the old executable's fd: this image serves now, there is

@@ -32,7 +32,7 @@ import (
 //	| 3 hold writers           | write(2); senders still queue               | what is unsent is known and stays ours
 //	| 4 wait for tasks         | a fail, a flusher in progress               | their answers land in the held queues
 //	| 5 park every poller      | netpoll reads nothing more                  | the stash is final
-//	| 6 snapshot               |                                             | copies; CLOEXEC cleared on every socket
+//	| 6 snapshot               |                                             | copies (handover.Exec keeps its sockets)
 //
 // Parking: with handlers on the pollers (ConfigureNetpoll), a handler that blocks
 // blocks its poller. In step 5 every handler blocks after stashing, and one trigger
@@ -116,7 +116,8 @@ func stashAll(dst []byte, r netpoll.Reader) []byte {
 }
 
 // Snapshot is the data plane's state at a handover. It refers to sockets by fd number:
-// valid in this process, and in the process image exec starts (CLOEXEC is cleared).
+// valid in this process, and in the process image exec starts (handover.Exec clears FD_CLOEXEC on
+// FDs, and only on them).
 type Snapshot struct {
 	Taken    time.Time         `json:"taken"` // on the freezing server's clock (Options.Clock)
 	Sessions []SessionSnapshot `json:"sessions"`
@@ -445,7 +446,6 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 		st.Out, st.Sent, _ = ss.w.export()
 		index[ss] = len(sn.Sessions)
 		sn.Sessions = append(sn.Sessions, st)
-		err = keepOnExec(ss.w.fd)
 	})
 	if err != nil {
 		return nil, err
@@ -494,9 +494,6 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 				cs.Pending = append(cs.Pending, ent)
 			}
 			ps.Conns = append(ps.Conns, cs)
-			if err := keepOnExec(uc.w.fd); err != nil {
-				return nil, err
-			}
 		}
 		p.hold.mu.Lock()
 		p.hold.eachLocked(func(e *held) {
@@ -507,12 +504,6 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 		sn.Pools = append(sn.Pools, ps)
 	}
 	return sn, nil
-}
-
-// keepOnExec clears FD_CLOEXEC: the socket survives exec.
-func keepOnExec(fd int) error {
-	_, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0)
-	return err
 }
 
 // Restore builds a Server that resumes the state of sn (from Freeze, in this

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/stormgate/stormgate/handover"
 	"github.com/stormgate/stormgate/peer"
 )
 
@@ -212,9 +213,6 @@ func handoverChildRun(role string) error {
 	if _, err := unix.Pwrite(mfd, b, 0); err != nil {
 		return err
 	}
-	if err := keepOnExec(lfd); err != nil {
-		return err
-	}
 	var env []string
 	for _, kv := range os.Environ() { // the first of duplicate keys wins in Go: drop the old role
 		if !strings.HasPrefix(kv, handoverRole+"=") {
@@ -222,7 +220,7 @@ func handoverChildRun(role string) error {
 		}
 	}
 	env = append(env, handoverRole+"=new", "HANDOVER_STATE="+strconv.Itoa(mfd), "HANDOVER_LISTENER="+strconv.Itoa(lfd))
-	return syscall.Exec(os.Args[0], os.Args, env)
+	return handover.Exec(os.Args[0], os.Args, env, append(sn.FDs(), mfd, lfd)) // as sidecar upgrade does
 }
 
 func rawListen() (int, error) {
