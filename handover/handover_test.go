@@ -102,14 +102,7 @@ func TestExecKeepsExactlyTheListedFDs(t *testing.T) {
 		if err := unix.Pipe(dropped[:]); err != nil { // no FD_CLOEXEC: Exec must close it anyway
 			panic(err)
 		}
-		var env []string
-		for _, kv := range Env() {
-			if !strings.HasPrefix(kv, "HANDOVER_TEST_MODE=") {
-				env = append(env, kv)
-			}
-		}
-		env = append(env, "HANDOVER_TEST_MODE=report",
-			"HANDOVER_TEST_FDS="+strconv.Itoa(kept[0])+","+strconv.Itoa(dropped[0]))
+		env := reportEnv("HANDOVER_TEST_FDS=" + strconv.Itoa(kept[0]) + "," + strconv.Itoa(dropped[0]))
 		err := Exec(os.Args[0], []string{os.Args[0], "-test.run=TestExecKeepsExactlyTheListedFDs"}, env, []int{kept[0]})
 		fmt.Println("exec failed:", err)
 		os.Exit(3)
@@ -122,13 +115,8 @@ func TestExecKeepsExactlyTheListedFDs(t *testing.T) {
 		}
 		os.Exit(0)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=TestExecKeepsExactlyTheListedFDs")
-	cmd.Env = append(os.Environ(), "HANDOVER_TEST_MODE=exec")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "fd0 open=true") || !strings.Contains(string(out), "fd1 open=false") {
+	out := runExecChild(t, "TestExecKeepsExactlyTheListedFDs")
+	if !strings.Contains(out, "fd0 open=true") || !strings.Contains(out, "fd1 open=false") {
 		t.Fatalf("after exec, want the kept fd open and the other closed; got:\n%s", out)
 	}
 }
@@ -151,13 +139,7 @@ func TestIncomingDescriptorsCloseOnExecAgain(t *testing.T) {
 		if err != nil {
 			panic(err)
 		}
-		var env []string
-		for _, kv := range Env(StateEnv(memfd, exe)) {
-			if !strings.HasPrefix(kv, "HANDOVER_TEST_MODE=") {
-				env = append(env, kv)
-			}
-		}
-		env = append(env, "HANDOVER_TEST_MODE=report", "HANDOVER_TEST_FDS="+strconv.Itoa(sock[0]))
+		env := reportEnv(StateEnv(memfd, exe), "HANDOVER_TEST_FDS="+strconv.Itoa(sock[0]))
 		err = Exec(os.Args[0], []string{os.Args[0], "-test.run=TestIncomingDescriptorsCloseOnExecAgain"}, env,
 			[]int{sock[0], memfd, exe})
 		fmt.Println("exec failed:", err)
@@ -176,16 +158,35 @@ func TestIncomingDescriptorsCloseOnExecAgain(t *testing.T) {
 			after&unix.FD_CLOEXEC != 0)
 		os.Exit(0)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=TestIncomingDescriptorsCloseOnExecAgain")
+	out := runExecChild(t, "TestIncomingDescriptorsCloseOnExecAgain")
+	if !strings.Contains(out, "crossed open=true cloexec before=false after=true") {
+		t.Fatalf("want the crossed descriptor open, without FD_CLOEXEC across the exec and with it after "+
+			"FromEnv; got:\n%s", out)
+	}
+}
+
+// runExecChild runs this test binary's test in its "exec" mode (HANDOVER_TEST_MODE), which execs into
+// its "report" mode; the output of both.
+func runExecChild(t *testing.T, test string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run="+test)
 	cmd.Env = append(os.Environ(), "HANDOVER_TEST_MODE=exec")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "crossed open=true cloexec before=false after=true") {
-		t.Fatalf("want the crossed descriptor open, without FD_CLOEXEC across the exec and with it after "+
-			"FromEnv; got:\n%s", out)
+	return string(out)
+}
+
+// reportEnv is the environment of the "report" image: Env(extra...) in that mode.
+func reportEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range Env(extra...) {
+		if !strings.HasPrefix(kv, "HANDOVER_TEST_MODE=") {
+			env = append(env, kv)
+		}
 	}
+	return append(env, "HANDOVER_TEST_MODE=report")
 }
 
 // script writes an executable shell script.
