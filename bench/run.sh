@@ -6,7 +6,7 @@
 #   bash bench/run.sh                          the full run (about 13 minutes on 2 cores)
 #   bash bench/run.sh --quick                  every scenario at about a tenth of its size
 #   bash bench/run.sh --scenarios idle,storm   a subset (see: bench/out/bin/suite run -h)
-#   BENCH_BASE_REF=4fa09f0 make bench          also measure the sidecar at that commit (forward scenario)
+#   BENCH_BASE_REF=4fa09f0 make bench          also measure the sidecar at that commit (forward, triple-forward)
 #
 # Needs root for the accept-storm scenario (it creates a network namespace) and for installing
 # HAProxy with apt-get when it is missing. Logs, per-run JSON and results.json go to bench/out

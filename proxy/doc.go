@@ -47,8 +47,9 @@
 //	|                              |                           | max_request_age sweep, warm-up retries
 //	| provider (re)connect         | one goroutine per slot    | dial (real errno), back off with full jitter
 //	| connection death, retirement | a goroutine of its own    | settle or re-hold everything that was on it
-//	| an HTTP/2 provider connection| its slot goroutine reads, | frames routed to consumer streams; a writer
-//	|                              | a writer goroutine writes | goroutine owns the socket's writes
+//	| an HTTP/2 provider connection| a goroutine of its own    | frames routed to consumer streams; frames to
+//	|                              | reads                     | the provider go through its writer, written
+//	|                              |                           | by whoever claimed it, after the pool's lock
 //	| a loopback provider's socket | the Server's sock_diag    | how much its application had read, handed to
 //	| destroyed (peerdiag.go)      | watcher, 1/Server         | the connection's death waiting for it
 //
@@ -71,7 +72,7 @@
 //     own q, the goroutine with the writer role owns the batch; see writer.go.
 //   - Every two-way request has exactly one owner at a time: the hold queue (under
 //     holdQueue.mu) or one pending table (under its upConn.mu); see pending.go.
-//   - HTTP/2: h2Session.mu -> writer.mu; h2Pool.mu -> h2Upstream.wmu; nothing holds an
+//   - HTTP/2: h2Session.mu -> writer.mu; h2Pool.mu -> writer.mu (h2Upstream.w); nothing holds an
 //     h2Session.mu and its h2Pool.mu at once (each side calls the other after unlocking).
 //   - Lock order: holdQueue.mu -> upConn.mu -> writer.mu -> writer.fdMu. Nothing that
 //     holds one of these calls upConn.fail (which re-holds); it is spawned instead.

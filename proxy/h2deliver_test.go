@@ -34,12 +34,16 @@ func TestH2AnswerFramesLeaveTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var writes [][]byte // every write(2) to a consumer
+	type write struct {
+		fd int
+		b  []byte
+	}
+	var writes []write // every write(2), to the consumers and to the provider
 	srv.wenv.sys = func(fd int, b []byte) (int, error) {
 		n, err := unix.Write(fd, b)
 		if n > 0 {
 			mu.Lock()
-			writes = append(writes, bytes.Clone(b[:n]))
+			writes = append(writes, write{fd, bytes.Clone(b[:n])})
 			mu.Unlock()
 		}
 		return n, err
@@ -63,10 +67,18 @@ func TestH2AnswerFramesLeaveTogether(t *testing.T) {
 	if res.Sent != 100 || res.OK != res.Sent || res.BodyMismatches != 0 {
 		t.Fatalf("sent %d ok %d mismatches %d errors %v", res.Sent, res.OK, res.BodyMismatches, res.ErrorByStatus)
 	}
+	hp := srv.poolList()[0].h2
+	hp.mu.Lock()
+	upFD := hp.ups[0].w.fd // the provider's connection writes through the same writers
+	hp.mu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
 	heads, split := 0, 0
-	for _, w := range writes {
+	for _, wr := range writes {
+		if wr.fd == upFD {
+			continue
+		}
+		w := wr.b
 		opened, ended := map[uint32]bool{}, map[uint32]bool{}
 		for len(w) >= h2.FrameHeaderLen {
 			h, ok := h2.ParseFrameHeader(w)

@@ -190,7 +190,7 @@ func (s *Server) endOpenH2Calls() int {
 				open = append(open, c)
 			}
 		}
-		h.hp.mu.Unlock()
+		h.hp.unlock()
 	})
 	for _, c := range open {
 		c.sess.hp.answerConsumed(c, c.sess.fail(c, replyUpgrade, h2EndedByUpgrade))
@@ -213,7 +213,7 @@ func (s *Server) unquiesceH2() {
 		var notes h2Notes
 		hp.mu.Lock()
 		hp.pumpLocked(now, &notes)
-		hp.mu.Unlock()
+		hp.unlock()
 		notes.run()
 	}
 }
@@ -257,7 +257,7 @@ func (s *Server) h2PoolsBusy() bool {
 		if hp := p.h2; hp != nil {
 			hp.mu.Lock()
 			busy := hp.streams > 0 || len(hp.paused) > 0
-			hp.mu.Unlock()
+			hp.unlock()
 			if busy {
 				return true
 			}
@@ -305,7 +305,7 @@ func (s *Server) h2Busy() h2Busy {
 				b.answering++
 			}
 		}
-		h.hp.mu.Unlock()
+		h.hp.unlock()
 	})
 	return b
 }
@@ -355,7 +355,7 @@ func (h *h2Session) snapshot(st *SessionSnapshot, in []byte, now int64) (ok bool
 	slices.SortFunc(calls, func(a, b *h2Call) int { return int(a.down) - int(b.down) })
 	hp := h.hp
 	hp.mu.Lock()
-	defer hp.mu.Unlock()
+	defer hp.unlock()
 	for i, c := range calls {
 		if !c.waiting || c.paused || c.up != nil {
 			return false, fmt.Errorf("%w: a call is on a provider stream", errH2NotAtRest)
@@ -409,7 +409,7 @@ func (hp *h2Pool) adoptWaiting(c *h2Call, x H2CallSnapshot, now int64, cfg *Conf
 	var notes h2Notes
 	defer notes.run()
 	hp.mu.Lock()
-	defer hp.mu.Unlock()
+	defer hp.unlock()
 	defer hp.pumpLocked(now, &notes)
 	c.head, c.headEnd, c.inEnd, c.inTrail = x.Head, x.HeadEnd, x.InEnd, x.InTrail
 	c.resending, c.resends, c.notRunTries = x.Resending, x.Resends, x.NotRunTries

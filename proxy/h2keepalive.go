@@ -43,7 +43,7 @@ func (u *h2Upstream) onBeat() {
 	interval := int64(cfg.UpstreamInterval)
 	hp.mu.Lock()
 	if u.dead {
-		hp.mu.Unlock()
+		hp.unlock()
 		return
 	}
 	dead := u.pingSent != 0 && now-u.pingSent >= interval*int64(cfg.UpstreamMaxMissed)
@@ -60,11 +60,11 @@ func (u *h2Upstream) onBeat() {
 		u.pingSent = now
 		srv.m.hbSent.Inc()
 	}
-	hp.mu.Unlock()
+	hp.unlock()
 	if dead {
 		srv.log.Warn("HTTP/2 provider connection dead: closing it", zap.String("provider", hp.p.addr),
 			zap.String("why", u.deadWhy))
-		_ = u.nc.Close() // the reader ends and ends every call on it
+		u.shut() // the reader ends and ends every call on it
 		return
 	}
 	srv.wheel.Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))

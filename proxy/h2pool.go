@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -41,10 +42,12 @@ import (
 //
 // Locks: mu guards every h2Upstream's h2.Conn, StreamMap and calls, the waiting list, and the
 // provider-side fields of every h2Call of the pool. Nothing holds mu and a session's lock at once (see
-// h2session.go). Each connection has a writer goroutine that owns the socket's writes; frames are
-// queued to it under mu in the order the Conn produced them, so its output stays in order. The
-// goroutines are the h2Pool's (wg, which pool.close waits for); a handover's freeze leaves them running
-// (h2handover.go: the provider's HTTP/2 connections do not cross, and none has a stream by then).
+// h2session.go). Each connection writes through a writer (writer.go), as a Dubbo provider connection
+// does: frames are taken under mu in the order the Conn produced them (takeCopy), so its output stays in
+// order, and the goroutine that claimed the writer role writes them after mu is released (unlock), so no
+// write(2) happens under the pool's lock and no goroutine is woken to write. The goroutines are the
+// h2Pool's (wg, which pool.close waits for); a handover's freeze leaves them running (h2handover.go: the
+// provider's HTTP/2 connections do not cross, and none has a stream by then).
 type h2Pool struct {
 	p          *pool
 	sessionIDs atomic.Uint64
@@ -56,6 +59,10 @@ type h2Pool struct {
 	paused  []*h2Call     // requests to be sent again after a pause (h2replay.go)
 	streams int           // calls on provider streams, on every connection (a handover waits for 0)
 	closed  bool
+	// claims are the connections whose writer role a batch claimed under mu: unlock writes them.
+	claims  [4]*h2Upstream
+	nClaims int
+	more    []*h2Upstream // past the array
 
 	calls callShard // per-method counts of the pool's calls (h2calls.go); atomics, no lock
 
@@ -107,10 +114,10 @@ func (hp *h2Pool) resize(n int) {
 			closing = append(closing, u)
 		}
 	}
-	hp.mu.Unlock()
+	hp.unlock()
 	hp.slots = slices.Clip(hp.slots[:n])
 	for _, u := range closing {
-		_ = u.nc.Close()
+		u.shut()
 	}
 	hp.p.srv.spawn(hp.p.connChanged) // the gauges
 }
@@ -129,7 +136,7 @@ func (hp *h2Pool) close() {
 	for _, c := range waiting {
 		hp.unwaitLocked(c, &notes)
 	}
-	hp.mu.Unlock()
+	hp.unlock()
 	for _, c := range waiting {
 		c.sess.fail(c, replyNoUpstream, "stormgate: shutting down")
 	}
@@ -139,7 +146,7 @@ func (hp *h2Pool) close() {
 // readyConns is the number of usable connections (the upstream gauges).
 func (hp *h2Pool) readyConns() int {
 	hp.mu.Lock()
-	defer hp.mu.Unlock()
+	defer hp.unlock()
 	return len(hp.ups)
 }
 
@@ -154,6 +161,12 @@ func (hp *h2Pool) slotLoop(ctx context.Context, slot int, sl *h2Slot) {
 		bo.Base, bo.Max = cfg.BackoffBase, cfg.BackoffMax
 		d := net.Dialer{Timeout: cfg.ConnectTimeout}
 		nc, err := d.DialContext(ctx, "tcp", hp.p.addr)
+		var u *h2Upstream
+		if err == nil {
+			if u, err = hp.newUpstream(nc); err != nil {
+				_ = nc.Close()
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -172,15 +185,14 @@ func (hp *h2Pool) slotLoop(ctx context.Context, slot int, sl *h2Slot) {
 		}
 		connectedBefore = true
 		hp.p.dials.connected(hp.p, slot)
-		u := hp.newUpstream(nc)
 		hp.mu.Lock()
 		retired := sl.retire
 		if !retired {
 			sl.up = u
 		}
-		hp.mu.Unlock()
+		hp.unlock()
 		if retired {
-			_ = nc.Close()
+			u.shut()
 			return
 		}
 		served := make(chan error, 1)
@@ -196,7 +208,7 @@ func (hp *h2Pool) slotLoop(ctx context.Context, slot int, sl *h2Slot) {
 		}
 		hp.mu.Lock()
 		sl.up, retired = nil, sl.retire
-		hp.mu.Unlock()
+		hp.unlock()
 		if ctx.Err() != nil || retired {
 			return
 		}
@@ -239,49 +251,91 @@ type h2Upstream struct {
 	deadWhy    string // set when liveness declared the connection dead
 	meter      h2Meter
 
-	wmu      sync.Mutex
-	wbuf     []byte
-	wclosed  bool
-	queued   uint64 // bytes ever queued, and of them written to the socket: what reached the kernel
-	written  uint64
-	inflight int // bytes of the batch the writer goroutine is writing
-	charged  int // of wbuf and inflight, what is charged to the budget (chargeLocked)
-	wake     chan struct{}
+	// w owns the socket's writes; its stream offsets say what reached the kernel (c.upOff, die).
+	w    writer
+	idle chan struct{} // the writer role was released while serve waited for it (writerIdle)
 }
 
-func (hp *h2Pool) newUpstream(nc net.Conn) *h2Upstream {
-	u := &h2Upstream{hp: hp, nc: nc, calls: make(map[uint32]*h2Call), wake: make(chan struct{}, 1),
+func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
+	fd, err := connFD(nc)
+	if err != nil {
+		return nil, err
+	}
+	srv := hp.p.srv
+	u := &h2Upstream{hp: hp, nc: nc, calls: make(map[uint32]*h2Call), idle: make(chan struct{}, 1),
 		goneAway: make(chan struct{})}
+	u.w = writer{fd: fd, env: &srv.wenv, owner: u, mustTake: true}
 	u.beat.Init(u.onBeat)
-	u.lastRead.Store(hp.p.srv.now())
+	u.lastRead.Store(srv.now())
 	// http2.* as in force at the dial: the connection keeps what it announced.
-	u.conn = h2.NewConn(hp.p.srv.cfg.Load().h2Conn(h2.RoleClient))
-	u.proof.connected(nc, hp.p.srv.clock, &hp.p.srv.diag)
-	u.flushLocked() // the preface and Stormgate's SETTINGS (nobody else knows u yet)
-	return u
+	u.conn = h2.NewConn(srv.cfg.Load().h2Conn(h2.RoleClient))
+	u.proof.connected(nc, srv.clock, &srv.diag)
+	// The preface and Stormgate's SETTINGS: nobody else knows u yet, so no lock.
+	u.meter.sync(&srv.m.h2, h2Provider, u.conn.Counters())
+	_, _, _ = u.w.send(u.conn.Output(), 0) // a failure shows in the first read
+	u.conn.ClearOutput()
+	return u, nil
+}
+
+// connFD is nc's socket.
+func connFD(nc net.Conn) (int, error) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1, fmt.Errorf("%T is not a socket", nc)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// shut closes the connection from any goroutine: the writer first, so that no write(2) can reach the
+// descriptor once the socket closes it (its number may be reused), then the socket, which ends the reader.
+func (u *h2Upstream) shut() {
+	u.w.close()
+	_ = u.nc.Close()
+}
+
+// The writer's owner (writer.go). A failed write is not acted on: the reader sees the broken connection
+// too, after reading what the provider sent before it broke (closing the socket at the write's failure lost
+// a provider's last answers, TestH2ResendAboveGoAway).
+func (u *h2Upstream) writeStalled()         {}
+func (u *h2Upstream) writeFailed(err error) { u.writerIdle() }
+func (u *h2Upstream) writerIdle() {
+	select {
+	case u.idle <- struct{}{}:
+	default:
+	}
 }
 
 // serve runs the connection until it ends, then ends every call still on it.
 func (u *h2Upstream) serve(ctx context.Context) error {
 	hp := u.hp
-	done := make(chan struct{})
-	hp.wg.Add(1)
-	go func() { defer hp.wg.Done(); defer close(done); u.writeLoop() }()
-	stop := context.AfterFunc(ctx, func() { _ = u.nc.Close() })
+	stop := context.AfterFunc(ctx, u.shut)
 	err := u.readLoop()
 	u.proof.end(u.nc)
 	stop()
 	// Let the writer finish what is queued (a GOAWAY after a connection error), but not wait on a
 	// provider that does not read.
-	_ = u.nc.SetWriteDeadline(time.Now().Add(time.Second))
-	u.closeWriter()
-	<-done
-	_ = u.nc.Close()
+	if u.w.busy() {
+		t := time.NewTimer(time.Second)
+		select {
+		case <-u.idle:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	u.shut()
 	hp.p.srv.wheel.Stop(&u.beat)
 	why := "stormgate: provider connection lost"
 	hp.mu.Lock()
 	deadWhy := u.deadWhy
-	hp.mu.Unlock()
+	hp.unlock()
 	switch {
 	case ctx.Err() != nil:
 		why = "stormgate: shutting down"
@@ -339,7 +393,7 @@ func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
 	}
 	u.flushLocked()
 	closeNow := u.away && len(u.calls) == 0
-	hp.mu.Unlock()
+	hp.unlock()
 	if c != nil {
 		switch ev.Kind {
 		case h2.EventHeaders:
@@ -362,7 +416,7 @@ func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
 	}
 	notes.run()
 	if closeNow {
-		_ = u.nc.Close()
+		u.shut()
 	}
 	return n, err
 }
@@ -457,9 +511,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 func (u *h2Upstream) die(msg string, shutdown bool) {
 	hp := u.hp
 	var notes h2Notes
-	u.wmu.Lock()
-	written := u.written
-	u.wmu.Unlock()
+	written := u.w.close() // closed already: the final count of bytes the kernel took
 	read, readOK := u.proof.providerRead(written, hp.p.srv.after)
 	now := hp.p.srv.now()
 	hp.mu.Lock()
@@ -479,7 +531,7 @@ func (u *h2Upstream) die(msg string, shutdown bool) {
 		}
 	}
 	hp.pumpLocked(now, &notes)
-	hp.mu.Unlock()
+	hp.unlock()
 	for _, c := range calls {
 		c.sess.fail(c, replyUpstreamLost, msg)
 	}
@@ -525,7 +577,7 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 		c.upDone = true
 		hp.forgetLocked(c)
 	}
-	hp.mu.Unlock()
+	hp.unlock()
 	if msg != "" {
 		c.sess.fail(c, reason, msg)
 	}
@@ -571,13 +623,13 @@ func (hp *h2Pool) expire(c *h2Call) {
 	var notes h2Notes
 	hp.mu.Lock()
 	if !c.waiting {
-		hp.mu.Unlock()
+		hp.unlock()
 		return
 	}
 	hp.takeOutLocked(c)
 	hp.unwaitLocked(c, &notes)
 	late := c.pastSendBy(hp.p.srv.now())
-	hp.mu.Unlock()
+	hp.unlock()
 	if late {
 		notes.late = append(notes.late, c)
 	} else {
@@ -617,8 +669,7 @@ func (u *h2Upstream) startLocked(c *h2Call, now int64, notes *h2Notes) {
 	u.hp.streams++
 	c.up, c.upID = u, id
 	b, _ := u.conn.AppendHeaders(u.frames(), id, c.head, c.headEnd)
-	c.upOff = u.queuedBytes()
-	u.send(b)
+	c.upOff = u.send(b)
 	c.head = nil
 	u.pushLocked(c, now, notes)
 }
@@ -709,7 +760,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 			c.up.endLocked(c, &notes)
 		}
 	}
-	hp.mu.Unlock()
+	hp.unlock()
 	if over {
 		c.sess.fail(c, replyOverloaded, "stormgate: out of buffer memory (limits.max_buffered_bytes)")
 	}
@@ -730,7 +781,7 @@ func (hp *h2Pool) keepInLocked(c *h2Call, b []byte) bool {
 // trailers forwards request trailers (END_STREAM), behind any DATA still waiting.
 func (hp *h2Pool) trailers(c *h2Call, fields []h2.HeaderField) {
 	hp.mu.Lock()
-	defer hp.mu.Unlock()
+	defer hp.unlock()
 	if !c.upDone {
 		hp.keepTrailersLocked(c, fields)
 	}
@@ -755,7 +806,7 @@ func (hp *h2Pool) cancel(c *h2Call) {
 	case c.up != nil:
 		c.up.endLocked(c, &notes)
 	}
-	hp.mu.Unlock()
+	hp.unlock()
 	notes.run()
 }
 
@@ -766,7 +817,7 @@ func (hp *h2Pool) answerConsumed(c *h2Call, n int) {
 		return
 	}
 	hp.mu.Lock()
-	defer hp.mu.Unlock()
+	defer hp.unlock()
 	if u := c.up; u != nil && !u.dead {
 		_ = u.conn.ConsumedStream(c.upID, n)
 		u.flushLocked()
@@ -780,14 +831,15 @@ func (u *h2Upstream) frames() []byte {
 	return b
 }
 
-// send queues a batch from frames.
-func (u *h2Upstream) send(b []byte) {
-	u.queue(b)
+// send queues a batch from frames and returns its offset in the connection's byte stream.
+func (u *h2Upstream) send(b []byte) uint64 {
+	off := u.queue(b)
 	if cap(b) <= spareKeep {
 		u.scratch = b[:0]
 	} else {
 		u.scratch = nil
 	}
+	return off
 }
 
 // flushLocked queues what the Conn owes the provider (SETTINGS ACKs, PING answers, WINDOW_UPDATEs,
@@ -800,90 +852,50 @@ func (u *h2Upstream) flushLocked() {
 	}
 }
 
-// queue hands bytes to the writer goroutine (copied). What may wait there is bounded by the provider's
-// flow-control windows (DATA) and its stream limit (heads), and charged to the budget past h2WriteFree.
-func (u *h2Upstream) queue(b []byte) {
+// queue hands b to the writer (copied: the caller reuses it), under hp.mu, and returns b's offset in the
+// connection's byte stream; after a close, where the stream ends (nothing of b reaches the kernel). What
+// may wait in the writer is bounded by the provider's flow-control windows (DATA) and its stream limit
+// (heads), and charged to the budget while the provider does not take it (mustTake). A batch that claims
+// the writer role is written by unlock.
+func (u *h2Upstream) queue(b []byte) uint64 {
 	if len(b) == 0 {
-		return
+		return u.w.streamOffset()
 	}
-	u.wmu.Lock()
-	if !u.wclosed {
-		u.wbuf = append(u.wbuf, b...)
-		u.chargeLocked()
-	}
-	u.queued += uint64(len(b))
-	u.wmu.Unlock()
-	select {
-	case u.wake <- struct{}{}:
-	default:
-	}
-}
-
-// queuedBytes is how many bytes were ever queued: the offset the next queued byte will have.
-func (u *h2Upstream) queuedBytes() uint64 {
-	u.wmu.Lock()
-	defer u.wmu.Unlock()
-	return u.queued
-}
-
-// h2WriteFree is how much of a provider connection's write queue is not charged to the budget: what one
-// batch of a busy connection holds while the kernel takes it. Past it the provider is not reading as fast as
-// Stormgate sends, and the bytes waiting for it count against limits.max_buffered_bytes, as a stalled
-// writer's do (writer.go). The hot path never touches the shared counter.
-const h2WriteFree = 64 << 10
-
-// chargeLocked brings the queue's charge to what waits past h2WriteFree (the queued bytes and the batch
-// being written). Forced: the bytes are already here, bounded by the provider's flow-control windows and
-// stream limit; the charge makes the rest of Stormgate refuse what no longer fits. Under wmu.
-func (u *h2Upstream) chargeLocked() {
-	u.hp.p.srv.budget.recharge(&u.charged, max(len(u.wbuf)+u.inflight-h2WriteFree, 0))
-}
-
-func (u *h2Upstream) closeWriter() {
-	u.wmu.Lock()
-	u.wclosed = true
-	u.wmu.Unlock()
-	select {
-	case u.wake <- struct{}{}:
-	default:
-	}
-}
-
-// writeLoop owns the socket's writes: it writes what was queued, in order, until closeWriter.
-func (u *h2Upstream) writeLoop() {
-	var batch []byte
-	defer func() { // nothing is written any more: the queue's charge goes back
-		u.wmu.Lock()
-		u.wclosed, u.wbuf, u.inflight = true, nil, 0
-		u.chargeLocked()
-		u.wmu.Unlock()
-	}()
-	for range u.wake {
-		u.wmu.Lock()
-		batch, u.wbuf = u.wbuf, batch[:0]
-		u.inflight = len(batch)
-		closed := u.wclosed
-		u.wmu.Unlock()
-		if len(batch) > 0 {
-			n, err := u.nc.Write(batch)
-			u.wmu.Lock()
-			u.written += uint64(n)
-			u.inflight = 0
-			u.chargeLocked()
-			u.wmu.Unlock()
-			if err != nil {
-				// A write fails only on a broken connection, which the reader sees too, after reading what the
-				// provider sent before it broke. (Closing the socket here lost a provider's last answers:
-				// the reader got "use of closed network connection" with them still unread, TestH2ResendAboveGoAway.)
-				return
-			}
+	off, claimed, accepted, _ := u.w.takeCopy(b)
+	switch {
+	case !accepted:
+		return u.w.streamOffset()
+	case claimed:
+		hp := u.hp
+		if hp.nClaims < len(hp.claims) {
+			hp.claims[hp.nClaims] = u
+			hp.nClaims++
+		} else {
+			hp.more = append(hp.more, u)
 		}
-		if cap(batch) > spareKeep {
-			batch = nil
-		}
-		if closed {
-			return
-		}
+	}
+	return off
+}
+
+// unlock releases mu, then writes the batches that claimed a writer role under it.
+func (hp *h2Pool) unlock() {
+	claims, n, more := hp.claims, hp.nClaims, hp.more
+	if n > 0 {
+		hp.claims, hp.nClaims, hp.more = [len(hp.claims)]*h2Upstream{}, 0, nil
+	}
+	hp.mu.Unlock()
+	for _, u := range claims[:n] {
+		u.writeTaken()
+	}
+	for _, u := range more {
+		u.writeTaken()
+	}
+}
+
+// writeTaken writes the batch that claimed the writer role. A socket error is the reader's to see.
+func (u *h2Upstream) writeTaken() {
+	if _, idle := u.w.writeTaken(); idle {
+		u.writerIdle()
 	}
 }
 

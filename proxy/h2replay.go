@@ -205,7 +205,7 @@ func (hp *h2Pool) unpause(c *h2Call) {
 		hp.waiting.push(c)
 		hp.pumpLocked(hp.p.srv.now(), &notes)
 	}
-	hp.mu.Unlock()
+	hp.unlock()
 	notes.run()
 }
 

@@ -503,10 +503,7 @@ func TestH2ResendUnsent(t *testing.T) {
 		if len(hp.ups) == 0 {
 			return false
 		}
-		u := hp.ups[0]
-		u.wmu.Lock()
-		defer u.wmu.Unlock()
-		return u.queued-u.written > 1<<20
+		return hp.ups[0].w.queued() > 1<<20
 	}
 	waitFor(t, 30*time.Second, "the big call backed up in Stormgate", backedUp)
 	if err := <-writing; err != nil {
@@ -675,9 +672,7 @@ func testH2ResendUnread(t *testing.T) {
 		var c *h2Call
 		for _, c = range u.calls {
 		}
-		u.wmu.Lock()
-		defer u.wmu.Unlock()
-		return c.req.complete && u.written == u.queued && u.written > c.upOff // whole: see TestH2ResendUnsent
+		return c.req.complete && u.w.queued() == 0 && u.w.written.Load() > c.upOff // whole: see TestH2ResendUnsent
 	})
 	stalled.nc.Close() // with the call unread in its receive queue: the kernel resets
 	a := readAnswersTicking(t, fr, 1, clk, srv)[1]

@@ -103,7 +103,7 @@ type h2Call struct {
 	arrived int64
 	sendBy  int64           // past it the call is never sent (h2deadline.go); noDeadline without grpc-timeout
 	hold    keepalive.Timer // the hold timeout while waiting
-	upOff   uint64          // where its head went in the connection's write queue (h2Upstream.queued)
+	upOff   uint64          // where its head went in the connection's byte stream (h2Upstream.w's offsets)
 
 	// Sending it again (h2replay.go), under the pool's mu.
 	req         h2Kept          // the request as the consumer sent it, until the provider's answer head

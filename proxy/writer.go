@@ -48,6 +48,11 @@ type writer struct {
 	env     *writerEnv
 	owner   writerOwner
 	batches *countHist // frames per write(2); nil: not observed
+	// mustTake: the owner cannot take a frame back once made (an HTTP/2 provider connection: its
+	// Conn has counted the frame in its windows and stream states), so take never refuses one while
+	// stalled; the bytes are charged to the budget by force, and what the budget refuses is
+	// refused upstream of the writer (the hold queue, kept requests).
+	mustTake bool
 
 	mu         sync.Mutex
 	q          []byte // queued behind the batch, whole frames
@@ -175,6 +180,11 @@ func (w *writer) claimable() bool {
 func (w *writer) take(b []byte, maxQueued int) (off uint64, claimed, accepted bool, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.takeLocked(b, maxQueued, false)
+}
+
+// takeLocked is take; with own, a claimed b is copied into the writer's buffer (takeCopy).
+func (w *writer) takeLocked(b []byte, maxQueued int, own bool) (off uint64, claimed, accepted bool, err error) {
 	if w.closed {
 		return 0, false, false, errWriterClosed
 	}
@@ -184,7 +194,9 @@ func (w *writer) take(b []byte, maxQueued int) (off uint64, claimed, accepted bo
 			return 0, false, false, errQueueFull
 		}
 		if w.stalled {
-			if !w.env.budget.tryReserve(len(b)) {
+			if w.mustTake {
+				w.env.budget.force(len(b))
+			} else if !w.env.budget.tryReserve(len(b)) {
 				return 0, false, false, errOverBudget
 			}
 			w.charged += len(b)
@@ -194,13 +206,56 @@ func (w *writer) take(b []byte, maxQueued int) (off uint64, claimed, accepted bo
 		w.appended += uint64(len(b))
 		return off, false, true, nil
 	}
-	// Nobody writes: b will be written straight from the caller's memory. Until the
-	// caller takes mu again (writeClaimed), batch is the caller's b, so a close in
-	// between can still copy it.
+	// Nobody writes: b will be written straight from the caller's memory (own: from
+	// the writer's copy). Until the caller takes mu again (writeClaimed), batch is the
+	// caller's b, so a close in between can still copy it.
 	w.writing = true
 	w.appended += uint64(len(b))
+	if own {
+		b = append(w.takeSpare(len(b)), b...)
+	}
 	w.batch, w.batchOff, w.sent = b, off, 0
 	return off, true, true, nil
+}
+
+// takeCopy is take for an owner that reuses b as soon as take returns (an HTTP/2 provider
+// connection builds every batch in one scratch buffer under its pool's lock, and writes after
+// the lock is released): a claimed b is copied into the writer's own buffer, and the caller
+// then calls writeTaken, not writeClaimed(b). Queue bounds are the owner's (maxQueued 0).
+func (w *writer) takeCopy(b []byte) (off uint64, claimed, accepted bool, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.takeLocked(b, 0, true)
+}
+
+// writeTaken is writeClaimed for a caller that claimed the role in takeCopy: the batch is
+// the writer's own, and is kept for reuse once written.
+func (w *writer) writeTaken() (err error, idle bool) {
+	if w.batches != nil {
+		w.batches.observe(1)
+	}
+	b := w.batch // the role's: nobody else changes it until the role is released
+	n, werr := w.write(b)
+	w.mu.Lock()
+	w.sent = n
+	if n == len(b) {
+		w.recycleLocked(b)
+		w.mu.Unlock()
+		return w.run()
+	}
+	return w.stallOrFail(werr), false
+}
+
+// busy reports whether a goroutine still holds the writer role with bytes to write (a
+// sender or the flusher); if so, the owner is told when it releases it (writerIdle).
+func (w *writer) busy() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || !w.writing {
+		return false
+	}
+	w.notify = true
+	return true
 }
 
 // writeClaimed is send's second half for a caller that claimed the writer role in

@@ -479,3 +479,49 @@ func TestWriterTryTakeAndIdle(t *testing.T) {
 		waitFor(t, 10*time.Second, "writerIdle after the resume", func() bool { return wp.idles.Load() == 1 })
 	})
 }
+
+// TestWriterTakeCopy: takeCopy (an HTTP/2 provider connection: every batch is built in one
+// scratch buffer, taken under the pool's lock and written after it) keeps its own copy of a
+// batch that claims the role, so the caller may reuse its buffer at once; and a mustTake writer
+// never refuses a frame while stalled, charging it to the budget by force instead.
+func TestWriterTakeCopy(t *testing.T) {
+	wp := newWriterPair(t, 4<<10)
+	wp.w.mustTake = true
+	wp.w.env.budget.limit.Store(64 << 10)
+	scratch := []byte("first batch")
+	want := bytes.Clone(scratch)
+	off, claimed, ok, err := wp.w.takeCopy(scratch)
+	if off != 0 || !claimed || !ok || err != nil {
+		t.Fatalf("takeCopy on an idle writer: off %d claimed %v ok %v err %v", off, claimed, ok, err)
+	}
+	copy(scratch, "XXXXXXXXXXX") // the caller reuses its buffer before the write
+	if err, _ := wp.w.writeTaken(); err != nil {
+		t.Fatal(err)
+	}
+	if got := wp.readAll(t, len(want)); !bytes.Equal(got, want) {
+		t.Fatalf("the peer read %q, want %q", got, want)
+	}
+	// Fill the socket until the writer stalls, then go past the budget: every frame is taken.
+	big := bytes.Repeat([]byte{7}, 32<<10)
+	sent := 0
+	for i := 0; i < 8; i++ {
+		_, claimed, ok, err := wp.w.takeCopy(big)
+		if !ok || err != nil {
+			t.Fatalf("frame %d refused: %v (charged %d of %d)", i, err, wp.w.env.budget.inUse(), 64<<10)
+		}
+		if claimed {
+			wp.w.writeTaken()
+		}
+		sent += len(big)
+	}
+	if wp.w.stalledFor(wp.now.Load()) == 0 || wp.w.env.budget.inUse() <= 64<<10 {
+		t.Fatalf("stalled for %d, charged %d: want a stall charged past the budget", wp.w.stalledFor(wp.now.Load()), wp.w.env.budget.inUse())
+	}
+	if got := wp.readAll(t, sent); !bytes.Equal(got, bytes.Repeat([]byte{7}, sent)) {
+		t.Fatal("stream differs")
+	}
+	wp.waitDrained(t)
+	if u := wp.w.env.budget.inUse(); u != 0 {
+		t.Fatalf("budget still charged %d after drain", u)
+	}
+}

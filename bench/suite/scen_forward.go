@@ -99,9 +99,10 @@ var (
 	dubboForward = fwdSetup{name: "forward", provider: dubboGoProvider, method: fwdMethod, arg: fwdArg,
 		targets: fwdTargets, profiled: fwdProfiled, labelPairs: true, base: true}
 	// tripleForward: unary Triple calls (dgprovider's Echo, a String argument, as dubbo-go's
-	// client sends it without IDL) through HAProxy in HTTP/2 mode and through Stormgate.
+	// client sends it without IDL) through HAProxy in HTTP/2 mode and through Stormgate (and the
+	// sidecar at BENCH_BASE_REF, in the same alternating rounds, when bench/run.sh built it).
 	tripleForward = fwdSetup{name: "triple-forward", provider: dubboGoTriple, method: tripleMethod, arg: fwdArg,
-		targets: []string{haproxy, stormgate}, profiled: []string{haproxy, stormgate}}
+		targets: []string{haproxy, stormgate}, profiled: []string{haproxy, stormgate}, base: true}
 )
 
 // tripleMethod is dgprovider's Echo(String) as a Triple consumer names it in :path.
