@@ -94,7 +94,7 @@ func (hp *h2Pool) resize(n int) {
 		sl := &h2Slot{cancel: cancel}
 		hp.slots = append(hp.slots, sl)
 		hp.wg.Add(1)
-		go func() { defer hp.wg.Done(); defer cancel(); hp.slotLoop(ctx, i, sl) }()
+		go func() { defer hp.wg.Done(); defer cancel(); runSlot(ctx, hp.p, i, &h2SlotKind{hp, sl, ctx}) }()
 	}
 	if n >= len(hp.slots) {
 		return
@@ -150,74 +150,87 @@ func (hp *h2Pool) readyConns() int {
 	return len(hp.ups)
 }
 
-// slotLoop keeps one connection up: dial, serve until it ends, back off with full jitter, redial; until
-// the pool closes or the slot retires (resize).
-func (hp *h2Pool) slotLoop(ctx context.Context, slot int, sl *h2Slot) {
-	srv := hp.p.srv
-	var bo keepalive.Backoff
-	connectedBefore := false
-	for ctx.Err() == nil {
-		cfg := srv.cfg.Load()
-		bo.Base, bo.Max = cfg.BackoffBase, cfg.BackoffMax
-		d := net.Dialer{Timeout: cfg.ConnectTimeout}
-		nc, err := d.DialContext(ctx, "tcp", hp.p.addr)
-		var u *h2Upstream
-		if err == nil {
-			if u, err = hp.newUpstream(nc); err != nil {
-				_ = nc.Close()
-			}
+// h2SlotKind is an HTTP/2 slot for runSlot (slot.go).
+type h2SlotKind struct {
+	hp  *h2Pool
+	sl  *h2Slot
+	ctx context.Context
+}
+
+func (k *h2SlotKind) proto() uint32                { return protoH2 }
+func (k *h2SlotKind) current() (*h2Upstream, bool) { return nil, false }
+func (k *h2SlotKind) dialFailed()                  {}
+
+func (k *h2SlotKind) dial(ctx context.Context, _ int) (*h2Upstream, error) {
+	hp := k.hp
+	d := net.Dialer{Timeout: hp.p.srv.cfg.Load().ConnectTimeout}
+	nc, err := d.DialContext(ctx, "tcp", hp.p.addr)
+	if err != nil {
+		if ctx.Err() == nil {
+			hp.p.srv.m.upDialErrors[protoH2].Inc()
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			srv.m.upDialErrors[protoH2].Inc()
-			a, wait := bo.Attempt(), bo.Next()
-			hp.p.dials.failed(hp.p, err, wait)
-			if !srv.waitBackoff(ctx, wait, a) {
-				return
-			}
-			continue
-		}
-		bo.Reset()
-		if connectedBefore {
-			srv.m.upReconnects[protoH2].Inc()
-		}
-		connectedBefore = true
-		hp.p.dials.connected(hp.p, slot)
-		hp.mu.Lock()
-		retired := sl.retire
-		if !retired {
-			sl.up = u
-		}
-		hp.unlock()
-		if retired {
-			u.shut()
-			return
-		}
-		served := make(chan error, 1)
-		hp.wg.Add(1)
-		go func() { defer hp.wg.Done(); served <- u.serve(ctx) }()
-		select {
-		case err = <-served:
-		case <-u.goneAway:
-			// The provider's GOAWAY: the connection finishes the streams below its last id on its own and
-			// closes after the last one; the slot opens a new connection meanwhile (RFC 9113 §6.8), so that
-			// new calls need not wait for the old streams to end.
-			err = errProviderGoAway
-		}
-		hp.mu.Lock()
-		sl.up, retired = nil, sl.retire
-		hp.unlock()
-		if ctx.Err() != nil || retired {
-			return
-		}
-		srv.log.Info("HTTP/2 provider connection ended; reconnecting", zap.String("provider", hp.p.addr),
-			zap.Int("slot", slot), zap.Error(err))
-		if a := bo.Attempt(); !srv.waitBackoff(ctx, bo.Next(), a) {
-			return
-		}
+		return nil, err
 	}
+	u, err := hp.newUpstream(nc)
+	if err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	return u, nil
+}
+
+func (k *h2SlotKind) install(u *h2Upstream) bool {
+	k.hp.mu.Lock()
+	retired := k.sl.retire
+	if !retired {
+		k.sl.up = u
+	}
+	k.hp.unlock()
+	if retired {
+		u.shut()
+	}
+	return !retired
+}
+
+// serve runs the connection on a goroutine of the pool's. The slot may redial at the provider's
+// GOAWAY: the connection finishes the streams below its last id on its own and closes after the
+// last one; the slot opens a new connection meanwhile (RFC 9113 §6.8), so that new calls need not
+// wait for the old streams to end.
+func (k *h2SlotKind) serve(ctx context.Context, u *h2Upstream) (ended, away <-chan struct{}) {
+	k.hp.wg.Add(1)
+	go func() {
+		defer k.hp.wg.Done()
+		u.endErr = u.serve(ctx)
+		close(u.ended)
+	}()
+	return u.ended, u.goneAway
+}
+
+// stop: the connection closes itself when ctx ends (serve).
+func (k *h2SlotKind) stop(*h2Upstream) { k.forget(nil) }
+
+func (k *h2SlotKind) forget(u *h2Upstream) {
+	k.hp.mu.Lock()
+	k.sl.up = nil
+	retired := k.sl.retire
+	k.hp.unlock()
+	if u == nil || retired || k.ctx.Err() != nil {
+		return
+	}
+	err := errProviderGoAway
+	select {
+	case <-u.ended:
+		err = u.endErr
+	default:
+	}
+	k.hp.p.srv.log.Info("HTTP/2 provider connection ended; reconnecting", zap.String("provider", k.hp.p.addr),
+		zap.Error(err))
+}
+
+func (k *h2SlotKind) retired() bool {
+	k.hp.mu.Lock()
+	defer k.hp.unlock()
+	return k.sl.retire
 }
 
 // errProviderGoAway is why a slot reconnects while its connection still finishes the streams a provider's
@@ -238,6 +251,8 @@ type h2Upstream struct {
 	// goneAway is closed at the provider's first GOAWAY (awaySeen): the slot dials a new connection meanwhile.
 	goneAway chan struct{}
 	awaySeen bool
+	ended    chan struct{} // closed when serve returned, with endErr (h2SlotKind)
+	endErr   error
 	dead     bool
 	readyAt  int64   // when the provider's first SETTINGS came (the not-executed window starts)
 	proof    h2Proof // what the provider read, at the end (h2peerread.go)
@@ -263,7 +278,7 @@ func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
 	}
 	srv := hp.p.srv
 	u := &h2Upstream{hp: hp, nc: nc, calls: make(map[uint32]*h2Call), idle: make(chan struct{}, 1),
-		goneAway: make(chan struct{})}
+		goneAway: make(chan struct{}), ended: make(chan struct{})}
 	u.w = writer{fd: fd, env: &srv.wenv, owner: u, mustTake: true}
 	u.beat.Init(u.onBeat)
 	u.lastRead.Store(srv.now())

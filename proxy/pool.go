@@ -105,7 +105,7 @@ func (p *pool) startLoops() {
 		ctx, cancel := context.WithCancel(p.ctx)
 		sl.cancel = cancel
 		p.wg.Add(1)
-		go func() { defer p.wg.Done(); p.slotLoop(ctx, i, sl) }()
+		go func() { defer p.wg.Done(); runSlot(ctx, p, i, dubboSlot{p, sl}) }()
 	}
 	p.mu.Unlock()
 	if cfg := p.srv.cfg.Load(); cfg.Protocols.Dubbo() {
@@ -150,7 +150,7 @@ func (p *pool) resize(n int) {
 		sl := &poolSlot{cancel: cancel}
 		next = append(next, sl)
 		p.wg.Add(1)
-		go func() { defer p.wg.Done(); p.slotLoop(ctx, i, sl) }()
+		go func() { defer p.wg.Done(); runSlot(ctx, p, i, dubboSlot{p, sl}) }()
 	}
 	for i := n; i < len(old); i++ {
 		old[i].retire.Store(true)
@@ -168,81 +168,72 @@ func (p *pool) resize(n int) {
 
 func (p *pool) retiring(slot int) bool { return slot >= len(p.slotList()) }
 
-// slotLoop keeps one connection up: dial, serve until it dies, back off, redial.
-// Backoff is exponential with full jitter so a fleet of sidecars never redials in step.
-func (p *pool) slotLoop(ctx context.Context, idx int, sl *poolSlot) {
-	srv := p.srv
-	var bo keepalive.Backoff
-	connectedBefore := sl.uc.Load() != nil
-	for ctx.Err() == nil && !sl.retire.Load() {
-		cfg := srv.cfg.Load()
-		bo.Base, bo.Max = cfg.BackoffBase, cfg.BackoffMax
-		uc := sl.uc.Load() // a connection adopted from a handover
-		if uc == nil {
-			var err error
-			if uc, err = p.connect(idx); err != nil {
-				a := bo.Attempt()
-				d := bo.Next()
-				p.dials.failed(p, err, d)
-				p.dialFailed()
-				if !srv.waitBackoff(ctx, d, a) {
-					return
-				}
-				continue
-			}
-			if p.frozen.Load() { // a handover froze the pool while this one was dialed
-				uc.close("handover")
-				return
-			}
-			if connectedBefore {
-				srv.m.upReconnects[protoDubbo].Inc()
-			}
-			connectedBefore = true
-			bo.Reset()
-			sl.uc.Store(uc)
-			p.followProviderDrain(uc)
-			p.dials.connected(p, idx)
-		}
-		srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
-		p.connChanged()
-		if p.wasDown.CompareAndSwap(true, false) {
-			p.startWarmup()
-		}
-		p.hold.dispatch()
+// dubboSlot is a Dubbo slot for runSlot (slot.go).
+type dubboSlot struct {
+	p  *pool
+	sl *poolSlot
+}
 
+func (k dubboSlot) proto() uint32 { return protoDubbo }
+func (k dubboSlot) retired() bool { return k.sl.retire.Load() }
+func (k dubboSlot) dialFailed()   { k.p.dialFailed() }
+
+// current is the connection a handover left in the slot.
+func (k dubboSlot) current() (*upConn, bool) {
+	uc := k.sl.uc.Load()
+	return uc, uc != nil
+}
+
+func (k dubboSlot) dial(_ context.Context, idx int) (*upConn, error) { return k.p.connect(idx) }
+
+func (k dubboSlot) install(uc *upConn) bool {
+	if k.p.frozen.Load() { // a handover froze the pool while this one was dialed
+		uc.close("handover")
+		return false
+	}
+	k.sl.uc.Store(uc)
+	k.p.followProviderDrain(uc)
+	return true
+}
+
+func (k dubboSlot) serve(_ context.Context, uc *upConn) (ended, away <-chan struct{}) {
+	p := k.p
+	cfg := p.srv.cfg.Load()
+	p.srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
+	p.connChanged()
+	if p.wasDown.CompareAndSwap(true, false) {
+		p.startWarmup()
+	}
+	p.hold.dispatch()
+	return uc.done, nil
+}
+
+func (k dubboSlot) stop(uc *upConn) {
+	p := k.p
+	if p.frozen.Load() {
+		return // a handover: the connection stays, with its state, for whoever serves next
+	}
+	if k.sl.retire.Load() && p.ctx.Err() == nil {
+		// Retiring: in-flight requests finish; the last answer (readonlyDrained) or
+		// max_request_age (onSweep) closes the connection.
+		uc.state.CompareAndSwap(stateReady, stateReadonly)
+		p.connChanged()
+		if uc.npending.Load() == 0 {
+			uc.close("slot retired")
+		}
 		select {
 		case <-uc.done:
-		case <-ctx.Done():
-			if p.frozen.Load() {
-				return // a handover: the connection stays, with its state, for whoever serves next
-			}
-			if sl.retire.Load() && p.ctx.Err() == nil {
-				// Retiring: in-flight requests finish; the last answer (readonlyDrained) or
-				// max_request_age (onSweep) closes the connection.
-				uc.state.CompareAndSwap(stateReady, stateReadonly)
-				p.connChanged()
-				if uc.npending.Load() == 0 {
-					uc.close("slot retired")
-				}
-				select {
-				case <-uc.done:
-				case <-p.ctx.Done():
-				}
-			}
-			uc.close("shutting down")
-			p.foldCounts(uc)
-			sl.uc.CompareAndSwap(uc, nil)
-			p.connChanged()
-			return
-		}
-		p.foldCounts(uc)
-		sl.uc.CompareAndSwap(uc, nil)
-		p.connChanged()
-		// Reconnect after a short jittered pause, then with growing backoff.
-		if a := bo.Attempt(); !srv.waitBackoff(ctx, bo.Next(), a) {
-			return
+		case <-p.ctx.Done():
 		}
 	}
+	uc.close("shutting down")
+	k.forget(uc)
+}
+
+func (k dubboSlot) forget(uc *upConn) {
+	k.p.foldCounts(uc)
+	k.sl.uc.CompareAndSwap(uc, nil)
+	k.p.connChanged()
 }
 
 // connect dials the provider and registers the connection with netpoll.
