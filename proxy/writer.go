@@ -234,16 +234,25 @@ func (w *writer) writeTaken() (err error, idle bool) {
 	if w.batches != nil {
 		w.batches.observe(1)
 	}
-	b := w.batch // the role's: nobody else changes it until the role is released
+	// The batch is the role's: nobody else changes it until the role is released.
+	if whole, err := w.writeBatch(w.batch); !whole {
+		return err, false
+	}
+	return w.run()
+}
+
+// writeBatch is one write(2) of the role's batch b: whole when all of it went (kept for
+// reuse), else the stall or the failure is handled (stallOrFail) and its error returned.
+func (w *writer) writeBatch(b []byte) (whole bool, err error) {
 	n, werr := w.write(b)
 	w.mu.Lock()
 	w.sent = n
 	if n == len(b) {
 		w.recycleLocked(b)
 		w.mu.Unlock()
-		return w.run()
+		return true, nil
 	}
-	return w.stallOrFail(werr), false
+	return false, w.stallOrFail(werr)
 }
 
 // busy reports whether a goroutine still holds the writer role with bytes to write (a
@@ -303,15 +312,9 @@ func (w *writer) run() (err error, idle bool) {
 		if w.batches != nil {
 			w.batches.observe(frames)
 		}
-		n, werr := w.write(b)
-		w.mu.Lock()
-		w.sent = n
-		if n == len(b) {
-			w.recycleLocked(b)
-			w.mu.Unlock()
-			continue
+		if whole, err := w.writeBatch(b); !whole {
+			return err, false
 		}
-		return w.stallOrFail(werr), false
 	}
 }
 
