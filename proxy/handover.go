@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,6 +224,7 @@ const compactMagic = "SGC"
 func (sn *Snapshot) UnmarshalBinary(b []byte) error {
 	start := time.Now()
 	defer func() { sn.decoded, sn.size = time.Since(start), len(b) }()
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // as restore: all of it is live
 	rest, ok := bytes.CutPrefix(b, []byte(compactMagic))
 	if !ok {
 		return json.Unmarshal(b, sn)
@@ -521,6 +523,11 @@ func Restore(sn *Snapshot, cfg Config, opts Options) (*Server, error) {
 // restore is Start's work for a restored Server: the books and the sockets back in
 // place, then what was read during the handover handled, then serving.
 func (s *Server) restore(sn *Snapshot) error {
+	// No garbage collection until every consumer is served again: the new image's heap grows
+	// from almost nothing to every session's books within the restore, nearly all of it live, and
+	// each collection on the way (the goal starts at 4 MB and doubles) takes a core the waiting
+	// consumers need.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	now := s.now()
 	cfg := s.cfg.Load()
 	start := s.clock.Now()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -144,6 +145,8 @@ func handoverChildRun(role string) error {
 		if s, err := openDiagSockets(); err == nil && len(s) > 0 {
 			return fmt.Errorf("sock_diag sockets crossed exec: %v", s)
 		}
+		// Decoding and restoring turn garbage collection off while they run: it must be back as it was.
+		debug.SetGCPercent(73)
 		state, _ := strconv.Atoi(os.Getenv("HANDOVER_STATE"))
 		lfd, _ = strconv.Atoi(os.Getenv("HANDOVER_LISTENER"))
 		f := os.NewFile(uintptr(state), "state")
@@ -184,6 +187,9 @@ func handoverChildRun(role string) error {
 		}
 	}()
 	if role == "new" {
+		if gc := debug.SetGCPercent(73); gc != 73 {
+			return fmt.Errorf("garbage collection at %d%% after the restore, want 73%% as before it", gc)
+		}
 		fmt.Printf("restored %v\n", time.Since(start))
 		select {} // serves until the test kills it
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -355,6 +356,10 @@ func (u *upgrader) handover(p *plane, job upgradeJob, stop <-chan os.Signal, got
 		return fail(resultRefused, errors.New("the sidecar started draining"))
 	}
 	t0 := time.Now()
+	// No garbage collection from the freeze to the exec: a collection of this image's heap
+	// (every consumer's books) started in between would take a core from the freeze and the
+	// state, which consumers wait through. Back on when the exec did not happen.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	admSnap, err := p.adm.Freeze()
 	if err != nil {
 		return fail(resultFailed, fmt.Errorf("freezing the listener: %w", err))
