@@ -94,7 +94,7 @@ func (hp *h2Pool) resize(n int) {
 		sl := &h2Slot{cancel: cancel}
 		hp.slots = append(hp.slots, sl)
 		hp.wg.Add(1)
-		go func() { defer hp.wg.Done(); defer cancel(); runSlot(ctx, hp.p, i, &h2SlotKind{hp, sl, ctx}) }()
+		go func() { defer hp.wg.Done(); defer cancel(); runSlot(ctx, hp.p, i, &h2SlotKind{hp, sl, i, ctx}) }()
 	}
 	if n >= len(hp.slots) {
 		return
@@ -154,6 +154,7 @@ func (hp *h2Pool) readyConns() int {
 type h2SlotKind struct {
 	hp  *h2Pool
 	sl  *h2Slot
+	idx int
 	ctx context.Context
 }
 
@@ -224,7 +225,7 @@ func (k *h2SlotKind) forget(u *h2Upstream) {
 	default:
 	}
 	k.hp.p.srv.log.Info("HTTP/2 provider connection ended; reconnecting", zap.String("provider", k.hp.p.addr),
-		zap.Error(err))
+		zap.Int("slot", k.idx), zap.Error(err))
 }
 
 func (k *h2SlotKind) retired() bool {
