@@ -208,14 +208,10 @@ func (k *h2SlotKind) serve(ctx context.Context, u *h2Upstream) (ended, away <-ch
 }
 
 // stop: the connection closes itself when ctx ends (serve).
-func (k *h2SlotKind) stop(*h2Upstream) { k.forget(nil) }
+func (k *h2SlotKind) stop(*h2Upstream) { k.leave() }
 
 func (k *h2SlotKind) forget(u *h2Upstream) {
-	k.hp.mu.Lock()
-	k.sl.up = nil
-	retired := k.sl.retire
-	k.hp.unlock()
-	if u == nil || retired || k.ctx.Err() != nil {
+	if k.leave() || k.ctx.Err() != nil {
 		return
 	}
 	err := errProviderGoAway
@@ -226,6 +222,14 @@ func (k *h2SlotKind) forget(u *h2Upstream) {
 	}
 	k.hp.p.srv.log.Info("HTTP/2 provider connection ended; reconnecting", zap.String("provider", k.hp.p.addr),
 		zap.Int("slot", k.idx), zap.Error(err))
+}
+
+// leave empties the slot and reports whether it was retired.
+func (k *h2SlotKind) leave() (retired bool) {
+	k.hp.mu.Lock()
+	defer k.hp.unlock()
+	k.sl.up = nil
+	return k.sl.retire
 }
 
 func (k *h2SlotKind) retired() bool {
@@ -293,7 +297,9 @@ func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
 	return u, nil
 }
 
-// connFD is nc's socket.
+// connFD is nc's socket, for a writer: unlike h2Proof.control, which runs its function while Go's poller
+// holds the descriptor, the number outlives the call, which is safe only because shut closes the writer
+// before the socket.
 func connFD(nc net.Conn) (int, error) {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
