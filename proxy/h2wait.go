@@ -14,100 +14,33 @@ package proxy
 //
 // Guarded by its h2Pool's mu.
 type h2Waiting struct {
-	flows  map[*h2Session]*h2Flow
-	active []*h2Flow // consumers with calls waiting, in turn order; active[next] is served next
-	next   int
-	n      int
+	t turns[*h2Session, *h2Call, h2CallTurns]
 }
 
-// h2Flow is one consumer connection's waiting calls, oldest first.
-type h2Flow struct {
-	sess *h2Session
-	q    []*h2Call
-}
+// h2CallTurns: a call waiting for a stream costs one turn.
+type h2CallTurns struct{}
 
-func (w *h2Waiting) len() int { return w.n }
+func (h2CallTurns) key(c *h2Call) *h2Session { return c.sess }
+func (h2CallTurns) cost(*h2Call) int         { return 1 }
+func (h2CallTurns) quantum() int             { return 1 }
+
+func (w *h2Waiting) len() int { return w.t.len() }
 
 // push queues c behind its consumer's other waiting calls.
-func (w *h2Waiting) push(c *h2Call) {
-	if w.flows == nil {
-		w.flows = make(map[*h2Session]*h2Flow)
-	}
-	f := w.flows[c.sess]
-	if f == nil {
-		f = &h2Flow{sess: c.sess}
-		w.flows[c.sess] = f
-		w.active = append(w.active, f)
-	}
-	f.q = append(f.q, c)
-	w.n++
-}
+func (w *h2Waiting) push(c *h2Call) { w.t.push(c) }
 
 // pop takes the next call in turn; nil when none waits.
 func (w *h2Waiting) pop() *h2Call {
-	if w.n == 0 {
-		return nil
-	}
-	if w.next >= len(w.active) {
-		w.next = 0
-	}
-	f := w.active[w.next]
-	c := f.q[0]
-	f.q[0] = nil
-	f.q = f.q[1:]
-	w.n--
-	if len(f.q) == 0 {
-		w.forget(w.next) // the next consumer moves into this turn
-	} else {
-		w.next++
-	}
+	c, _ := w.t.pop()
 	return c
 }
 
 // remove takes c out wherever it waits (its consumer reset it, it expired, it was refused); false when it
 // was not waiting.
 func (w *h2Waiting) remove(c *h2Call) bool {
-	f := w.flows[c.sess]
-	if f == nil {
-		return false
-	}
-	for i, x := range f.q {
-		if x != c {
-			continue
-		}
-		f.q = append(f.q[:i], f.q[i+1:]...)
-		w.n--
-		if len(f.q) == 0 {
-			for j, a := range w.active {
-				if a == f {
-					w.forget(j)
-					if j < w.next {
-						w.next--
-					}
-					break
-				}
-			}
-		}
-		return true
-	}
-	return false
+	_, ok := w.t.remove(c.sess, func(x **h2Call) bool { return *x == c })
+	return ok
 }
 
 // all takes out every waiting call (the pool closes).
-func (w *h2Waiting) all() []*h2Call {
-	var cs []*h2Call
-	for _, f := range w.active {
-		cs = append(cs, f.q...)
-	}
-	*w = h2Waiting{}
-	return cs
-}
-
-// forget drops the empty flow at active[i].
-func (w *h2Waiting) forget(i int) {
-	delete(w.flows, w.active[i].sess)
-	w.active = append(w.active[:i], w.active[i+1:]...)
-	if w.next > len(w.active) {
-		w.next = 0
-	}
-}
+func (w *h2Waiting) all() []*h2Call { return w.t.takeAll() }

@@ -12,18 +12,26 @@ import (
 // holdQueue keeps two-way requests while no provider connection takes them
 // (provider restarting, READONLY with policy HOLD, every connection's queue full,
 // warm-up, a hung provider). It is bounded by count, bytes and the process budget;
-// entries leave in arrival order, sent on a connection that came back or whose queue
-// has room again (looked at every wheel tick while the provider serves), or refused when
-// their wait ends: at their consumer's own deadline less hold.deadline_margin, or after
-// hold.timeout when the request carries no timeout (deadline.go). A request is never
-// sent once its consumer's deadline is that close. Requests that were on a connection
-// when it died but never left Stormgate come back here (rehold) in arrival order, with
-// the deadline their arrival gives them.
+// entries leave by consumer in turns (turns.go: deficit round robin by bytes, each
+// consumer's requests in arrival order), sent on a connection that came back or whose
+// queue has room again (looked at every wheel tick while the provider serves), or
+// refused when their wait ends: at their consumer's own deadline less
+// hold.deadline_margin, or after hold.timeout when the request carries no timeout
+// (deadline.go). A request is never sent once its consumer's deadline is that close.
+// Requests that were on a connection when it died but never left Stormgate come back
+// here (rehold) in their consumer's arrival order, with the deadline their arrival
+// gives them.
+//
+// Turns, not arrival order: when the provider comes back every held request usually
+// leaves at once and the order does not matter; when it serves slower than requests
+// arrive (every connection's queue full), arrival order would make everyone's request
+// wait behind all that one flooding consumer had sent, which is what the send queues'
+// turns (sendq.go) already prevent one step later.
 //
 // Two lanes, as the pool's connections (pool.pick): requests over
-// upstream.large_request_bytes wait in one, the others in the other, each in arrival
-// order and dispatched on its own, so that large requests waiting for their connection
-// never hold up the small ones behind them.
+// upstream.large_request_bytes wait in one, the others in the other, each dispatched
+// on its own, so that large requests waiting for their connection never hold up the
+// small ones behind them.
 //
 // Concurrency: mu guards the queue; dispatch calls upConn.send with mu held (lock
 // order holdQueue.mu -> upConn.mu -> writer.mu). The expiry and warm-up retry
@@ -32,7 +40,7 @@ type holdQueue struct {
 	pool *pool
 
 	mu      sync.Mutex
-	lanes   [2]holdLane
+	lanes   [2]turns[*session, held, heldTurns]
 	bytes   int
 	armedAt int64           // when the expiry timer fires; 0 when it is not armed
 	n       [2]atomic.Int32 // each lane's length, readable without mu (the forward fast path)
@@ -40,11 +48,13 @@ type holdQueue struct {
 	retry   keepalive.Timer
 }
 
-// holdLane is one lane's requests: q[head:] are live, in arrival order.
-type holdLane struct {
-	q    []held
-	head int
-}
+// heldTurns: a hold lane's turns are by consumer, in bytes (what a request waits for is
+// room in a connection's send queue, which counts bytes).
+type heldTurns struct{}
+
+func (heldTurns) key(e held) *session { return e.sess }
+func (heldTurns) cost(e held) int     { return len(e.frame) }
+func (heldTurns) quantum() int        { return sendQuantum }
 
 // roomRetry is how soon the hold queue tries again to send a request that no
 // connection's queue had room for while the provider serves (rounded up to a wheel tick).
@@ -131,7 +141,7 @@ func (h *holdQueue) push(r request, frame []byte) {
 	r.call = srv.noteHeld(r.call, false)
 	e := held{request: r, frame: append([]byte(nil), frame...), deadline: holdUntil(&r, cfg)}
 	i := h.laneOf(len(frame))
-	h.lanes[i].q = append(h.lanes[i].q, e)
+	h.lanes[i].push(e)
 	h.addLocked(i, e)
 	h.armLocked(e.deadline)
 	h.mu.Unlock()
@@ -180,7 +190,12 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 	}
 	// Not bounded by hold.max_requests/max_bytes: these were accepted already, and a
 	// bound hit now would fail requests that did nothing wrong.
-	var add [2][]held
+	type place struct {
+		lane int
+		sess *session
+	}
+	add := make(map[place][]held)
+	var order []place // each consumer's lane in the order it first comes back: its place in the turns
 	for _, e := range es {
 		e.call = srv.noteHeld(e.call, true)
 		i := h.laneOf(len(e.frame))
@@ -189,14 +204,16 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 		}
 		h.addLocked(i, e)
 		e.carried = false
-		add[i] = append(add[i], e)
+		k := place{i, e.sess}
+		if add[k] == nil {
+			order = append(order, k)
+		}
+		add[k] = append(add[k], e)
 		h.armLocked(e.deadline)
 		srv.m.holdOutcome[why].Inc()
 	}
-	for i := range h.lanes {
-		if len(add[i]) > 0 {
-			h.lanes[i].merge(add[i])
-		}
+	for _, k := range order {
+		h.lanes[k.lane].merge(k.sess, add[k], arrivedBefore)
 	}
 	h.mu.Unlock()
 	if h.pool.usable() > 0 {
@@ -204,21 +221,9 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 	}
 }
 
-// merge puts es (in arrival order) into the lane, keeping arrival order.
-func (l *holdLane) merge(es []held) {
-	queued := l.q[l.head:]
-	merged := make([]held, 0, len(queued)+len(es))
-	for _, e := range es {
-		for len(queued) > 0 && queued[0].arrived <= e.arrived {
-			merged = append(merged, queued[0])
-			queued = queued[1:]
-		}
-		merged = append(merged, e)
-	}
-	merged = append(merged, queued...)
-	clear(l.q)
-	l.q, l.head = merged, 0
-}
+// arrivedBefore orders a consumer's held requests: by arrival, a request that comes back
+// after one that arrived at the same time.
+func arrivedBefore(a, b *held) bool { return a.arrived < b.arrived }
 
 func (h *holdQueue) addLocked(lane int, e held) {
 	h.bytes += len(e.frame)
@@ -256,24 +261,14 @@ func (h *holdQueue) armLocked(deadline int64) {
 	}
 }
 
+// popLocked takes the request whose turn it is in lane, which is not empty.
 func (h *holdQueue) popLocked(lane int) held {
-	l := &h.lanes[lane]
-	e := l.q[l.head]
-	l.q[l.head] = held{}
-	l.head++
+	e, _ := h.lanes[lane].pop()
 	h.dropLocked(lane, e)
-	if l.head == len(l.q) {
-		l.q, l.head = l.q[:0], 0
-	} else if l.head > 1024 && l.head*2 > len(l.q) {
-		n := copy(l.q, l.q[l.head:])
-		clear(l.q[n:])
-		l.q, l.head = l.q[:n], 0
-	}
 	return e
 }
 
-// dispatch sends held requests in arrival order, lane by lane, while a connection
-// takes them.
+// dispatch sends held requests in turn, lane by lane, while a connection takes them.
 func (h *holdQueue) dispatch() {
 	srv := h.pool.srv
 	h.mu.Lock()
@@ -289,13 +284,16 @@ func (h *holdQueue) dispatch() {
 	}
 }
 
-// dispatchLaneLocked sends a lane's requests in order while a connection takes them;
+// dispatchLaneLocked sends a lane's requests in turn while a connection takes them;
 // false when sending waits for a pause or the warm-up (retry is armed).
 func (h *holdQueue) dispatchLaneLocked(lane int) bool {
 	srv := h.pool.srv
-	l := &h.lanes[lane]
-	for l.head < len(l.q) {
-		e := l.q[l.head]
+	for {
+		p := h.lanes[lane].peek()
+		if p == nil {
+			return true
+		}
+		e := *p
 		if e.sess.closing.Load() {
 			h.popLocked(lane)
 			srv.m.holdOutcome[holdConsumerGone].Inc()
@@ -328,7 +326,6 @@ func (h *holdQueue) dispatchLaneLocked(lane int) bool {
 		h.popLocked(lane)
 		srv.m.holdOutcome[holdSent].Inc()
 	}
-	return true
 }
 
 // expire answers every held request whose wait has ended. Waits end in no particular
@@ -340,14 +337,14 @@ func (h *holdQueue) expire() {
 	defer h.mu.Unlock()
 	h.armedAt = 0
 	for i := range h.lanes {
-		l := &h.lanes[i]
-		kept := l.q[l.head:l.head]
-		for _, e := range l.q[l.head:] {
+		ended := h.lanes[i].removeIf(func(e *held) bool {
 			if e.deadline > now {
-				kept = append(kept, e)
 				h.armLocked(e.deadline)
-				continue
+				return false
 			}
+			return true
+		})
+		for _, e := range ended {
 			h.dropLocked(i, e)
 			switch {
 			case pastDeadline(&e.request, now):
@@ -367,11 +364,6 @@ func (h *holdQueue) expire() {
 				srv.refuse(e.request, FailNoUpstream, "stormgate: no usable provider connection within the hold time "+
 					"(hold.timeout, or hold.max_timeout for a request that carries its own timeout)", replyHoldTimeout)
 			}
-		}
-		clear(l.q[l.head+len(kept):])
-		l.q = l.q[:l.head+len(kept)]
-		if l.head == len(l.q) {
-			l.q, l.head = l.q[:0], 0
 		}
 	}
 }
@@ -394,14 +386,11 @@ func (h *holdQueue) rearm(old, cfg *Config) {
 	})
 }
 
-// each calls f for every held request, lane by lane in arrival order. Called with mu
-// held (a handover's snapshot).
+// each calls f for every held request, lane by lane, each consumer's in arrival order.
+// Called with mu held (a handover's snapshot).
 func (h *holdQueue) eachLocked(f func(*held)) {
 	for i := range h.lanes {
-		l := &h.lanes[i]
-		for j := l.head; j < len(l.q); j++ {
-			f(&l.q[j])
-		}
+		h.lanes[i].each(f)
 	}
 }
 
@@ -414,8 +403,9 @@ func (h *holdQueue) failAll(msg string) {
 	srv.wheel.Stop(&h.retry)
 	h.armedAt = 0
 	for i := range h.lanes {
-		for h.lanes[i].head < len(h.lanes[i].q) {
-			srv.refuse(h.popLocked(i).request, FailNoUpstream, msg, replyDrain)
+		for _, e := range h.lanes[i].takeAll() {
+			h.dropLocked(i, e)
+			srv.refuse(e.request, FailNoUpstream, msg, replyDrain)
 		}
 	}
 }

@@ -47,141 +47,29 @@ type queued struct {
 	at     int64 // when it was queued (stormgate_send_queue_wait_seconds)
 }
 
-// flow is one consumer's requests in a send queue.
-type flow struct {
-	sess    *session
-	q       []queued // q[head:] wait, in arrival order
-	head    int
-	deficit int  // bytes it may still send this round
-	turn    bool // its turn has begun (the quantum is added once per turn)
-}
-
-// sendQueue is the deficit round robin over the flows of one connection. Guarded by
-// its upConn's mu.
+// sendQueue is the deficit round robin over the consumers of one connection, by bytes
+// (turns.go). Guarded by its upConn's mu.
 type sendQueue struct {
-	flows  map[*session]*flow
-	active []*flow // flows with requests, in round robin order; active[next] is served next
-	next   int
-	bytes  int
-	n      int
+	turns[*session, queued, queuedTurns]
 }
 
-// push queues e (its frame a copy the queue may keep).
-func (s *sendQueue) push(e queued) {
-	if s.flows == nil {
-		s.flows = make(map[*session]*flow)
-	}
-	f := s.flows[e.sess]
-	if f == nil {
-		f = &flow{sess: e.sess}
-		s.flows[e.sess] = f
-		s.active = append(s.active, f)
-	}
-	f.q = append(f.q, e)
-	s.bytes += len(e.frame)
-	s.n++
-}
+// queuedTurns: a send queue's turns are by consumer, in bytes.
+type queuedTurns struct{}
 
-// removeIf takes out every queued request for which drop is true, keeping the order
-// of the rest, and returns them.
-func (s *sendQueue) removeIf(drop func(*queued) bool) []queued {
-	var out []queued
-	for i := 0; i < len(s.active); {
-		f := s.active[i]
-		kept := f.q[:f.head]
-		for j := f.head; j < len(f.q); j++ {
-			if drop(&f.q[j]) {
-				out = append(out, f.q[j])
-				s.bytes -= len(f.q[j].frame)
-				s.n--
-				continue
-			}
-			kept = append(kept, f.q[j])
-		}
-		clear(f.q[len(kept):])
-		f.q = kept
-		if f.head == len(f.q) {
-			s.drop(i)
-			if s.next > i {
-				s.next--
-			}
-			continue
-		}
-		i++
-	}
-	return out
-}
+func (queuedTurns) key(e queued) *session { return e.sess }
+func (queuedTurns) cost(e queued) int     { return len(e.frame) }
+func (queuedTurns) quantum() int          { return sendQuantum }
 
-// pop returns the next request in DRR order.
-func (s *sendQueue) pop() (queued, bool) {
-	for len(s.active) > 0 {
-		if s.next >= len(s.active) {
-			s.next = 0
-		}
-		f := s.active[s.next]
-		if !f.turn {
-			f.turn = true
-			f.deficit += sendQuantum
-		}
-		e := f.q[f.head]
-		if len(e.frame) > f.deficit {
-			f.turn = false // saves its deficit for its next turn
-			s.next++
-			continue
-		}
-		f.deficit -= len(e.frame)
-		f.q[f.head] = queued{}
-		f.head++
-		s.bytes -= len(e.frame)
-		s.n--
-		if f.head == len(f.q) {
-			s.drop(s.next)
-		}
-		return e, true
-	}
-	return queued{}, false
-}
-
-// drop removes the emptied flow at active[i].
-func (s *sendQueue) drop(i int) {
-	f := s.active[i]
-	delete(s.flows, f.sess)
-	s.active = append(s.active[:i], s.active[i+1:]...)
-	// s.next now points at the flow after f, whose turn comes next.
-}
-
-// takeAll empties the queue and returns every request in it (the connection died).
-func (s *sendQueue) takeAll() []queued {
-	var out []queued
-	for _, f := range s.active {
-		out = append(out, f.q[f.head:]...)
-	}
-	*s = sendQueue{}
-	return out
-}
-
-// len is the number of queued requests.
-func (s *sendQueue) len() int { return s.n }
-
-// each calls f for every queued request, in no particular order.
-func (s *sendQueue) each(f func(*queued)) {
-	for _, fl := range s.active {
-		for i := fl.head; i < len(fl.q); i++ {
-			f(&fl.q[i])
-		}
-	}
-}
-
-// oldest is the arrival of the oldest queued request (each flow is in arrival order);
-// false when none.
+// oldest is the arrival of the oldest queued request (each consumer's are in arrival
+// order); false when none.
 func (s *sendQueue) oldest() (int64, bool) {
 	var o int64
-	for _, f := range s.active {
-		if a := f.q[f.head].arrived; o == 0 || a < o {
-			o = a
+	s.eachFirst(func(e *queued) {
+		if o == 0 || e.arrived < o {
+			o = e.arrived
 		}
-	}
-	return o, len(s.active) > 0
+	})
+	return o, s.len() > 0
 }
 
 // enqueueLocked queues a request the writer could not take at once; called with mu
@@ -192,7 +80,7 @@ func (uc *upConn) enqueueLocked(r request, frame []byte, oneWay bool) bool {
 	cfg := srv.cfg.Load()
 	// upstream.max_queued_bytes bounds all that waits in Stormgate for this connection:
 	// here and in the writer (an empty connection always takes one frame).
-	if waiting := uc.sendq.bytes + uc.w.queued(); waiting > 0 && waiting+len(frame) > cfg.MaxQueuedBytesPerUpstream ||
+	if waiting := uc.sendq.weight() + uc.w.queued(); waiting > 0 && waiting+len(frame) > cfg.MaxQueuedBytesPerUpstream ||
 		!srv.budget.tryReserve(len(frame)) {
 		uc.mu.Unlock()
 		return false
@@ -382,7 +270,7 @@ func (uc *upConn) expireQueued() {
 // the send queue and in the writer.
 func (uc *upConn) queuedBytes() int {
 	uc.mu.Lock()
-	n := uc.sendq.bytes
+	n := uc.sendq.weight()
 	uc.mu.Unlock()
 	return n + uc.w.queued()
 }

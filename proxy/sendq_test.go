@@ -33,8 +33,8 @@ func TestSendQueueRoundRobin(t *testing.T) {
 		q.push(qe(polite, 1<<10, 'p', int64(100+i)))
 		q.push(qe(third, 2<<10, 't', int64(200+i)))
 	}
-	if q.len() != 100 || q.bytes != 20*(256<<10)+40*(3<<10) {
-		t.Fatalf("len %d bytes %d", q.len(), q.bytes)
+	if q.len() != 100 || q.weight() != 20*(256<<10)+40*(3<<10) {
+		t.Fatalf("len %d bytes %d", q.len(), q.weight())
 	}
 	if o, ok := q.oldest(); !ok || o != 1 {
 		t.Fatalf("oldest %d %v", o, ok)
@@ -55,8 +55,8 @@ func TestSendQueueRoundRobin(t *testing.T) {
 			before += len(e.frame)
 		}
 	}
-	if len(order) != 100 || q.len() != 0 || q.bytes != 0 || len(q.flows) != 0 {
-		t.Fatalf("popped %d, left len %d bytes %d flows %d", len(order), q.len(), q.bytes, len(q.flows))
+	if len(order) != 100 || q.len() != 0 || q.weight() != 0 || len(q.flows) != 0 {
+		t.Fatalf("popped %d, left len %d bytes %d flows %d", len(order), q.len(), q.weight(), len(q.flows))
 	}
 	// A polite request waits behind at most one large frame and a quantum of the third.
 	if limit := 256<<10 + sendQuantum; worst > limit {
@@ -75,8 +75,8 @@ func TestSendQueueRemoveIfAndTakeAll(t *testing.T) {
 		q.push(qe(b, 20, byte('a'+i), int64(20+i)))
 	}
 	gone := q.removeIf(func(e *queued) bool { return e.sess == a && e.frame[0]%2 == 0 || e.sess == b })
-	if len(gone) != 9 || q.len() != 3 || q.bytes != 30 || len(q.active) != 1 || q.flows[b] != nil {
-		t.Fatalf("removed %d, left len %d bytes %d active %d", len(gone), q.len(), q.bytes, len(q.active))
+	if len(gone) != 9 || q.len() != 3 || q.weight() != 30 || len(q.active) != 1 || q.flows[b] != nil {
+		t.Fatalf("removed %d, left len %d bytes %d active %d", len(gone), q.len(), q.weight(), len(q.active))
 	}
 	var left []byte
 	q.each(func(e *queued) { left = append(left, e.frame[0]) })
@@ -86,7 +86,7 @@ func TestSendQueueRemoveIfAndTakeAll(t *testing.T) {
 	if o, _ := q.oldest(); o != 11 {
 		t.Fatalf("oldest %d, want 11", o)
 	}
-	if all := q.takeAll(); len(all) != 3 || q.len() != 0 || q.bytes != 0 {
+	if all := q.takeAll(); len(all) != 3 || q.len() != 0 || q.weight() != 0 {
 		t.Fatalf("takeAll %d, left %d", len(all), q.len())
 	}
 	if _, ok := q.pop(); ok {
