@@ -11,6 +11,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,17 +41,49 @@ func TestH2AttacksThroughSidecar(t *testing.T) { h2AttacksThroughSidecar(t, fals
 // normal consumer nothing.
 func TestH2AttacksDuringDrain(t *testing.T) { h2AttacksThroughSidecar(t, true) }
 
-func h2AttacksThroughSidecar(t *testing.T, draining bool) {
-	prov := startH2Provider(t)
-	cfg := `
+// h2AttackConfig is the sidecar's settings for the attacks: a Triple provider behind 2 connections, and
+// the slow attacks' bound (a frame that takes over 1 s) short.
+const h2AttackConfig = `
 upstream: { protocol: triple, connections: 2 }
 limits: { frame_read_timeout: 1s }
 `
+
+// TestH2AttacksTransparent: the same attacks against `sidecar run --transparent` in a pod network
+// namespace, from a client namespace, to the provider's own address and port (redirected to Stormgate by
+// `sidecar iptables`), the normal consumer beside them; Stormgate dials the provider at the original
+// destination.
+func TestH2AttacksTransparent(t *testing.T) {
+	p := startTransparentPodWith(t, tpOptions{redirectPorts: strconv.Itoa(tpProviderPort), allowPorts: []int{tpProviderPort}, triple: true})
+	h2AttacksOn(t, h2AttackTarget{sc: p.sidecar, prov: p.h2, dial: tpDialIn(p.cli),
+		addr: netip.AddrPortFrom(p.addr, tpProviderPort).String()})
+}
+
+func h2AttacksThroughSidecar(t *testing.T, draining bool) {
+	prov := startH2Provider(t)
+	cfg := h2AttackConfig
 	if draining {
 		cfg += "drain: { min_duration: 10m }\n" // the whole test runs inside the window
 	}
 	sc := startSidecar(t, prov.addr(), cfg, 2)
-	normal := startNormalH2Consumer(t, sc.listen)
+	h2AttacksOn(t, h2AttackTarget{sc: sc, prov: prov, addr: sc.listen, draining: draining})
+}
+
+// h2AttackTarget is a sidecar under attack: the address its consumers dial (dial, when set, makes their
+// sockets: in a client network namespace, say) and the provider behind it.
+type h2AttackTarget struct {
+	sc       *sidecar
+	prov     *h2Provider
+	addr     string
+	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+	draining bool // POST /drain first: every attack is sent inside drain.min_duration
+}
+
+func h2AttacksOn(t *testing.T, tg h2AttackTarget) {
+	sc, prov, draining := tg.sc, tg.prov, tg.draining
+	if tg.dial == nil {
+		tg.dial = (&net.Dialer{}).DialContext
+	}
+	normal := startNormalH2Consumer(t, tg.addr, tg.dial)
 	if draining {
 		resp, err := sc.http.Post("http://"+sc.admin+"/drain", "text/plain", nil)
 		if err != nil {
@@ -69,7 +103,7 @@ limits: { frame_read_timeout: 1s }
 				t.Fatal(err)
 			}
 			calls := normal.ok.Load()
-			a.run(&attacker{t: t, addr: sc.listen})
+			a.run(&attacker{t: t, addr: tg.addr, dialer: tg.dial})
 			for reason, n := range a.counted {
 				name, label := "stormgate_http2_guard_trips_total", reason
 				if r, ok := strings.CutPrefix(reason, "closed:"); ok {
@@ -244,11 +278,12 @@ var h2Attacks = []h2Attack{
 
 // attacker is one attack's consumer connection, driven by hand with x/net's Framer.
 type attacker struct {
-	t    *testing.T
-	addr string
-	nc   net.Conn
-	fr   *http2.Framer
-	sent bool // the first header block went out (it carries the table size update)
+	t      *testing.T
+	addr   string
+	dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	nc     net.Conn
+	fr     *http2.Framer
+	sent   bool // the first header block went out (it carries the table size update)
 }
 
 func (a *attacker) must(err error) {
@@ -262,7 +297,7 @@ func (a *attacker) must(err error) {
 // within 15 s.
 func (a *attacker) dial() {
 	a.t.Helper()
-	nc, err := net.Dial("tcp", a.addr)
+	nc, err := a.dialer(context.Background(), "tcp", a.addr)
 	a.must(err)
 	a.t.Cleanup(func() { nc.Close() })
 	_ = nc.SetDeadline(time.Now().Add(15 * time.Second))
@@ -465,11 +500,10 @@ type normalH2Consumer struct {
 	wg       sync.WaitGroup
 }
 
-func startNormalH2Consumer(t *testing.T, addr string) *normalH2Consumer {
+func startNormalH2Consumer(t *testing.T, addr string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *normalH2Consumer {
 	t.Helper()
 	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, _ string, _ *tls.Config) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
+		return dial(ctx, network, addr)
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &normalH2Consumer{cancel: cancel}

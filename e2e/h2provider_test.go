@@ -43,6 +43,12 @@ func startH2Provider(t *testing.T) *h2Provider {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startH2ProviderOn(t, ln)
+}
+
+// startH2ProviderOn serves ln (a listener made in a network namespace, say), closing it at the end.
+func startH2ProviderOn(t *testing.T, ln net.Listener) *h2Provider {
+	t.Helper()
 	p := &h2Provider{ln: ln}
 	p.wg.Go(func() {
 		for {

@@ -46,10 +46,11 @@ var (
 // by `sidecar iptables` (nftables, IPv4 and IPv6), plus a client namespace linked to it.
 type tpPod struct {
 	pod, cli    *netnstest.Namespace
-	addr, addr6 netip.Addr // the pod's addresses, what consumers dial
-	provider    *proc
-	sidecar     *sidecar  // scraped over an HTTP client whose sockets live in the pod namespace
-	rulesBefore tpRuleset // the pod's packet filter before `sidecar iptables`
+	addr, addr6 netip.Addr  // the pod's addresses, what consumers dial
+	provider    *proc       // `stormbench provider` (Dubbo); nil with tpOptions.triple
+	h2          *h2Provider // the h2c provider, in this process with its listener in the pod; nil for Dubbo
+	sidecar     *sidecar    // scraped over an HTTP client whose sockets live in the pod namespace
+	rulesBefore tpRuleset   // the pod's packet filter before `sidecar iptables`
 }
 
 // tpRuleset is a namespace's packet filter as operators list it.
@@ -87,6 +88,22 @@ func tpRequire(t *testing.T) {
 // down by t.Cleanup, in reverse order: processes first, then the namespaces.
 func startTransparentPod(t *testing.T, redirectPorts string, allowPorts []int) *tpPod {
 	t.Helper()
+	return startTransparentPodWith(t, tpOptions{redirectPorts: redirectPorts, allowPorts: allowPorts})
+}
+
+// tpOptions is a transparent pod's make-up: what startTransparentPod takes, and whether the provider
+// speaks Triple (h2c) rather than Dubbo.
+type tpOptions struct {
+	redirectPorts string
+	allowPorts    []int
+	// triple: the provider is an h2Provider, and the sidecar runs with h2AttackConfig's settings
+	// (upstream.protocol triple, 2 connections) instead of tpUpstreamM Dubbo connections.
+	triple bool
+}
+
+func startTransparentPodWith(t *testing.T, o tpOptions) *tpPod {
+	t.Helper()
+	redirectPorts, allowPorts := o.redirectPorts, o.allowPorts
 	tpRequire(t)
 	// startProc sets Pdeathsig, which Linux ties to the *thread* that forked the child,
 	// not to the process (golang/go#27505). netnstest.Do ends the OS thread it switched
@@ -122,19 +139,30 @@ func startTransparentPod(t *testing.T, redirectPorts string, allowPorts []int) *
 		_ = p.pod.Command(context.Background(), bins.sidecar, "iptables", "--clean").Run()
 	})
 
-	p.provider = startProc(t, "provider", "ip", "netns", "exec", p.pod.Name, bins.stormbench,
-		"provider", "--listen", fmt.Sprintf("0.0.0.0:%d", tpProviderPort), "--log-level", "warn")
-	p.provider.waitJSONLine(t, true, 20*time.Second, `its {"addr": ...} line`, func(m map[string]any) bool {
-		_, ok := m["addr"].(string)
-		return ok
-	})
-
 	ports := make([]string, len(allowPorts))
 	for i, port := range allowPorts {
 		ports[i] = strconv.Itoa(port)
 	}
-	cfg := fmt.Sprintf("listener: { transparent: true, inbound_ports: [%s] }\nupstream: { connections: %d }\n",
-		strings.Join(ports, ", "), tpUpstreamM)
+	cfg := fmt.Sprintf("listener: { transparent: true, inbound_ports: [%s] }\n", strings.Join(ports, ", "))
+	if o.triple {
+		var ln net.Listener
+		if err := p.pod.Do(func() (err error) {
+			ln, err = net.Listen("tcp", fmt.Sprintf("0.0.0.0:%d", tpProviderPort))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		p.h2 = startH2ProviderOn(t, ln)
+		cfg += h2AttackConfig
+	} else {
+		p.provider = startProc(t, "provider", "ip", "netns", "exec", p.pod.Name, bins.stormbench,
+			"provider", "--listen", fmt.Sprintf("0.0.0.0:%d", tpProviderPort), "--log-level", "warn")
+		p.provider.waitJSONLine(t, true, 20*time.Second, `its {"addr": ...} line`, func(m map[string]any) bool {
+			_, ok := m["addr"].(string)
+			return ok
+		})
+		cfg += fmt.Sprintf("upstream: { connections: %d }\n", tpUpstreamM)
+	}
 	cfgPath := filepath.Join(t.TempDir(), "stormgate.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
