@@ -19,22 +19,7 @@ import (
 // over a 1 MiB budget); the consumer's waiting bytes dropped to zero and back, which
 // resumed a paused consumer for nothing.
 func TestRequeueCarriesTheCharge(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close() // nothing listens: the pool has no usable connection, so nothing dispatches
-	cfg := testConfig(dead)
-	cfg.HoldTimeout = time.Hour
-	srv, err := New(cfg, Options{Logger: zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := startWithoutProvider(t, nil)
 	p := srv.pools[0]
 	s := &session{srv: srv, pool: p}
 	uc := &upConn{pool: p}
@@ -80,4 +65,32 @@ func TestRequeueCarriesTheCharge(t *testing.T) {
 	if got := s.wait.waiting.Load(); got != 0 {
 		t.Errorf("after the hold queue emptied: consumer waiting %d bytes, want 0", got)
 	}
+}
+
+// startWithoutProvider starts a Server whose provider address has nothing listening: its pool has no
+// usable connection, so what is held stays held (hold.timeout an hour) until the test takes it. tweak,
+// if set, changes the settings first. The test must empty the hold queue of its fake sessions before
+// it ends (Close would answer them on writers they do not have).
+func startWithoutProvider(t *testing.T, tweak func(*Config)) *Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	cfg := testConfig(dead)
+	cfg.HoldTimeout = time.Hour
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv, err := New(cfg, Options{Logger: zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
 }
