@@ -280,7 +280,7 @@ var h2Attacks = []h2Attack{
 type attacker struct {
 	t      *testing.T
 	addr   string
-	dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	dialer func(ctx context.Context, network, addr string) (net.Conn, error) // nil: net.Dialer's
 	nc     net.Conn
 	fr     *http2.Framer
 	sent   bool // the first header block went out (it carries the table size update)
@@ -297,7 +297,11 @@ func (a *attacker) must(err error) {
 // within 15 s.
 func (a *attacker) dial() {
 	a.t.Helper()
-	nc, err := a.dialer(context.Background(), "tcp", a.addr)
+	dial := a.dialer
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	nc, err := dial(context.Background(), "tcp", a.addr)
 	a.must(err)
 	a.t.Cleanup(func() { nc.Close() })
 	_ = nc.SetDeadline(time.Now().Add(15 * time.Second))
