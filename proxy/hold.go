@@ -142,8 +142,8 @@ func (h *holdQueue) push(r request, frame []byte) {
 	e := held{request: r, frame: append([]byte(nil), frame...), deadline: holdUntil(&r, cfg)}
 	i := h.laneOf(len(frame))
 	h.lanes[i].push(e)
+	h.armLocked(e.deadline) // before it counts as held: whoever sees it held may move the clock past its end
 	h.addLocked(i, e)
-	h.armLocked(e.deadline)
 	h.mu.Unlock()
 	// A connection may have become usable between the caller's pick and this push.
 	if h.pool.usable() > 0 {
@@ -202,6 +202,7 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 		if !e.carried {
 			srv.budget.force(len(e.frame))
 		}
+		h.armLocked(e.deadline) // before it counts as held (push)
 		h.addLocked(i, e)
 		e.carried = false
 		k := place{i, e.sess}
@@ -209,7 +210,6 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 			order = append(order, k)
 		}
 		add[k] = append(add[k], e)
-		h.armLocked(e.deadline)
 		srv.m.holdOutcome[why].Inc()
 	}
 	for _, k := range order {
