@@ -20,7 +20,7 @@ import (
 // h2Pool is the provider side of HTTP/2 for one provider address (upstream.protocol triple or both):
 // upstream.connections h2c connections (h2Upstream), each an h2.Conn in the client role with
 // Stormgate's own SETTINGS, onto which consumer streams are mapped. A consumer stream gets a fresh
-// upstream stream id (odd, increasing, never reused: h2.StreamMap), its head is re-encoded without a
+// upstream stream id (odd, increasing, never reused: h2.Conn.OpenStream), its head is re-encoded without a
 // dynamic table, and its DATA goes within the provider's windows; the answer comes back the same way.
 // A request no connection can take now (none is up yet, or every one is at the provider's
 // SETTINGS_MAX_CONCURRENT_STREAMS or after its GOAWAY) waits, up to hold.timeout and at most
@@ -40,7 +40,7 @@ import (
 //	| the connection dies (EOF, reset, a     | the connection's reader  | every call on it ends with
 //	| connection error, shutdown)            |                          | grpc-status 14 and a message
 //
-// Locks: mu guards every h2Upstream's h2.Conn, StreamMap and calls, the waiting list, and the
+// Locks: mu guards every h2Upstream's h2.Conn and calls, the waiting list, and the
 // provider-side fields of every h2Call of the pool. Nothing holds mu and a session's lock at once (see
 // h2session.go). Each connection writes through a writer (writer.go), as a Dubbo provider connection
 // does: frames are taken under mu in the order the Conn produced them (takeCopy), so its output stays in
@@ -49,9 +49,8 @@ import (
 // h2Pool's (wg, which pool.close waits for); a handover's freeze leaves them running (h2handover.go: the
 // provider's HTTP/2 connections do not cross, and none has a stream by then).
 type h2Pool struct {
-	p          *pool
-	sessionIDs atomic.Uint64
-	wg         sync.WaitGroup
+	p  *pool
+	wg sync.WaitGroup
 
 	mu      sync.Mutex
 	ups     []*h2Upstream // connections the provider's SETTINGS made usable, until they die or go away
@@ -249,10 +248,9 @@ type h2Upstream struct {
 
 	// Under hp.mu.
 	conn  *h2.Conn
-	ids   h2.StreamMap
-	calls map[uint32]*h2Call
-	ready bool // the provider's first SETTINGS arrived
-	away  bool // the provider's GOAWAY: no new streams, closed when the last one ends
+	calls map[uint32]*h2Call // by upstream stream id: the connection's pending books
+	ready bool               // the provider's first SETTINGS arrived
+	away  bool               // the provider's GOAWAY: no new streams, closed when the last one ends
 	// goneAway is closed at the provider's first GOAWAY (awaySeen): the slot dials a new connection meanwhile.
 	goneAway chan struct{}
 	awaySeen bool
@@ -518,10 +516,14 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 	case h2.EventPingAck:
 		u.pingAnswered(ev)
 	case h2.EventWindow:
-		for id, c := range u.calls {
-			if ev.Stream == 0 || id == ev.Stream {
+		if ev.Stream != 0 { // one stream's window: its call alone may send more
+			if c := u.calls[ev.Stream]; c != nil {
 				u.pushLocked(c, now, notes)
 			}
+			break
+		}
+		for _, c := range u.calls {
+			u.pushLocked(c, now, notes)
 		}
 	}
 	return nil, nil
@@ -680,11 +682,8 @@ func (hp *h2Pool) unwaitLocked(c *h2Call, notes *h2Notes) {
 
 // startLocked opens the provider stream for a call and sends its head and what of its body has come.
 func (u *h2Upstream) startLocked(c *h2Call, now int64, notes *h2Notes) {
-	id, err := u.conn.OpenStream()
-	if err == nil {
-		err = u.ids.Bind(id, h2.Origin{Conn: c.sess.id, Stream: c.down})
-	}
-	if err != nil { // pickLocked said it could: a bug, not a peer's doing
+	id, err := u.conn.OpenStream() // never an id used before: an answer for an old stream finds no call
+	if err != nil {                // pickLocked said it could: a bug, not a peer's doing
 		panic(fmt.Sprintf("proxy: opening a provider stream: %v", err))
 	}
 	u.calls[id] = c
@@ -734,7 +733,6 @@ func (u *h2Upstream) detachLocked(c *h2Call, notes *h2Notes) {
 	c.upDone = true
 	delete(u.calls, c.upID)
 	u.hp.streams--
-	u.ids.Unbind(c.upID)
 	u.hp.leftLocked(c, len(c.in), notes)
 	c.in, c.inTrail, c.inEnd = nil, nil, false
 	if !u.dead {

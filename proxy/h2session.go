@@ -42,7 +42,6 @@ import (
 type h2Session struct {
 	sess *session
 	hp   *h2Pool
-	id   uint64 // the consumer connection in h2.Origin
 
 	mu     sync.Mutex
 	conn   *h2.Conn // nil until the client preface arrived
@@ -117,7 +116,7 @@ type h2Call struct {
 }
 
 func newH2Session(s *session, hp *h2Pool) *h2Session {
-	h := &h2Session{sess: s, hp: hp, id: hp.sessionIDs.Add(1), calls: make(map[uint32]*h2Call)}
+	h := &h2Session{sess: s, hp: hp, calls: make(map[uint32]*h2Call)}
 	h.stall.Init(h.onStall)
 	h.linger.Init(func() { h.sess.closeWith(closeH2Error) })
 	return h
@@ -457,10 +456,9 @@ func (h *h2Session) flushWaiting(stream uint32) {
 		n int
 	}
 	var notes []handed
-	h.mu.Lock()
-	for id, c := range h.calls {
-		if stream != 0 && id != stream || len(c.out) == 0 && !c.outEnd && c.trailers == nil {
-			continue
+	flush := func(id uint32, c *h2Call) {
+		if len(c.out) == 0 && !c.outEnd && c.trailers == nil {
+			return
 		}
 		b, n, err := h.conn.AppendData(h.sess.srv.now(), h.frames(), id, c.out, c.outEnd && c.trailers == nil)
 		if err != nil {
@@ -469,7 +467,7 @@ func (h *h2Session) flushWaiting(stream uint32) {
 			h.dropLocked(len(c.out))
 			c.out = nil
 			h.finishLocked(c)
-			continue
+			return
 		}
 		if n > 0 {
 			notes = append(notes, handed{c, n})
@@ -489,6 +487,16 @@ func (h *h2Session) flushWaiting(stream uint32) {
 			}
 		}
 		h.send(b)
+	}
+	h.mu.Lock()
+	if stream != 0 { // one stream's window: looked up, not searched for among every call
+		if c := h.calls[stream]; c != nil {
+			flush(stream, c)
+		}
+	} else {
+		for id, c := range h.calls {
+			flush(id, c)
+		}
 	}
 	h.mu.Unlock()
 	for _, x := range notes {

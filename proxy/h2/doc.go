@@ -19,13 +19,11 @@
 //     HTTP/2 attacks (rapid reset, CONTINUATION and control-frame floods, empty frames, oversized header
 //     lists, too many streams, zero-window stalls), each ending in the GOAWAY or RST_STREAM a careful
 //     server sends, and counted.
-//   - idmap.go: the mapping of consumer streams onto upstream streams (ids odd, increasing, never reused).
 //
 // Every input is hostile: lengths are checked before any slice or allocation, and no parser panics (the
 // fuzz targets check that). Frame parsing, Split, the control-frame builders and PING answering never
 // allocate.
 //
-// Concurrency: the functions are stateless and safe for concurrent use. A Conn, an Assembler, a
-// HeaderDecoder and a StreamMap belong to one goroutine at a time (the connection's owner); none of them
-// locks.
+// Concurrency: the functions are stateless and safe for concurrent use. A Conn, an Assembler and a
+// HeaderDecoder belong to one goroutine at a time (the connection's owner); none of them locks.
 package h2

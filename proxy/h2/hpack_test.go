@@ -281,32 +281,3 @@ func TestGRPCHelpers(t *testing.T) {
 		t.Fatalf("not percent-encoded: %q", v)
 	}
 }
-
-func TestStreamMap(t *testing.T) {
-	var m StreamMap
-	a, b := Origin{Conn: 1, Stream: 1}, Origin{Conn: 2, Stream: 1}
-	if m.Bind(1, a) != nil || m.Bind(3, b) != nil {
-		t.Fatal("bind")
-	}
-	if m.Bind(3, Origin{Conn: 3, Stream: 1}) != ErrIDReused || m.Bind(2, Origin{Conn: 3, Stream: 1}) != ErrIDReused {
-		t.Fatal("reuse allowed")
-	}
-	if m.Bind(5, a) == nil {
-		t.Fatal("double bind of a consumer stream")
-	}
-	if o, ok := m.Origin(3); !ok || o != b {
-		t.Fatal("origin")
-	}
-	if up, ok := m.Upstream(a); !ok || up != 1 {
-		t.Fatal("upstream")
-	}
-	m.Unbind(1)
-	if _, ok := m.Origin(1); ok || m.Bind(1, a) != ErrIDReused {
-		t.Fatal("unbind / reuse after unbind")
-	}
-	var gone []uint32
-	m.UnbindConn(2, func(up uint32, _ Origin) { gone = append(gone, up) })
-	if len(gone) != 1 || gone[0] != 3 || m.Len() != 0 {
-		t.Fatal(gone, m.Len())
-	}
-}
