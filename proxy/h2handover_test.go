@@ -55,6 +55,18 @@ func TestHandoverAcrossExecTriple(t *testing.T) {
 	}
 	load := startTripleLoad(t, ctx, ccs)
 	waitFor(t, 20*time.Second, "calls before the handover", func() bool { return load.calls.Load() >= 4*consumers })
+	// A call the quiesce must wait for (300 ms at the provider), under way when the freeze begins: the
+	// other consumers' next calls arrive meanwhile and wait. Without it the quiesce could find no call
+	// on a provider stream, end at once, and carry none waiting (1 run in 75).
+	holder := make(chan h2Outcome, 1)
+	go func() {
+		hctx := metadata.AppendToOutgoingContext(ctx, "x-key", "quiesce-holder", "x-sleep-ms", "300")
+		holder <- h2UnaryCall(hctx, ccs[0], []byte("quiesce-holder"))
+	}()
+	waitFor(t, 10*time.Second, "the quiesce's call at the provider", func() bool {
+		_, ok := prov.keys.Load("quiesce-holder")
+		return ok
+	})
 	if err := child.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +75,9 @@ func TestHandoverAcrossExecTriple(t *testing.T) {
 	before := load.calls.Load()
 	waitFor(t, 20*time.Second, "calls after the handover", func() bool { return load.calls.Load() > before+4*consumers })
 	load.finish(t)
+	if o := <-holder; !o.ok {
+		t.Errorf("the call under way at the freeze: %s", o.detail)
+	}
 	t.Logf("%d calls; snapshot: %s; handover %s", load.calls.Load(), frozen, took)
 	if n := dials.Load(); n != consumers {
 		t.Errorf("the consumers dialled %d times; want %d (one connection each, never closed)", n, consumers)
