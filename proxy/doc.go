@@ -9,6 +9,8 @@
 //	              requests handed to the pool; bad input closes this consumer only
 //	pool.go       forward: the request enters the books (pending.go), goes to the least
 //	              loaded connection that takes it, or waits in the hold queue (hold.go)
+//	turns.go      every wait is per-consumer FIFOs in deficit round robin: the hold queue,
+//	              a connection's send queue (sendq.go), HTTP/2's waiting calls (h2wait.go)
 //	upconn.go     send: a fresh upstream id, the frame into the connection's writer
 //	              (writer.go), a pending entry; onRequest: the provider's answer is matched
 //	              by id, gets the consumer's id back and is written to the consumer
