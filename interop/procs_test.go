@@ -248,31 +248,49 @@ type sidecar struct {
 
 // startSidecar runs `sidecar run` in front of the provider on upstreamPort with upstreamConns connections and
 // waits until /readyz answers 200 and all upstream connections are up. extra are more `sidecar run` arguments.
+// Its ports come from freePort, which cannot reserve them: when one was taken before the sidecar bound it (a
+// provider of a parallel test restarting, say), the sidecar starts again on other ports, up to three times.
 func startSidecar(t *testing.T, upstreamPort int, extra ...string) *sidecar {
 	t.Helper()
 	requireSidecar(t)
-	s := &sidecar{listenPort: freePort(t)}
-	s.listen = fmt.Sprintf("127.0.0.1:%d", s.listenPort)
-	s.metrics = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	s.admin = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	s.proc = startProc(t, "sidecar", bins.sidecar, append([]string{"run",
-		"--listen", s.listen,
-		"--upstream", fmt.Sprintf("127.0.0.1:%d", upstreamPort),
-		"--upstream-conns", strconv.Itoa(upstreamConns),
-		"--metrics", s.metrics,
-		"--admin", s.admin,
-		"--log-format", "console"}, extra...)...)
+	for attempt := 1; ; attempt++ {
+		s := &sidecar{listenPort: freePort(t)}
+		s.listen = fmt.Sprintf("127.0.0.1:%d", s.listenPort)
+		s.metrics = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		s.admin = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		s.proc = startProc(t, "sidecar", bins.sidecar, append([]string{"run",
+			"--listen", s.listen,
+			"--upstream", fmt.Sprintf("127.0.0.1:%d", upstreamPort),
+			"--upstream-conns", strconv.Itoa(upstreamConns),
+			"--metrics", s.metrics,
+			"--admin", s.admin,
+			"--log-format", "console"}, extra...)...)
+		if s.waitReady(t, attempt < 3) {
+			s.waitMetric(t, 10*time.Second, "stormgate_upstream_connections", func(v float64) bool { return v == upstreamConns })
+			return s
+		}
+		t.Logf("sidecar: a port was taken before it could bind it (%s); starting it again on other ports", lastLine(s.stderrText()))
+	}
+}
+
+// waitReady waits up to 20 s for /readyz to answer 200. It returns false when the sidecar exited because an
+// address was in use and retry allows that; any other failure ends the test.
+func (s *sidecar) waitReady(t *testing.T, retry bool) bool {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		select {
 		case <-s.Done():
+			if retry && strings.Contains(s.stderrText(), "address already in use") {
+				return false
+			}
 			t.Fatalf("sidecar exited (%v) before it was ready", s.Err())
 		default:
 		}
 		if resp, err := http.Get("http://" + s.metrics + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return true
 			}
 		}
 		if time.Now().After(deadline) {
@@ -280,8 +298,6 @@ func startSidecar(t *testing.T, upstreamPort int, extra ...string) *sidecar {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	s.waitMetric(t, 10*time.Second, "stormgate_upstream_connections", func(v float64) bool { return v == upstreamConns })
-	return s
 }
 
 // scrape reads /metrics and returns every sample keyed by its series (name plus labels, as printed).
