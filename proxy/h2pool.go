@@ -395,7 +395,8 @@ func (u *h2Upstream) onRequest(_ context.Context, npc netpoll.Connection) error 
 		_ = r.Release()
 		return nil
 	}
-	u.lastRead.Store(u.hp.p.srv.now())
+	now := u.hp.p.srv.now()
+	u.lastRead.Store(now)
 	buf, _ := r.Peek(n)
 	if len(u.part) > 0 {
 		u.part = append(u.part, buf...)
@@ -403,7 +404,7 @@ func (u *h2Upstream) onRequest(_ context.Context, npc netpoll.Connection) error 
 	}
 	off := 0
 	for off < len(buf) {
-		k, err := u.step(buf[off:], &u.deliv)
+		k, err := u.step(buf[off:], now, &u.deliv)
 		if err != nil {
 			u.failed, off = true, len(buf)
 			u.endRead(err)
@@ -441,11 +442,10 @@ func (u *h2Upstream) onClose(netpoll.Connection) error {
 	return nil
 }
 
-// step handles one frame from the provider: the books under the pool's lock, then the delivery to the
-// consumer outside it, through d (written when the read's frames are all handled).
-func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
+// step handles one frame from the provider, read at now: the books under the pool's lock, then the
+// delivery to the consumer outside it, through d (written when the read's frames are all handled).
+func (u *h2Upstream) step(b []byte, now int64, d *h2Delivery) (int, error) {
 	hp := u.hp
-	now := hp.p.srv.now()
 	var notes h2Notes
 	var refused []*h2Call
 	var c *h2Call
