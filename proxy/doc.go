@@ -49,13 +49,9 @@
 //	|                              |                           | max_request_age sweep, warm-up retries
 //	| provider (re)connect         | one goroutine per slot    | dial (real errno), back off with full jitter
 //	| connection death, retirement | a goroutine of its own    | settle or re-hold everything that was on it
-//	| HTTP/2 provider bytes arrive | netpoll handler, 1/conn   | frames routed to consumer streams, each
-//	|                              |                           | consumer's answers in one write; a partial
-//	|                              |                           | frame is copied aside; frames to the provider
-//	|                              |                           | go through its writer, written by whoever
-//	|                              |                           | claimed it, after the pool's lock
-//	| an HTTP/2 provider connection| one goroutine per slot    | waits for it to end, then ends or re-holds
-//	| ends                         |                           | every call on it (h2Upstream.serve)
+//	| an HTTP/2 provider connection| a goroutine of its own    | frames routed to consumer streams; frames to
+//	|                              | reads                     | the provider go through its writer, written
+//	|                              |                           | by whoever claimed it, after the pool's lock
 //	| a loopback provider's socket | the Server's sock_diag    | how much its application had read, handed to
 //	| destroyed (peerdiag.go)      | watcher, 1/Server         | the connection's death waiting for it
 //

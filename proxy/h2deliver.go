@@ -3,8 +3,8 @@ package proxy
 // h2Delivery collects what one read from a provider connection owes each consumer, so that the frames of
 // an answer (its head, message and trailers), and of every answer the read carried for the same consumer,
 // leave in one write(2) at the end of the read instead of one each. It belongs to the provider
-// connection's netpoll handler (h2Upstream.onRequest), which passes it down to the sessions it delivers to
-// and flushes it before it returns, also when a connection error ends the reading.
+// connection's reader (h2Upstream.readLoop), which passes it down to the sessions it delivers to and
+// flushes it before it reads again, and before it gives up on the connection.
 //
 // A session that holds delivered bytes (h2Session.pend) appends everything else it sends after them, from
 // any goroutine, until the flush: frames leave in the order they were made. So bytes wait in pend no

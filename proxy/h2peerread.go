@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"net"
+	"syscall"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/keepalive"
@@ -27,7 +30,7 @@ import (
 // request on the connection" does not name one call.
 
 // h2Proof is one provider connection's part of the proof. Set at connect, before the connection is used;
-// end by the connection's close callback, before netpoll closes the socket; read by die, after it.
+// end by the reader; read by die, after the reader.
 type h2Proof struct {
 	diag    *diagSlot
 	ackBase uint64 // tcpi_bytes_acked right after connect (the SYN)
@@ -35,28 +38,32 @@ type h2Proof struct {
 	ended   bool   // acked is set
 }
 
-// connected registers a loopback provider connection (socket fd) that carried nothing yet with the
-// server's watcher (diag), its times on clock.
-func (p *h2Proof) connected(fd int, clock keepalive.Clock, diag *peerDiag) {
-	if !loopbackPeer(fd) {
-		return
-	}
-	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
-	if err != nil || info.Bytes_acked != 1 || info.Bytes_sent != 0 {
-		return
-	}
-	p.ackBase, p.diag = info.Bytes_acked, diag.watch(fd, clock)
+// connected registers a loopback provider connection that carried nothing yet with the server's watcher
+// (diag), its times on clock.
+func (p *h2Proof) connected(nc net.Conn, clock keepalive.Clock, diag *peerDiag) {
+	p.control(nc, func(fd int) {
+		if !loopbackPeer(fd) {
+			return
+		}
+		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil || info.Bytes_acked != 1 || info.Bytes_sent != 0 {
+			return
+		}
+		p.ackBase, p.diag = info.Bytes_acked, diag.watch(fd, clock)
+	})
 }
 
-// end notes, while the socket fd is still open, what the provider's kernel acknowledged.
-func (p *h2Proof) end(fd int) {
+// end notes, while the socket is still open, what the provider's kernel acknowledged.
+func (p *h2Proof) end(nc net.Conn) {
 	if p.diag == nil {
 		return
 	}
-	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
-	if err == nil && info.Bytes_acked >= p.ackBase {
-		p.acked, p.ended = info.Bytes_acked-p.ackBase, true
-	}
+	p.control(nc, func(fd int) {
+		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err == nil && info.Bytes_acked >= p.ackBase {
+			p.acked, p.ended = info.Bytes_acked-p.ackBase, true
+		}
+	})
 }
 
 // providerRead is how much of the stream the provider's application had read when its socket was
@@ -85,4 +92,17 @@ func (p *h2Proof) providerRead(written uint64, after afterFunc) (uint64, bool) {
 func (p *h2Proof) release() {
 	p.diag.release()
 	p.diag = nil
+}
+
+// control runs f on nc's socket, if it has one.
+func (p *h2Proof) control(nc net.Conn, f func(fd int)) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = raw.Control(func(fd uintptr) { f(int(fd)) })
 }

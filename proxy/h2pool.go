@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
-	"github.com/cloudwego/netpoll"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/proxy/h2"
@@ -164,19 +163,20 @@ func (k *h2SlotKind) dialFailed()                  {}
 
 func (k *h2SlotKind) dial(ctx context.Context, _ int) (*h2Upstream, error) {
 	hp := k.hp
-	fd, err := dialTCP(hp.p.addr, hp.p.srv.cfg.Load().ConnectTimeout)
+	d := net.Dialer{Timeout: hp.p.srv.cfg.Load().ConnectTimeout}
+	nc, err := d.DialContext(ctx, "tcp", hp.p.addr)
 	if err != nil {
 		if ctx.Err() == nil {
 			hp.p.srv.m.upDialErrors[protoH2].Inc()
 		}
 		return nil, err
 	}
-	npc, err := netpoll.NewFDConnection(fd)
+	u, err := hp.newUpstream(nc)
 	if err != nil {
-		_ = unix.Close(fd)
+		_ = nc.Close()
 		return nil, err
 	}
-	return hp.newUpstream(npc, fd), nil
+	return u, nil
 }
 
 func (k *h2SlotKind) install(u *h2Upstream) bool {
@@ -241,23 +241,10 @@ func (k *h2SlotKind) retired() bool {
 // GOAWAY let it keep.
 var errProviderGoAway = errors.New("the provider sent GOAWAY; its streams below the last id finish on the old connection")
 
-// h2Upstream is one h2c connection to the provider, read on netpoll as a Dubbo provider connection is
-// (upConn): its handler runs on the poller that saw the bytes, so an answer reaches its consumer's socket
-// without waking a goroutine.
-//
-//	| step        | who runs it                        | what it does
-//	|-------------|------------------------------------|-----------------------------------------------------
-//	| onRequest   | netpoll, one at a time             | every whole frame read: the books under hp.mu, the
-//	|             |                                    | answers to their consumers in one write each (h2Delivery)
-//	| onClose     | netpoll, after the last onRequest, | notes what the provider's kernel acknowledged, closes
-//	|             | before it closes the socket        | the writer, ends serve's wait
-//	| serve       | a goroutine of the pool's          | waits for the end (a connection error, the socket
-//	|             |                                    | closed, the pool's context), lets the writer finish,
-//	|             |                                    | closes, ends the calls still on it (die)
+// h2Upstream is one h2c connection to the provider.
 type h2Upstream struct {
-	hp  *h2Pool
-	npc netpoll.Connection
-	fd  int
+	hp *h2Pool
+	nc net.Conn
 
 	// Under hp.mu.
 	conn  *h2.Conn
@@ -269,8 +256,6 @@ type h2Upstream struct {
 	awaySeen bool
 	ended    chan struct{} // closed when serve returned, with endErr (h2SlotKind)
 	endErr   error
-	readEnd  chan error    // why reading ended: the first of a connection error or the socket's close
-	closed   chan struct{} // closed by onClose
 	dead     bool
 	readyAt  int64   // when the provider's first SETTINGS came (the not-executed window starts)
 	proof    h2Proof // what the provider read, at the end (h2peerread.go)
@@ -287,40 +272,53 @@ type h2Upstream struct {
 	// w owns the socket's writes; its stream offsets say what reached the kernel (c.upOff, die).
 	w    writer
 	idle chan struct{} // the writer role was released while serve waited for it (writerIdle)
-
-	// onRequest's own.
-	failed bool       // a connection error ended reading: what comes after is not read
-	part   []byte     // the start of a frame that has not all come yet
-	deliv  h2Delivery // what a read owes consumers, written once at its end
 }
 
-func (hp *h2Pool) newUpstream(npc netpoll.Connection, fd int) *h2Upstream {
+func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
+	fd, err := connFD(nc)
+	if err != nil {
+		return nil, err
+	}
 	srv := hp.p.srv
-	u := &h2Upstream{hp: hp, npc: npc, fd: fd, calls: make(map[uint32]*h2Call), idle: make(chan struct{}, 1),
-		goneAway: make(chan struct{}), ended: make(chan struct{}), readEnd: make(chan error, 1),
-		closed: make(chan struct{})}
+	u := &h2Upstream{hp: hp, nc: nc, calls: make(map[uint32]*h2Call), idle: make(chan struct{}, 1),
+		goneAway: make(chan struct{}), ended: make(chan struct{})}
 	u.w = writer{fd: fd, env: &srv.wenv, owner: u, mustTake: true}
 	u.beat.Init(u.onBeat)
 	u.lastRead.Store(srv.now())
 	// http2.* as in force at the dial: the connection keeps what it announced.
 	u.conn = h2.NewConn(srv.cfg.Load().h2Conn(h2.RoleClient))
-	u.proof.connected(fd, srv.clock, &srv.diag)
-	// The preface and Stormgate's SETTINGS: nobody else knows u yet, so no lock. The provider's answer waits
-	// in netpoll's buffer until serve sets the handler.
+	u.proof.connected(nc, srv.clock, &srv.diag)
+	// The preface and Stormgate's SETTINGS: nobody else knows u yet, so no lock.
 	u.meter.sync(&srv.m.h2, h2Provider, u.conn.Counters())
 	_, _, _ = u.w.send(u.conn.Output(), 0) // a failure shows in the first read
 	u.conn.ClearOutput()
-	return u
+	return u, nil
 }
 
-// shut closes the connection from any goroutine. It shuts the socket down and leaves the closing to
-// netpoll's poller, which runs onClose and then closes the descriptor: a Close from another goroutine
-// while the poller handles the connection would run the close callbacks on the poller inside its own
-// event and spin there forever (third_party/netpoll/PATCHES.md, 0006). The writer is closed after the
-// shutdown, so no write(2) reaches the descriptor once its number may be reused.
+// connFD is nc's socket, for a writer: unlike h2Proof.control, which runs its function while Go's poller
+// holds the descriptor, the number outlives the call, which is safe only because shut closes the writer
+// before the socket.
+func connFD(nc net.Conn) (int, error) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1, fmt.Errorf("%T is not a socket", nc)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// shut closes the connection from any goroutine: the writer first, so that no write(2) can reach the
+// descriptor once the socket closes it (its number may be reused), then the socket, which ends the reader.
 func (u *h2Upstream) shut() {
-	u.w.withFD(func(fd int) { _ = unix.Shutdown(fd, unix.SHUT_RDWR) })
 	u.w.close()
+	_ = u.nc.Close()
 }
 
 // The writer's owner (writer.go). A failed write is not acted on: the reader sees the broken connection
@@ -335,16 +333,12 @@ func (u *h2Upstream) writerIdle() {
 	}
 }
 
-// serve reads the connection until it ends, then ends every call still on it.
+// serve runs the connection until it ends, then ends every call still on it.
 func (u *h2Upstream) serve(ctx context.Context) error {
 	hp := u.hp
-	_ = u.npc.AddCloseCallback(u.onClose)
-	_ = u.npc.SetOnRequest(u.onRequest) // runs what came already, on this goroutine
-	if !u.npc.IsActive() {
-		_ = u.npc.Close() // gone already: netpoll ran no close callback for it without a handler
-	}
 	stop := context.AfterFunc(ctx, u.shut)
-	err := <-u.readEnd
+	err := u.readLoop()
+	u.proof.end(u.nc)
 	stop()
 	// Let the writer finish what is queued (a GOAWAY after a connection error), but not wait on a
 	// provider that does not read.
@@ -352,13 +346,11 @@ func (u *h2Upstream) serve(ctx context.Context) error {
 		t := time.NewTimer(time.Second)
 		select {
 		case <-u.idle:
-		case <-u.closed:
 		case <-t.C:
 		}
 		t.Stop()
 	}
 	u.shut()
-	<-u.closed
 	hp.p.srv.wheel.Stop(&u.beat)
 	why := "stormgate: provider connection lost"
 	hp.mu.Lock()
@@ -376,76 +368,41 @@ func (u *h2Upstream) serve(ctx context.Context) error {
 	return err
 }
 
-// endRead ends serve's wait with why reading ended; the first reason stays.
-func (u *h2Upstream) endRead(err error) {
-	select {
-	case u.readEnd <- err:
-	default:
-	}
-}
-
-// onRequest handles every whole frame netpoll has read from the provider. netpoll calls it again for as
-// long as its buffer holds bytes, so the end of a frame that has not all come yet is moved to u.part, and
-// the next read's bytes go after it.
-func (u *h2Upstream) onRequest(_ context.Context, npc netpoll.Connection) error {
-	r := npc.Reader()
-	n := r.Len()
-	if u.failed || n == 0 {
-		_ = r.Skip(n)
-		_ = r.Release()
-		return nil
-	}
-	now := u.hp.p.srv.now()
-	u.lastRead.Store(now)
-	buf, _ := r.Peek(n)
-	if len(u.part) > 0 {
-		u.part = append(u.part, buf...)
-		buf = u.part
-	}
-	off := 0
-	for off < len(buf) {
-		k, err := u.step(buf[off:], now, &u.deliv)
-		if err != nil {
-			u.failed, off = true, len(buf)
-			u.endRead(err)
-			break
+// readLoop reads the provider's frames until the connection fails.
+func (u *h2Upstream) readLoop() error {
+	buf := make([]byte, 0, 64<<10) // more than a frame: Stormgate announces the default 16 KiB maximum
+	var d h2Delivery               // what this read owes consumers, written once at its end
+	for {
+		n, rerr := u.nc.Read(buf[len(buf):cap(buf)])
+		if n > 0 {
+			u.lastRead.Store(u.hp.p.srv.now())
 		}
-		if k == 0 {
-			break
+		buf = buf[:len(buf)+n]
+		off := 0
+		for {
+			k, err := u.step(buf[off:], &d)
+			if err != nil {
+				d.flush()
+				return err
+			}
+			if k == 0 {
+				break
+			}
+			off += k
 		}
-		off += k
+		d.flush()
+		buf = buf[:copy(buf, buf[off:])]
+		if rerr != nil {
+			return rerr
+		}
 	}
-	u.deliv.flush()
-	switch rest := buf[off:]; {
-	case len(rest) > 0:
-		u.part = append(u.part[:0], rest...) // within u.part itself, or from netpoll's buffer
-	case cap(u.part) > h2BufKeep:
-		u.part = nil
-	default:
-		u.part = u.part[:0]
-	}
-	_ = r.Skip(n)
-	_ = r.Release()
-	return nil
 }
 
-// onClose runs once, before netpoll closes the socket: the provider closed or reset it, or shut did.
-func (u *h2Upstream) onClose(netpoll.Connection) error {
-	u.proof.end(u.fd)
-	var why error = io.EOF
-	if e, err := unix.GetsockoptInt(u.fd, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
-		why = unix.Errno(e)
-	}
-	u.w.close()
-	u.endRead(why)
-	close(u.closed)
-	return nil
-}
-
-// step handles one frame from the provider, read at now: the books under the pool's lock, then the
-// delivery to the consumer outside it, through d (written when the read's frames are all handled).
-func (u *h2Upstream) step(b []byte, now int64, d *h2Delivery) (int, error) {
+// step handles one frame from the provider: the books under the pool's lock, then the delivery to the
+// consumer outside it, through d (written when the read's frames are all handled).
+func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
 	hp := u.hp
+	now := hp.p.srv.now()
 	var notes h2Notes
 	var refused []*h2Call
 	var c *h2Call
