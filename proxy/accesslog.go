@@ -61,7 +61,6 @@ func (a *accessLog) offer(s *Server, cfg *Config, sess *session, call callRef, s
 		return
 	}
 	lbl := s.calls.table.label(call.method)
-	names := callStatusNames
 	by, reason := "provider", ""
 	switch local {
 	case noLocalReply:
@@ -75,7 +74,7 @@ func (a *accessLog) offer(s *Server, cfg *Config, sess *session, call callRef, s
 		zap.String("protocol", protoNames[sess.proto.Load()]),
 		zap.String("service", lbl.service),
 		zap.String("method", lbl.method),
-		zap.String("status", names[min(status, len(names)-1)]),
+		zap.String("status", s.statuses.name(status)),
 		zap.Bool("exception", exception),
 		zap.Duration("duration", d),
 		zap.Uint32("request_bytes", call.size),

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/proxy/dubbo"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
@@ -84,7 +85,7 @@ func startWithoutProvider(t *testing.T, tweak func(*Config)) *Server {
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	srv, err := New(cfg, Options{Logger: zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))})
+	srv, err := New(cfg, Options{Codec: dubbo.Codec{}, Logger: zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy/dubbo"
+	"github.com/stormgate/stormgate/proxy/wire"
 )
 
 // Issue 24: bytes that cannot start a frame are refused as soon as they arrive, not when a whole
@@ -21,8 +22,8 @@ func TestFrameReaderRefusesForeignBytesAtOnce(t *testing.T) {
 	for _, in := range []string{"l", "ls\r\n", "\xda\x00", "PRI * HT"} {
 		var fr frameReader
 		src := &sliceSource{b: []byte(in)}
-		_, _, res, err := fr.next(src, Dubbo{}, 1<<20, false, &b, 1)
-		if res != readBad || !errors.Is(err, ErrBadMagic) || fr.partial() || fr.partialSince() != 0 {
+		_, _, res, err := fr.next(src, dubbo.Codec{}, 1<<20, false, &b, 1)
+		if res != readBad || !errors.Is(err, wire.ErrBadMagic) || fr.partial() || fr.partialSince() != 0 {
 			t.Errorf("%q: result %v, err %v, partial %v", in, res, err, fr.partial())
 		}
 	}
@@ -31,7 +32,7 @@ func TestFrameReaderRefusesForeignBytesAtOnce(t *testing.T) {
 	src := &sliceSource{}
 	for i, c := range frame {
 		src.b = append(src.b, c)
-		f, got, res, err := fr.next(src, Dubbo{}, 1<<20, false, &b, 1)
+		f, got, res, err := fr.next(src, dubbo.Codec{}, 1<<20, false, &b, 1)
 		if err != nil {
 			t.Fatalf("byte %d: %v", i, err)
 		}
@@ -41,40 +42,6 @@ func TestFrameReaderRefusesForeignBytesAtOnce(t *testing.T) {
 		if i == len(frame)-1 && (res != readFrame || f.ID != 7 || string(got) != string(frame)) {
 			t.Fatalf("last byte: result %v id %d", res, f.ID)
 		}
-	}
-}
-
-// Issue 24: what a non-Dubbo client is told and what the log says: one line, once, saying what the
-// bytes look like (it was "bad magic\ndubbo: bad magic").
-func TestForeignInputMessages(t *testing.T) {
-	for _, tc := range []struct {
-		in, want string
-		reply    string // substring of what the peer is told; "" for nothing
-	}{
-		{"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", `not Dubbo 2: the first bytes "PRI * HTTP/2.0\r\n" are an HTTP/2 connection preface (a Triple or gRPC client`, ""},
-		{"ls\r\n", `not Dubbo 2: the first bytes "ls\r\n" are text (telnet, nc, a Dubbo QoS/telnet command such as ls)`, "it does not answer telnet or QoS commands"},
-		{"GET /healthz HTTP/1.1\r\n", `are an HTTP/1 request`, "HTTP/1.1 400 Bad Request\r\n"},
-		{"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", `are a TLS handshake`, ""},
-		{"\xca\xfe\xba\xbe\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", `the first bytes ca fe ba be 00 00 00 00 00 00 00 00 00 00 00 00 do not start with the Dubbo magic da bb`, ""},
-	} {
-		hdr := []byte(tc.in)[:min(len(tc.in), dubbo.HeaderLen)]
-		_, err := Dubbo{}.ParseHeader(hdr, 0)
-		var fe *ForeignError
-		if !errors.As(err, &fe) || !errors.Is(err, ErrBadMagic) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-			t.Errorf("%q: %q, want one line with %q", tc.in, err, tc.want)
-			continue
-		}
-		if (tc.reply == "") != (fe.Reply == nil) || !strings.Contains(string(fe.Reply), tc.reply) {
-			t.Errorf("%q: reply %q, want %q", tc.in, fe.Reply, tc.reply)
-		}
-	}
-	// The other refusals are one line too.
-	big := []byte{0xda, 0xbb, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0x7f, 0, 0, 0}
-	if _, err := (Dubbo{}).ParseHeader(big, 0); !errors.Is(err, ErrFrameTooLarge) || strings.Contains(err.Error(), "\n") {
-		t.Errorf("oversize: %q", err)
-	}
-	if _, err := (Dubbo{}).ParseHeader(big[:5], 0); !errors.Is(err, ErrShortHeader) {
-		t.Errorf("a header still arriving: %v", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"github.com/stormgate/stormgate/proxy/wire"
 	"sync/atomic"
 )
 
@@ -41,18 +42,18 @@ const maxHeaderLen = 32
 type frameReader struct {
 	hdr     [maxHeaderLen]byte // a header that arrived in pieces
 	hlen    int
-	buf     []byte // a frame being reassembled (header included); nil when none
-	f       Frame  // buf's header
-	charged int    // cap(buf) charged to the budget
-	skip    int    // body bytes still to discard
-	done    bool   // buf was returned by the last call; free it on the next
+	buf     []byte     // a frame being reassembled (header included); nil when none
+	f       wire.Frame // buf's header
+	charged int        // cap(buf) charged to the budget
+	skip    int        // body bytes still to discard
+	done    bool       // buf was returned by the last call; free it on the next
 	since   atomic.Int64
 }
 
 // next returns the next frame, consuming input as it goes. maxFrame caps a frame's
 // length; with skipOversize a larger frame is reported as readSkipped (err wraps
 // ErrFrameTooLarge) instead of readBad.
-func (fr *frameReader) next(r byteSource, c Codec, maxFrame int, skipOversize bool, b *budget, now int64) (Frame, []byte, readResult, error) {
+func (fr *frameReader) next(r byteSource, c wire.Codec, maxFrame int, skipOversize bool, b *budget, now int64) (wire.Frame, []byte, readResult, error) {
 	if fr.done {
 		fr.free(b)
 	}
@@ -61,7 +62,7 @@ func (fr *frameReader) next(r byteSource, c Codec, maxFrame int, skipOversize bo
 		if fr.skip > 0 {
 			n := min(fr.skip, r.Len())
 			if n == 0 {
-				return Frame{}, nil, readMore, nil
+				return wire.Frame{}, nil, readMore, nil
 			}
 			_ = r.Skip(n)
 			if fr.skip -= n; fr.skip == 0 {
@@ -71,7 +72,7 @@ func (fr *frameReader) next(r byteSource, c Codec, maxFrame int, skipOversize bo
 		}
 		avail := r.Len()
 		if avail == 0 {
-			return Frame{}, nil, readMore, nil
+			return wire.Frame{}, nil, readMore, nil
 		}
 		switch {
 		case fr.buf != nil: // a body in pieces
@@ -85,7 +86,7 @@ func (fr *frameReader) next(r byteSource, c Codec, maxFrame int, skipOversize bo
 			p, _ := r.Next(n)
 			fr.buf = append(fr.buf, p...)
 			if len(fr.buf) < fr.f.Len {
-				return Frame{}, nil, readMore, nil
+				return wire.Frame{}, nil, readMore, nil
 			}
 			fr.done = true
 			fr.since.Store(0)
@@ -100,12 +101,12 @@ func (fr *frameReader) next(r byteSource, c Codec, maxFrame int, skipOversize bo
 			fr.hlen += copy(fr.hdr[fr.hlen:hl], p)
 			if fr.hlen < hl {
 				// Not a frame at all (a telnet "ls\r\n"): report it now, not at frame_read_timeout.
-				if f, err := c.ParseHeader(fr.hdr[:fr.hlen], maxFrame); errors.Is(err, ErrBadMagic) {
+				if f, err := c.ParseHeader(fr.hdr[:fr.hlen], maxFrame); errors.Is(err, wire.ErrBadMagic) {
 					fr.hlen = 0
 					fr.since.Store(0)
 					return fr.badHeader(f, err, hl, skipOversize)
 				}
-				return Frame{}, nil, readMore, nil
+				return wire.Frame{}, nil, readMore, nil
 			}
 			fr.hlen = 0
 			f, err := c.ParseHeader(fr.hdr[:hl], maxFrame)
@@ -115,7 +116,7 @@ func (fr *frameReader) next(r byteSource, c Codec, maxFrame int, skipOversize bo
 			}
 			fr.f = f
 			if !fr.grow(min(f.Len, hl+r.Len()), b) {
-				fr.f = Frame{}
+				fr.f = wire.Frame{}
 				fr.skip = f.Len - hl
 				return f, nil, readSkipped, errOverBudget
 			}
@@ -140,21 +141,21 @@ func (fr *frameReader) next(r byteSource, c Codec, maxFrame int, skipOversize bo
 			fr.since.Store(now)
 			fr.f = f
 			if !fr.grow(avail, b) {
-				fr.f = Frame{}
+				fr.f = wire.Frame{}
 				_ = r.Skip(avail)
 				fr.skip = f.Len - avail
 				return f, nil, readSkipped, errOverBudget
 			}
 			p, _ := r.Next(avail)
 			fr.buf = append(fr.buf, p...)
-			return Frame{}, nil, readMore, nil
+			return wire.Frame{}, nil, readMore, nil
 		}
 	}
 }
 
 // badHeader reports a header that failed to parse; its hl bytes are already consumed.
-func (fr *frameReader) badHeader(f Frame, err error, hl int, skipOversize bool) (Frame, []byte, readResult, error) {
-	if skipOversize && errors.Is(err, ErrFrameTooLarge) && f.Len > hl {
+func (fr *frameReader) badHeader(f wire.Frame, err error, hl int, skipOversize bool) (wire.Frame, []byte, readResult, error) {
+	if skipOversize && errors.Is(err, wire.ErrFrameTooLarge) && f.Len > hl {
 		fr.skip = f.Len - hl
 		return f, nil, readSkipped, err
 	}
@@ -186,7 +187,7 @@ func (fr *frameReader) grow(n int, b *budget) bool {
 // free drops the reassembly buffer and returns its charge.
 func (fr *frameReader) free(b *budget) {
 	b.release(fr.charged)
-	fr.buf, fr.charged, fr.done, fr.f = nil, 0, false, Frame{}
+	fr.buf, fr.charged, fr.done, fr.f = nil, 0, false, wire.Frame{}
 }
 
 // reset forgets any partial frame (the connection closed).

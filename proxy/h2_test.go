@@ -183,7 +183,7 @@ func newH2ServerWith(t *testing.T, upstream string, protos Protocols, opts Optio
 	for _, m := range mods {
 		m(&cfg)
 	}
-	opts.Logger = zaptest.NewLogger(t).Named("proxy")
+	opts.Codec, opts.Logger = dubbo.Codec{}, zaptest.NewLogger(t).Named("proxy")
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}

@@ -47,27 +47,27 @@ func (s *Server) identifyH2(fields []h2.HeaderField, cfg *Config) uint32 {
 // no trailers): grpc-status when there is one, else what a gRPC client makes of the head's :status.
 // dubbo-go's business error (h2.TripleBizError) is OK with an exception, as Dubbo 2's business
 // exceptions are, so a service reads the same over both protocols. Under the session's mu.
-func (c *h2Call) answerStatus(trailers []h2.HeaderField) (status int, exception bool) {
+func (c *h2Call) answerStatus(v *statusVocab, trailers []h2.HeaderField) (status int, exception bool) {
 	if code, ok := h2.GRPCCode(trailers); ok {
 		if code == h2.TripleBizError {
-			return statusOK, true
+			return v.ofGRPC(h2.GRPCOK), true
 		}
-		return grpcStatusIndex(code), false
+		return v.ofGRPC(code), false
 	}
 	if c.httpStatus != 0 && c.httpStatus != 200 {
-		return grpcStatusIndex(h2.GRPCFromHTTPStatus(c.httpStatus)), false
+		return v.ofGRPC(h2.GRPCFromHTTPStatus(c.httpStatus)), false
 	}
-	return statusUnknown, false
+	return v.ofGRPC(h2.GRPCUnknown), false
 }
 
 // answeredLocked counts the provider's answer to c, which ends with trailers (nil: with DATA). Under
 // h.mu, before the frames that end the call go to the writer.
 func (h *h2Session) answeredLocked(c *h2Call, trailers []h2.HeaderField) {
-	status, exc := c.answerStatus(trailers)
+	status, exc := c.answerStatus(&h.sess.srv.statuses, trailers)
 	h.countLocked(c, status, exc, noLocalReply)
 }
 
-// endedLocked counts a call that ended otherwise: status (an index into callStatusNames), and who
+// endedLocked counts a call that ended otherwise: status (an index into statusVocab.names), and who
 // ended it (a replyReason when Stormgate answered, noLocalReply for a provider's reset, consumerEnded).
 func (h *h2Session) endedLocked(c *h2Call, status int, by replyReason) {
 	h.countLocked(c, status, false, by)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stormgate/stormgate/loadgen"
 	"github.com/stormgate/stormgate/peer"
+	"github.com/stormgate/stormgate/proxy/dubbo"
 	"github.com/stormgate/stormgate/proxy/h2"
 )
 
@@ -29,7 +30,7 @@ func TestH2AnswerFramesLeaveTogether(t *testing.T) {
 	t.Cleanup(func() { _ = prov.Close() })
 	cfg := testConfig(prov.Addr())
 	cfg.Protocols, cfg.UpstreamConns = ProtoTriple, 1
-	srv, err := New(cfg, Options{Logger: zaptest.NewLogger(t).Named("proxy"), Registerer: prometheus.NewRegistry()})
+	srv, err := New(cfg, Options{Codec: dubbo.Codec{}, Logger: zaptest.NewLogger(t).Named("proxy"), Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

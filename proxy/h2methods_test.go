@@ -19,7 +19,9 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/stormgate/stormgate/peer"
+	"github.com/stormgate/stormgate/proxy/dubbo"
 	"github.com/stormgate/stormgate/proxy/h2"
+	"github.com/stormgate/stormgate/proxy/wire"
 )
 
 // Per-method metrics and the access log for HTTP/2 calls (issue 25 item 5, issue 26 item 6): the
@@ -275,7 +277,7 @@ func TestH2MethodOneLabelSpace(t *testing.T) {
 // TestH2MethodLabelsDoNotAllocate: identifying an HTTP/2 call of a pair seen before and counting its
 // end allocates nothing (DESIGN §8: per-method labels on the hot paths, 0 allocs/op).
 func TestH2MethodLabelsDoNotAllocate(t *testing.T) {
-	srv, err := New(testConfig("127.0.0.1:1"), Options{})
+	srv, err := New(testConfig("127.0.0.1:1"), Options{Codec: dubbo.Codec{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,36 +300,50 @@ func TestH2MethodLabelsDoNotAllocate(t *testing.T) {
 	if l := srv.calls.table.label(c.method); c.method < firstCall || l != (callLabels{"blue/" + tripleSvc + ":1.2.0", "SayHello"}) {
 		t.Fatalf("the call's labels: %d %+v", c.method, l)
 	}
-	if n := h.hp.calls.peek(c.method).status[statusOK].Load(); n < 1000 {
+	if n := h.hp.calls.peek(c.method).status[srv.statuses.ofGRPC(h2.GRPCOK)].Load(); n < 1000 {
 		t.Fatalf("counted %d OK answers", n)
 	}
 }
 
-// TestCallStatusNames: the status label's one vocabulary names every gRPC code as gRPC does, after
-// Dubbo's names, and fits the counts' array.
+// TestCallStatusNames: the status label's one vocabulary is the Dubbo codec's names, then every gRPC
+// code named as gRPC does (OK and UNKNOWN shared), and OTHER; operators' queries and alerts use these
+// values, so the whole list is pinned. Names a codec repeats, and more than the counts hold, are refused.
 func TestCallStatusNames(t *testing.T) {
+	codec := dubbo.Codec{}
+	v, err := newStatusVocab(codec.StatusNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "OK SERIALIZATION_ERROR CLIENT_TIMEOUT SERVER_TIMEOUT CHANNEL_INACTIVE BAD_REQUEST BAD_RESPONSE " +
+		"SERVICE_NOT_FOUND SERVICE_ERROR SERVER_ERROR CLIENT_ERROR SERVER_THREADPOOL_EXHAUSTED UNKNOWN " +
+		"CANCELLED INVALID_ARGUMENT DEADLINE_EXCEEDED NOT_FOUND ALREADY_EXISTS PERMISSION_DENIED RESOURCE_EXHAUSTED " +
+		"FAILED_PRECONDITION ABORTED OUT_OF_RANGE UNIMPLEMENTED INTERNAL UNAVAILABLE DATA_LOSS UNAUTHENTICATED OTHER"
+	if got := strings.Join(v.names, " "); got != want {
+		t.Errorf("names:\n got %s\nwant %s", got, want)
+	}
 	for code := range h2.NumGRPCCodes {
-		if got := callStatusNames[grpcStatusIndex(code)]; got != h2.GRPCCodeName(code) {
+		if got := v.name(v.ofGRPC(code)); got != h2.GRPCCodeName(code) {
 			t.Errorf("gRPC code %d is %q, want %q", code, got, h2.GRPCCodeName(code))
 		}
 	}
 	for _, code := range []int{-1, 17, 1000} {
-		if got := callStatusNames[grpcStatusIndex(code)]; got != "OTHER" {
+		if got := v.name(v.ofGRPC(code)); got != "OTHER" {
 			t.Errorf("gRPC code %d is %q, want OTHER", code, got)
 		}
 	}
-	if callStatusNames[statusCancelled] != "CANCELLED" || callStatusNames[statusUnknown] != "UNKNOWN" ||
-		strings.Join(callStatusNames[:len(dubboStatusNames)], ",") != strings.Join(dubboStatusNames, ",") {
-		t.Errorf("names: %v", callStatusNames)
-	}
-	if len(callStatusNames) > maxStatuses {
-		t.Errorf("%d status names, the counts hold %d", len(callStatusNames), maxStatuses)
-	}
-	seen := map[string]bool{}
-	for _, n := range callStatusNames {
-		if seen[n] {
-			t.Errorf("%s twice", n)
+	for why := wire.FailUpstreamLost; why <= wire.FailDeadline; why++ { // the codec's indexes are the vocabulary's
+		if got, own := v.name(codec.FailureStatus(why)), codec.StatusNames()[codec.FailureStatus(why)]; got != own {
+			t.Errorf("failure %d: %q in the vocabulary, %q in the codec's names", why, got, own)
 		}
-		seen[n] = true
+	}
+	if _, err := newStatusVocab([]string{"OK", "BUSY", "OK"}); err == nil {
+		t.Error("a repeated name was taken")
+	}
+	many := make([]string, maxStatuses)
+	for i := range many {
+		many[i] = fmt.Sprintf("S%d", i)
+	}
+	if _, err := newStatusVocab(many); err == nil {
+		t.Errorf("%d codec names and gRPC's were taken; the counts hold %d", len(many), maxStatuses)
 	}
 }

@@ -523,7 +523,7 @@ func (h *h2Session) failStatus(c *h2Call, code int, reason replyReason, msg stri
 	dropped := h.discardLocked(c)
 	b, err := h.conn.AppendHeaders(h.frames(), c.down, h2.ErrorTrailers(c.headSent, code, msg), true)
 	h.sess.srv.m.localReplies[reason].Inc() // counted before the consumer can see the reply
-	h.endedLocked(c, grpcStatusIndex(code), reason)
+	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(code), reason)
 	h.send(b)
 	if err == nil && h.conn.StreamState(c.down) == h2.StateHalfClosedLocal {
 		_ = h.conn.Reset(c.down, h2.ErrCodeNo)
@@ -541,7 +541,7 @@ func (h *h2Session) reset(c *h2Call, code h2.ErrCode) int {
 		return 0
 	}
 	dropped := h.discardLocked(c)
-	h.endedLocked(c, grpcStatusIndex(h2.GRPCFromReset(code)), noLocalReply) // what a gRPC client makes of it
+	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(h2.GRPCFromReset(code)), noLocalReply) // what a gRPC client makes of it
 	_ = h.conn.Reset(c.down, code)
 	h.flushLocked()
 	h.finishLocked(c)
@@ -554,7 +554,7 @@ func (h *h2Session) finishLocked(c *h2Call) {
 	if c.done {
 		return
 	}
-	h.endedLocked(c, statusCancelled, consumerEnded)
+	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(h2.GRPCCancelled), consumerEnded)
 	c.done = true
 	delete(h.calls, c.down)
 	srv := h.sess.srv

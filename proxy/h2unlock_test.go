@@ -2,10 +2,6 @@ package proxy
 
 import (
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -16,19 +12,8 @@ import (
 // timeout. So every release of an h2Pool's mu goes through unlock; this test reads the package's
 // source and fails on any other Unlock of a field mu reached through a value named hp.
 func TestH2PoolMutexReleasedByUnlock(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	fset, files := parseCore(t, 0)
+	for _, f := range files {
 		for _, d := range f.Decls {
 			fn, ok := d.(*ast.FuncDecl)
 			if !ok || fn.Body == nil || fn.Name.Name == "unlock" && recvType(fn) == "h2Pool" {

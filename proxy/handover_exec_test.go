@@ -21,6 +21,7 @@ import (
 
 	"github.com/stormgate/stormgate/handover"
 	"github.com/stormgate/stormgate/peer"
+	"github.com/stormgate/stormgate/proxy/dubbo"
 )
 
 // TestHandoverAcrossExec is the handover as an upgrade does it, at the proxy's
@@ -126,7 +127,7 @@ func handoverChildRun(role string) error {
 	if os.Getenv("HANDOVER_PROTOCOL") == "triple" {
 		cfg.Protocols = ProtoTriple
 	}
-	opts := Options{}
+	opts := Options{Codec: dubbo.Codec{}}
 	ctx := context.Background()
 	var srv *Server
 	var lfd int

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
+	"github.com/stormgate/stormgate/proxy/dubbo"
 )
 
 // rawListener accepts non-blocking raw fds the way the admission package does,
@@ -173,7 +174,7 @@ func newFixtureWith(t testing.TB, pcfg peer.ProviderConfig, opts Options, mods .
 		mod(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	opts.Logger, opts.Registerer = log.Named("proxy"), reg
+	opts.Codec, opts.Logger, opts.Registerer = dubbo.Codec{}, log.Named("proxy"), reg
 	srv, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)

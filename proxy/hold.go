@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stormgate/stormgate/keepalive"
+	"github.com/stormgate/stormgate/proxy/wire"
 )
 
 // holdQueue keeps two-way requests while no provider connection takes them
@@ -102,13 +103,13 @@ func (h *holdQueue) push(r request, frame []byte) {
 	srv := h.pool.srv
 	cfg := srv.cfg.Load()
 	if cfg.HoldTimeout <= 0 {
-		srv.refuse(r, FailNoUpstream, "stormgate: no usable provider connection (hold.timeout is 0)", replyNoUpstream)
+		srv.refuse(r, wire.FailNoUpstream, "stormgate: no usable provider connection (hold.timeout is 0)", replyNoUpstream)
 		return
 	}
 	srv.sendByOf(&r, frame, cfg)
 	if pastDeadline(&r, srv.now()) {
 		srv.m.holdOutcome[holdDeadline].Inc()
-		srv.refuse(r, FailDeadline, deadlineMsg, replyDeadline)
+		srv.refuse(r, wire.FailDeadline, deadlineMsg, replyDeadline)
 		return
 	}
 	h.mu.Lock()
@@ -116,7 +117,7 @@ func (h *holdQueue) push(r request, frame []byte) {
 		// Close has run (or is running) failAll: nobody would answer an entry added now.
 		// Checked under mu so that an entry is either answered here or by failAll.
 		h.mu.Unlock()
-		srv.refuse(r, FailNoUpstream, "stormgate: shutting down", replyDrain)
+		srv.refuse(r, wire.FailNoUpstream, "stormgate: shutting down", replyDrain)
 		return
 	}
 	if lim := cfg.HoldMaxBytesPerConsumer; lim > 0 && r.sess.wait.waiting.Load()+int64(len(frame)) > int64(lim) && h.pool.usable() == 0 {
@@ -124,16 +125,16 @@ func (h *holdQueue) push(r request, frame []byte) {
 		// (backpressure.go: reading is not paused then, so this one is answered instead).
 		h.mu.Unlock()
 		srv.m.holdOutcome[holdRejectedFull].Inc()
-		srv.refuse(r, FailOverloaded, "stormgate: this consumer already has hold.max_bytes_per_consumer of requests "+
+		srv.refuse(r, wire.FailOverloaded, "stormgate: this consumer already has hold.max_bytes_per_consumer of requests "+
 			"waiting for the provider, which is away", replyHoldFull)
 		return
 	}
 	if h.len() >= cfg.HoldMaxRequests || h.bytes+len(frame) > cfg.HoldMaxBytes || !srv.budget.tryReserve(len(frame)) {
 		h.mu.Unlock()
 		srv.m.holdOutcome[holdRejectedFull].Inc()
-		why, msg := FailNoUpstream, "stormgate: no usable provider connection and the hold queue is full"
+		why, msg := wire.FailNoUpstream, "stormgate: no usable provider connection and the hold queue is full"
 		if h.pool.usable() > 0 {
-			why, msg = FailOverloaded, "stormgate: the provider is not keeping up (every connection's queue and the hold queue are full)"
+			why, msg = wire.FailOverloaded, "stormgate: the provider is not keeping up (every connection's queue and the hold queue are full)"
 		}
 		srv.refuse(r, why, msg, replyHoldFull)
 		return
@@ -168,7 +169,7 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 		if pastDeadline(&e.request, now) {
 			h.dropCarried(e)
 			srv.m.holdOutcome[holdDeadline].Inc()
-			srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
+			srv.refuse(e.request, wire.FailDeadline, deadlineMsg, replyDeadline)
 			continue
 		}
 		e.deadline = holdUntil(&e.request, cfg)
@@ -184,7 +185,7 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 		h.mu.Unlock()
 		for _, e := range es {
 			h.dropCarried(e)
-			srv.refuse(e.request, FailNoUpstream, "stormgate: shutting down", replyDrain)
+			srv.refuse(e.request, wire.FailNoUpstream, "stormgate: shutting down", replyDrain)
 		}
 		return
 	}
@@ -303,7 +304,7 @@ func (h *holdQueue) dispatchLaneLocked(lane int) bool {
 		if pastDeadline(&e.request, srv.now()) {
 			h.popLocked(lane)
 			srv.m.holdOutcome[holdDeadline].Inc()
-			srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
+			srv.refuse(e.request, wire.FailDeadline, deadlineMsg, replyDeadline)
 			continue
 		}
 		if until, ok := h.pool.paused(); ok {
@@ -349,19 +350,19 @@ func (h *holdQueue) expire() {
 			switch {
 			case pastDeadline(&e.request, now):
 				srv.m.holdOutcome[holdDeadline].Inc() // counted before the consumer can see the reply
-				srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
+				srv.refuse(e.request, wire.FailDeadline, deadlineMsg, replyDeadline)
 			case h.pool.sendToDrainingProvider(e.request, e.frame):
 				srv.m.holdOutcome[holdSentDraining].Inc()
 			case h.pool.usable() > 0:
 				// Held because every connection's queue was full (upstream.max_queued_bytes):
 				// the provider serves, but slower than requests arrive.
 				srv.m.holdOutcome[holdExpired].Inc()
-				srv.refuse(e.request, FailOverloaded, "stormgate: the provider is serving but did not take this request "+
+				srv.refuse(e.request, wire.FailOverloaded, "stormgate: the provider is serving but did not take this request "+
 					"within the hold time (hold.timeout, or hold.max_timeout for a request that carries its own timeout): "+
 					"it is not keeping up with what consumers send", replyHoldTimeout)
 			default:
 				srv.m.holdOutcome[holdExpired].Inc()
-				srv.refuse(e.request, FailNoUpstream, "stormgate: no usable provider connection within the hold time "+
+				srv.refuse(e.request, wire.FailNoUpstream, "stormgate: no usable provider connection within the hold time "+
 					"(hold.timeout, or hold.max_timeout for a request that carries its own timeout)", replyHoldTimeout)
 			}
 		}
@@ -405,7 +406,7 @@ func (h *holdQueue) failAll(msg string) {
 	for i := range h.lanes {
 		for _, e := range h.lanes[i].takeAll() {
 			h.dropLocked(i, e)
-			srv.refuse(e.request, FailNoUpstream, msg, replyDrain)
+			srv.refuse(e.request, wire.FailNoUpstream, msg, replyDrain)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/proxy/dubbo"
+	"github.com/stormgate/stormgate/proxy/wire"
 )
 
 // hotPath builds a server, a pool with one upstream connection and a session,
@@ -25,7 +26,7 @@ type hotPath struct {
 
 func newHotPath(tb testing.TB) *hotPath {
 	tb.Helper()
-	srv, err := New(testConfig("127.0.0.1:1"), Options{})
+	srv, err := New(testConfig("127.0.0.1:1"), Options{Codec: dubbo.Codec{}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -46,11 +47,11 @@ func newHotPath(tb testing.TB) *hotPath {
 	return &hotPath{srv: srv, pool: p, uc: uc, sess: sess}
 }
 
-func (h *hotPath) heartbeat(frame []byte, f Frame, cfg *Config) {
+func (h *hotPath) heartbeat(frame []byte, f wire.Frame, cfg *Config) {
 	h.sess.handle(f, frame, cfg, h.srv.now())
 }
 
-func (h *hotPath) forwardAndRoute(req []byte, f Frame, resp []byte, cfg *Config) {
+func (h *hotPath) forwardAndRoute(req []byte, f wire.Frame, resp []byte, cfg *Config) {
 	h.sess.handle(f, req, cfg, h.srv.now()) // forward: new id, pending entry, written
 	id := h.uc.nextID
 	h.srv.codec.SetID(resp, id)

@@ -113,6 +113,7 @@ func runIntegrity(t *testing.T, m int, seed uint64, ld integrityLoad) {
 	defer prov.Close()
 
 	srv, err := proxy.New(integrityConfig(prov.Addr(), m), proxy.Options{
+		Codec:      dubbo.Codec{},
 		Logger:     zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named("proxy"),
 		Registerer: prometheus.NewRegistry(),
 	})

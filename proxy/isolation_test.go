@@ -14,6 +14,7 @@ import (
 	"github.com/stormgate/stormgate/loadgen"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
+	"github.com/stormgate/stormgate/proxy/dubbo"
 	"github.com/stormgate/stormgate/settings"
 )
 
@@ -200,7 +201,7 @@ func TestBulkSendersAreSlowedNotRefused(t *testing.T) {
 // ends, and returns it with its loopback address once every upstream connection is up.
 func startIsolationProxy(t *testing.T, cfg proxy.Config, reg prometheus.Registerer) (*proxy.Server, string) {
 	t.Helper()
-	srv, err := proxy.New(cfg, proxy.Options{Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named("proxy"),
+	srv, err := proxy.New(cfg, proxy.Options{Codec: dubbo.Codec{}, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named("proxy"),
 		Registerer: reg})
 	if err != nil {
 		t.Fatal(err)

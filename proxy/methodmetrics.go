@@ -37,7 +37,7 @@ func newCallCollector(s *Server) *callCollector {
 	sm := []string{"service", "method"}
 	return &callCollector{
 		s:        s,
-		statuses: callStatusNames,
+		statuses: s.statuses.names,
 		requests: prometheus.NewDesc("stormgate_method_requests_total",
 			"Two-way requests answered, by service (Dubbo's service key: group/interface:version), method and the "+
 				"answer's status (the Dubbo status name for Dubbo 2, the gRPC status name for Triple and gRPC), whether "+

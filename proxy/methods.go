@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/stormgate/stormgate/proxy/wire"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,33 +54,8 @@ const (
 const (
 	callPageSize = 64
 	maxCallPages = (maxMethodsLimit + firstCall + callPageSize - 1) / callPageSize
-	maxStatuses  = 32 // callStatusNames, at most (a power of two: an index is masked)
+	maxStatuses  = 32 // statusVocab.names, at most (a power of two: an index is masked)
 )
-
-// CallName is what a request calls, as a codec reads it from the request: byte slices
-// of the request (valid while it is), each at most 255 bytes of printable UTF-8. A Dubbo
-// request carries them in its body (IdentifyRequest); a Triple request carries the
-// service and method in its :path ("/<service>/<method>") and the group and version in
-// its tri-service-group and tri-service-version headers (h2.CallOf, read as strings of
-// the decoded head: h2calls.go).
-type CallName struct {
-	Service, Version, Group, Method []byte
-}
-
-// CallReader is the part of a Codec that per-method metrics and the access log use.
-type CallReader interface {
-	// Call identifies the call a whole request frame makes; false when it cannot (the
-	// request is then counted as unknown). It must not allocate (a result by value: a
-	// pointer through this interface would escape).
-	Call(frame []byte) (CallName, bool)
-	// Outcome classifies a whole response frame: its status, an index into
-	// callStatusNames (the status label's one vocabulary, callstatus.go), and whether it
-	// carries an exception thrown by the called method.
-	Outcome(resp []byte) (status int, exception bool)
-	// FailureStatus is the status (an index into callStatusNames) of Stormgate's own
-	// reply for a Failure.
-	FailureStatus(why Failure) int
-}
 
 // callRef is what a request carries for per-method metrics and the access log.
 type callRef struct {
@@ -249,7 +225,7 @@ var longKeys = sync.Pool{New: func() any { return new([4*maxNameLen + 3]byte) }}
 
 // index returns c's index: the pair's, callOther when the table is full, or
 // callUnknown when a name is too long. It does not allocate unless the pair is new.
-func (t *callTable) index(c *CallName) uint32 { return indexNames(t, names[[]byte](*c)) }
+func (t *callTable) index(c *wire.CallName) uint32 { return indexNames(t, names[[]byte](*c)) }
 
 // names are a call's four names, as bytes of a Dubbo request or strings of a decoded
 // HTTP/2 head: the same names intern to the same index, whichever protocol called.
@@ -410,7 +386,7 @@ const (
 
 // callReplied counts Stormgate's own reply to a request (on the server's local shard)
 // and offers it to the access log; before the consumer can see it.
-func (s *Server) callReplied(sess *session, call callRef, arrived int64, why Failure, reason replyReason, reply []byte) {
+func (s *Server) callReplied(sess *session, call callRef, arrived int64, why wire.Failure, reason replyReason, reply []byte) {
 	cfg := s.cfg.Load()
 	if cfg.MaxMethods == 0 && !cfg.AccessLog.Enabled {
 		return
@@ -419,7 +395,7 @@ func (s *Server) callReplied(sess *session, call callRef, arrived int64, why Fai
 		time.Duration(s.now()-arrived), len(reply))
 }
 
-// callEnded counts a call's end on shard sh: its status (an index into callStatusNames),
+// callEnded counts a call's end on shard sh: its status (an index into statusVocab.names),
 // whether it carries a business exception, who ended it (local: a replyReason when
 // Stormgate answered, else noLocalReply or consumerEnded), its duration and the answer's
 // bytes; and offers it to the access log. Any protocol, any goroutine.

@@ -17,6 +17,7 @@ import (
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy/dubbo"
+	"github.com/stormgate/stormgate/proxy/wire"
 )
 
 // series reads every sample of the family name from reg, keyed by its labels as
@@ -327,7 +328,7 @@ func TestMethodMemory1000(t *testing.T) {
 	shards := make([]callShard, conns+1)
 	var events paged[callEvent]
 	for i := range pairs {
-		c := CallName{Service: []byte(fmt.Sprintf("com.example.service%02d.OrderService", i/50)), Method: []byte(fmt.Sprintf("method%04d", i))}
+		c := wire.CallName{Service: []byte(fmt.Sprintf("com.example.service%02d.OrderService", i/50)), Method: []byte(fmt.Sprintf("method%04d", i))}
 		idx := tbl.index(&c)
 		if idx < firstCall {
 			t.Fatalf("pair %d not interned: %d", i, idx)

@@ -1,6 +1,10 @@
 package proxy
 
-import "time"
+import (
+	"time"
+
+	"github.com/stormgate/stormgate/proxy/wire"
+)
 
 // Every two-way request Stormgate accepts gets exactly one answer (DESIGN §8a). The
 // books that make this true, in one place:
@@ -106,11 +110,11 @@ func (s *Server) answer(r request, resp []byte, now int64, c *upCounters) {
 }
 
 // refuse settles r with Stormgate's own error response.
-func (s *Server) refuse(r request, why Failure, msg string, reason replyReason) {
+func (s *Server) refuse(r request, why wire.Failure, msg string, reason replyReason) {
 	if !s.settle(r) {
 		return
 	}
-	r.sess.replyError(Frame{ID: r.id, Serial: r.serial}, r.call, r.arrived, why, msg, reason)
+	r.sess.replyError(wire.Frame{ID: r.id, Serial: r.serial}, r.call, r.arrived, why, msg, reason)
 }
 
 // settle does the books of one answer and reports whether the consumer is still

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/keepalive"
+	"github.com/stormgate/stormgate/proxy/wire"
 )
 
 // pool is the set of M connections to one provider address: the upstream id
@@ -461,9 +462,9 @@ func (p *pool) readonlyDrained(uc *upConn) {
 func (p *pool) onReadonlyChange(ready, readonly, hung int) {
 	propagate := p.srv.cfg.Load().ReadonlyPolicy == ReadonlyPropagate
 	if ready == 0 && (hung > 0 || propagate && readonly > 0) && p.readonlySent.CompareAndSwap(false, true) {
-		p.srv.broadcast(p, EventReadonly)
+		p.srv.broadcast(p, wire.EventReadonly)
 	} else if ready > 0 && p.readonlySent.CompareAndSwap(true, false) {
-		p.srv.broadcast(p, EventWriteable)
+		p.srv.broadcast(p, wire.EventWriteable)
 	}
 }
 
@@ -506,7 +507,7 @@ func (p *pool) onSweep() {
 		left += int(uc.npending.Load()) + uc.queuedRequests()
 	}
 	for _, e := range expired {
-		srv.refuse(e.request, FailTimeout, "stormgate: the provider did not answer within limits.max_request_age", replyMaxAge)
+		srv.refuse(e.request, wire.FailTimeout, "stormgate: the provider did not answer within limits.max_request_age", replyMaxAge)
 	}
 	p.sweepArmed.Store(false)
 	if left > 0 {

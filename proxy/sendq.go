@@ -1,6 +1,10 @@
 package proxy
 
-import "time"
+import (
+	"time"
+
+	"github.com/stormgate/stormgate/proxy/wire"
+)
 
 // Isolation (DESIGN §2, §8a): a provider connection is shared by many consumers, so a
 // request must not queue behind megabytes of one neighbour, and one consumer's flood
@@ -92,7 +96,7 @@ func (uc *upConn) enqueueLocked(r request, frame []byte, oneWay bool) bool {
 		if pastDeadline(&r, srv.now()) {
 			uc.mu.Unlock()
 			srv.budget.release(len(frame))
-			srv.refuse(r, FailDeadline, deadlineMsg, replyDeadline)
+			srv.refuse(r, wire.FailDeadline, deadlineMsg, replyDeadline)
 			return true
 		}
 	}
@@ -173,7 +177,7 @@ func (uc *upConn) refill() {
 			if e.sess.closing.Load() {
 				srv.settle(e.request) // counted as late: the consumer is gone
 			} else {
-				srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
+				srv.refuse(e.request, wire.FailDeadline, deadlineMsg, replyDeadline)
 			}
 		}
 		if len(buf) > 0 && !ok { // closed under us: they never left
@@ -262,7 +266,7 @@ func (uc *upConn) expireQueued() {
 	for _, e := range late {
 		srv.budget.release(len(e.frame))
 		e.sess.doneWaiting(len(e.frame))
-		srv.refuse(e.request, FailDeadline, deadlineMsg, replyDeadline)
+		srv.refuse(e.request, wire.FailDeadline, deadlineMsg, replyDeadline)
 	}
 }
 

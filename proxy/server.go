@@ -18,13 +18,14 @@ import (
 
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/proxy/h2"
+	"github.com/stormgate/stormgate/proxy/wire"
 )
 
-// Options are the Server's collaborators. Zero values are valid.
+// Options are the Server's collaborators. Zero values are valid, but for Codec's.
 type Options struct {
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer // nil: metrics are kept but not exported
-	Codec      Codec                 // nil: Dubbo
+	Codec      wire.Codec            // the Dubbo 2 codec (dubbo.Codec{}); required
 	// OnConnClosed is called once for every connection given to ServeFD when it
 	// closes (admission's max_connections accounting).
 	OnConnClosed func()
@@ -47,8 +48,10 @@ type Server struct {
 	opts  Options
 	log   *zap.Logger
 	m     *metrics
-	codec Codec
-	cfg   atomic.Pointer[Config]
+	codec wire.Codec
+	// statuses is the status label's vocabulary: the codec's names, then gRPC's (callstatus.go).
+	statuses statusVocab
+	cfg      atomic.Pointer[Config]
 	// changed is closed by Update when settings change, and replaced: waits that
 	// are not wheel timers (a reconnect backoff, the drain of Stormgate itself)
 	// select on it to re-read the durations they wait for (rearm.go).
@@ -96,7 +99,11 @@ func New(cfg Config, opts Options) (*Server, error) {
 		opts.Logger = zap.NewNop()
 	}
 	if opts.Codec == nil {
-		opts.Codec = Dubbo{}
+		return nil, errors.New("proxy: Options.Codec is nil: pass the Dubbo 2 codec, dubbo.Codec{} (package proxy/dubbo)")
+	}
+	statuses, err := newStatusVocab(opts.Codec.StatusNames())
+	if err != nil {
+		return nil, err
 	}
 	clock := opts.Clock
 	if clock == nil {
@@ -107,6 +114,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		log:       opts.Logger,
 		m:         newMetrics(),
 		codec:     opts.Codec,
+		statuses:  statuses,
 		clock:     clock,
 		pools:     make(map[uint16]*pool),
 		wheel:     keepalive.NewWheel(10*time.Millisecond, 4096, opts.Clock), // nil: the system clock, and an idle wheel sleeps
@@ -298,7 +306,7 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 	_ = conn.AddCloseCallback(sess.onClosed)
 	_ = conn.SetOnRequest(sess.onRequest)
 	if sess.proto.Load() == protoDubbo && (p.readonlySent.Load() || s.announced.Load()) {
-		sess.sendEvent(EventReadonly) // else sniff.go sends it once the first bytes say Dubbo
+		sess.sendEvent(wire.EventReadonly) // else sniff.go sends it once the first bytes say Dubbo
 	}
 	if !conn.IsActive() {
 		// The consumer left before its handlers were set: netpoll saw the hangup with no
@@ -334,9 +342,9 @@ func (s *Server) poolList() []*pool {
 }
 
 // broadcast sends ev to every consumer of pool p (every consumer when p is nil).
-func (s *Server) broadcast(p *pool, ev Event) {
+func (s *Server) broadcast(p *pool, ev wire.Event) {
 	i, name := 0, "readonly"
-	if ev == EventWriteable {
+	if ev == wire.EventWriteable {
 		i, name = 1, "writeable"
 	}
 	n := 0
@@ -415,7 +423,7 @@ func (s *Server) Announce() {
 		return
 	}
 	s.log.Info("draining: sending READONLY to every consumer; still serving", zap.Int("consumers", s.sessions.len()))
-	s.broadcast(nil, EventReadonly)
+	s.broadcast(nil, wire.EventReadonly)
 	s.sessions.each(func(ss *session) {
 		if ss.proto.Load() == protoH2 { // READONLY's HTTP/2 form: GOAWAY (h2session.go)
 			ss.h2.goAway()

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/stormgate/stormgate/keepalive"
+	"github.com/stormgate/stormgate/proxy/wire"
 )
 
 // session is one consumer connection. Its lifecycle:
@@ -105,8 +106,8 @@ func (s *session) consume(r byteSource, canPause bool) {
 		case readSkipped: // no budget to reassemble it: its bytes are discarded as they come
 			srv.log.Warn("refusing a request: out of buffer memory (limits.max_buffered_bytes)",
 				zap.Stringer("peer", s.remote), zap.Int("frame_bytes", f.Len))
-			if f.Kind == FrameRequest {
-				s.replyError(f, callRef{}, now, FailOverloaded, "stormgate: out of buffer memory (limits.max_buffered_bytes)", replyOverloaded)
+			if f.Kind == wire.FrameRequest {
+				s.replyError(f, callRef{}, now, wire.FailOverloaded, "stormgate: out of buffer memory (limits.max_buffered_bytes)", replyOverloaded)
 			}
 		case readBad:
 			s.badInput(f, err)
@@ -121,26 +122,26 @@ func (s *session) consume(r byteSource, canPause bool) {
 	}
 }
 
-func (s *session) handle(f Frame, frame []byte, cfg *Config, now int64) {
+func (s *session) handle(f wire.Frame, frame []byte, cfg *Config, now int64) {
 	m := s.srv.m
 	switch f.Kind {
-	case FrameEventTwoWay:
+	case wire.FrameEventTwoWay:
 		buf := replyBufs.Get().(*[32]byte)
 		s.counts.heartbeats.Add(1) // counted before the consumer can see the reply
 		s.write(s.srv.codec.AppendHeartbeatReply(buf[:0], f))
 		replyBufs.Put(buf) // the writer copied what it did not write
-	case FrameRequest:
+	case wire.FrameRequest:
 		s.counts.requests.Add(1)
 		call := s.srv.identify(frame, cfg) // per-method metrics, access log (methods.go)
 		if int(s.inflight.Load()) >= cfg.MaxInflightPerConn {
-			s.replyError(f, call, now, FailOverloaded, "stormgate: too many in-flight requests on this connection (limits.max_inflight_per_connection)", replyInflight)
+			s.replyError(f, call, now, wire.FailOverloaded, "stormgate: too many in-flight requests on this connection (limits.max_inflight_per_connection)", replyInflight)
 			return
 		}
 		s.pool.forward(request{sess: s, id: f.ID, serial: f.Serial, call: call, arrived: now}, frame)
-	case FrameOneWay:
+	case wire.FrameOneWay:
 		s.counts.requests.Add(1)
 		s.pool.forwardOneWay(s, frame)
-	case FrameEventOneWay:
+	case wire.FrameEventOneWay:
 		m.dropped[dropEventOneWay].Inc()
 	default: // responses from a consumer answer nothing Stormgate forwarded
 		m.dropped[dropConsumerResponse].Inc()
@@ -150,18 +151,18 @@ func (s *session) handle(f Frame, frame []byte, cfg *Config, now int64) {
 // badInput answers BAD_REQUEST when the header carried a usable id (everything but
 // bad magic), then closes this consumer only. Nothing of the frame reaches an
 // upstream connection.
-func (s *session) badInput(f Frame, err error) {
+func (s *session) badInput(f wire.Frame, err error) {
 	reason := closeBadLength
 	switch {
-	case errors.Is(err, ErrBadMagic):
+	case errors.Is(err, wire.ErrBadMagic):
 		reason = closeBadMagic
-	case errors.Is(err, ErrFrameTooLarge):
+	case errors.Is(err, wire.ErrFrameTooLarge):
 		reason = closeOversize
 	}
-	var fe *ForeignError
+	var fe *wire.ForeignError
 	switch {
 	case reason != closeBadMagic:
-		s.replyError(f, callRef{}, s.srv.now(), FailBadRequest, "stormgate: malformed frame: "+reason.String(), replyBadRequest)
+		s.replyError(f, callRef{}, s.srv.now(), wire.FailBadRequest, "stormgate: malformed frame: "+reason.String(), replyBadRequest)
 	case errors.As(err, &fe) && fe.Reply != nil && s.counts.requests.Load() == 0 && s.counts.heartbeats.Load() == 0:
 		s.write(fe.Reply) // the first bytes it sent: a person at a terminal, an HTTP client
 	}
@@ -172,7 +173,7 @@ func (s *session) badInput(f Frame, err error) {
 
 // replyError sends Stormgate's own error response for request f (call, which arrived
 // then, for per-method metrics and the access log).
-func (s *session) replyError(f Frame, call callRef, arrived int64, why Failure, msg string, reason replyReason) {
+func (s *session) replyError(f wire.Frame, call callRef, arrived int64, why wire.Failure, msg string, reason replyReason) {
 	var buf [256]byte
 	s.srv.m.localReplies[reason].Inc() // counted before the consumer can see the reply
 	b := s.srv.codec.AppendErrorReply(buf[:0], f, why, msg)
@@ -312,7 +313,7 @@ func (s *session) onTimer() {
 }
 
 // sendEvent writes a READONLY or WRITEABLE event to the consumer.
-func (s *session) sendEvent(ev Event) {
+func (s *session) sendEvent(ev wire.Event) {
 	var buf [64]byte
 	id := s.srv.eventIDs.Add(1)
 	s.write(s.srv.codec.AppendEvent(buf[:0], id, ev))

@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"errors"
+
 	"go.uber.org/zap"
 
-	"github.com/stormgate/stormgate/proxy/dubbo"
 	"github.com/stormgate/stormgate/proxy/h2"
+	"github.com/stormgate/stormgate/proxy/wire"
 )
 
 // A consumer connection's protocol, decided by its first bytes (session.proto).
@@ -45,7 +47,7 @@ func (s *session) otherProtocol(r byteSource) bool {
 		return true
 	}
 	s.decided(protoDubbo)
-	if !s.srv.cfg.Load().Protocols.Dubbo() && first[0] == dubbo.Magic0 {
+	if !s.srv.cfg.Load().Protocols.Dubbo() && s.srv.notThisCodec(first) == nil {
 		s.srv.log.Warn("closing a Dubbo consumer: this sidecar's provider speaks Triple only (upstream.protocol: triple)",
 			zap.Stringer("peer", s.remote))
 		_ = r.Skip(n)
@@ -53,7 +55,7 @@ func (s *session) otherProtocol(r byteSource) bool {
 		return true
 	}
 	if s.pool.readonlySent.Load() || s.srv.announced.Load() {
-		s.sendEvent(EventReadonly) // what ServeFD sends a Dubbo consumer that connects during a drain
+		s.sendEvent(wire.EventReadonly) // what ServeFD sends a Dubbo consumer that connects during a drain
 	}
 	return false
 }
@@ -74,11 +76,25 @@ func (s *session) decided(p uint32) {
 func (h *h2Session) sniff(b []byte, now int64) {
 	h.in = append(h.in, b...)
 	if _, err := h2.CheckPreface(h.in); err != nil {
-		h.sess.badInput(Frame{}, foreign(h.in))
+		err := h.sess.srv.notThisCodec(h.in)
+		if err == nil { // bytes both protocols could begin with: not a codec this proxy has (Dubbo's)
+			err = wire.ErrBadMagic
+		}
+		h.sess.badInput(wire.Frame{}, err)
 		h.in = nil
 		return
 	}
 	if len(h.in) >= len(h2.ClientPreface) {
 		h.start(now)
 	}
+}
+
+// notThisCodec is the codec's error for the bytes b when they cannot start one of its frames (an
+// error that matches wire.ErrBadMagic, a *wire.ForeignError where the codec says what the bytes look
+// like); nil when they may.
+func (s *Server) notThisCodec(b []byte) error {
+	if _, err := s.codec.ParseHeader(b, 0); errors.Is(err, wire.ErrBadMagic) {
+		return err
+	}
+	return nil
 }

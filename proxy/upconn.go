@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/stormgate/stormgate/keepalive"
+	"github.com/stormgate/stormgate/proxy/wire"
 )
 
 // Upstream connection states.
@@ -276,41 +277,41 @@ func (uc *upConn) consume(r byteSource) {
 	}
 }
 
-func (uc *upConn) handle(f Frame, frame []byte, now int64) {
+func (uc *upConn) handle(f wire.Frame, frame []byte, now int64) {
 	srv := uc.pool.srv
 	switch f.Kind {
-	case FrameResponse:
+	case wire.FrameResponse:
 		uc.route(f, frame, now)
-	case FrameEventResponse:
+	case wire.FrameEventResponse:
 		// A heartbeat's answer. An event frame carrying a request's id is no answer a
 		// consumer would take (Java ignores heartbeat responses): refuse the request.
 		if p, ok := uc.take(f.ID); !ok {
 			srv.m.unknownIDs.Inc()
 		} else if !p.heartbeat() {
-			srv.refuse(p.request, FailBadResponse, "stormgate: the provider answered this request with an event frame", replyBadResponse)
+			srv.refuse(p.request, wire.FailBadResponse, "stormgate: the provider answered this request with an event frame", replyBadResponse)
 		} else {
 			uc.lastBeatAnswer.Store(now)
 			if uc.pdrain.probe.Load() {
 				uc.pool.probeAnswered(uc)
 			}
 		}
-	case FrameEventTwoWay:
+	case wire.FrameEventTwoWay:
 		// The provider's heartbeat: its ids are its own id space; answer with its id.
 		uc.counts.heartbeats.Add(1) // counted before the provider can see the reply
 		uc.sendControl(srv.codec.AppendHeartbeatReply(uc.scratch[:0], f), false)
-	case FrameEventOneWay:
+	case wire.FrameEventOneWay:
 		switch srv.codec.EventOf(frame, f) {
-		case EventReadonly:
+		case wire.EventReadonly:
 			uc.onReadonly()
-		case EventWriteable:
+		case wire.EventWriteable:
 			uc.onWriteable()
 		default:
 			srv.m.dropped[dropProviderEvent].Inc()
 		}
-	case FrameRequest:
+	case wire.FrameRequest:
 		// A callback to a consumer: Stormgate cannot know which consumer exported it.
 		var buf [192]byte
-		uc.sendControl(srv.codec.AppendErrorReply(buf[:0], f, FailNotRoutable,
+		uc.sendControl(srv.codec.AppendErrorReply(buf[:0], f, wire.FailNotRoutable,
 			"stormgate: provider-to-consumer requests (callbacks) cannot be routed through Stormgate"), false)
 		srv.m.dropped[dropProviderCallback].Inc()
 	default:
@@ -319,7 +320,7 @@ func (uc *upConn) handle(f Frame, frame []byte, now int64) {
 }
 
 // route hands a provider response back to its consumer with the original id.
-func (uc *upConn) route(f Frame, frame []byte, now int64) {
+func (uc *upConn) route(f wire.Frame, frame []byte, now int64) {
 	p, ok := uc.take(f.ID)
 	if !ok {
 		uc.pool.srv.m.unknownIDs.Inc()
@@ -344,16 +345,16 @@ func (uc *upConn) route(f Frame, frame []byte, now int64) {
 // skipped settles the request whose answer cannot be delivered: over
 // limits.max_frame_bytes, or no buffer memory to reassemble it. The connection
 // stays: the body is discarded as it arrives.
-func (uc *upConn) skipped(f Frame, err error) {
+func (uc *upConn) skipped(f wire.Frame, err error) {
 	srv := uc.pool.srv
 	srv.m.dropped[dropOversizeResponse].Inc()
 	srv.log.Warn("dropping a provider frame that cannot be delivered", zap.String("provider", uc.pool.addr),
 		zap.Int("frame_bytes", f.Len), zap.Error(err))
-	if f.Kind != FrameResponse && f.Kind != FrameEventResponse {
+	if f.Kind != wire.FrameResponse && f.Kind != wire.FrameEventResponse {
 		return
 	}
 	if p, ok := uc.take(f.ID); ok && !p.heartbeat() {
-		srv.refuse(p.request, FailBadResponse, "stormgate: the provider's answer cannot be delivered: "+err.Error(), replyBadResponse)
+		srv.refuse(p.request, wire.FailBadResponse, "stormgate: the provider's answer cannot be delivered: "+err.Error(), replyBadResponse)
 	}
 }
 
@@ -561,7 +562,7 @@ func (uc *upConn) fail(why string) {
 			}
 		}
 		lost++
-		srv.refuse(e.request, FailUpstreamLost, "stormgate: provider connection lost while the request was in flight ("+
+		srv.refuse(e.request, wire.FailUpstreamLost, "stormgate: provider connection lost while the request was in flight ("+
 			why+"); "+uc.proof.lostFate(end, e.off, e.n), replyUpstreamLost)
 	}
 	level := zap.WarnLevel

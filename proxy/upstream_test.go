@@ -180,7 +180,7 @@ func TestShutdownLogsNoWarning(t *testing.T) {
 	defer cancel()
 	go prov.Serve(ctx)
 	defer prov.Close()
-	srv, err := New(testConfig(prov.Addr()), Options{Logger: zap.New(core)})
+	srv, err := New(testConfig(prov.Addr()), Options{Codec: dubbo.Codec{}, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stormgate/stormgate/keepalive"
+	"github.com/stormgate/stormgate/proxy/dubbo"
 )
 
 // TestWarmupRampsLinearly: right after the provider returns only a small share
@@ -14,7 +15,7 @@ func TestWarmupRampsLinearly(t *testing.T) {
 	clk := keepalive.NewManualClock(time.Unix(1000, 0))
 	cfg := testConfig("127.0.0.1:1")
 	cfg.Warmup = time.Second
-	srv, err := New(cfg, Options{Clock: clk})
+	srv, err := New(cfg, Options{Codec: dubbo.Codec{}, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stormgate/stormgate/loadgen"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
+	"github.com/stormgate/stormgate/proxy/dubbo"
 	"github.com/stormgate/stormgate/settings"
 )
 
@@ -133,7 +134,7 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 		hbAnswered = func(proxy.Stats) uint64 { return uint64(gatheredCounter(reg, "stormgate_http2_pings_answered_total")) }
 	}
 	srv, err := proxy.New(pcfg,
-		proxy.Options{Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: adm.ConnClosed})
+		proxy.Options{Codec: dubbo.Codec{}, Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: adm.ConnClosed})
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,8 @@
 // IdentifyRequest reads what a request calls (service, version, group, method) for
 // per-method metrics and the access log, from the strings at the start of its body and
 // the "group" attachment at its end; testdata/requests.txt holds requests as Java's,
-// dubbo-js's and dubbo-go's encoders write them.
+// dubbo-js's and dubbo-go's encoders write them. Codec is all of this as the proxy sees it
+// (proxy/wire's Codec): the proxy imports no Dubbo package, and the binary hands it a Codec.
 //
 // It does no I/O, holds no sockets and does no logging. Every input is treated as hostile: lengths are checked before any
 // slice or allocation, frames are capped (DefaultMaxFrame unless the caller says

@@ -1,0 +1,57 @@
+package proxy
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestCoreImportsNoDubbo: the core speaks to Dubbo 2 only through wire.Codec (issue 26 item 7,
+// docs/design.md §14.6 step 5a); the codec is handed in by the binary (Options.Codec). This reads
+// the package's non-test sources and fails on any import of proxy/dubbo. Tests may import it: they
+// wire the codec in as cmd/sidecar does.
+func TestCoreImportsNoDubbo(t *testing.T) {
+	fset, files := parseCore(t, parser.ImportsOnly)
+	for _, f := range files {
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); strings.HasSuffix(p, "/proxy/dubbo") {
+				t.Errorf("%s imports %s: use wire.Codec (s.codec) instead", fset.Position(imp.Pos()), p)
+			}
+		}
+	}
+}
+
+// parseCore parses the package's own sources, not its tests, for the tests that check its shape.
+func parseCore(t *testing.T, mode parser.Mode) (*token.FileSet, []*ast.File) {
+	t.Helper()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var files []*ast.File
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	return fset, files
+}
+
+// TestNewRequiresCodec: a Server without a codec is refused with what to pass, not a nil
+// dereference at the first consumer.
+func TestNewRequiresCodec(t *testing.T) {
+	_, err := New(testConfig("127.0.0.1:1"), Options{})
+	if err == nil || !strings.Contains(err.Error(), "dubbo.Codec{}") {
+		t.Errorf("New without a codec: %v", err)
+	}
+}
