@@ -95,3 +95,6 @@ func (h *h2Session) countLocked(c *h2Call, status int, exc bool, by replyReason)
 	}
 	srv.callEnded(cfg, sh, h.sess, call, status, exc, by, time.Duration(srv.now()-c.arrived), int(c.respBytes))
 }
+
+// ofGRPC is a gRPC status code's index in the vocabulary.
+func (v *statusVocab) ofGRPC(code int) int { return v.index(statusesH2, h2.StatusIndex(code)) }

@@ -310,7 +310,7 @@ func TestH2MethodLabelsDoNotAllocate(t *testing.T) {
 // values, so the whole list is pinned. Names a codec repeats, and more than the counts hold, are refused.
 func TestCallStatusNames(t *testing.T) {
 	codec := dubbo.Codec{}
-	v, err := newStatusVocab(codec.StatusNames())
+	v, err := newStatusVocab(codec.StatusNames(), h2.StatusNames())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,19 +331,24 @@ func TestCallStatusNames(t *testing.T) {
 			t.Errorf("gRPC code %d is %q, want OTHER", code, got)
 		}
 	}
+	for i := range codec.StatusNames() {
+		if v.index(statusesCodec, i) != i {
+			t.Errorf("the codec's status %d is the vocabulary's %d: Outcome's indexes would name the wrong status", i, v.index(statusesCodec, i))
+		}
+	}
 	for why := wire.FailUpstreamLost; why <= wire.FailDeadline; why++ { // the codec's indexes are the vocabulary's
 		if got, own := v.name(codec.FailureStatus(why)), codec.StatusNames()[codec.FailureStatus(why)]; got != own {
 			t.Errorf("failure %d: %q in the vocabulary, %q in the codec's names", why, got, own)
 		}
 	}
-	if _, err := newStatusVocab([]string{"OK", "BUSY", "OK"}); err == nil {
+	if _, err := newStatusVocab([]string{"OK", "BUSY"}, []string{"OK", "BUSY", "OK"}); err == nil {
 		t.Error("a repeated name was taken")
 	}
 	many := make([]string, maxStatuses)
 	for i := range many {
 		many[i] = fmt.Sprintf("S%d", i)
 	}
-	if _, err := newStatusVocab(many); err == nil {
+	if _, err := newStatusVocab(many, h2.StatusNames()); err == nil {
 		t.Errorf("%d codec names and gRPC's were taken; the counts hold %d", len(many), maxStatuses)
 	}
 }

@@ -101,7 +101,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if opts.Codec == nil {
 		return nil, errors.New("proxy: Options.Codec is nil: pass the Dubbo 2 codec, dubbo.Codec{} (package proxy/dubbo)")
 	}
-	statuses, err := newStatusVocab(opts.Codec.StatusNames())
+	statuses, err := newStatusVocab(opts.Codec.StatusNames(), h2.StatusNames())
 	if err != nil {
 		return nil, err
 	}

@@ -51,6 +51,22 @@ func GRPCCodeName(code int) string {
 	return grpcCodeNames[code]
 }
 
+// statusNames are the names StatusIndex indexes: the canonical codes', then OTHER for any other number.
+var statusNames = append(grpcCodeNames[:len(grpcCodeNames):len(grpcCodeNames)], "OTHER")
+
+// StatusNames are HTTP/2's values for the proxy's status label (gRPC's words): a new slice each call,
+// in the order of StatusIndex.
+func StatusNames() []string { return append([]string(nil), statusNames...) }
+
+// StatusIndex is a gRPC status code's index in StatusNames: the code itself when it is canonical,
+// OTHER's for any other number.
+func StatusIndex(code int) int {
+	if code < 0 || code >= NumGRPCCodes {
+		return NumGRPCCodes
+	}
+	return code
+}
+
 // GRPCCode reads grpc-status from trailers (or a trailers-only response) without allocating: found is
 // false when there is none; a value that is not a decimal number up to 9 digits gives code -1.
 func GRPCCode(fields []HeaderField) (code int, found bool) {
