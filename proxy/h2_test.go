@@ -177,6 +177,23 @@ func newH2Server(t *testing.T, upstream string, protos Protocols, mods ...func(*
 // newH2ServerWith is newH2Server with the Server's Options (a clock, a registry); the logger is its own.
 func newH2ServerWith(t *testing.T, upstream string, protos Protocols, opts Options, mods ...func(*Config)) (*Server, string) {
 	t.Helper()
+	srv, addr := startH2Server(t, upstream, protos, opts, mods...)
+	cfg := srv.cfg.Load()
+	waitFor(t, 20*time.Second, "provider connections", func() bool {
+		n := 0
+		for _, p := range srv.poolList() {
+			r, _, _ := p.connStates()
+			n += r
+		}
+		return n == cfg.UpstreamConns*(btoi(protos.Dubbo())+btoi(protos.Triple()))
+	})
+	return srv, addr
+}
+
+// startH2Server is newH2ServerWith without waiting for the provider: one that is away (nothing listens
+// at upstream yet) leaves every request held.
+func startH2Server(t *testing.T, upstream string, protos Protocols, opts Options, mods ...func(*Config)) (*Server, string) {
+	t.Helper()
 	cfg := testConfig(upstream)
 	cfg.Protocols = protos
 	cfg.UpstreamConns = 2
@@ -197,14 +214,6 @@ func newH2ServerWith(t *testing.T, upstream string, protos Protocols, opts Optio
 	}
 	ln := listenRaw(t, srv)
 	t.Cleanup(func() { srv.Close(); cancel() })
-	waitFor(t, 20*time.Second, "provider connections", func() bool {
-		n := 0
-		for _, p := range srv.poolList() {
-			r, _, _ := p.connStates()
-			n += r
-		}
-		return n == cfg.UpstreamConns*(btoi(protos.Dubbo())+btoi(protos.Triple()))
-	})
 	return srv, ln.addr
 }
 
@@ -751,7 +760,13 @@ func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
 // each connection goes to the Dubbo or the gRPC provider by its first byte.
 func startProtocolMux(t *testing.T, dubboAddr, grpcAddr string) string {
 	t.Helper()
-	return serveLoopback(t, func(c net.Conn) {
+	return startProtocolMuxAt(t, "127.0.0.1:0", dubboAddr, grpcAddr)
+}
+
+// startProtocolMuxAt is startProtocolMux listening at addr (a provider that comes back on its port).
+func startProtocolMuxAt(t *testing.T, addr, dubboAddr, grpcAddr string) string {
+	t.Helper()
+	return serveAt(t, addr, func(c net.Conn) {
 		go func() {
 			defer c.Close()
 			br := bufio.NewReader(c)
@@ -777,7 +792,13 @@ func startProtocolMux(t *testing.T, dubboAddr, grpcAddr string) string {
 // serveLoopback listens on loopback and hands each accepted connection to handle, until the test ends.
 func serveLoopback(t *testing.T, handle func(net.Conn)) net.Listener {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return serveAt(t, "127.0.0.1:0", handle)
+}
+
+// serveAt is serveLoopback at addr.
+func serveAt(t *testing.T, addr string, handle func(net.Conn)) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -814,12 +835,15 @@ type h2Outcome struct {
 
 // unaryH2 sends one gRPC unary call with x/net and checks the invariant of DESIGN §8a for HTTP/2: the
 // answer is exactly the call's own bytes with grpc-status 0, or grpc-status 14 after at most a prefix of
-// its own bytes. Anything else is reported in detail.
-func unaryH2(ctx context.Context, tr *http2.Transport, msg []byte) h2Outcome {
+// its own bytes. Anything else is reported in detail. hdr are more request headers, name then value.
+func unaryH2(ctx context.Context, tr *http2.Transport, msg []byte, hdr ...string) h2Outcome {
 	want := grpcFrame(msg)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://stormgate/stormgate.Test/Echo", bytes.NewReader(want))
 	req.Header.Set("content-type", "application/grpc")
 	req.Header.Set("te", "trailers")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
 	req.ContentLength = int64(len(want))
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
@@ -922,7 +946,7 @@ func h2StreamsLeft(srv *Server) int {
 	hp := srv.poolList()[0].h2
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
-	n := hp.waiting.len() + len(hp.paused)
+	n := hp.p.hold.callsWaiting() + hp.p.hold.pausedCalls()
 	for _, u := range hp.ups {
 		n += len(u.calls) + u.conn.OpenStreams()
 	}

@@ -41,6 +41,19 @@ func h2HoldUntil(c *h2Call, cfg *Config) int64 {
 	return min(c.sendBy, c.arrived+int64(cfg.HoldMaxTimeout))
 }
 
+// rearm works out the end of every call in the hold queue again from its arrival under cfg (a live
+// change of hold.timeout, hold.max_timeout or hold.deadline_margin, rearm.go) and re-arms its timer.
+func (hp *h2Pool) rearm(cfg *Config) {
+	srv := hp.p.srv
+	now := srv.now()
+	hp.mu.Lock()
+	defer hp.unlock()
+	hp.p.hold.eachCall(func(c *h2Call) {
+		c.sendBy = h2SendBy(c.head, c.arrived, cfg) // the head is kept while the call waits
+		srv.wheel.Schedule(&c.hold, max(time.Duration(h2HoldUntil(c, cfg)-now), 0))
+	})
+}
+
 // pastSendBy reports whether c may no longer be sent at now.
 func (c *h2Call) pastSendBy(now int64) bool { return c.sendBy != noDeadline && now >= c.sendBy }
 

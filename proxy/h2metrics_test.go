@@ -19,6 +19,12 @@ import (
 // startBothProvider is a provider port serving Dubbo and Triple at once (Dubbo 3's port unification).
 func startBothProvider(t *testing.T, ctx context.Context) string {
 	t.Helper()
+	return startBothProviderAt(t, ctx, "127.0.0.1:0")
+}
+
+// startBothProviderAt is startBothProvider listening at addr (a provider that comes back on its port).
+func startBothProviderAt(t *testing.T, ctx context.Context, addr string) string {
+	t.Helper()
 	grpcProv := startGRPCProvider(t)
 	dubboProv, err := peer.NewProvider(peer.ProviderConfig{Addr: "127.0.0.1:0"}, zaptest.NewLogger(t).Named("provider"))
 	if err != nil {
@@ -26,7 +32,7 @@ func startBothProvider(t *testing.T, ctx context.Context) string {
 	}
 	go dubboProv.Serve(ctx)
 	t.Cleanup(func() { dubboProv.Close() })
-	return startProtocolMux(t, dubboProv.Addr(), grpcProv.Addr().String())
+	return startProtocolMuxAt(t, addr, dubboProv.Addr(), grpcProv.Addr().String())
 }
 
 // exported is the registry srv's metrics are registered with (newH2Server gives each Server its own).

@@ -23,9 +23,10 @@ import (
 // upstream stream id (odd, increasing, never reused: h2.Conn.OpenStream), its head is re-encoded without a
 // dynamic table, and its DATA goes within the provider's windows; the answer comes back the same way.
 // A request no connection can take now (none is up yet, or every one is at the provider's
-// SETTINGS_MAX_CONCURRENT_STREAMS or after its GOAWAY) waits, up to hold.timeout and at most
-// hold.max_requests of them, then gets UNAVAILABLE; freed streams go to the waiting consumers in turn,
-// each one's calls oldest first (h2wait.go).
+// SETTINGS_MAX_CONCURRENT_STREAMS or after its GOAWAY) waits in the pool's hold queue, the one Dubbo's
+// held requests wait in (its HTTP/2 lane, h2wait.go: hold.max_requests and hold.max_bytes count both
+// protocols), up to hold.timeout, then gets UNAVAILABLE; freed streams go to the waiting consumers in
+// turn, each one's calls oldest first.
 //
 //	| event                                  | runs on                  | what happens to its calls
 //	|----------------------------------------|--------------------------|-----------------------------------
@@ -40,9 +41,9 @@ import (
 //	| the connection dies (EOF, reset, a     | the connection's reader  | every call on it ends with
 //	| connection error, shutdown)            |                          | grpc-status 14 and a message
 //
-// Locks: mu guards every h2Upstream's h2.Conn and calls, the waiting list, and the
-// provider-side fields of every h2Call of the pool. Nothing holds mu and a session's lock at once (see
-// h2session.go). Each connection writes through a writer (writer.go), as a Dubbo provider connection
+// Locks: mu guards every h2Upstream's h2.Conn and calls, and the provider-side fields of every h2Call of
+// the pool; the hold queue's mu is taken inside it (h2wait.go). Nothing holds mu and a session's lock at
+// once (see h2session.go). Each connection writes through a writer (writer.go), as a Dubbo provider connection
 // does: frames are taken under mu in the order the Conn produced them (takeCopy), so its output stays in
 // order, and the goroutine that claimed the writer role writes them after mu is released (unlock), so no
 // write(2) happens under the pool's lock and no goroutine is woken to write. The goroutines are the
@@ -54,8 +55,6 @@ type h2Pool struct {
 
 	mu      sync.Mutex
 	ups     []*h2Upstream // connections the provider's SETTINGS made usable, until they die or go away
-	waiting h2Waiting     // requests no connection could open a stream for (h2wait.go: round robin by consumer)
-	paused  []*h2Call     // requests to be sent again after a pause (h2replay.go)
 	streams int           // calls on provider streams, on every connection (a handover waits for 0)
 	closed  bool
 	// claims are the connections whose writer role a batch claimed under mu: unlock writes them.
@@ -125,14 +124,10 @@ func (hp *h2Pool) resize(n int) {
 func (hp *h2Pool) close() {
 	hp.mu.Lock()
 	hp.closed = true
-	waiting := hp.waiting.all()
-	for len(hp.paused) > 0 {
-		c := hp.paused[0]
-		hp.unpauseLocked(c)
-		waiting = append(waiting, c)
-	}
+	waiting := hp.p.hold.takeCalls()
 	var notes h2Notes
 	for _, c := range waiting {
+		hp.unpauseLocked(c)
 		hp.unwaitLocked(c, &notes)
 	}
 	hp.unlock()
@@ -572,7 +567,8 @@ func (u *h2Upstream) die(msg string, shutdown bool) {
 // open starts a consumer's request: on a connection that can open a stream now, or in the waiting list.
 // fields is valid only during the call.
 func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) {
-	cfg := hp.p.srv.cfg.Load()
+	srv := hp.p.srv
+	cfg := srv.cfg.Load()
 	var notes h2Notes
 	reason, msg := replyReason(0), ""
 	c.sendBy = h2SendBy(fields, c.arrived, cfg)
@@ -581,21 +577,22 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	switch u := hp.pickLocked(); {
 	case hp.closed:
 		reason, msg = replyNoUpstream, "stormgate: shutting down"
-	case u != nil && hp.waiting.len() == 0:
+	case u != nil && hp.p.hold.callsWaiting() == 0:
 		c.head, c.headEnd = fields, end
 		u.startLocked(c, now, &notes)
 	case cfg.HoldTimeout <= 0:
 		reason, msg = replyNoUpstream, "stormgate: no provider connection can take the request now and hold.timeout is 0"
-	case hp.waiting.len() >= cfg.HoldMaxRequests:
-		reason, msg = replyHoldFull, "stormgate: no provider connection can take the request now and the hold queue is full (hold.max_requests)"
 	default:
 		c.head, c.headEnd = slices.Clone(fields), end
+		if reason, msg = hp.p.hold.holdCall(c, h2.ListSize(c.head), cfg, len(hp.ups) == 0); msg != "" {
+			srv.m.holdOutcome[holdRejectedFull].Inc()
+			break
+		}
 		c.waiting = true
 		c.waited.Store(true)
-		hp.p.srv.noteHeld(callRef{method: c.method}, false)
-		hp.waiting.push(c)
+		srv.noteHeld(callRef{method: c.method}, false)
 		hp.initTimersLocked(c)
-		hp.p.srv.wheel.Schedule(&c.hold, time.Duration(h2HoldUntil(c, cfg)-now))
+		srv.wheel.Schedule(&c.hold, time.Duration(h2HoldUntil(c, cfg)-now))
 	}
 	if msg != "" {
 		c.upDone = true
@@ -625,12 +622,15 @@ func (hp *h2Pool) pickLocked() *h2Upstream {
 
 // pumpLocked starts waiting requests while a connection can take them.
 func (hp *h2Pool) pumpLocked(now int64, notes *h2Notes) {
-	for hp.waiting.len() > 0 {
+	for hp.p.hold.callsWaiting() > 0 {
 		u := hp.pickLocked()
 		if u == nil {
 			return
 		}
-		c := hp.waiting.pop()
+		c := hp.p.hold.popCall()
+		if c == nil {
+			return
+		}
 		if c.pastSendBy(now) { // its hold timer has not fired yet: never sent
 			hp.unwaitLocked(c, notes)
 			notes.late = append(notes.late, c)
@@ -639,6 +639,7 @@ func (hp *h2Pool) pumpLocked(now int64, notes *h2Notes) {
 		c.waiting = false
 		hp.p.srv.wheel.Stop(&c.hold)
 		u.startLocked(c, now, notes)
+		hp.p.srv.m.holdOutcome[holdSent].Inc()
 	}
 }
 
@@ -657,18 +658,16 @@ func (hp *h2Pool) expire(c *h2Call) {
 	if late {
 		notes.late = append(notes.late, c)
 	} else {
+		hp.p.srv.m.holdOutcome[holdExpired].Inc() // counted before the consumer can see the reply
 		c.sess.fail(c, replyHoldTimeout, "stormgate: no provider connection could take the request within hold.timeout")
 	}
 	notes.run()
 }
 
-// takeOutLocked takes a waiting call out of the waiting or the paused list.
+// takeOutLocked takes a waiting call out of the hold queue, waiting or paused.
 func (hp *h2Pool) takeOutLocked(c *h2Call) {
-	if c.paused {
-		hp.unpauseLocked(c)
-	} else {
-		hp.waiting.remove(c)
-	}
+	hp.unpauseLocked(c)
+	hp.p.hold.removeCall(c)
 }
 
 // unwaitLocked takes a call out of waiting for good (the caller took it out of its list).
@@ -750,14 +749,20 @@ func (u *h2Upstream) detachLocked(c *h2Call, notes *h2Notes) {
 func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	var notes h2Notes
 	hp.mu.Lock()
-	n, over := len(data), false
+	n, reason, msg := len(data), replyReason(0), ""
 	if !c.upDone {
 		hp.keepBodyLocked(c, data, end)
 	}
 	switch {
 	case c.upDone:
 	case c.waiting || len(c.in) > 0 || c.inTrail != nil:
-		if over = !hp.keepInLocked(c, data); !over {
+		if c.waiting { // the hold queue counts it, and may refuse it
+			reason, msg = hp.p.hold.growCall(c, len(data), hp.p.srv.cfg.Load(), len(hp.ups) == 0)
+		}
+		if msg == "" && !hp.keepInLocked(c, data) {
+			reason, msg = replyOverloaded, h2OutOfBufferMsg
+		}
+		if msg == "" {
 			c.inEnd = end
 			n = 0
 		}
@@ -765,15 +770,18 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 		b, sent, err := c.up.conn.AppendData(hp.p.srv.now(), c.up.frames(), c.upID, data, end)
 		c.up.send(b)
 		if err == nil && sent < len(data) {
-			if over = !hp.keepInLocked(c, data[sent:]); !over {
+			if !hp.keepInLocked(c, data[sent:]) {
+				reason, msg = replyOverloaded, h2OutOfBufferMsg
+			} else {
 				c.inEnd = end
 				n = sent // the rest is kept: its window goes back when it leaves
 			}
 		}
 	}
-	if over {
+	if msg != "" {
 		n = len(data)
 		if c.waiting {
+			hp.p.srv.m.holdOutcome[holdRejectedFull].Inc()
 			hp.takeOutLocked(c)
 			hp.unwaitLocked(c, &notes)
 		} else {
@@ -781,12 +789,15 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 		}
 	}
 	hp.unlock()
-	if over {
-		c.sess.fail(c, replyOverloaded, "stormgate: out of buffer memory (limits.max_buffered_bytes)")
+	if msg != "" {
+		c.sess.fail(c, reason, msg)
 	}
 	c.sess.consumed(c.down, n)
 	notes.run()
 }
+
+// h2OutOfBufferMsg is the message of a call ended because the budget refused its request bytes.
+const h2OutOfBufferMsg = "stormgate: out of buffer memory (limits.max_buffered_bytes)"
 
 // keepInLocked keeps request bytes the provider cannot take yet, charged to the process budget; false
 // when the budget refuses them.
@@ -809,6 +820,9 @@ func (hp *h2Pool) trailers(c *h2Call, fields []h2.HeaderField) {
 	case c.upDone:
 	case c.waiting || len(c.in) > 0 || c.inEnd:
 		c.inTrail = slices.Clone(fields)
+		if c.waiting {
+			hp.p.hold.growCallForced(c, h2.ListSize(fields))
+		}
 	default:
 		b, _ := c.up.conn.AppendHeaders(c.up.frames(), c.upID, fields, true)
 		c.up.send(b)
@@ -821,6 +835,7 @@ func (hp *h2Pool) cancel(c *h2Call) {
 	hp.mu.Lock()
 	switch {
 	case c.waiting:
+		hp.p.srv.m.holdOutcome[holdConsumerGone].Inc()
 		hp.takeOutLocked(c)
 		hp.unwaitLocked(c, &notes)
 	case c.up != nil:

@@ -146,7 +146,7 @@ func (hp *h2Pool) canResendLocked(c *h2Call, now int64, pause time.Duration) boo
 	k := &c.req
 	return !hp.closed && k.complete && !k.lost && !c.answered && c.resends < h2MaxResends &&
 		now+int64(pause) < h2HoldUntil(c, cfg) &&
-		hp.waiting.len()+len(hp.paused) < cfg.HoldMaxRequests
+		hp.p.hold.len() < cfg.HoldMaxRequests
 }
 
 // resendLocked puts a call canResendLocked allowed, detached from its provider stream, back to waiting
@@ -166,12 +166,10 @@ func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why ho
 	srv.m.holdOutcome[why].Inc()
 	hp.initTimersLocked(c)
 	srv.wheel.Schedule(&c.hold, time.Duration(until-now))
-	if pause > 0 {
-		c.paused = true
-		hp.paused = append(hp.paused, c)
+	c.paused = pause > 0
+	hp.p.hold.reholdCall(c, h2CallSize(c.head, c.in, c.inTrail), c.paused)
+	if c.paused {
 		srv.wheel.Schedule(&c.retry, pause)
-	} else {
-		hp.waiting.push(c)
 	}
 }
 
@@ -202,19 +200,18 @@ func (hp *h2Pool) unpause(c *h2Call) {
 	hp.mu.Lock()
 	if c.paused {
 		hp.unpauseLocked(c)
-		hp.waiting.push(c)
+		hp.p.hold.unpauseCall(c)
 		hp.pumpLocked(hp.p.srv.now(), &notes)
 	}
 	hp.unlock()
 	notes.run()
 }
 
-// unpauseLocked takes c off the paused list.
+// unpauseLocked ends c's pause, if it has one (the caller moves it in the hold queue).
 func (hp *h2Pool) unpauseLocked(c *h2Call) {
-	c.paused = false
-	hp.p.srv.wheel.Stop(&c.retry)
-	if i := slices.Index(hp.paused, c); i >= 0 {
-		hp.paused = slices.Delete(hp.paused, i, i+1)
+	if c.paused {
+		c.paused = false
+		hp.p.srv.wheel.Stop(&c.retry)
 	}
 }
 

@@ -29,10 +29,12 @@ import (
 // wait behind all that one flooding consumer had sent, which is what the send queues'
 // turns (sendq.go) already prevent one step later.
 //
-// Two lanes, as the pool's connections (pool.pick): requests over
+// Two lanes for Dubbo, as the pool's connections (pool.pick): requests over
 // upstream.large_request_bytes wait in one, the others in the other, each dispatched
 // on its own, so that large requests waiting for their connection never hold up the
-// small ones behind them.
+// small ones behind them. A third for HTTP/2 (h2wait.go): calls waiting for a
+// provider stream, dispatched by the h2Pool. One queue for both protocols: the bounds
+// (hold.max_requests, hold.max_bytes) and the metrics count every lane.
 //
 // Concurrency: mu guards the queue; dispatch calls upConn.send with mu held (lock
 // order holdQueue.mu -> upConn.mu -> writer.mu). The expiry and warm-up retry
@@ -42,9 +44,10 @@ type holdQueue struct {
 
 	mu      sync.Mutex
 	lanes   [2]turns[*session, held, heldTurns]
-	bytes   int
+	calls   h2Lane          // laneStream: HTTP/2 calls waiting for a provider stream (h2wait.go)
+	bytes   int             // every lane's
 	armedAt int64           // when the expiry timer fires; 0 when it is not armed
-	n       [2]atomic.Int32 // each lane's length, readable without mu (the forward fast path)
+	n       [3]atomic.Int32 // each lane's length, readable without mu (the forward fast path)
 	timer   keepalive.Timer
 	retry   keepalive.Timer
 }
@@ -61,10 +64,11 @@ func (heldTurns) quantum() int        { return sendQuantum }
 // connection's queue had room for while the provider serves (rounded up to a wheel tick).
 const roomRetry = 5 * time.Millisecond
 
-// Hold lanes.
+// Hold lanes: Dubbo's two, dispatched here, and HTTP/2's (h2wait.go), dispatched by the h2Pool.
 const (
-	laneSmall = 0
-	laneLarge = 1
+	laneSmall  = 0
+	laneLarge  = 1
+	laneStream = 2
 )
 
 type held struct {
@@ -83,8 +87,13 @@ func (h *holdQueue) init(p *pool) {
 	h.retry.Init(h.dispatch)
 }
 
-// len is the number of held requests.
-func (h *holdQueue) len() int { return int(h.n[laneSmall].Load() + h.n[laneLarge].Load()) }
+// len is the number of held requests of either protocol (hold.max_requests bounds it).
+func (h *holdQueue) len() int {
+	return int(h.n[laneSmall].Load() + h.n[laneLarge].Load() + h.n[laneStream].Load())
+}
+
+// dubboLen is the number of held Dubbo requests (the lanes the expiry timer looks at).
+func (h *holdQueue) dubboLen() int { return int(h.n[laneSmall].Load() + h.n[laneLarge].Load()) }
 
 // laneLen is the number of held requests in the lane of a frame of size bytes.
 func (h *holdQueue) laneLen(size int) int { return int(h.n[h.laneOf(size)].Load()) }
@@ -279,7 +288,7 @@ func (h *holdQueue) dispatch() {
 			return // paused or warming: a timer dispatches again
 		}
 	}
-	if h.len() == 0 {
+	if h.dubboLen() == 0 {
 		srv.wheel.Stop(&h.timer)
 		h.armedAt = 0
 	}

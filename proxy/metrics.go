@@ -179,7 +179,7 @@ func newMetrics() *metrics {
 		hbSent: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_heartbeats_sent_total",
 			Help: "Heartbeats Stormgate sent to the provider on idle connections."}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stormgate_held_requests",
-			Help: "Requests waiting in the hold queue for a usable provider connection."}),
+			Help: "Requests waiting in the hold queue for a usable provider connection (Triple and gRPC: for a provider stream)."}),
 		unknownIDs: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_upstream_unknown_ids_total",
 			Help: "Provider responses whose id matched no pending request (dropped)."}),
 		lateResponses: prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_late_responses_total",

@@ -25,9 +25,9 @@ import (
 //	| upstream.backoff_base, backoff_max   | a reconnect wait; the pause     | a wait never outlasts the window
 //	|                                      | after a not-executed answer     | the new values give; a pause ends
 //	|                                      |                                 | by now + backoff_max
-//	| hold.timeout, hold.max_timeout,      | each held request's wait        | every held request's end worked
-//	| hold.deadline_margin,                |                                 | out again from its arrival, the
-//	| limits.max_request_age               |                                 | expiry timer re-armed
+//	| hold.timeout, hold.max_timeout,      | each held request's wait, Dubbo | every held request's end worked
+//	| hold.deadline_margin,                | or HTTP/2 (a call waiting for a | out again from its arrival, the
+//	| limits.max_request_age               | provider stream)                | expiry timer (a call's) re-armed
 //	| limits.max_request_age,              | the pool's sweep (every second) | read at each sweep
 //	| keepalive.upstream_hung_timeout      |                                 |
 //	| drain.timeout                        | a provider's drain; Stormgate's | re-armed from the drain's start
@@ -72,6 +72,9 @@ func (s *Server) rearm(old, cfg *Config, pools []*pool) {
 		cfg.DeadlineMargin != old.DeadlineMargin || cfg.MaxRequestAge != old.MaxRequestAge {
 		for _, p := range pools {
 			p.hold.rearm(old, cfg)
+			if p.h2 != nil {
+				p.h2.rearm(cfg)
+			}
 		}
 	}
 	if cfg.DrainTimeout != old.DrainTimeout {

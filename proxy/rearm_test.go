@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -32,10 +33,10 @@ var liveDurations = map[string]struct {
 		t.Run("reconnect", func(t *testing.T) { probeBackoff(t, lower) })
 		t.Run("not-executed pause", func(t *testing.T) { probePause(t, lower) })
 	}},
-	"HoldTimeout":    {probe: func(t *testing.T) { probeHold(t, 0, func(c *Config) { c.HoldTimeout = 2 * time.Second }) }},
-	"HoldMaxTimeout": {probe: func(t *testing.T) { probeHold(t, time.Hour, func(c *Config) { c.HoldMaxTimeout = 2 * time.Second }) }},
+	"HoldTimeout":    {probe: func(t *testing.T) { probeHolds(t, 0, func(c *Config) { c.HoldTimeout = 2 * time.Second }) }},
+	"HoldMaxTimeout": {probe: func(t *testing.T) { probeHolds(t, time.Hour, func(c *Config) { c.HoldMaxTimeout = 2 * time.Second }) }},
 	"DeadlineMargin": {probe: func(t *testing.T) {
-		probeHold(t, time.Hour, func(c *Config) { c.DeadlineMargin = time.Hour - 2*time.Second })
+		probeHolds(t, time.Hour, func(c *Config) { c.DeadlineMargin = time.Hour - 2*time.Second })
 	}},
 	"MaxRequestAge":       {probe: probeMaxRequestAge},
 	"UpstreamHungTimeout": {probe: probeHungTimeout},
@@ -160,6 +161,45 @@ func probePause(t *testing.T, lower func(*Config)) {
 	p.pause.pause(f.srv.now(), p.pause.nextPause(f.srv.cfg.Load()))
 	f.update(lower)
 	f.stepUntil(time.Second, 50*time.Millisecond, "the pause over", func() bool { _, paused := p.paused(); return !paused })
+}
+
+// probeHolds probes a held Dubbo request and a held HTTP/2 call: both wait in the hold queue.
+func probeHolds(t *testing.T, timeout time.Duration, lower func(*Config)) {
+	t.Run("dubbo", func(t *testing.T) { probeHold(t, timeout, lower) })
+	t.Run("triple", func(t *testing.T) { probeH2Hold(t, timeout, lower) })
+}
+
+// probeH2Hold is probeHold for an HTTP/2 call carrying grpc-timeout of timeout (0: none), waiting
+// for a provider stream while the provider is away.
+func probeH2Hold(t *testing.T, timeout time.Duration, lower func(*Config)) {
+	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
+	srv, addr := startH2Server(t, awayAddr(t), ProtoTriple, Options{Clock: clk}, func(c *Config) {
+		c.HoldTimeout, c.HoldMaxTimeout, c.MaxRequestAge = time.Hour, time.Hour, 2*time.Hour
+		c.BackoffBase, c.BackoffMax = time.Hour, time.Hour
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var hdr []string
+	if timeout > 0 {
+		hdr = []string{"grpc-timeout", fmt.Sprintf("%dm", timeout.Milliseconds())}
+	}
+	res := make(chan h2Outcome, 1)
+	go func() { res <- unaryH2(ctx, h2cTransport(addr), []byte("held"), hdr...) }()
+	waitFor(t, 10*time.Second, "the call held", func() bool { return value(srv.m.held) == 1 })
+	cfg := srv.Config()
+	lower(&cfg)
+	if err := srv.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for moved := time.Duration(0); value(srv.m.held) != 0 && moved < 3*time.Second; moved += 100 * time.Millisecond {
+		clk.Add(100 * time.Millisecond)
+		srv.wheel.Advance(clk.Now())
+		time.Sleep(2 * time.Millisecond)
+	}
+	waitFor(t, 10*time.Second, "the held call answered within 3s on the clock", func() bool { return value(srv.m.held) == 0 })
+	if o := <-res; o.ok || o.cancelled {
+		t.Fatalf("held call: %+v; want Stormgate's error answer", o)
+	}
 }
 
 // probeHold holds a request carrying a consumer timeout of timeout (0: none) while

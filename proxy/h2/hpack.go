@@ -10,6 +10,15 @@ type HeaderField = hpack.HeaderField
 // fieldOverhead is what RFC 9113 §6.5.2 adds to each field's name and value when sizing a header list.
 const fieldOverhead = 32
 
+// ListSize is the size of a header list as §6.5.2 counts it: each field's name and value and 32 bytes.
+func ListSize(fields []HeaderField) int {
+	n := 0
+	for _, f := range fields {
+		n += len(f.Name) + len(f.Value) + fieldOverhead
+	}
+	return n
+}
+
 // Errors of header block decoding: the peer's HPACK state and ours no longer agree, so the connection ends
 // (§4.3).
 var errCompression = connErr(ErrCodeCompression, "HPACK decoding failed")

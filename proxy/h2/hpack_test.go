@@ -180,6 +180,28 @@ func TestHeaderDecoderListBound(t *testing.T) {
 	}
 }
 
+// TestListSize: the decoder's bound and ListSize count a list alike (names, values, 32 a field).
+func TestListSize(t *testing.T) {
+	fs := []HeaderField{{Name: ":path", Value: "/a.B/C"}, {Name: "x-k", Value: strings.Repeat("v", 100)}}
+	if got, want := ListSize(fs), 5+6+32+3+100+32; got != want {
+		t.Fatalf("ListSize = %d, want %d", got, want)
+	}
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	for _, f := range fs {
+		_ = enc.WriteField(f)
+	}
+	if _, over, _ := NewHeaderDecoder(uint32(ListSize(fs))).Decode(buf.Bytes()); over {
+		t.Error("a list of exactly the bound is over it")
+	}
+	if _, over, _ := NewHeaderDecoder(uint32(ListSize(fs) - 1)).Decode(buf.Bytes()); !over {
+		t.Error("a list one byte over the bound is not over it")
+	}
+	if ListSize(nil) != 0 {
+		t.Error("an empty list has a size")
+	}
+}
+
 func TestAssembler(t *testing.T) {
 	block := AppendFields(nil, sampleFields)
 	frames := AppendHeaderBlock(nil, 5, block, true, 64)
