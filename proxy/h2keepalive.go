@@ -51,14 +51,7 @@ func (u *h2Upstream) onBeat() {
 	case dead:
 		u.deadWhy = "no answer to a PING within " + (time.Duration(cfg.UpstreamMaxMissed) * cfg.UpstreamInterval).String()
 	case u.pingSent == 0 && len(u.calls) > 0 && u.quietPings < maxQuietPings && now-u.lastRead.Load() >= interval:
-		u.quietPings++
-		u.pingSeq++
-		var data [8]byte
-		binary.BigEndian.PutUint64(data[:], u.pingSeq)
-		u.conn.Ping(data)
-		u.flushLocked()
-		u.pingSent = now
-		srv.m.hbSent.Inc()
+		u.pingLocked(now)
 	}
 	hp.unlock()
 	if dead {
@@ -68,6 +61,18 @@ func (u *h2Upstream) onBeat() {
 		return
 	}
 	srv.wheel.Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
+}
+
+// pingLocked sends one of the connection's quiet PINGs (under hp.mu; the caller checked the budget).
+func (u *h2Upstream) pingLocked(now int64) {
+	u.quietPings++
+	u.pingSeq++
+	var data [8]byte
+	binary.BigEndian.PutUint64(data[:], u.pingSeq)
+	u.conn.Ping(data)
+	u.flushLocked()
+	u.pingSent = now
+	u.hp.p.srv.m.hbSent.Inc()
 }
 
 // pingAnswered takes the provider's PING ACK (under hp.mu).

@@ -137,11 +137,17 @@ func (hp *h2Pool) close() {
 	notes.run()
 }
 
-// readyConns is the number of usable connections (the upstream gauges).
+// readyConns is the number of usable connections that are not hung (the upstream gauges).
 func (hp *h2Pool) readyConns() int {
 	hp.mu.Lock()
 	defer hp.unlock()
-	return len(hp.ups)
+	n := 0
+	for _, u := range hp.ups {
+		if !u.hung.Load() {
+			n++
+		}
+	}
+	return n
 }
 
 // h2SlotKind is an HTTP/2 slot for runSlot (slot.go).
@@ -262,7 +268,11 @@ type h2Upstream struct {
 	pingSent   int64  // when the outstanding PING went out; 0: none
 	quietPings int    // PINGs sent since the provider last sent HEADERS or DATA
 	deadWhy    string // set when liveness declared the connection dead
-	meter      h2Meter
+	// Hang detection (h2hung.go): hung is written under hp.mu; probeAt is the sweep's.
+	hung    atomic.Bool
+	hungWhy string
+	probeAt int64
+	meter   h2Meter
 
 	// w owns the socket's writes; its stream offsets say what reached the kernel (c.upOff, die).
 	w    writer
@@ -403,12 +413,17 @@ func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
 	var c *h2Call
 	hp.mu.Lock()
 	n, ev, err := u.conn.Read(now, b)
+	heard := n > 0 && u.hung.Load() && u.heardLocked(now, &notes)
 	if err == nil && n > 0 {
 		c, refused = u.eventLocked(ev, now, &notes)
 	}
 	u.flushLocked()
 	closeNow := u.away && len(u.calls) == 0
 	hp.unlock()
+	if heard {
+		hp.p.srv.log.Info("HTTP/2 provider connection heard again: it opens streams again", zap.String("provider", hp.p.addr))
+		hp.p.connChanged()
+	}
 	if c != nil {
 		switch ev.Kind {
 		case h2.EventHeaders:
@@ -613,7 +628,7 @@ func (hp *h2Pool) pickLocked() *h2Upstream {
 	}
 	var best *h2Upstream
 	for _, u := range hp.ups {
-		if u.conn.CanOpenStream() && (best == nil || len(u.calls) < len(best.calls)) {
+		if u.conn.CanOpenStream() && !u.hung.Load() && (best == nil || len(u.calls) < len(best.calls)) {
 			best = u
 		}
 	}
@@ -687,6 +702,7 @@ func (u *h2Upstream) startLocked(c *h2Call, now int64, notes *h2Notes) {
 	}
 	u.calls[id] = c
 	u.hp.streams++
+	u.hp.p.armSweep() // hang detection (h2hung.go) looks at connections with calls on them
 	c.up, c.upID = u, id
 	b, _ := u.conn.AppendHeaders(u.frames(), id, c.head, c.headEnd)
 	c.upOff = u.send(b)

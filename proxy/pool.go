@@ -396,13 +396,13 @@ func (uc *upConn) takes() bool { return uc.state.Load() == stateReady && !uc.hun
 // hung (hung.go; counted there whatever their state, not as ready). Usable HTTP/2
 // connections count as ready.
 func (p *pool) connStates() (ready, readonly, hung int) {
-	ready, readonly, hung, h2Ready := p.connStatesByProtocol()
-	return ready + h2Ready, readonly, hung
+	ready, readonly, hung, h2Ready, h2Hung := p.connStatesByProtocol()
+	return ready + h2Ready, readonly, hung + h2Hung
 }
 
 // connStatesByProtocol is connStates with the Dubbo connections by state and the
-// usable HTTP/2 ones apart (the gauges' protocol label).
-func (p *pool) connStatesByProtocol() (ready, readonly, hung, h2Ready int) {
+// usable HTTP/2 ones apart, ready or hung (the gauges' protocol label).
+func (p *pool) connStatesByProtocol() (ready, readonly, hung, h2Ready, h2Hung int) {
 	for _, sl := range p.slotList() {
 		uc := sl.uc.Load()
 		switch {
@@ -416,7 +416,7 @@ func (p *pool) connStatesByProtocol() (ready, readonly, hung, h2Ready int) {
 		}
 	}
 	if p.h2 != nil {
-		h2Ready = p.h2.readyConns()
+		h2Ready, h2Hung = p.h2.readyConns(), p.h2.hungConns()
 	}
 	return
 }
@@ -505,6 +505,9 @@ func (p *pool) onSweep() {
 			srv.spawn(func() { uc.close("slot retired") })
 		}
 		left += int(uc.npending.Load()) + uc.queuedRequests()
+	}
+	if p.h2 != nil {
+		left += p.h2.checkHung(now, cfg)
 	}
 	for _, e := range expired {
 		srv.refuse(e.request, wire.FailTimeout, "stormgate: the provider did not answer within limits.max_request_age", replyMaxAge)

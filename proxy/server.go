@@ -359,13 +359,14 @@ func (s *Server) broadcast(p *pool, ev wire.Event) {
 }
 
 func (s *Server) updateUpstreamGauges() {
-	ready, readonly, hung, h2Ready, pools, connected := 0, 0, 0, 0, 0, 0
+	ready, readonly, hung, h2Ready, h2Hung, pools, connected := 0, 0, 0, 0, 0, 0, 0
 	for _, p := range s.poolList() {
-		r, o, h, r2 := p.connStatesByProtocol()
+		r, o, h, r2, h2 := p.connStatesByProtocol()
 		ready += r
 		readonly += o
 		hung += h
 		h2Ready += r2
+		h2Hung += h2
 		pools++
 		if r+r2 > 0 {
 			connected++
@@ -377,6 +378,7 @@ func (s *Server) updateUpstreamGauges() {
 	s.m.upState.WithLabelValues("readonly", protoNames[protoDubbo]).Set(float64(readonly))
 	s.m.upState.WithLabelValues("hung", protoNames[protoDubbo]).Set(float64(hung))
 	s.m.upState.WithLabelValues("ready", protoNames[protoH2]).Set(float64(h2Ready))
+	s.m.upState.WithLabelValues("hung", protoNames[protoH2]).Set(float64(h2Hung))
 	if pools > 0 && connected == pools {
 		s.m.upConnected.Set(1)
 	} else {

@@ -1,0 +1,192 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+
+	"github.com/stormgate/stormgate/keepalive"
+)
+
+// stoppableRelay forwards TCP to a target; stop makes it a process under SIGSTOP: nothing more is read
+// either way (bytes wait in the kernel's buffers), nothing is closed, until resume.
+type stoppableRelay struct {
+	ln net.Listener
+	mu sync.RWMutex // write-locked while stopped: every copy waits for it before each read
+}
+
+func startStoppableRelay(t *testing.T, target string) *stoppableRelay {
+	t.Helper()
+	r := &stoppableRelay{}
+	r.ln = serveLoopback(t, func(c net.Conn) {
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			c.Close()
+			return
+		}
+		t.Cleanup(func() { c.Close(); up.Close() })
+		go r.copy(up, c)
+		go r.copy(c, up)
+	})
+	return r
+}
+
+func (r *stoppableRelay) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		r.mu.RLock() // waits while stopped
+		r.mu.RUnlock()
+		n, err := src.Read(buf)
+		r.mu.RLock() // bytes read just before the stop are passed on after it
+		r.mu.RUnlock()
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err == io.EOF {
+				dst.(*net.TCPConn).CloseWrite()
+			}
+			return
+		}
+	}
+}
+
+func (r *stoppableRelay) stop()   { r.mu.Lock() }
+func (r *stoppableRelay) resume() { r.mu.Unlock() }
+
+// TestH2HungProviderIsVisible is TestHungProviderIsVisible for an HTTP/2 provider: one that stops (SIGSTOP)
+// while a call is on it is not hidden behind the consumers' PINGs Stormgate answers. With the default
+// keepalive.upstream_hung_timeout (5 s), its connection takes no new stream, the provider is hung (Hung()
+// for /readyz, stormgate_upstream_hung, stormgate_provider_hangs_total) within 10 s on the clock, a new call
+// waits in the hold queue instead of piling into the stopped provider, and all of it ends when it answers
+// again. Before, a Triple provider could not be hung at all.
+func TestH2HungProviderIsVisible(t *testing.T) {
+	prov := startGRPCProvider(t)
+	relay := startStoppableRelay(t, prov.Addr().String())
+	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
+	srv, addr := newH2ServerWith(t, relay.ln.Addr().String(), ProtoTriple, Options{Clock: clk}, func(c *Config) {
+		c.UpstreamConns = 1
+	})
+	step := func(d time.Duration) { clk.Add(d); srv.wheel.Advance(clk.Now()) }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cc := grpcClient(t, addr)
+	if _, err := echo(ctx, cc, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+
+	relay.stop()
+	stopped := true
+	defer func() {
+		if stopped {
+			relay.resume()
+		}
+	}()
+	stuck := echoAsync(ctx, cc, "stuck")
+	waitFor(t, 10*time.Second, "the call on a provider stream", func() bool { return h2StreamsOpen(srv) == 1 })
+	var hungAt time.Duration
+	for at := time.Duration(0); at < 10*time.Second && srv.Hung() == ""; at += time.Second {
+		step(time.Second)
+		hungAt = at + time.Second
+	}
+	if srv.Hung() == "" {
+		t.Fatal("a stopped HTTP/2 provider was not seen hung within 10 s")
+	}
+	t.Logf("hung after %v on the clock: %s", hungAt, srv.Hung())
+	if n := value(srv.m.hangs); n != 1 {
+		t.Errorf("stormgate_provider_hangs_total %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(srv.m.upState.WithLabelValues("hung", protoNames[protoH2])); n != 1 {
+		t.Errorf("stormgate_upstream_connection_state{state=hung,protocol=triple} %v, want 1", n)
+	}
+	// A new call waits in the hold queue, not on the stopped provider.
+	held := echoAsync(ctx, cc, "held")
+	waitFor(t, 10*time.Second, "the new call held", func() bool { return value(srv.m.held) == 1 })
+	if n := h2StreamsOpen(srv); n != 1 {
+		t.Errorf("%d calls on provider streams, want the stuck one alone", n)
+	}
+
+	relay.resume()
+	stopped = false
+	for _, ch := range []<-chan error{stuck, held} {
+		if err := <-ch; err != nil {
+			t.Fatalf("after the provider answers again: %v", err)
+		}
+	}
+	waitFor(t, 10*time.Second, "not hung any more", func() bool { return srv.Hung() == "" && srv.poolList()[0].h2.readyConns() == 1 })
+	if _, err := echo(ctx, cc, []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestH2SlowCallIsNotAHang: a provider whose call runs long while its connection answers PINGs is never
+// hung, and Stormgate's probes stay within gRPC's PING policy (at most maxQuietPings while the provider
+// sends nothing: grpc-go closes the connection past it, which would fail the call).
+func TestH2SlowCallIsNotAHang(t *testing.T) {
+	prov := startGRPCProvider(t)
+	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
+	srv, addr := newH2ServerWith(t, prov.Addr().String(), ProtoTriple, Options{Clock: clk}, func(c *Config) {
+		c.UpstreamConns = 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := echoAsync(ctx, grpcClient(t, addr), "slow", "x-sleep-ms", "3000")
+	waitFor(t, 10*time.Second, "the call on a provider stream", func() bool { return h2StreamsOpen(srv) == 1 })
+	for range 30 {
+		clk.Add(time.Second)
+		srv.wheel.Advance(clk.Now())
+		waitFor(t, 10*time.Second, "a probe answered", func() bool { return !h2PingOutstanding(srv) })
+		if h := srv.Hung(); h != "" {
+			t.Fatalf("a slow call made the provider hung: %s", h)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := testutilCounter(srv.m.hbSent); n < 1 || n > maxQuietPings {
+		t.Errorf("%v PINGs during the silence, want 1..%d", n, maxQuietPings)
+	}
+}
+
+// echoAsync makes an echo call of msg and says how it ended: nil when the answer was msg.
+func echoAsync(ctx context.Context, cc *grpc.ClientConn, msg string, md ...string) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		resp, err := echo(ctx, cc, []byte(msg), md...)
+		if err == nil && string(resp) != msg {
+			err = fmt.Errorf("answer %q, want %q", resp, msg)
+		}
+		ch <- err
+	}()
+	return ch
+}
+
+// h2StreamsOpen is the number of calls on provider streams in the first pool.
+func h2StreamsOpen(srv *Server) int {
+	hp := srv.poolList()[0].h2
+	hp.mu.Lock()
+	defer hp.unlock()
+	return hp.streams
+}
+
+// h2PingOutstanding reports whether a PING of Stormgate's waits for its ACK on a provider connection.
+func h2PingOutstanding(srv *Server) bool {
+	hp := srv.poolList()[0].h2
+	hp.mu.Lock()
+	defer hp.unlock()
+	for _, u := range hp.ups {
+		if u.pingSent != 0 {
+			return true
+		}
+	}
+	return false
+}
