@@ -11,7 +11,8 @@ import (
 )
 
 // HTTP/2 provider liveness: Stormgate's own PINGs, on the wheel, with the Dubbo heartbeat's settings
-// (keepalive.upstream_interval, upstream_jitter, upstream_max_missed). A PING goes out when a stream is
+// (keepalive.upstream_interval, upstream_jitter, upstream_max_missed), and upstream.write_timeout as for a
+// Dubbo connection (a provider that takes no byte of Stormgate's output for that long: closed, onStallTimer). A PING goes out when a stream is
 // open on the connection (an answer is owed), nothing was read from it for an interval, and none is
 // outstanding (counted in stormgate_upstream_heartbeats_sent_total); a PING unanswered for
 // upstream_max_missed intervals declares the connection dead: it is closed, each of its streams gets
@@ -61,6 +62,58 @@ func (u *h2Upstream) onBeat() {
 		return
 	}
 	srv.wheel.Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
+}
+
+// writeStalled arms the write timeout (the writer's owner: the kernel took no byte of a write).
+func (u *h2Upstream) writeStalled() {
+	if t := u.hp.p.srv.cfg.Load().WriteTimeout; t > 0 {
+		u.hp.p.srv.wheel.Schedule(&u.stall, t)
+	}
+}
+
+// onStallTimer closes the connection when the kernel has taken no byte of Stormgate's output for
+// upstream.write_timeout (the provider stopped reading), so that its calls end instead of waiting behind
+// it: a call none of whose bytes left Stormgate is sent again on another connection, the others get
+// grpc-status 14 naming the setting (die). Runs on the wheel goroutine.
+func (u *h2Upstream) onStallTimer() {
+	hp := u.hp
+	srv := hp.p.srv
+	t := srv.cfg.Load().WriteTimeout
+	stalled := time.Duration(u.w.stalledFor(srv.now()))
+	switch {
+	case t <= 0 || stalled == 0:
+	case stalled < t:
+		srv.wheel.Schedule(&u.stall, t-stalled)
+	default:
+		hp.mu.Lock()
+		dead := u.dead
+		if !dead && u.deadWhy == "" {
+			u.deadWhy = "the provider accepted no bytes for upstream.write_timeout (" + t.String() + ")"
+		}
+		hp.unlock()
+		if !dead {
+			srv.log.Warn("HTTP/2 provider connection stalled: closing it", zap.String("provider", hp.p.addr),
+				zap.Duration("write_timeout", t))
+			u.shut() // the reader ends and ends every call on it
+		}
+	}
+}
+
+// rearmBeats applies a live change of keepalive.upstream_interval (each connection's next beat) or
+// upstream.write_timeout (a stalled writer's timer, which works out the rest) to the pool's connections
+// (rearm.go).
+func (hp *h2Pool) rearmBeats(old, cfg *Config) {
+	srv := hp.p.srv
+	hp.mu.Lock()
+	defer hp.unlock()
+	for _, u := range hp.ups {
+		if cfg.UpstreamInterval != old.UpstreamInterval || cfg.UpstreamJitter != old.UpstreamJitter {
+			srv.wheel.Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
+		}
+		if cfg.WriteTimeout != old.WriteTimeout && u.w.stalledFor(srv.now()) > 0 {
+			srv.wheel.Schedule(&u.stall, 0)
+		}
+	}
 }
 
 // pingLocked sends one of the connection's quiet PINGs (under hp.mu; the caller checked the budget).

@@ -263,7 +263,8 @@ type h2Upstream struct {
 	scratch  []byte
 	// Liveness (h2keepalive.go), under hp.mu but lastRead.
 	beat       keepalive.Timer
-	lastRead   atomic.Int64 // when bytes last came from the provider (the server's clock)
+	stall      keepalive.Timer // upstream.write_timeout, armed when the writer stalls
+	lastRead   atomic.Int64    // when bytes last came from the provider (the server's clock)
 	pingSeq    uint64
 	pingSent   int64  // when the outstanding PING went out; 0: none
 	quietPings int    // PINGs sent since the provider last sent HEADERS or DATA
@@ -289,6 +290,7 @@ func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
 		goneAway: make(chan struct{}), ended: make(chan struct{})}
 	u.w = writer{fd: fd, env: &srv.wenv, owner: u, mustTake: true}
 	u.beat.Init(u.onBeat)
+	u.stall.Init(u.onStallTimer)
 	u.lastRead.Store(srv.now())
 	// http2.* as in force at the dial: the connection keeps what it announced.
 	u.conn = h2.NewConn(srv.cfg.Load().h2Conn(h2.RoleClient))
@@ -329,7 +331,6 @@ func (u *h2Upstream) shut() {
 // The writer's owner (writer.go). A failed write is not acted on: the reader sees the broken connection
 // too, after reading what the provider sent before it broke (closing the socket at the write's failure lost
 // a provider's last answers, TestH2ResendAboveGoAway).
-func (u *h2Upstream) writeStalled()         {}
 func (u *h2Upstream) writeFailed(err error) { u.writerIdle() }
 func (u *h2Upstream) writerIdle() {
 	select {
@@ -357,6 +358,7 @@ func (u *h2Upstream) serve(ctx context.Context) error {
 	}
 	u.shut()
 	hp.p.srv.wheel.Stop(&u.beat)
+	hp.p.srv.wheel.Stop(&u.stall)
 	why := "stormgate: provider connection lost"
 	hp.mu.Lock()
 	deadWhy := u.deadWhy

@@ -480,6 +480,27 @@ func TestH2ResendUnsent(t *testing.T) {
 	p.stalled = make(chan *scriptedConn, 1)
 	srv, addr := resendServer(t, p, Options{}, func(c *Config) { c.MaxBufferedBytes = 256 << 20 })
 	stalled := <-p.stalled
+	fr := backUpCalls(t, srv, addr)
+	_ = stalled.nc.(*net.TCPConn).SetLinger(0)
+	stalled.nc.Close()
+	got := readAnswers(t, fr, 2)
+	if a := got[1]; a.grpcStatus != "14" {
+		t.Errorf("the big call, partly written when the connection died: %v, want grpc-status 14", a)
+	}
+	if a := got[3]; !a.echoed([]byte("small-call")) {
+		t.Errorf("the small call, never written: %v, want its own answer from the next connection", a)
+	}
+	if n := testutilCounter(srv.m.holdOutcome[holdReheld]); n != 1 {
+		t.Errorf("reheld_unsent %v, want 1", n)
+	}
+	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
+}
+
+// backUpCalls makes two calls on a provider connection that does not read: stream 1, 16 MiB, fills the
+// kernel's buffers and backs up in Stormgate's writer; stream 3, small and whole, queues behind it, none
+// of its bytes written. It returns the consumer's framer.
+func backUpCalls(t *testing.T, srv *Server, addr string) *http2.Framer {
+	t.Helper()
 	_, fr := h2Handshake(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30})
 	big := bytes.Repeat([]byte("big-call "), 16<<20/9)
 	writing := make(chan error, 1)
@@ -525,19 +546,7 @@ func TestH2ResendUnsent(t *testing.T) {
 		}
 		return false
 	})
-	_ = stalled.nc.(*net.TCPConn).SetLinger(0)
-	stalled.nc.Close()
-	got := readAnswers(t, fr, 2)
-	if a := got[1]; a.grpcStatus != "14" {
-		t.Errorf("the big call, partly written when the connection died: %v, want grpc-status 14", a)
-	}
-	if a := got[3]; !a.echoed([]byte("small-call")) {
-		t.Errorf("the small call, never written: %v, want its own answer from the next connection", a)
-	}
-	if n := testutilCounter(srv.m.holdOutcome[holdReheld]); n != 1 {
-		t.Errorf("reheld_unsent %v, want 1", n)
-	}
-	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
+	return fr
 }
 
 // TestH2DeadlineWhileWaiting: a call that waits for a provider stream is never sent once its own

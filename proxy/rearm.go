@@ -19,9 +19,9 @@ import (
 //	| keepalive.downstream_idle_timeout,   | each consumer's timer; an       | fired now: onTimer (onStall) re-arms
 //	| limits.frame_read_timeout            | HTTP/2 consumer's stall check   | for what is left of the new value
 //	| keepalive.upstream_interval          | each provider connection's      | re-armed with the new interval
-//	|                                      | heartbeat check                 |
-//	| upstream.write_timeout               | a stalled writer's timer        | fired now: onStallTimer fails the
-//	|                                      |                                 | connection or re-arms for the rest
+//	|                                      | heartbeat (HTTP/2: PING) check  |
+//	| upstream.write_timeout               | a stalled writer's timer (either| fired now: onStallTimer fails the
+//	|                                      | protocol's provider connection) | connection or re-arms for the rest
 //	| upstream.backoff_base, backoff_max   | a reconnect wait; the pause     | a wait never outlasts the window
 //	|                                      | after a not-executed answer     | the new values give; a pause ends
 //	|                                      |                                 | by now + backoff_max
@@ -55,6 +55,13 @@ func (s *Server) rearm(old, cfg *Config, pools []*pool) {
 				if uc := sl.uc.Load(); uc != nil && uc.w.stalledFor(s.now()) > 0 {
 					s.wheel.Schedule(&uc.stall, 0) // onStallTimer works out the rest from the new value
 				}
+			}
+		}
+	}
+	if cfg.UpstreamInterval != old.UpstreamInterval || cfg.UpstreamJitter != old.UpstreamJitter || cfg.WriteTimeout != old.WriteTimeout {
+		for _, p := range pools {
+			if p.h2 != nil {
+				p.h2.rearmBeats(old, cfg)
 			}
 		}
 	}

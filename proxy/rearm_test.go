@@ -25,9 +25,15 @@ var liveDurations = map[string]struct {
 }{
 	"DownstreamIdleTimeout": {probe: probeIdleTimeout},
 	"FrameReadTimeout":      {probe: probeFrameReadTimeout},
-	"UpstreamInterval":      {probe: probeUpstreamInterval},
-	"WriteTimeout":          {probe: probeWriteTimeout},
-	"BackoffBase":           {probe: func(t *testing.T) { probeBackoff(t, func(c *Config) { c.BackoffBase = 50 * time.Millisecond }) }},
+	"UpstreamInterval": {probe: func(t *testing.T) {
+		t.Run("dubbo", probeUpstreamInterval)
+		t.Run("triple", probeH2UpstreamInterval)
+	}},
+	"WriteTimeout": {probe: func(t *testing.T) {
+		t.Run("dubbo", probeWriteTimeout)
+		t.Run("triple", probeH2WriteTimeout)
+	}},
+	"BackoffBase": {probe: func(t *testing.T) { probeBackoff(t, func(c *Config) { c.BackoffBase = 50 * time.Millisecond }) }},
 	"BackoffMax": {probe: func(t *testing.T) {
 		lower := func(c *Config) { c.BackoffBase, c.BackoffMax = 50*time.Millisecond, 50*time.Millisecond }
 		t.Run("reconnect", func(t *testing.T) { probeBackoff(t, lower) })
@@ -186,17 +192,8 @@ func probeH2Hold(t *testing.T, timeout time.Duration, lower func(*Config)) {
 	res := make(chan h2Outcome, 1)
 	go func() { res <- unaryH2(ctx, h2cTransport(addr), []byte("held"), hdr...) }()
 	waitFor(t, 10*time.Second, "the call held", func() bool { return value(srv.m.held) == 1 })
-	cfg := srv.Config()
-	lower(&cfg)
-	if err := srv.Update(cfg); err != nil {
-		t.Fatal(err)
-	}
-	for moved := time.Duration(0); value(srv.m.held) != 0 && moved < 3*time.Second; moved += 100 * time.Millisecond {
-		clk.Add(100 * time.Millisecond)
-		srv.wheel.Advance(clk.Now())
-		time.Sleep(2 * time.Millisecond)
-	}
-	waitFor(t, 10*time.Second, "the held call answered within 3s on the clock", func() bool { return value(srv.m.held) == 0 })
+	updateLive(t, srv, lower)
+	stepClockUntil(t, clk, srv, 3*time.Second, "the held call answered", func() bool { return value(srv.m.held) == 0 })
 	if o := <-res; o.ok || o.cancelled {
 		t.Fatalf("held call: %+v; want Stormgate's error answer", o)
 	}
