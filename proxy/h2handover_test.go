@@ -313,10 +313,15 @@ func openEchoStream(t *testing.T, ctx context.Context, cc *grpc.ClientConn) grpc
 // A call carried over by a handover starts at once when a provider connection can take it. The
 // restored pool dials as it is rebuilt, so its connections can be up before the consumers' waiting calls
 // are put back: nothing else would start them until some other stream ended (make test's upgrade run
-// had Triple calls waiting up to 0.8 s: p99 633 ms against 15 ms with one upgrade).
+// had Triple calls waiting up to 0.8 s: p99 633 ms against 15 ms with one upgrade). The provider answers
+// only once the test has looked: a call answered before it could be looked at ended the test with the
+// pool's lock held (a nil call, 1 run in 12 on 005549c, and the run then hung until the 15 min timeout).
 func TestH2AdoptedCallStartsAtOnce(t *testing.T) {
-	prov := startGRPCProvider(t)
-	srv, _ := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	release := make(chan struct{})
+	prov := startScriptedH2(t, func(pc *scriptedConn, id uint32, n int, body []byte) {
+		go func() { <-release; pc.answer(id, body) }()
+	})
+	srv, _ := resendServer(t, prov, Options{})
 	p := srv.poolList()[0]
 	// A consumer connection at rest, as a handover carries it: the handshake done, SETTINGS acked.
 	cfg := srv.cfg.Load()
@@ -358,6 +363,7 @@ func TestH2AdoptedCallStartsAtOnce(t *testing.T) {
 	p.h2.mu.Lock()
 	started, waiting := c.up != nil, c.waiting
 	p.h2.mu.Unlock()
+	close(release)
 	if !started || waiting {
 		t.Fatalf("the carried call: on a provider stream %v, waiting %v; want it started at once", started, waiting)
 	}
