@@ -69,9 +69,14 @@ func TestH2AnswerFramesLeaveTogether(t *testing.T) {
 		t.Fatalf("sent %d ok %d mismatches %d errors %v", res.Sent, res.OK, res.BodyMismatches, res.ErrorByStatus)
 	}
 	hp := srv.poolList()[0].h2
-	hp.mu.Lock()
-	upFD := hp.ups[0].w.fd // the provider's connection writes through the same writers
-	hp.mu.Unlock()
+	upFD := func() int { // the provider's connection writes through the same writers
+		hp.mu.Lock()
+		defer hp.mu.Unlock() // a failure below must not leave it locked: Close would wait forever
+		if len(hp.ups) == 0 {
+			t.Fatal("no provider connection")
+		}
+		return hp.ups[0].w.fd
+	}()
 	mu.Lock()
 	defer mu.Unlock()
 	heads, split := 0, 0

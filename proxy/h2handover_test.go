@@ -361,7 +361,7 @@ func TestH2AdoptedCallStartsAtOnce(t *testing.T) {
 	}
 	c := ss.h2.call(1)
 	p.h2.mu.Lock()
-	started, waiting := c.up != nil, c.waiting
+	started, waiting := c != nil && c.up != nil, c != nil && c.waiting
 	p.h2.mu.Unlock()
 	close(release)
 	if !started || waiting {
