@@ -21,22 +21,7 @@ func TestH2HungProviderNotReady(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if code := sc.readyz(ctx); code != 200 {
-		t.Fatalf("/readyz %d before the stop, want 200", code)
-	}
-
-	stopAt := time.Now()
-	if err := prov.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	t.Cleanup(func() {
-		if stopped {
-			_ = prov.Signal(syscall.SIGCONT)
-		}
-	})
-	notReady := waitReadyz(t, ctx, sc, 503, 10*time.Second)
-	t.Logf("/readyz 503 %v after SIGSTOP", notReady.Sub(stopAt).Round(time.Millisecond))
+	stopAt := sigstopProvider(t, ctx, sc, prov)
 	if v := sc.metric(t, "stormgate_upstream_hung"); v != 1 {
 		t.Errorf("stormgate_upstream_hung %v while stopped, want 1", v)
 	}
@@ -49,7 +34,6 @@ func TestH2HungProviderNotReady(t *testing.T) {
 	if err := prov.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	stopped = false
 	ready := waitReadyz(t, ctx, sc, 200, 10*time.Second)
 	t.Logf("/readyz 200 %v after SIGCONT", ready.Sub(contAt).Round(time.Millisecond))
 

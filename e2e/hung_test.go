@@ -21,17 +21,7 @@ func TestHungProviderNotReady(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if code := sc.readyz(ctx); code != 200 {
-		t.Fatalf("/readyz %d before the stop, want 200", code)
-	}
-
-	stopAt := time.Now()
-	if err := prov.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = prov.Signal(syscall.SIGCONT) })
-	notReady := waitReadyz(t, ctx, sc, 503, 10*time.Second)
-	t.Logf("/readyz 503 %v after SIGSTOP", notReady.Sub(stopAt).Round(time.Millisecond))
+	stopAt := sigstopProvider(t, ctx, sc, prov)
 	waitEvent(t, f, 'R', stopAt, 10*time.Second-time.Since(stopAt))
 	if v := sc.metric(t, "stormgate_upstream_hung"); v != 1 {
 		t.Errorf("stormgate_upstream_hung %v while stopped, want 1", v)
@@ -64,6 +54,24 @@ func TestHungProviderNotReady(t *testing.T) {
 	if v := sc.metric(t, "stormgate_provider_hangs_total"); v != 1 {
 		t.Errorf("stormgate_provider_hangs_total %v, want 1", v)
 	}
+}
+
+// sigstopProvider checks that /readyz answers 200, stops the provider process with SIGSTOP (SIGCONT at the
+// test's end, if the test has not sent it) and waits up to 10 s for /readyz to answer 503; it returns
+// when the provider was stopped.
+func sigstopProvider(t *testing.T, ctx context.Context, sc *sidecar, prov interface{ Signal(syscall.Signal) error }) time.Time {
+	t.Helper()
+	if code := sc.readyz(ctx); code != 200 {
+		t.Fatalf("/readyz %d before the stop, want 200", code)
+	}
+	stopAt := time.Now()
+	if err := prov.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = prov.Signal(syscall.SIGCONT) }) // harmless to a process that runs
+	notReady := waitReadyz(t, ctx, sc, 503, 10*time.Second)
+	t.Logf("/readyz 503 %v after SIGSTOP", notReady.Sub(stopAt).Round(time.Millisecond))
+	return stopAt
 }
 
 // waitReadyz polls /readyz until it answers want, at most d; it returns when.
