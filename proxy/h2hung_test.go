@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/stormgate/stormgate/keepalive"
 )
@@ -75,6 +78,7 @@ func TestH2HungProviderIsVisible(t *testing.T) {
 	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
 	srv, addr := newH2ServerWith(t, relay.ln.Addr().String(), ProtoTriple, Options{Clock: clk}, func(c *Config) {
 		c.UpstreamConns = 1
+		c.HoldMaxBytesPerConsumer = 64 << 10
 	})
 	step := func(d time.Duration) { clk.Add(d); srv.wheel.Advance(clk.Now()) }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -111,6 +115,12 @@ func TestH2HungProviderIsVisible(t *testing.T) {
 	// A new call waits in the hold queue, not on the stopped provider.
 	held := echoAsync(ctx, cc, "held")
 	waitFor(t, 10*time.Second, "the new call held", func() bool { return value(srv.m.held) == 1 })
+	// A hung provider is away for hold.max_bytes_per_consumer too, as for Dubbo (pool.usable): a call
+	// that would take the consumer past it is answered, not held.
+	if err := <-echoAsync(ctx, cc, strings.Repeat("b", 70<<10)); status.Code(err) != codes.Unavailable ||
+		!strings.Contains(status.Convert(err).Message(), "hold.max_bytes_per_consumer") {
+		t.Errorf("a call past hold.max_bytes_per_consumer while the provider is hung: %v, want UNAVAILABLE naming it", err)
+	}
 	if n := h2StreamsOpen(srv); n != 1 {
 		t.Errorf("%d calls on provider streams, want the stuck one alone", n)
 	}

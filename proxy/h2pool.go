@@ -601,7 +601,7 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 		reason, msg = replyNoUpstream, "stormgate: no provider connection can take the request now and hold.timeout is 0"
 	default:
 		c.head, c.headEnd = slices.Clone(fields), end
-		if reason, msg = hp.p.hold.holdCall(c, h2.ListSize(c.head), cfg, len(hp.ups) == 0); msg != "" {
+		if reason, msg = hp.p.hold.holdCall(c, h2.ListSize(c.head), cfg, hp.awayLocked()); msg != "" {
 			srv.m.holdOutcome[holdRejectedFull].Inc()
 			break
 		}
@@ -620,6 +620,17 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 		c.sess.fail(c, reason, msg)
 	}
 	notes.run()
+}
+
+// awayLocked reports whether no connection takes new streams (none is up, or every one is hung), as
+// pool.usable() == 0 for Dubbo: hold.max_bytes_per_consumer applies then.
+func (hp *h2Pool) awayLocked() bool {
+	for _, u := range hp.ups {
+		if !u.hung.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // pickLocked is the usable connection with the fewest streams that can open one more; nil when none, and
@@ -775,7 +786,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	case c.upDone:
 	case c.waiting || len(c.in) > 0 || c.inTrail != nil:
 		if c.waiting { // the hold queue counts it, and may refuse it
-			reason, msg = hp.p.hold.growCall(c, len(data), hp.p.srv.cfg.Load(), len(hp.ups) == 0)
+			reason, msg = hp.p.hold.growCall(c, len(data), hp.p.srv.cfg.Load(), hp.awayLocked())
 		}
 		if msg == "" && !hp.keepInLocked(c, data) {
 			reason, msg = replyOverloaded, h2OutOfBufferMsg

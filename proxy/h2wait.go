@@ -12,8 +12,8 @@ import (
 // yet), and the calls pausing before they are sent again (h2replay.go). One hold queue per provider
 // serves both protocols: a waiting call counts once in hold.max_requests and by its bytes in
 // hold.max_bytes beside Dubbo's held requests, in stormgate_held_requests and in
-// stormgate_hold_outcomes_total; while no HTTP/2 connection is up, its consumer's waiting bytes are
-// bounded by hold.max_bytes_per_consumer. A call's bytes are its head's header list size (§6.5.2),
+// stormgate_hold_outcomes_total; while no HTTP/2 connection takes new streams (none is up, or every one
+// is hung), its consumer's waiting bytes are bounded by hold.max_bytes_per_consumer. A call's bytes are its head's header list size (§6.5.2),
 // the DATA kept while it waits and its trailers' size. What each lane waits for differs (a Dubbo
 // request for room in a connection's send queue, a call for a provider stream), so each is
 // dispatched on its own: this one by the h2Pool, when a stream frees or a connection comes.
@@ -58,8 +58,8 @@ const (
 )
 
 // holdCall queues c, whose bytes are size, behind its consumer's other waiting calls; or says why it
-// may not wait (msg "" when it waits). away: no HTTP/2 provider connection is up, so the consumer's
-// bound applies.
+// may not wait (msg "" when it waits). away: no HTTP/2 provider connection takes new streams
+// (h2Pool.awayLocked), so the consumer's bound applies.
 func (h *holdQueue) holdCall(c *h2Call, size int, cfg *Config, away bool) (replyReason, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
