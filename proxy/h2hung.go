@@ -56,15 +56,10 @@ func (hp *h2Pool) checkHung(now int64, cfg *Config) int {
 		case len(u.calls) == 0:
 			u.probeAt = 0 // nothing owed: silence is idleness
 		default:
-			lastRead := u.lastRead.Load()
-			if u.probeAt != 0 && lastRead >= u.probeAt {
-				u.probeAt = 0 // heard since the probe
-			}
-			silent := now - lastRead
-			switch {
-			case u.probeAt == 0 && silent >= t/2:
+			switch hangRule(now, u.lastRead.Load(), &u.probeAt, t) {
+			case hangProbe:
 				u.probeAt = u.probeLocked(now)
-			case u.probeAt != 0 && now-u.probeAt >= t/2 && silent >= t:
+			case hangHung:
 				u.markHungLocked("no answer to calls or to a PING for keepalive.upstream_hung_timeout")
 				hung = append(hung, u)
 			}

@@ -51,21 +51,42 @@ func (uc *upConn) checkHung(now int64, cfg *Config) {
 		uc.markHung(now, "the provider took no byte of the queued requests for keepalive.upstream_hung_timeout")
 		return
 	}
-	lastRead := uc.lastRead.Load()
 	if uc.npending.Load() == 0 && uc.queuedRequests() == 0 {
 		uc.probeAt = 0 // nothing owed: silence is idleness
 		return
 	}
-	if uc.probeAt != 0 && lastRead >= uc.probeAt {
-		uc.probeAt = 0 // heard since the probe
+	switch hangRule(now, uc.lastRead.Load(), &uc.probeAt, t) {
+	case hangProbe:
+		uc.probe(now)
+	case hangHung:
+		uc.markHung(now, "no answer to requests or to a heartbeat for keepalive.upstream_hung_timeout")
+	}
+}
+
+// hangVerdict is what the rule's clock says of a connection that owes an answer and is not hung yet.
+type hangVerdict uint8
+
+const (
+	hangWait  hangVerdict = iota
+	hangProbe             // silent for half the timeout and no probe out: probe now
+	hangHung              // the probe unanswered for half the timeout, silent for all of it
+)
+
+// hangRule is the table above over a connection's clock, for either protocol (h2hung.go): lastRead is when
+// the provider last sent anything on it, *probeAt when the outstanding probe went out (0: none; cleared
+// here once the provider was heard since), t keepalive.upstream_hung_timeout.
+func hangRule(now, lastRead int64, probeAt *int64, t int64) hangVerdict {
+	if *probeAt != 0 && lastRead >= *probeAt {
+		*probeAt = 0 // heard since the probe
 	}
 	silent := now - lastRead
 	switch {
-	case uc.probeAt == 0 && silent >= t/2:
-		uc.probe(now)
-	case uc.probeAt != 0 && now-uc.probeAt >= t/2 && silent >= t:
-		uc.markHung(now, "no answer to requests or to a heartbeat for keepalive.upstream_hung_timeout")
+	case *probeAt == 0 && silent >= t/2:
+		return hangProbe
+	case *probeAt != 0 && now-*probeAt >= t/2 && silent >= t:
+		return hangHung
 	}
+	return hangWait
 }
 
 // probe sends a heartbeat whose answer tells a hung provider from a busy one.
