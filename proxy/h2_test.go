@@ -977,50 +977,66 @@ func dubboRequest(id int64, arg string) []byte {
 	return dubbo.AppendRequest(nil, id, true, svc, "echo", arg)
 }
 
-// freezingRelay forwards TCP to a target; freeze makes every connection open so far a black hole (bytes
-// read and dropped both ways, nothing closed): a provider host that vanished without a FIN or RST.
-type freezingRelay struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	frozen []*atomic.Bool
+// faultRelay forwards TCP to a target, and makes the provider behind it fail the two ways a provider
+// fails without closing anything:
+//
+//	freeze       every connection open so far becomes a black hole (bytes read and dropped both ways):
+//	             a host that vanished without a FIN or RST; later connections are not frozen
+//	stop, resume nothing more is read either way (bytes wait in the kernel's buffers) until resume: a
+//	             process under SIGSTOP
+type faultRelay struct {
+	ln      net.Listener
+	mu      sync.Mutex
+	frozen  []*atomic.Bool
+	stopped sync.RWMutex // write-locked while stopped: every copy waits for it around each read
 }
 
-func startFreezingRelay(t *testing.T, target string) *freezingRelay {
+func startFaultRelay(t *testing.T, target string) *faultRelay {
 	t.Helper()
-	r := &freezingRelay{}
+	r := &faultRelay{}
 	r.ln = serveLoopback(t, func(c net.Conn) {
 		up, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
 			return
 		}
+		t.Cleanup(func() { c.Close(); up.Close() })
 		f := new(atomic.Bool)
 		r.mu.Lock()
 		r.frozen = append(r.frozen, f)
 		r.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
-			defer dst.Close()
-			defer src.Close()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := src.Read(buf)
-				if err != nil {
-					return
-				}
-				if !f.Load() {
-					if _, err := dst.Write(buf[:n]); err != nil {
-						return
-					}
-				}
-			}
-		}
-		go pipe(up, c)
-		go pipe(c, up)
+		go r.pipe(up, c, f)
+		go r.pipe(c, up, f)
 	})
 	return r
 }
 
-func (r *freezingRelay) freeze() {
+func (r *faultRelay) pipe(dst, src net.Conn, frozen *atomic.Bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		r.waitRunning()
+		n, err := src.Read(buf)
+		r.waitRunning() // bytes read just before a stop are passed on after it
+		if n > 0 && !frozen.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err == io.EOF {
+				_ = dst.(*net.TCPConn).CloseWrite()
+			}
+			return
+		}
+	}
+}
+
+func (r *faultRelay) waitRunning() {
+	r.stopped.RLock()
+	r.stopped.RUnlock()
+}
+
+func (r *faultRelay) freeze() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, f := range r.frozen {
@@ -1028,13 +1044,16 @@ func (r *freezingRelay) freeze() {
 	}
 }
 
+func (r *faultRelay) stop()   { r.stopped.Lock() }
+func (r *faultRelay) resume() { r.stopped.Unlock() }
+
 // TestH2ProviderLiveness: while a call waits on a provider connection that reads nothing, Stormgate PINGs
 // it every keepalive.upstream_interval and declares it dead when a PING goes unanswered for
 // upstream_max_missed intervals: a call sent to a provider that vanished (no FIN, no RST) gets
 // grpc-status 14 saying so, and the slot's new connection serves the next call.
 func TestH2ProviderLiveness(t *testing.T) {
 	prov := startGRPCProvider(t)
-	relay := startFreezingRelay(t, prov.Addr().String())
+	relay := startFaultRelay(t, prov.Addr().String())
 	srv, addr := newH2Server(t, relay.ln.Addr().String(), ProtoTriple, func(c *Config) {
 		c.UpstreamConns = 1
 		c.UpstreamInterval = 100 * time.Millisecond

@@ -3,10 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,54 +15,6 @@ import (
 	"github.com/stormgate/stormgate/keepalive"
 )
 
-// stoppableRelay forwards TCP to a target; stop makes it a process under SIGSTOP: nothing more is read
-// either way (bytes wait in the kernel's buffers), nothing is closed, until resume.
-type stoppableRelay struct {
-	ln net.Listener
-	mu sync.RWMutex // write-locked while stopped: every copy waits for it before each read
-}
-
-func startStoppableRelay(t *testing.T, target string) *stoppableRelay {
-	t.Helper()
-	r := &stoppableRelay{}
-	r.ln = serveLoopback(t, func(c net.Conn) {
-		up, err := net.Dial("tcp", target)
-		if err != nil {
-			c.Close()
-			return
-		}
-		t.Cleanup(func() { c.Close(); up.Close() })
-		go r.copy(up, c)
-		go r.copy(c, up)
-	})
-	return r
-}
-
-func (r *stoppableRelay) copy(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		r.mu.RLock() // waits while stopped
-		r.mu.RUnlock()
-		n, err := src.Read(buf)
-		r.mu.RLock() // bytes read just before the stop are passed on after it
-		r.mu.RUnlock()
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if err == io.EOF {
-				dst.(*net.TCPConn).CloseWrite()
-			}
-			return
-		}
-	}
-}
-
-func (r *stoppableRelay) stop()   { r.mu.Lock() }
-func (r *stoppableRelay) resume() { r.mu.Unlock() }
-
 // TestH2HungProviderIsVisible is TestHungProviderIsVisible for an HTTP/2 provider: one that stops (SIGSTOP)
 // while a call is on it is not hidden behind the consumers' PINGs Stormgate answers. With the default
 // keepalive.upstream_hung_timeout (5 s), its connection takes no new stream, the provider is hung (Hung()
@@ -74,7 +23,7 @@ func (r *stoppableRelay) resume() { r.mu.Unlock() }
 // again. Before, a Triple provider could not be hung at all.
 func TestH2HungProviderIsVisible(t *testing.T) {
 	prov := startGRPCProvider(t)
-	relay := startStoppableRelay(t, prov.Addr().String())
+	relay := startFaultRelay(t, prov.Addr().String())
 	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
 	srv, addr := newH2ServerWith(t, relay.ln.Addr().String(), ProtoTriple, Options{Clock: clk}, func(c *Config) {
 		c.UpstreamConns = 1

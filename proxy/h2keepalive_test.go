@@ -20,7 +20,7 @@ func TestH2WriteTimeout(t *testing.T) {
 	clk, srv, fr, u := stalledProvider(t, func(c *Config) { c.WriteTimeout = 10 * time.Second })
 	clk.Add(10 * time.Second)
 	srv.wheel.Advance(clk.Now())
-	stepClockUntil(t, clk, srv, time.Second, "the stalled connection closed", u.w.isClosed)
+	stepClockUntil(t, clk, srv, time.Second, 100*time.Millisecond, "the stalled connection closed", u.w.isClosed)
 	got := readAnswersTicking(t, fr, 2, clk, srv)
 	if a := got[1]; a.grpcStatus != "14" || !strings.Contains(a.grpcMessage, "upstream.write_timeout") {
 		t.Errorf("the big call, partly written: %v, want grpc-status 14 naming upstream.write_timeout", a)
@@ -43,7 +43,7 @@ func probeH2UpstreamInterval(t *testing.T) {
 	writeCall(t, fr, 1, true, []byte("unanswered"))
 	waitFor(t, 10*time.Second, "the call on a provider stream", func() bool { return h2StreamsOpen(srv) == 1 })
 	updateLive(t, srv, func(c *Config) { c.UpstreamInterval = time.Second })
-	stepClockUntil(t, clk, srv, 3*time.Second, "a PING to the provider", func() bool { return testutilCounter(srv.m.hbSent) > 0 })
+	stepClockUntil(t, clk, srv, 3*time.Second, 100*time.Millisecond, "a PING to the provider", func() bool { return testutilCounter(srv.m.hbSent) > 0 })
 }
 
 // probeH2WriteTimeout: a provider connection whose writer is stalled, write_timeout an hour; lowered to
@@ -53,7 +53,7 @@ func probeH2WriteTimeout(t *testing.T) {
 		c.WriteTimeout, c.UpstreamHungTimeout, c.UpstreamInterval = time.Hour, 0, time.Hour
 	})
 	updateLive(t, srv, func(c *Config) { c.WriteTimeout = 2 * time.Second })
-	stepClockUntil(t, clk, srv, 3*time.Second, "the stalled connection closed", u.w.isClosed)
+	stepClockUntil(t, clk, srv, 3*time.Second, 100*time.Millisecond, "the stalled connection closed", u.w.isClosed)
 }
 
 // stalledProvider is a server on a manual clock (settings changed by mod) in front of a scripted provider
@@ -103,16 +103,4 @@ func updateLive(t *testing.T, srv *Server, mod func(*Config)) {
 	if err := srv.Update(cfg); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// stepClockUntil is fixture.stepUntil for a server of its own: the clock moves in 100 ms steps, up to
-// limit, until cond holds; then the goroutines get a real-time grace.
-func stepClockUntil(t *testing.T, clk *keepalive.ManualClock, srv *Server, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for moved := time.Duration(0); !cond() && moved < limit; moved += 100 * time.Millisecond {
-		clk.Add(100 * time.Millisecond)
-		srv.wheel.Advance(clk.Now())
-		time.Sleep(2 * time.Millisecond)
-	}
-	waitFor(t, 10*time.Second, what+" within "+limit.String()+" on the clock", cond)
 }

@@ -74,14 +74,21 @@ func (f *fixture) update(mod func(*Config)) {
 // step waits a little for what runs on other goroutines to catch up with it.
 func (f *fixture) stepUntil(limit, step time.Duration, what string, cond func() bool) {
 	f.t.Helper()
+	stepClockUntil(f.t, f.clk, f.srv, limit, step, what, cond)
+}
+
+// stepUntil for a server of its own on clk.
+func stepClockUntil(t testing.TB, clk *keepalive.ManualClock, srv *Server, limit, step time.Duration, what string, cond func() bool) {
+	t.Helper()
 	for moved := time.Duration(0); !cond(); moved += step {
 		if moved >= limit {
 			// Moved as far as the new value allows, and more: give the goroutines that
 			// act on what fired a real-time grace before judging.
-			waitFor(f.t, 10*time.Second, what+" within "+limit.String()+" on the clock", cond)
+			waitFor(t, 10*time.Second, what+" within "+limit.String()+" on the clock", cond)
 			return
 		}
-		f.step(step)
+		clk.Add(step)
+		srv.wheel.Advance(clk.Now())
 		time.Sleep(2 * time.Millisecond)
 	}
 }
@@ -193,7 +200,7 @@ func probeH2Hold(t *testing.T, timeout time.Duration, lower func(*Config)) {
 	go func() { res <- unaryH2(ctx, h2cTransport(addr), []byte("held"), hdr...) }()
 	waitFor(t, 10*time.Second, "the call held", func() bool { return value(srv.m.held) == 1 })
 	updateLive(t, srv, lower)
-	stepClockUntil(t, clk, srv, 3*time.Second, "the held call answered", func() bool { return value(srv.m.held) == 0 })
+	stepClockUntil(t, clk, srv, 3*time.Second, 100*time.Millisecond, "the held call answered", func() bool { return value(srv.m.held) == 0 })
 	if o := <-res; o.ok || o.cancelled {
 		t.Fatalf("held call: %+v; want Stormgate's error answer", o)
 	}
