@@ -948,7 +948,7 @@ func h2StreamsLeft(srv *Server) int {
 	defer hp.mu.Unlock()
 	n := hp.p.hold.callsWaiting() + hp.p.hold.pausedCalls()
 	for _, u := range hp.ups {
-		n += len(u.calls) + u.conn.OpenStreams()
+		n += u.calls.len() + u.conn.OpenStreams()
 	}
 	return n
 }

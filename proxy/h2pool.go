@@ -108,7 +108,7 @@ func (hp *h2Pool) resize(n int) {
 		}
 		u.away = true
 		hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
-		if len(u.calls) == 0 {
+		if u.calls.len() == 0 {
 			closing = append(closing, u)
 		}
 	}
@@ -249,9 +249,9 @@ type h2Upstream struct {
 
 	// Under hp.mu.
 	conn  *h2.Conn
-	calls map[uint32]*h2Call // by upstream stream id: the connection's pending books
-	ready bool               // the provider's first SETTINGS arrived
-	away  bool               // the provider's GOAWAY: no new streams, closed when the last one ends
+	calls books[uint32, *h2Call] // by upstream stream id: the connection's pending books (books.go)
+	ready bool                   // the provider's first SETTINGS arrived
+	away  bool                   // the provider's GOAWAY: no new streams, closed when the last one ends
 	// goneAway is closed at the provider's first GOAWAY (awaySeen): the slot dials a new connection meanwhile.
 	goneAway chan struct{}
 	awaySeen bool
@@ -286,8 +286,9 @@ func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
 		return nil, err
 	}
 	srv := hp.p.srv
-	u := &h2Upstream{hp: hp, nc: nc, calls: make(map[uint32]*h2Call), idle: make(chan struct{}, 1),
+	u := &h2Upstream{hp: hp, nc: nc, idle: make(chan struct{}, 1),
 		goneAway: make(chan struct{}), ended: make(chan struct{})}
+	u.calls.init(0)
 	u.w = writer{fd: fd, env: &srv.wenv, owner: u, mustTake: true}
 	u.beat.Init(u.onBeat)
 	u.stall.Init(u.onStallTimer)
@@ -420,7 +421,7 @@ func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
 		c, refused = u.eventLocked(ev, now, &notes)
 	}
 	u.flushLocked()
-	closeNow := u.away && len(u.calls) == 0
+	closeNow := u.away && u.calls.len() == 0
 	hp.unlock()
 	if heard {
 		hp.p.srv.log.Info("HTTP/2 provider connection heard again: it opens streams again", zap.String("provider", hp.p.addr))
@@ -460,7 +461,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 	switch ev.Kind {
 	case h2.EventHeaders, h2.EventData:
 		u.quietPings = 0
-		c := u.calls[ev.Stream]
+		c, _ := u.calls.get(ev.Stream)
 		if c == nil {
 			_ = u.conn.Consumed(ev.Stream, len(ev.Data)) // a stream Stormgate reset: nobody wants it
 			return nil, nil
@@ -477,7 +478,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		}
 		return c, nil
 	case h2.EventReset:
-		c := u.calls[ev.Stream]
+		c, _ := u.calls.get(ev.Stream)
 		if c == nil {
 			return nil, nil
 		}
@@ -500,7 +501,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		u.away = true
 		hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
 		var refused []*h2Call
-		for id, c := range u.calls {
+		for id, c := range u.calls.all() {
 			if id > ev.LastStream {
 				refused = append(refused, c)
 			}
@@ -521,7 +522,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 			u.startBeat()
 			hp.p.srv.spawn(hp.p.connChanged) // the gauges; never under mu
 		}
-		for _, c := range u.calls { // SETTINGS_INITIAL_WINDOW_SIZE may have grown the windows
+		for c := range u.calls.values() { // SETTINGS_INITIAL_WINDOW_SIZE may have grown the windows
 			u.pushLocked(c, now, notes)
 		}
 		hp.pumpLocked(now, notes)
@@ -529,12 +530,12 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		u.pingAnswered(ev)
 	case h2.EventWindow:
 		if ev.Stream != 0 { // one stream's window: its call alone may send more
-			if c := u.calls[ev.Stream]; c != nil {
+			if c, ok := u.calls.get(ev.Stream); ok {
 				u.pushLocked(c, now, notes)
 			}
 			break
 		}
-		for _, c := range u.calls {
+		for c := range u.calls.values() {
 			u.pushLocked(c, now, notes)
 		}
 	}
@@ -553,8 +554,8 @@ func (u *h2Upstream) die(msg string, shutdown bool) {
 	hp.mu.Lock()
 	u.dead = true
 	hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
-	calls := make([]*h2Call, 0, len(u.calls))
-	for _, c := range u.calls {
+	calls := make([]*h2Call, 0, u.calls.len())
+	for c := range u.calls.values() {
 		u.detachLocked(c, &notes)
 		why := holdReheld // never written
 		if written > c.upOff {
@@ -641,7 +642,7 @@ func (hp *h2Pool) pickLocked() *h2Upstream {
 	}
 	var best *h2Upstream
 	for _, u := range hp.ups {
-		if u.conn.CanOpenStream() && !u.hung.Load() && (best == nil || len(u.calls) < len(best.calls)) {
+		if u.conn.CanOpenStream() && !u.hung.Load() && (best == nil || u.calls.len() < best.calls.len()) {
 			best = u
 		}
 	}
@@ -713,7 +714,7 @@ func (u *h2Upstream) startLocked(c *h2Call, now int64, notes *h2Notes) {
 	if err != nil {                // pickLocked said it could: a bug, not a peer's doing
 		panic(fmt.Sprintf("proxy: opening a provider stream: %v", err))
 	}
-	u.calls[id] = c
+	u.calls.add(id, c)
 	u.hp.streams++
 	u.hp.p.armSweep() // hang detection (h2hung.go) looks at connections with calls on them
 	c.up, c.upID = u, id
@@ -759,7 +760,7 @@ func (u *h2Upstream) detachLocked(c *h2Call, notes *h2Notes) {
 		return
 	}
 	c.upDone = true
-	delete(u.calls, c.upID)
+	u.calls.take(c.upID)
 	u.hp.streams--
 	u.hp.leftLocked(c, len(c.in), notes)
 	c.in, c.inTrail, c.inEnd = nil, nil, false

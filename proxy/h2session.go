@@ -44,8 +44,8 @@ type h2Session struct {
 	hp   *h2Pool
 
 	mu     sync.Mutex
-	conn   *h2.Conn // nil until the client preface arrived
-	calls  map[uint32]*h2Call
+	conn   *h2.Conn               // nil until the client preface arrived
+	calls  books[uint32, *h2Call] // by the consumer's stream id (books.go)
 	closed bool
 	out    []byte          // frames being built under mu; the writer copies what it cannot write at once
 	meter  h2Meter         // what conn counted that the metrics have (h2metrics.go)
@@ -121,7 +121,8 @@ type h2Call struct {
 }
 
 func newH2Session(s *session, hp *h2Pool) *h2Session {
-	h := &h2Session{sess: s, hp: hp, calls: make(map[uint32]*h2Call)}
+	h := &h2Session{sess: s, hp: hp}
+	h.calls.init(0)
 	h.stall.Init(h.onStall)
 	h.linger.Init(func() { h.sess.closeWith(closeH2Error) })
 	return h
@@ -244,7 +245,7 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 			h.mu.Unlock()
 			return
 		}
-		h.calls[ev.Stream] = c
+		h.calls.add(ev.Stream, c)
 		h.mu.Unlock()
 		h.sess.inflight.Add(1)
 		h.sess.counts.requests.Add(1)
@@ -257,7 +258,7 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 		h.consumed(ev.Stream, len(ev.Data)) // a stream Stormgate already ended: dropped
 	case h2.EventReset:
 		h.mu.Lock()
-		c := h.calls[ev.Stream]
+		c, _ := h.calls.get(ev.Stream)
 		dropped := 0
 		if c != nil {
 			dropped = h.discardLocked(c)
@@ -280,14 +281,15 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 func (h *h2Session) call(id uint32) *h2Call {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.calls[id]
+	c, _ := h.calls.get(id)
+	return c
 }
 
 // dataCall is call for n bytes of request DATA, which it counts for the access log.
 func (h *h2Session) dataCall(id uint32, n int) *h2Call {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c := h.calls[id]
+	c, _ := h.calls.get(id)
 	if c != nil {
 		c.reqBytes += uint64(n)
 	}
@@ -495,11 +497,11 @@ func (h *h2Session) flushWaiting(stream uint32) {
 	}
 	h.mu.Lock()
 	if stream != 0 { // one stream's window: looked up, not searched for among every call
-		if c := h.calls[stream]; c != nil {
+		if c, ok := h.calls.get(stream); ok {
 			flush(stream, c)
 		}
 	} else {
-		for id, c := range h.calls {
+		for id, c := range h.calls.all() {
 			flush(id, c)
 		}
 	}
@@ -561,7 +563,7 @@ func (h *h2Session) finishLocked(c *h2Call) {
 	}
 	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(h2.GRPCCancelled), consumerEnded)
 	c.done = true
-	delete(h.calls, c.down)
+	h.calls.take(c.down)
 	srv := h.sess.srv
 	if h.sess.inflight.Add(-1) == 0 && srv.draining.Load() { // as Server.settle does for a Dubbo answer
 		select {
@@ -621,9 +623,9 @@ func (h *h2Session) onClosed() {
 	h.chargeIn()
 	h.sess.srv.wheel.Stop(&h.stall)
 	h.sess.srv.wheel.Stop(&h.linger)
-	calls := make([]*h2Call, 0, len(h.calls))
-	dropped := make([]int, 0, len(h.calls))
-	for _, c := range h.calls {
+	calls := make([]*h2Call, 0, h.calls.len())
+	dropped := make([]int, 0, h.calls.len())
+	for c := range h.calls.values() {
 		calls = append(calls, c)
 		dropped = append(dropped, len(c.out))
 		h.dropLocked(len(c.out))

@@ -54,7 +54,7 @@ func (h *h2Session) onStall() {
 		if !ok {
 			break
 		}
-		if c := h.calls[id]; c != nil {
+		if c, ok := h.calls.get(id); ok {
 			ended = append(ended, c)
 			dropped = append(dropped, h.discardLocked(c))
 			h.finishLocked(c)

@@ -488,7 +488,7 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 					Age: time.Duration(now - e.arrived), Frame: e.frame})
 			})
 			cs.NextID = nextID
-			for id, e := range uc.pending.m {
+			for id, e := range uc.pending.all() {
 				ent := PendingSnapshot{UpstreamID: id, Session: sessionOf(e.sess), ID: e.id, Serial: e.serial,
 					Age: time.Duration(now - e.arrived)}
 				if e.off >= base { // in Out; before base the kernel took it whole

@@ -47,51 +47,26 @@ type pending struct {
 
 func (p *pending) heartbeat() bool { return p.sess == nil }
 
-// pendingTable maps the upstream ids of one connection to what they answer. It is
-// guarded by its upConn's mu.
-type pendingTable struct {
-	m map[int64]pending
-}
+// pendingTable is one Dubbo connection's pending books (books.go): upstream id → what it answers.
+// Guarded by its upConn's mu.
+type pendingTable = books[int64, pending]
 
-func (t *pendingTable) init() { t.m = make(map[int64]pending, 256) }
-
-func (t *pendingTable) add(id int64, p pending) { t.m[id] = p }
-
-// take removes and returns the entry for id.
-func (t *pendingTable) take(id int64) (pending, bool) {
-	p, ok := t.m[id]
-	if ok {
-		delete(t.m, id)
-	}
-	return p, ok
-}
-
-// takeAll empties the table and returns what it held (the connection died).
-func (t *pendingTable) takeAll() map[int64]pending {
-	m := t.m
-	t.m = nil
-	return m
-}
-
-// takeExpired removes and appends to dst every entry that arrived before cutoff
-// and whose frame was fully handed to the kernel (ends at or before written).
-// stalled reports such an old entry still queued in Stormgate; it stays.
-func (t *pendingTable) takeExpired(cutoff int64, written uint64, dst []pending) (_ []pending, stalled bool) {
-	for id, p := range t.m {
+// takeExpired removes from t and appends to dst every entry that arrived before cutoff and whose
+// frame was fully handed to the kernel (ends at or before written). stalled reports such an old
+// entry still queued in Stormgate; it stays.
+func takeExpired(t *pendingTable, cutoff int64, written uint64, dst []pending) (_ []pending, stalled bool) {
+	dst = t.takeIf(dst, func(p pending) bool {
 		if p.arrived >= cutoff {
-			continue
+			return false
 		}
 		if p.off+uint64(p.n) > written {
 			stalled = true
-			continue
+			return false
 		}
-		delete(t.m, id)
-		dst = append(dst, p)
-	}
+		return true
+	})
 	return dst, stalled
 }
-
-func (t *pendingTable) len() int { return len(t.m) }
 
 // accept enters r in the books: from here on exactly one answer or refuse settles it.
 func (s *Server) accept(r request) { r.sess.inflight.Add(1) }

@@ -87,7 +87,7 @@ func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 	// A random start makes captures of consecutive connections easy to tell apart.
 	uc.nextID = rand.Int64N(1 << 40)
 	uc.w = writer{fd: fd, env: &srv.wenv, owner: uc, batches: &uc.counts.batches}
-	uc.pending.init()
+	uc.pending.init(256)
 	now := srv.now()
 	uc.lastRead.Store(now)
 	uc.live.lastCheck = now
@@ -583,7 +583,7 @@ func (uc *upConn) fail(why string) {
 func (uc *upConn) sweep(cutoff int64, expired []pending) (_ []pending, stalled bool) {
 	uc.mu.Lock()
 	n := len(expired)
-	expired, stalled = uc.pending.takeExpired(cutoff, uc.w.written.Load(), expired)
+	expired, stalled = takeExpired(&uc.pending, cutoff, uc.w.written.Load(), expired)
 	if o, ok := uc.sendq.oldest(); ok && o < cutoff {
 		stalled = true // queued in Stormgate that long: fail re-holds it
 	}
