@@ -62,7 +62,9 @@ type h2Pool struct {
 	nClaims int
 	more    []*h2Upstream // past the array
 
-	calls callShard // per-method counts of the pool's calls (h2calls.go); atomics, no lock
+	calls  callShard       // per-method counts of the pool's calls (h2calls.go); atomics, no lock
+	opened atomic.Uint64   // calls given a provider stream, ever (warm-up's rate meter: pool.sentTotal)
+	retry  keepalive.Timer // starts waiting calls again when the warm-up ramp held them back
 
 	slotMu sync.Mutex // around resize
 	slots  []*h2Slot  // under slotMu: one per upstream.connections
@@ -76,7 +78,30 @@ type h2Slot struct {
 	up     *h2Upstream // under hp.mu: the connection being served; nil while dialing or backing off
 }
 
-func newH2Pool(p *pool) *h2Pool { return &h2Pool{p: p} }
+func newH2Pool(p *pool) *h2Pool {
+	hp := &h2Pool{p: p}
+	hp.retry.Init(hp.onRetry)
+	return hp
+}
+
+// onRetry starts the calls the warm-up ramp held back, as far as it lets them go now.
+func (hp *h2Pool) onRetry() {
+	var notes h2Notes
+	hp.mu.Lock()
+	hp.pumpLocked(hp.p.srv.now(), &notes)
+	hp.unlock()
+	notes.run()
+}
+
+// warmAllowLocked reports whether one more call may take a provider stream now: always, but during a
+// warm-up ramp (warmup.go), which holds the rest back and tries again in warmRetry.
+func (hp *h2Pool) warmAllowLocked() bool {
+	if !hp.p.warming() || hp.p.warmAllow() {
+		return true
+	}
+	hp.p.srv.wheel.Schedule(&hp.retry, warmRetry)
+	return false
+}
 
 // start runs n slot loops.
 func (hp *h2Pool) start(n int) { hp.resize(n) }
@@ -595,7 +620,7 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	switch u := hp.pickLocked(); {
 	case hp.closed:
 		reason, msg = replyNoUpstream, "stormgate: shutting down"
-	case u != nil && hp.p.hold.callsWaiting() == 0:
+	case u != nil && hp.p.hold.callsWaiting() == 0 && hp.warmAllowLocked():
 		c.head, c.headEnd = fields, end
 		u.startLocked(c, now, &notes)
 	case cfg.HoldTimeout <= 0:
@@ -653,7 +678,7 @@ func (hp *h2Pool) pickLocked() *h2Upstream {
 func (hp *h2Pool) pumpLocked(now int64, notes *h2Notes) {
 	for hp.p.hold.callsWaiting() > 0 {
 		u := hp.pickLocked()
-		if u == nil {
+		if u == nil || !hp.warmAllowLocked() {
 			return
 		}
 		c := hp.p.hold.popCall()
@@ -716,6 +741,7 @@ func (u *h2Upstream) startLocked(c *h2Call, now int64, notes *h2Notes) {
 	}
 	u.calls.add(id, c)
 	u.hp.streams++
+	u.hp.opened.Add(1)
 	u.hp.p.armSweep() // hang detection (h2hung.go) looks at connections with calls on them
 	c.up, c.upID = u, id
 	b, _ := u.conn.AppendHeaders(u.frames(), id, c.head, c.headEnd)

@@ -321,7 +321,7 @@ func (h *holdQueue) dispatchLaneLocked(lane int) bool {
 			return false
 		}
 		if h.pool.warming() && !h.pool.warmAllow() {
-			srv.wheel.Schedule(&h.retry, 5*time.Millisecond)
+			srv.wheel.Schedule(&h.retry, warmRetry)
 			return false
 		}
 		if !h.pool.send(e.request, e.frame) {

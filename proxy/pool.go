@@ -202,9 +202,6 @@ func (k dubboSlot) serve(_ context.Context, uc *upConn) (ended, away <-chan stru
 	cfg := p.srv.cfg.Load()
 	p.srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 	p.connChanged()
-	if p.wasDown.CompareAndSwap(true, false) {
-		p.startWarmup()
-	}
 	p.hold.dispatch()
 	return uc.done, nil
 }
@@ -263,9 +260,13 @@ func (p *pool) foldCounts(uc *upConn) {
 	p.srv.upClosed.fold(uc)
 }
 
-// sentTotal is the two-way requests sent on this pool's connections, ever.
+// sentTotal is the two-way requests sent on this pool's connections, ever: Dubbo's, and the
+// HTTP/2 calls given a provider stream (warm-up's rate meter).
 func (p *pool) sentTotal() uint64 {
 	n := p.sentRetired.Load()
+	if p.h2 != nil {
+		n += p.h2.opened.Load()
+	}
 	for _, sl := range p.slotList() {
 		if uc := sl.uc.Load(); uc != nil {
 			n += uc.sent.Load()
@@ -434,6 +435,9 @@ func (p *pool) connChanged() {
 	}
 	if ready > 0 {
 		p.downSince.Store(0)
+		if p.wasDown.CompareAndSwap(true, false) {
+			p.startWarmup() // either protocol's first usable connection after none
+		}
 	} else if p.downSince.CompareAndSwap(0, p.srv.now()) {
 		p.wasDown.Store(true)
 	}

@@ -12,7 +12,10 @@ import (
 // (like Dubbo's provider warm-up), so a cold JVM is not hit with the full load at
 // once. During upstream.warmup the allowed rate grows linearly from 5% to 100% of
 // the rate observed before the outage; requests over it wait in the hold queue
-// (and expire from it like any held request).
+// (and expire from it like any held request). One ramp per provider, whichever
+// protocol's connection came first, paces both: Dubbo requests leave the hold queue
+// through it (hold.go) and HTTP/2 calls take a provider stream through it
+// (h2Pool.open and pumpLocked), so the rate is the provider's calls of both kinds.
 type warmup struct {
 	start  int64 // unix nanos; the ramp ends upstream.warmup later, read live
 	target float64
@@ -20,6 +23,9 @@ type warmup struct {
 }
 
 const warmupFloor = 0.05
+
+// warmRetry is how soon a request the ramp held back is tried again.
+const warmRetry = 5 * time.Millisecond
 
 // rateMeter keeps a smoothed two-way request rate per pool, sampled by onSweep from
 // the count of requests sent.

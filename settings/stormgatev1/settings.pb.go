@@ -416,7 +416,8 @@ type Upstream struct {
 	// Reconnect backoff: exponential with full jitter from base to max.
 	BackoffBase *durationpb.Duration `protobuf:"bytes,4,opt,name=backoff_base,json=backoffBase,proto3" json:"backoff_base,omitempty"`
 	BackoffMax  *durationpb.Duration `protobuf:"bytes,5,opt,name=backoff_max,json=backoffMax,proto3" json:"backoff_max,omitempty"`
-	// After a reconnect, ramp traffic onto the new connection over this long.
+	// When the provider is back after an outage, ramp its calls (both protocols)
+	// from 5% to 100% of the rate before it over this long.
 	Warmup *durationpb.Duration `protobuf:"bytes,6,opt,name=warmup,proto3" json:"warmup,omitempty"`
 	// A connection whose queued requests the kernel takes no byte of for this
 	// long is dead (the provider stopped reading); 0 turns the check off.
