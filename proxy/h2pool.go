@@ -156,6 +156,7 @@ func (hp *h2Pool) close() {
 		hp.unwaitLocked(c, &notes)
 	}
 	hp.unlock()
+	hp.p.srv.wheel.Stop(&hp.retry)
 	for _, c := range waiting {
 		c.sess.fail(c, replyNoUpstream, "stormgate: shutting down")
 	}
