@@ -235,9 +235,11 @@ func (h *h2Session) process(buf []byte, now int64) {
 func (h *h2Session) event(ev h2.Event, now int64) {
 	switch ev.Kind {
 	case h2.EventHeaders:
-		if c := h.call(ev.Stream); c != nil {
-			h.hp.trailers(c, ev.Fields) // request trailers (END_STREAM: h2.Conn checked)
-			return
+		if ev.Trailers { // the request's end (END_STREAM: h2.Conn checked)
+			if c := h.call(ev.Stream); c != nil {
+				h.hp.trailers(c, ev.Fields)
+			}
+			return // a call Stormgate has already ended (answered early, or failed): nothing to forward
 		}
 		c := &h2Call{sess: h, down: ev.Stream, arrived: now, method: h.sess.srv.identifyH2(ev.Fields, h.sess.srv.cfg.Load())}
 		h.mu.Lock()
