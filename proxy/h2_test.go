@@ -429,15 +429,8 @@ func h2Handshake(t *testing.T, addr string, settings ...http2.Setting) (net.Conn
 // size update Stormgate requires once its SETTINGS_HEADER_TABLE_SIZE 0 was acknowledged.
 func rawRequests(t *testing.T, fr *http2.Framer, n int, msg []byte, extra ...h2.HeaderField) {
 	t.Helper()
-	fields := append([]h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
-		{Name: ":path", Value: "/stormgate.Test/Echo"}, {Name: ":authority", Value: "x"},
-		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}}, extra...)
-	var hb bytes.Buffer
-	enc := hpackEncoder(&hb)
-	for _, f := range fields {
-		enc(f.Name, f.Value)
-	}
-	first, later := hb.Bytes(), h2.AppendFields(nil, fields)
+	fields := echoHead(extra...)
+	first, later := firstBlock(fields), h2.AppendFields(nil, fields)
 	for i := range n {
 		block := later
 		if i == 0 {
@@ -664,10 +657,24 @@ func grpcFrame(msg []byte) []byte {
 }
 
 // staticHead is a gRPC request head for /stormgate.Test/Echo, stateless.
-func staticHead() []byte {
-	return h2.AppendFields(nil, []h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+func staticHead() []byte { return h2.AppendFields(nil, echoHead()) }
+
+// echoHead is the header list of a gRPC request to /stormgate.Test/Echo, with extra fields after it.
+func echoHead(extra ...h2.HeaderField) []h2.HeaderField {
+	return append([]h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
 		{Name: ":path", Value: "/stormgate.Test/Echo"}, {Name: ":authority", Value: "x"},
-		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}})
+		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}}, extra...)
+}
+
+// firstBlock encodes a connection's first header block: it begins with the dynamic table size update
+// Stormgate requires once its SETTINGS_HEADER_TABLE_SIZE 0 was acknowledged.
+func firstBlock(fields []h2.HeaderField) []byte {
+	var hb bytes.Buffer
+	enc := hpackEncoder(&hb)
+	for _, f := range fields {
+		enc(f.Name, f.Value)
+	}
+	return hb.Bytes()
 }
 
 // TestH2FirstBytesDecide: one listener, both protocols (upstream.protocol both, with a provider that

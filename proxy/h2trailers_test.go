@@ -19,16 +19,8 @@ func TestH2TrailersAfterTheAnswerAreNoNewCall(t *testing.T) {
 	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
 	hp := srv.poolList()[0].h2
 	_, fr := h2Handshake(t, addr)
-	head := []h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
-		{Name: ":path", Value: "/stormgate.Test/Echo"}, {Name: ":authority", Value: "x"},
-		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
-		{Name: "x-status", Value: "5"}} // the provider answers NOT_FOUND at once, reading nothing
-	var hb bytes.Buffer
-	enc := hpackEncoder(&hb) // the first block carries the table size update Stormgate requires
-	for _, f := range head {
-		enc(f.Name, f.Value)
-	}
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+	early := echoHead(h2.HeaderField{Name: "x-status", Value: "5"}) // the provider answers NOT_FOUND at once, reading nothing
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: firstBlock(early), EndHeaders: true}); err != nil {
 		t.Fatal(err)
 	}
 	if a := readAnswers(t, fr, 1)[1]; a == nil || a.grpcStatus != "5" {
@@ -43,8 +35,7 @@ func TestH2TrailersAfterTheAnswerAreNoNewCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A whole call after them: once it is answered, Stormgate has handled the trailers (frames in order).
-	head = head[:len(head)-1]
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: h2.AppendFields(nil, head), EndHeaders: true}); err != nil {
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: staticHead(), EndHeaders: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := fr.WriteData(3, true, grpcFrame([]byte("next"))); err != nil {
