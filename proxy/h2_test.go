@@ -598,13 +598,7 @@ func TestH2ConsumerSide(t *testing.T) {
 		t.Errorf("stormgate_http2_pings_answered_total %v, want 1", n)
 	}
 	// A request whose head comes in HEADERS + CONTINUATION.
-	var hb bytes.Buffer
-	enc := hpackEncoder(&hb)
-	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/stormgate.Test/Echo"},
-		{":authority", "x"}, {"content-type", "application/grpc"}, {"te", "trailers"}, {"x-pad", string(bytes.Repeat([]byte{'p'}, 100))}} {
-		enc(kv[0], kv[1])
-	}
-	block := hb.Bytes()
+	block := firstBlock(echoHead(h2.HeaderField{Name: "x-pad", Value: string(bytes.Repeat([]byte{'p'}, 100))}))
 	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block[:20]}); err != nil {
 		t.Fatal(err)
 	}

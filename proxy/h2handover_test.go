@@ -351,9 +351,7 @@ func TestH2AdoptedCallStartsAtOnce(t *testing.T) {
 	ss := newSession(srv, p, nil, fds[0], netip.AddrPort{})
 	ss.w.held = true
 	msg := grpcFrame([]byte("carried over"))
-	head := []h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
-		{Name: ":path", Value: "/stormgate.Test/Echo"}, {Name: ":authority", Value: "x"},
-		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}}
+	head := echoHead()
 	err = ss.restoreH2(&H2SessionSnapshot{Conn: state, Calls: []H2CallSnapshot{{Stream: 1, Head: head,
 		In: msg, InEnd: true, Kept: &H2KeptSnapshot{Head: head, Body: msg, Complete: true}}}}, srv.now())
 	if err != nil {

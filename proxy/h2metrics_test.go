@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"strconv"
@@ -96,14 +95,7 @@ func TestConnectionSeriesByProtocol(t *testing.T) {
 
 	// A request whose consumer cancels it before it ends: a reset received from the consumer, and one
 	// Stormgate sends the provider.
-	var hb bytes.Buffer
-	enc := hpackEncoder(&hb)
-	for _, f := range []h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
-		{Name: ":path", Value: "/stormgate.Test/Echo"}, {Name: ":authority", Value: "x"},
-		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}} {
-		enc(f.Name, f.Value)
-	}
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: firstBlock(echoHead()), EndHeaders: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
