@@ -65,8 +65,8 @@ type H2CallSnapshot struct {
 	HeadEnd     bool             `json:"head_end,omitempty"`
 	In          []byte           `json:"in,omitempty"` // request DATA still to send
 	InEnd       bool             `json:"in_end,omitempty"`
-	InTrail     []h2.HeaderField `json:"in_trail,omitempty"`
-	Kept        *H2KeptSnapshot  `json:"kept,omitempty"` // nil: not kept (too large): never sent again
+	InTrail     []h2.HeaderField `json:"in_trail,omitempty"` // from older builds only (trailers were forwarded): read as InEnd
+	Kept        *H2KeptSnapshot  `json:"kept,omitempty"`     // nil: not kept (too large): never sent again
 	Resending   bool             `json:"resending,omitempty"`
 	Resends     int              `json:"resends,omitempty"`
 	NotRunTries int              `json:"not_run_tries,omitempty"`
@@ -77,7 +77,7 @@ type H2CallSnapshot struct {
 type H2KeptSnapshot struct {
 	Head     []h2.HeaderField `json:"head"`
 	Body     []byte           `json:"body,omitempty"`
-	Trailers []h2.HeaderField `json:"trailers,omitempty"`
+	Trailers []h2.HeaderField `json:"trailers,omitempty"` // from older builds only: read as Complete
 	Complete bool             `json:"complete,omitempty"`
 }
 
@@ -361,10 +361,10 @@ func (h *h2Session) snapshot(st *SessionSnapshot, in []byte, now int64) (ok bool
 			return false, fmt.Errorf("%w: a call is on a provider stream", errH2NotAtRest)
 		}
 		x := H2CallSnapshot{Stream: c.down, Age: time.Duration(now - c.arrived), Head: c.head, HeadEnd: c.headEnd,
-			In: c.in, InEnd: c.inEnd, InTrail: c.inTrail, Resending: c.resending, Resends: c.resends,
+			In: c.in, InEnd: c.inEnd, Resending: c.resending, Resends: c.resends,
 			NotRunTries: c.notRunTries, ReqBytes: reqBytes[i]}
 		if k := &c.req; !k.lost {
-			x.Kept = &H2KeptSnapshot{Head: k.head, Body: k.body, Trailers: k.trailers, Complete: k.complete}
+			x.Kept = &H2KeptSnapshot{Head: k.head, Body: k.body, Complete: k.complete}
 		}
 		hs.Calls = append(hs.Calls, x)
 	}
@@ -411,11 +411,13 @@ func (hp *h2Pool) adoptWaiting(c *h2Call, x H2CallSnapshot, now int64, cfg *Conf
 	hp.mu.Lock()
 	defer hp.unlock()
 	defer hp.pumpLocked(now, &notes)
-	c.head, c.headEnd, c.inEnd, c.inTrail = x.Head, x.HeadEnd, x.InEnd, x.InTrail
+	// InTrail and Kept.Trailers come only from a build before request trailers stopped being forwarded:
+	// they ended the request, and end it here.
+	c.head, c.headEnd, c.inEnd = x.Head, x.HeadEnd, x.InEnd || x.InTrail != nil
 	c.resending, c.resends, c.notRunTries = x.Resending, x.Resends, x.NotRunTries
 	c.req = h2Kept{lost: true}
 	if k := x.Kept; k != nil {
-		c.req = h2Kept{head: k.Head, body: k.Body, trailers: k.Trailers, complete: k.Complete}
+		c.req = h2Kept{head: k.Head, body: k.Body, complete: k.Complete || k.Trailers != nil}
 		srv.budget.force(len(k.Body))
 	}
 	if c.resending {
@@ -426,7 +428,7 @@ func (hp *h2Pool) adoptWaiting(c *h2Call, x H2CallSnapshot, now int64, cfg *Conf
 	}
 	c.waiting = true
 	c.waited.Store(true)
-	hp.p.hold.reholdCall(c, h2CallSize(c.head, c.in, c.inTrail), false)
+	hp.p.hold.reholdCall(c, h2CallSize(c.head, c.in), false)
 	hp.initTimersLocked(c)
 	srv.wheel.Schedule(&c.hold, max(time.Duration(h2HoldUntil(c, cfg)-now), time.Millisecond))
 }

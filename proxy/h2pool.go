@@ -730,7 +730,7 @@ func (hp *h2Pool) unwaitLocked(c *h2Call, notes *h2Notes) {
 	c.waiting, c.upDone = false, true
 	hp.p.srv.wheel.Stop(&c.hold)
 	hp.leftLocked(c, len(c.in), notes)
-	c.in, c.head, c.inTrail = nil, nil, nil
+	c.in, c.head = nil, nil
 	hp.forgetLocked(c)
 }
 
@@ -753,21 +753,17 @@ func (u *h2Upstream) startLocked(c *h2Call, now int64, notes *h2Notes) {
 
 // pushLocked sends what waits of a call's request, within the provider's windows.
 func (u *h2Upstream) pushLocked(c *h2Call, now int64, notes *h2Notes) {
-	if c.upDone || len(c.in) == 0 && !c.inEnd && c.inTrail == nil {
+	if c.upDone || len(c.in) == 0 && !c.inEnd {
 		return
 	}
-	b, n, err := u.conn.AppendData(now, u.frames(), c.upID, c.in, c.inEnd && c.inTrail == nil)
+	b, n, err := u.conn.AppendData(now, u.frames(), c.upID, c.in, c.inEnd)
 	if err != nil {
 		n = len(c.in)
 	}
 	u.hp.leftLocked(c, n, notes)
 	c.in = c.in[n:]
 	if len(c.in) == 0 {
-		c.in = nil
-		if c.inTrail != nil && err == nil {
-			b, _ = u.conn.AppendHeaders(b, c.upID, c.inTrail, true)
-		}
-		c.inTrail, c.inEnd = nil, false
+		c.in, c.inEnd = nil, false
 	}
 	u.send(b)
 }
@@ -790,7 +786,7 @@ func (u *h2Upstream) detachLocked(c *h2Call, notes *h2Notes) {
 	u.calls.take(c.upID)
 	u.hp.streams--
 	u.hp.leftLocked(c, len(c.in), notes)
-	c.in, c.inTrail, c.inEnd = nil, nil, false
+	c.in, c.inEnd = nil, false
 	if !u.dead {
 		if st := u.conn.StreamState(c.upID); st != h2.StateClosed && st != h2.StateIdle {
 			_ = u.conn.Reset(c.upID, h2.ErrCodeCancel) // the answer ended before the request: stop it
@@ -812,7 +808,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	}
 	switch {
 	case c.upDone:
-	case c.waiting || len(c.in) > 0 || c.inTrail != nil:
+	case c.waiting || len(c.in) > 0:
 		if c.waiting { // the hold queue counts it, and may refuse it
 			reason, msg = hp.p.hold.growCall(c, len(data), hp.p.srv.cfg.Load(), hp.awayLocked())
 		}
@@ -864,26 +860,6 @@ func (hp *h2Pool) keepInLocked(c *h2Call, b []byte) bool {
 	}
 	c.in = append(c.in, b...)
 	return true
-}
-
-// trailers forwards request trailers (END_STREAM), behind any DATA still waiting.
-func (hp *h2Pool) trailers(c *h2Call, fields []h2.HeaderField) {
-	hp.mu.Lock()
-	defer hp.unlock()
-	if !c.upDone {
-		hp.keepTrailersLocked(c, fields)
-	}
-	switch {
-	case c.upDone:
-	case c.waiting || len(c.in) > 0 || c.inEnd:
-		c.inTrail = slices.Clone(fields)
-		if c.waiting {
-			hp.p.hold.growCallForced(c, h2.ListSize(fields))
-		}
-	default:
-		b, _ := c.up.conn.AppendHeaders(c.up.frames(), c.upID, fields, true)
-		c.up.send(b)
-	}
 }
 
 // cancel ends a call the consumer reset or left: taken out of waiting, or its provider stream reset.

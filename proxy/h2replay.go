@@ -30,7 +30,8 @@ import (
 // hold.timeout counted from its arrival, the waiting list has room (hold.max_requests), and the pool is
 // not closing. Anything else ends as before: the provider's reset, or grpc-status 14 with a message.
 //
-// The kept request is the consumer's head, DATA and trailers as they arrived, kept from the head's
+// The kept request is the consumer's head and DATA as they arrived (request trailers only end it: they are
+// not forwarded, h2session.go), kept from the head's
 // arrival until the provider's answer head (or the call's end). Sending it again does not touch the
 // consumer's flow-control windows: its bytes were handed back when they first went out
 // (h2Call.resending).
@@ -39,7 +40,6 @@ import (
 type h2Kept struct {
 	head     []h2.HeaderField
 	body     []byte
-	trailers []h2.HeaderField
 	complete bool // END_STREAM seen
 	lost     bool // too large, or the budget refused it: the call cannot be sent again
 }
@@ -76,14 +76,6 @@ func (hp *h2Pool) keepable(n int) bool {
 		return false
 	}
 	return b.tryReserve(n)
-}
-
-// keepTrailersLocked keeps the request's trailers, which end it.
-func (hp *h2Pool) keepTrailersLocked(c *h2Call, fields []h2.HeaderField) {
-	if c.req.lost || c.answered {
-		return
-	}
-	c.req.trailers, c.req.complete = slices.Clone(fields), true
 }
 
 // forgetLocked drops what a call kept: the provider answered it, or it ended.
@@ -158,8 +150,8 @@ func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why ho
 	until := h2HoldUntil(c, cfg)
 	c.resends++
 	c.up, c.upID, c.upDone = nil, 0, false
-	c.head, c.headEnd = k.head, len(k.body) == 0 && k.trailers == nil
-	c.in, c.inEnd, c.inTrail = k.body, len(k.body) > 0, k.trailers
+	c.head, c.headEnd = k.head, len(k.body) == 0
+	c.in, c.inEnd = k.body, len(k.body) > 0
 	c.resending = true
 	c.waiting = true
 	srv.noteHeld(callRef{method: c.method}, true)
@@ -167,7 +159,7 @@ func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why ho
 	hp.initTimersLocked(c)
 	srv.wheel.Schedule(&c.hold, time.Duration(until-now))
 	c.paused = pause > 0
-	hp.p.hold.reholdCall(c, h2CallSize(c.head, c.in, c.inTrail), c.paused)
+	hp.p.hold.reholdCall(c, h2CallSize(c.head, c.in), c.paused)
 	if c.paused {
 		srv.wheel.Schedule(&c.retry, pause)
 	}

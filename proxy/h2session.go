@@ -100,7 +100,6 @@ type h2Call struct {
 	headEnd bool
 	in      []byte // request DATA waiting for the provider's window or a stream
 	inEnd   bool   // END_STREAM after in
-	inTrail []h2.HeaderField
 	arrived int64
 	sendBy  int64           // past it the call is never sent (h2deadline.go); noDeadline without grpc-timeout
 	hold    keepalive.Timer // the hold timeout while waiting
@@ -235,9 +234,9 @@ func (h *h2Session) process(buf []byte, now int64) {
 func (h *h2Session) event(ev h2.Event, now int64) {
 	switch ev.Kind {
 	case h2.EventHeaders:
-		if ev.Trailers { // the request's end (END_STREAM: h2.Conn checked)
+		if ev.Trailers { // the request's end (END_STREAM: h2.Conn checked); its fields are not forwarded
 			if c := h.call(ev.Stream); c != nil {
-				h.hp.trailers(c, ev.Fields)
+				h.hp.data(c, nil, true)
 			}
 			return // a call Stormgate has already ended (answered early, or failed): nothing to forward
 		}

@@ -46,9 +46,7 @@ func (h2CallTurns) cost(*h2Call) int         { return 1 }
 func (h2CallTurns) quantum() int             { return 1 }
 
 // h2CallSize is what a call waiting with head, in and trailers counts in hold.max_bytes.
-func h2CallSize(head []h2.HeaderField, in []byte, trailers []h2.HeaderField) int {
-	return h2.ListSize(head) + len(in) + h2.ListSize(trailers)
-}
+func h2CallSize(head []h2.HeaderField, in []byte) int { return h2.ListSize(head) + len(in) }
 
 // Why a call may not wait.
 const (
@@ -96,14 +94,6 @@ func (h *holdQueue) growCall(c *h2Call, n int, cfg *Config, away bool) (replyRea
 	}
 	h.growCallLocked(c, n)
 	return 0, ""
-}
-
-// growCallForced counts n more bytes of a waiting call whatever the bounds (trailers, which end a call
-// the queue has already taken).
-func (h *holdQueue) growCallForced(c *h2Call, n int) {
-	h.mu.Lock()
-	h.growCallLocked(c, n)
-	h.mu.Unlock()
 }
 
 // reholdCall puts back a call that was accepted already, whatever the bounds (as rehold does for

@@ -1,0 +1,262 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/stormgate/stormgate/proxy/h2"
+)
+
+// TestH2ConsumerSequences: on each of its streams a consumer may send what RFC 9113 allows in any
+// interleaving with its other streams, and a provider may answer before a request has ended. Each round is
+// a fresh consumer connection with eight streams of random kinds, their frames interleaved at random:
+//
+//	| kind     | the consumer sends                                   | it must get
+//	|----------|------------------------------------------------------|-----------------------------------
+//	| whole    | HEADERS, DATA(message, END_STREAM)                   | its own message, grpc-status 0
+//	| pieces   | HEADERS, the message in two DATA frames              | its own message, grpc-status 0
+//	| trailers | HEADERS, DATA(message), trailers(END_STREAM)         | its own message, grpc-status 0
+//	| early    | HEADERS asking for NOT_FOUND, DATA, trailers         | grpc-status 5, whenever its request
+//	|          | (the provider answers without reading)               | parts come relative to the answer
+//	| cancel   | HEADERS, part of the message, RST_STREAM CANCEL      | nothing (it ended the stream)
+//
+// and Stormgate must open at most one provider stream per head (no phantom call: the bug of
+// TestH2TrailersAfterTheAnswerAreNoNewCall), run no call twice, and end with nothing left in its books,
+// the hold queue or the budget. A failure names the seed (logged) and the round; the kinds and the
+// interleaving follow from them.
+func TestH2ConsumerSequences(t *testing.T) {
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	hp := srv.poolList()[0].h2
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	kinds := []string{"whole", "pieces", "trailers", "early", "cancel"}
+	heads := 0
+	for round := range 24 {
+		_, fr := h2Handshake(t, addr)
+		c := &seqConsumer{t: t, fr: fr, answers: map[uint32]*rawAnswer{}, ended: map[uint32]bool{}}
+		type stream struct {
+			id     uint32
+			kind   string
+			msg    []byte
+			frames []func()
+		}
+		var streams []*stream
+		for i := range 8 {
+			s := &stream{id: uint32(2*i + 1), kind: kinds[rng.IntN(len(kinds))]}
+			s.msg = fmt.Appendf(nil, "r%d-s%d-%s-", round, s.id, s.kind)
+			s.msg = append(s.msg, bytes.Repeat([]byte{byte('a' + rng.IntN(26))}, 1+rng.IntN(3000))...)
+			body := grpcFrame(s.msg)
+			key := h2.HeaderField{Name: "x-key", Value: fmt.Sprintf("%d-%d-%d", seed, round, s.id)}
+			head := echoHead(key)
+			if s.kind == "early" {
+				head = echoHead(key, h2.HeaderField{Name: "x-status", Value: "5"})
+			}
+			trailers := []h2.HeaderField{{Name: "x-request-trailer", Value: s.kind}}
+			cut := 1 + rng.IntN(len(body)-1)
+			s.frames = append(s.frames, func() { c.headers(s.id, head, false) })
+			switch s.kind {
+			case "whole":
+				s.frames = append(s.frames, func() { c.data(s.id, body, true) })
+			case "pieces":
+				s.frames = append(s.frames, func() { c.data(s.id, body[:cut], false) }, func() { c.data(s.id, body[cut:], true) })
+			case "trailers", "early":
+				s.frames = append(s.frames, func() { c.data(s.id, body, false) }, func() { c.headers(s.id, trailers, true) })
+			case "cancel":
+				s.frames = append(s.frames, func() { c.data(s.id, body[:cut], false) }, func() { c.reset(s.id) })
+			}
+			streams = append(streams, s)
+			heads++
+		}
+		go c.read()
+		// Frames in a random interleaving: each stream's own in order, and the heads in stream order
+		// (stream ids must grow): streams[:next] have sent their heads, streams[next] may send its own.
+		for next := 0; ; {
+			var ready []int
+			for i := range min(next+1, len(streams)) {
+				if len(streams[i].frames) > 0 {
+					ready = append(ready, i)
+				}
+			}
+			if len(ready) == 0 {
+				break
+			}
+			i := ready[rng.IntN(len(ready))]
+			if i == next {
+				next++
+			}
+			s := streams[i]
+			s.frames[0]()
+			s.frames = s.frames[1:]
+		}
+		var answered []uint32
+		for _, s := range streams {
+			if s.kind != "cancel" {
+				answered = append(answered, s.id)
+			}
+		}
+		c.waitEnded(answered)
+		c.mu.Lock()
+		for _, s := range streams {
+			a := c.answers[s.id]
+			switch s.kind {
+			case "cancel":
+			case "early":
+				if a == nil || a.grpcStatus != "5" {
+					t.Errorf("seed %d round %d stream %d (early): %+v, want grpc-status 5", seed, round, s.id, a)
+				}
+			default:
+				if a == nil || a.grpcStatus != "0" || !bytes.Equal(a.body, grpcFrame(s.msg)) {
+					t.Errorf("seed %d round %d stream %d (%s): %+v, want its own message and grpc-status 0", seed, round, s.id, s.kind, a)
+				}
+			}
+		}
+		c.mu.Unlock()
+		if n := hp.opened.Load(); n > uint64(heads) {
+			t.Fatalf("seed %d round %d: %d provider streams opened for %d request heads: a call the consumer never made", seed, round, n, heads)
+		}
+	}
+	if n := prov.runTwice.Load(); n != 0 {
+		t.Errorf("%d calls ran twice at the provider", n)
+	}
+	waitFor(t, 10*time.Second, "nothing left: no provider stream, no waiting call, no budget", func() bool {
+		hp.mu.Lock()
+		defer hp.mu.Unlock()
+		return hp.streams == 0 && hp.p.hold.callsWaiting() == 0 && srv.budget.inUse() == 0
+	})
+}
+
+// seqConsumer is an x/net consumer connection whose frames are written from two goroutines (the test's,
+// and the reader's acknowledgements), so the framer's writes are serialized.
+type seqConsumer struct {
+	t       *testing.T
+	fr      *http2.Framer
+	wmu     sync.Mutex
+	first   bool // the first header block was written (it carries the table size update)
+	mu      sync.Mutex
+	answers map[uint32]*rawAnswer
+	ended   map[uint32]bool // streams Stormgate ended (END_STREAM or RST_STREAM)
+	err     error
+}
+
+func (c *seqConsumer) headers(id uint32, fields []h2.HeaderField, end bool) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	block := h2.AppendFields(nil, fields)
+	if !c.first {
+		c.first, block = true, firstBlock(fields)
+	}
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true, EndStream: end}); err != nil {
+		c.t.Errorf("HEADERS on stream %d: %v", id, err)
+	}
+}
+
+func (c *seqConsumer) data(id uint32, b []byte, end bool) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.fr.WriteData(id, end, b); err != nil {
+		c.t.Errorf("DATA on stream %d: %v", id, err)
+	}
+}
+
+func (c *seqConsumer) reset(id uint32) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+		c.t.Errorf("RST_STREAM on stream %d: %v", id, err)
+	}
+}
+
+// read reads frames until the connection ends, acknowledging PINGs and SETTINGS and recording answers.
+func (c *seqConsumer) read() {
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			c.mu.Lock()
+			c.err = err
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Lock()
+		get := func(id uint32) *rawAnswer {
+			if c.answers[id] == nil {
+				c.answers[id] = &rawAnswer{}
+			}
+			return c.answers[id]
+		}
+		switch f := f.(type) {
+		case *http2.HeadersFrame:
+			a := get(f.StreamID)
+			fs, derr := hpack.NewDecoder(0, nil).DecodeFull(f.HeaderBlockFragment()) // Stormgate's need no table
+			if derr != nil {
+				c.err = derr
+			}
+			for _, hf := range fs {
+				switch hf.Name {
+				case ":status":
+					a.status = hf.Value
+				case "grpc-status":
+					a.grpcStatus = hf.Value
+				}
+			}
+			if f.StreamEnded() {
+				c.ended[f.StreamID] = true
+			}
+		case *http2.DataFrame:
+			a := get(f.StreamID)
+			a.body = append(a.body, f.Data()...)
+			if f.StreamEnded() {
+				c.ended[f.StreamID] = true
+			}
+			if n := len(f.Data()); n > 0 { // hand the window back at once: this consumer reads
+				c.mu.Unlock()
+				c.wmu.Lock()
+				_ = c.fr.WriteWindowUpdate(0, uint32(n))
+				_ = c.fr.WriteWindowUpdate(f.StreamID, uint32(n))
+				c.wmu.Unlock()
+				c.mu.Lock()
+			}
+		case *http2.RSTStreamFrame:
+			a := get(f.StreamID)
+			a.wasReset, a.reset = true, f.ErrCode
+			c.ended[f.StreamID] = true
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				c.mu.Unlock()
+				c.wmu.Lock()
+				_ = c.fr.WritePing(true, f.Data)
+				c.wmu.Unlock()
+				c.mu.Lock()
+			}
+		case *http2.GoAwayFrame:
+			c.err = fmt.Errorf("GOAWAY %v", f.ErrCode)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// waitEnded waits until Stormgate has ended each of the streams ids (END_STREAM or RST_STREAM).
+func (c *seqConsumer) waitEnded(ids []uint32) {
+	c.t.Helper()
+	waitFor(c.t, 20*time.Second, fmt.Sprintf("%d streams answered", len(ids)), func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.err != nil {
+			c.t.Fatalf("consumer connection: %v", c.err)
+		}
+		for _, id := range ids {
+			if !c.ended[id] {
+				return false
+			}
+		}
+		return true
+	})
+}
