@@ -87,10 +87,13 @@ func (l *killableListener) kill() int {
 // grpcProvider is a grpc-go server that echoes each request message (after x-sleep-ms), or answers the
 // status named by an x-status header; it keeps the most calls it ran at once. A call's x-key header is
 // recorded when its handler starts, and a key seen twice counted (a call run twice); x-recv-delay-ms
-// makes it wait that long before reading each message (a provider that reads slowly).
+// makes it wait that long before reading each message (a provider that reads slowly); x-hold makes it
+// wait, before reading anything, until the test calls release (a provider that reads nothing yet).
 type grpcProvider struct {
 	*killableListener
 	srv               *grpc.Server
+	held              chan struct{} // closed by release
+	releaseOnce       sync.Once
 	active, maxActive atomic.Int64
 	keys              sync.Map // x-key -> struct{}
 	runTwice          atomic.Int64
@@ -109,7 +112,7 @@ func startGRPCProviderAt(t *testing.T, addr string, opts ...grpc.ServerOption) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	gp := &grpcProvider{killableListener: &killableListener{Listener: ln}}
+	gp := &grpcProvider{killableListener: &killableListener{Listener: ln}, held: make(chan struct{})}
 	kl := gp.killableListener
 	opts = append(opts, grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
 		n := gp.active.Add(1)
@@ -135,6 +138,13 @@ func startGRPCProviderAt(t *testing.T, addr string, opts ...grpc.ServerOption) *
 		if v := md.Get("x-sleep-ms"); len(v) > 0 {
 			ms, _ := strconv.Atoi(v[0])
 			time.Sleep(time.Duration(ms) * time.Millisecond)
+		}
+		if len(md.Get("x-hold")) > 0 {
+			select {
+			case <-gp.held:
+			case <-ss.Context().Done():
+				return ss.Context().Err()
+			}
 		}
 		if v := md.Get("x-status"); len(v) > 0 {
 			code, _ := strconv.Atoi(v[0])
@@ -165,8 +175,12 @@ func startGRPCProviderAt(t *testing.T, addr string, opts ...grpc.ServerOption) *
 	gp.srv = grpc.NewServer(opts...)
 	go func() { _ = gp.srv.Serve(kl) }()
 	t.Cleanup(gp.srv.Stop)
+	t.Cleanup(gp.release)
 	return gp
 }
+
+// release lets every call held by x-hold, and every later one, go on.
+func (gp *grpcProvider) release() { gp.releaseOnce.Do(func() { close(gp.held) }) }
 
 // newH2Server starts a Server for a provider at upstream speaking protos, and a listener.
 func newH2Server(t *testing.T, upstream string, protos Protocols, mods ...func(*Config)) (*Server, string) {
@@ -1178,7 +1192,10 @@ func TestH2ProviderGoAway(t *testing.T) {
 // their answers, and every byte is released at the end. (Answers are small here: answer bytes over the
 // budget close their consumer as a slow reader, as for Dubbo, which TestH2StalledConsumerBound covers.)
 func TestH2RequestBytesBudgeted(t *testing.T) {
-	prov := startGRPCProvider(t)
+	// The provider reads nothing until some call has been refused, and its windows are fixed at 64 KiB
+	// (grpc-go's window estimate could otherwise grow them until it takes every byte itself): 6 requests
+	// of 256 KiB then wait in Stormgate, which must refuse calls rather than hold more than 96 KiB.
+	prov := startGRPCProvider(t, grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(64<<10))
 	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple, func(c *Config) { c.MaxBufferedBytes = 96 << 10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -1187,7 +1204,7 @@ func TestH2RequestBytesBudgeted(t *testing.T) {
 	for i := range 6 {
 		wg.Go(func() {
 			msg := bytes.Repeat([]byte{byte('A' + i)}, 256<<10)
-			resp, err := echo(ctx, grpcClient(t, addr), msg, "x-sleep-ms", "500", "x-answer-bytes", "10")
+			resp, err := echo(ctx, grpcClient(t, addr), msg, "x-hold", "1", "x-answer-bytes", "10")
 			st := status.Convert(err)
 			switch {
 			case err == nil && bytes.Equal(resp, []byte("aaaaaaaaaa")):
@@ -1199,10 +1216,12 @@ func TestH2RequestBytesBudgeted(t *testing.T) {
 			}
 		})
 	}
+	waitFor(t, 20*time.Second, "a call refused for the budget while the provider reads nothing", func() bool { return over.Load() > 0 })
+	prov.release()
 	wg.Wait()
 	t.Logf("%d answered, %d refused for the budget", ok.Load(), over.Load())
-	if over.Load() == 0 {
-		t.Errorf("no call was refused: the request bytes waiting in Stormgate were not charged")
+	if ok.Load() == 0 {
+		t.Errorf("no call was answered once the provider read")
 	}
 	waitFor(t, 10*time.Second, "every byte released", func() bool { return srv.budget.inUse() == 0 })
 }
