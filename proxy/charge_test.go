@@ -26,10 +26,10 @@ func TestRequeueCarriesTheCharge(t *testing.T) {
 	uc := &upConn{pool: p}
 	now := srv.now()
 	const n, size = 4, 10 << 10
-	base := srv.budget.inUse()
+	base := srv.budget.InUse()
 	uc.mu.Lock()
 	for i := range n {
-		if !srv.budget.tryReserve(size) {
+		if !srv.budget.TryReserve(size) {
 			t.Fatal("no budget for the test's requests")
 		}
 		s.addWaiting(size)
@@ -38,14 +38,14 @@ func TestRequeueCarriesTheCharge(t *testing.T) {
 	back := uc.takeQueuedLocked()
 	uc.mu.Unlock()
 	charged := base + n*size
-	if got := srv.budget.inUse(); got != charged {
+	if got := srv.budget.InUse(); got != charged {
 		t.Errorf("after taking the queue: budget in use %d, want %d (the charge goes with the requests)", got, charged)
 	}
 	if got := s.wait.waiting.Load(); got != n*size {
 		t.Errorf("after taking the queue: consumer waiting %d bytes, want %d", got, n*size)
 	}
 	p.hold.rehold(back, holdReheld)
-	if got := srv.budget.inUse(); got != charged {
+	if got := srv.budget.InUse(); got != charged {
 		t.Errorf("after the re-hold: budget in use %d, want %d (charged once)", got, charged)
 	}
 	if got := s.wait.waiting.Load(); got != n*size {
@@ -60,7 +60,7 @@ func TestRequeueCarriesTheCharge(t *testing.T) {
 		p.hold.popLocked(p.hold.laneOf(size))
 	}
 	p.hold.mu.Unlock()
-	if got := srv.budget.inUse(); got != base {
+	if got := srv.budget.InUse(); got != base {
 		t.Errorf("after the hold queue emptied: budget in use %d, want %d", got, base)
 	}
 	if got := s.wait.waiting.Load(); got != 0 {

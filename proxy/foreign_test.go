@@ -17,7 +17,7 @@ import (
 // header has (a telnet "ls\r\n" waited frame_read_timeout, 30 s); a frame arriving one byte at a
 // time is still read whole.
 func TestFrameReaderRefusesForeignBytesAtOnce(t *testing.T) {
-	var b budget
+	var b Budget
 	b.limit.Store(1 << 20)
 	for _, in := range []string{"l", "ls\r\n", "\xda\x00", "PRI * HT"} {
 		var fr frameReader

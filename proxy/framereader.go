@@ -53,7 +53,7 @@ type frameReader struct {
 // next returns the next frame, consuming input as it goes. maxFrame caps a frame's
 // length; with skipOversize a larger frame is reported as readSkipped (err wraps
 // ErrFrameTooLarge) instead of readBad.
-func (fr *frameReader) next(r byteSource, c wire.Codec, maxFrame int, skipOversize bool, b *budget, now int64) (wire.Frame, []byte, readResult, error) {
+func (fr *frameReader) next(r byteSource, c wire.Codec, maxFrame int, skipOversize bool, b *Budget, now int64) (wire.Frame, []byte, readResult, error) {
 	if fr.done {
 		fr.free(b)
 	}
@@ -165,7 +165,7 @@ func (fr *frameReader) badHeader(f wire.Frame, err error, hl int, skipOversize b
 // grow makes room for n bytes in buf, charging the budget for new capacity. It
 // grows geometrically but never past the frame's length, so a trickled frame
 // holds about what has arrived.
-func (fr *frameReader) grow(n int, b *budget) bool {
+func (fr *frameReader) grow(n int, b *Budget) bool {
 	if n <= cap(fr.buf) {
 		return true
 	}
@@ -174,7 +174,7 @@ func (fr *frameReader) grow(n int, b *budget) bool {
 		c = min(c, fr.f.Len)
 	}
 	c = max(c, n)
-	if !b.tryReserve(c - fr.charged) {
+	if !b.TryReserve(c - fr.charged) {
 		return false
 	}
 	nb := make([]byte, len(fr.buf), c)
@@ -185,13 +185,13 @@ func (fr *frameReader) grow(n int, b *budget) bool {
 }
 
 // free drops the reassembly buffer and returns its charge.
-func (fr *frameReader) free(b *budget) {
-	b.release(fr.charged)
+func (fr *frameReader) free(b *Budget) {
+	b.Release(fr.charged)
 	fr.buf, fr.charged, fr.done, fr.f = nil, 0, false, wire.Frame{}
 }
 
 // reset forgets any partial frame (the connection closed).
-func (fr *frameReader) reset(b *budget) {
+func (fr *frameReader) reset(b *Budget) {
 	fr.free(b)
 	fr.hlen, fr.skip = 0, 0
 	fr.since.Store(0)

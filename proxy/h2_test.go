@@ -351,9 +351,9 @@ func TestH2StalledConsumerSharesNoWindow(t *testing.T) {
 		}
 	}
 	waitFor(t, 10*time.Second, "the stalled streams' bytes charged to limits.max_buffered_bytes (40 x 32 KiB at least)",
-		func() bool { return srv.budget.inUse() >= 40*(32<<10) })
+		func() bool { return srv.budget.InUse() >= 40*(32<<10) })
 	nc.Close()
-	waitFor(t, 10*time.Second, "the stalled consumer's bytes released", func() bool { return srv.budget.inUse() == 0 })
+	waitFor(t, 10*time.Second, "the stalled consumer's bytes released", func() bool { return srv.budget.InUse() == 0 })
 }
 
 // TestH2StalledConsumerBound: past limits.max_queued_bytes_per_connection of answers it does not read, a
@@ -368,7 +368,7 @@ func TestH2StalledConsumerBound(t *testing.T) {
 		}
 	}
 	waitFor(t, 10*time.Second, "counted as slow_consumer", func() bool { return srv.Stats().Closed["slow_consumer"] == 1 })
-	waitFor(t, 10*time.Second, "its bytes released", func() bool { return srv.budget.inUse() == 0 })
+	waitFor(t, 10*time.Second, "its bytes released", func() bool { return srv.budget.InUse() == 0 })
 }
 
 // stallingConsumer connects a consumer that announces a zero stream window, opens n streams each asking
@@ -952,7 +952,7 @@ func TestH2IntegrityProviderKilled(t *testing.T) {
 		t.Errorf("a call after the kills: %s", o.detail)
 	}
 	waitFor(t, 10*time.Second, "no stream left at the provider or waiting", func() bool { return h2StreamsLeft(srv) == 0 })
-	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
+	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.InUse() == 0 })
 }
 
 // h2StreamsLeft counts the calls of the first pool's HTTP/2 provider side that are not over: waiting for a
@@ -1223,5 +1223,5 @@ func TestH2RequestBytesBudgeted(t *testing.T) {
 	if ok.Load() == 0 {
 		t.Errorf("no call was answered once the provider read")
 	}
-	waitFor(t, 10*time.Second, "every byte released", func() bool { return srv.budget.inUse() == 0 })
+	waitFor(t, 10*time.Second, "every byte released", func() bool { return srv.budget.InUse() == 0 })
 }

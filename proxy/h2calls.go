@@ -81,7 +81,8 @@ func (h *h2Session) countLocked(c *h2Call, status int, exc bool, by replyReason)
 	}
 	c.counted = true
 	srv := h.sess.srv
-	cfg := srv.cfg.Load()
+	env := h.env
+	cfg := env.Config()
 	if cfg.MaxMethods == 0 && !cfg.AccessLog.Enabled {
 		return
 	}
@@ -93,7 +94,7 @@ func (h *h2Session) countLocked(c *h2Call, status int, exc bool, by replyReason)
 	if c.waited.Load() {
 		call.hold = callHeld
 	}
-	srv.callEnded(cfg, sh, h.sess, call, status, exc, by, time.Duration(srv.now()-c.arrived), int(c.respBytes))
+	srv.callEnded(cfg, sh, h.sess, call, status, exc, by, time.Duration(env.Now()-c.arrived), int(c.respBytes))
 }
 
 // ofGRPC is a gRPC status code's index in the vocabulary.

@@ -35,11 +35,11 @@ func TestH2PartialFramesCharged(t *testing.T) {
 		}
 	}
 	want := int64(consumers * (9 + sent))
-	waitFor(t, 20*time.Second, "the partial frames charged", func() bool { return srv.budget.inUse() >= want })
+	waitFor(t, 20*time.Second, "the partial frames charged", func() bool { return srv.budget.InUse() >= want })
 	for _, nc := range conns {
 		nc.Close()
 	}
-	waitFor(t, 20*time.Second, "their charge given back", func() bool { return srv.budget.inUse() == 0 })
+	waitFor(t, 20*time.Second, "their charge given back", func() bool { return srv.budget.InUse() == 0 })
 }
 
 // TestH2ProviderWriteQueueCharged: request bytes the provider's windows allow but its socket does not
@@ -84,8 +84,8 @@ func TestH2ProviderWriteQueueCharged(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, 30*time.Second, "the provider's write queue charged", func() bool { return srv.budget.inUse() >= 4<<20 })
-	t.Logf("charged with the provider stuck: %d bytes", srv.budget.inUse())
+	waitFor(t, 30*time.Second, "the provider's write queue charged", func() bool { return srv.budget.InUse() >= 4<<20 })
+	t.Logf("charged with the provider stuck: %d bytes", srv.budget.InUse())
 	mu.Lock()
 	for _, nc := range provConns {
 		nc.Close()
@@ -93,7 +93,7 @@ func TestH2ProviderWriteQueueCharged(t *testing.T) {
 	mu.Unlock()
 	ln.Close()
 	wg.Wait()
-	waitFor(t, 20*time.Second, "the charge given back", func() bool { return srv.budget.inUse() == 0 })
+	waitFor(t, 20*time.Second, "the charge given back", func() bool { return srv.budget.InUse() == 0 })
 }
 
 // stuckProvider answers an HTTP/2 client's preface with SETTINGS that open the largest windows, then reads

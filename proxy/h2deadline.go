@@ -44,13 +44,13 @@ func h2HoldUntil(c *h2Call, cfg *Config) int64 {
 // rearm works out the end of every call in the hold queue again from its arrival under cfg (a live
 // change of hold.timeout, hold.max_timeout or hold.deadline_margin, rearm.go) and re-arms its timer.
 func (hp *h2Pool) rearm(cfg *Config) {
-	srv := hp.p.srv
-	now := srv.now()
+	env := hp.env
+	now := env.Now()
 	hp.mu.Lock()
 	defer hp.unlock()
 	hp.p.hold.eachCall(func(c *h2Call) {
 		c.sendBy = h2SendBy(c.head, c.arrived, cfg) // the head is kept while the call waits
-		srv.wheel.Schedule(&c.hold, max(time.Duration(h2HoldUntil(c, cfg)-now), 0))
+		env.Wheel().Schedule(&c.hold, max(time.Duration(h2HoldUntil(c, cfg)-now), 0))
 	})
 }
 

@@ -28,7 +28,7 @@ func TestH2GoAwayReachesABusyConsumer(t *testing.T) {
 			t.Fatal(err)
 		}
 		rawRequests(t, fr, 16, []byte("busy"), h2.HeaderField{Name: "x-answer-bytes", Value: "2097152"})
-		waitFor(t, 20*time.Second, "answers waiting in a stalled writer", func() bool { return srv.budget.inUse() >= 8<<20 })
+		waitFor(t, 20*time.Second, "answers waiting in a stalled writer", func() bool { return srv.budget.InUse() >= 8<<20 })
 		for range 2000 { // answers sent meanwhile earn free PINGs: far more than the budget
 			if err := fr.WritePing(false, [8]byte{'f', 'l', 'o', 'o', 'd'}); err != nil {
 				t.Fatal(err)
@@ -82,7 +82,7 @@ func TestH2GoAwayReachesABusyConsumer(t *testing.T) {
 	clk.Add(h2GoAwayLinger)
 	srv.wheel.Advance(clk.Now())
 	waitFor(t, 10*time.Second, "the consumer that never reads closed", func() bool { return srv.Stats().Closed["http2_error"] == 2 })
-	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
+	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.InUse() == 0 })
 }
 
 // TestH2GoAwayOutlivesAFlood: 50 PING floods, each on a fresh connection that goes on flooding after the

@@ -404,7 +404,7 @@ func (ss *session) restoreH2(hs *H2SessionSnapshot, now int64) error {
 // starts it if a provider connection can take it: the pool dials as it is restored, so one may be up
 // already, and nothing else would start the call until another stream ended (calls waited up to 0.8 s).
 func (hp *h2Pool) adoptWaiting(c *h2Call, x H2CallSnapshot, now int64, cfg *Config) {
-	srv := hp.p.srv
+	env := hp.env
 	c.sendBy = h2SendBy(x.Head, c.arrived, cfg)
 	var notes h2Notes
 	defer notes.run()
@@ -418,19 +418,19 @@ func (hp *h2Pool) adoptWaiting(c *h2Call, x H2CallSnapshot, now int64, cfg *Conf
 	c.req = h2Kept{lost: true}
 	if k := x.Kept; k != nil {
 		c.req = h2Kept{head: k.Head, body: k.Body, complete: k.Complete || k.Trailers != nil}
-		srv.budget.force(len(k.Body))
+		env.Budget().Force(len(k.Body))
 	}
 	if c.resending {
 		c.in = c.req.body // the kept body itself (forgetLocked releases it once)
 	} else {
 		c.in = x.In
-		srv.budget.force(len(c.in))
+		env.Budget().Force(len(c.in))
 	}
 	c.waiting = true
 	c.waited.Store(true)
 	hp.p.hold.reholdCall(c, h2CallSize(c.head, c.in), false)
 	hp.initTimersLocked(c)
-	srv.wheel.Schedule(&c.hold, max(time.Duration(h2HoldUntil(c, cfg)-now), time.Millisecond))
+	env.Wheel().Schedule(&c.hold, max(time.Duration(h2HoldUntil(c, cfg)-now), time.Millisecond))
 }
 
 // handleStashed handles what a consumer sent during a handover (Thaw, restore), as its handler would have.

@@ -72,7 +72,7 @@ func (hp *h2Pool) checkHung(now int64, cfg *Config) int {
 	hp.unlock()
 	notes.run()
 	for _, u := range hung {
-		hp.p.srv.log.Warn("HTTP/2 provider connection hung: it opens no new stream until the provider is heard again",
+		hp.env.Log().Warn("HTTP/2 provider connection hung: it opens no new stream until the provider is heard again",
 			zap.String("provider", hp.p.addr), zap.String("why", u.hungWhy),
 			zap.Duration("silent_for", time.Duration(now-u.lastRead.Load())))
 	}

@@ -132,7 +132,7 @@ func TestH2IntegrityStreamsSlowProvider(t *testing.T) {
 			got, srv.cfg.Load().UpstreamConns, kills, most)
 	}
 	waitFor(t, 10*time.Second, "no stream left at the provider or waiting", func() bool { return h2StreamsLeft(srv) == 0 })
-	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
+	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.InUse() == 0 })
 }
 
 // integrityMsg is message k of the call named key, n bytes: the name and index first (unique from the

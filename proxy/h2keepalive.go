@@ -31,16 +31,16 @@ const maxQuietPings = 2
 
 // startBeat arms the first beat once the connection is usable (under hp.mu).
 func (u *h2Upstream) startBeat() {
-	cfg := u.hp.p.srv.cfg.Load()
-	u.hp.p.srv.wheel.Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
+	cfg := u.hp.env.Config()
+	u.hp.env.Wheel().Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 }
 
 // onBeat runs on the wheel goroutine.
 func (u *h2Upstream) onBeat() {
 	hp := u.hp
-	srv := hp.p.srv
-	cfg := srv.cfg.Load()
-	now := srv.now()
+	env := hp.env
+	cfg := env.Config()
+	now := env.Now()
 	interval := int64(cfg.UpstreamInterval)
 	hp.mu.Lock()
 	if u.dead {
@@ -56,18 +56,18 @@ func (u *h2Upstream) onBeat() {
 	}
 	hp.unlock()
 	if dead {
-		srv.log.Warn("HTTP/2 provider connection dead: closing it", zap.String("provider", hp.p.addr),
+		env.Log().Warn("HTTP/2 provider connection dead: closing it", zap.String("provider", hp.p.addr),
 			zap.String("why", u.deadWhy))
 		u.shut() // the reader ends and ends every call on it
 		return
 	}
-	srv.wheel.Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
+	env.Wheel().Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 }
 
 // writeStalled arms the write timeout (the writer's owner: the kernel took no byte of a write).
 func (u *h2Upstream) writeStalled() {
-	if t := u.hp.p.srv.cfg.Load().WriteTimeout; t > 0 {
-		u.hp.p.srv.wheel.Schedule(&u.stall, t)
+	if t := u.hp.env.Config().WriteTimeout; t > 0 {
+		u.hp.env.Wheel().Schedule(&u.stall, t)
 	}
 }
 
@@ -77,13 +77,13 @@ func (u *h2Upstream) writeStalled() {
 // grpc-status 14 naming the setting (die). Runs on the wheel goroutine.
 func (u *h2Upstream) onStallTimer() {
 	hp := u.hp
-	srv := hp.p.srv
-	t := srv.cfg.Load().WriteTimeout
-	stalled := time.Duration(u.w.stalledFor(srv.now()))
+	env := hp.env
+	t := env.Config().WriteTimeout
+	stalled := time.Duration(u.w.stalledFor(env.Now()))
 	switch {
 	case t <= 0 || stalled == 0:
 	case stalled < t:
-		srv.wheel.Schedule(&u.stall, t-stalled)
+		env.Wheel().Schedule(&u.stall, t-stalled)
 	default:
 		hp.mu.Lock()
 		dead := u.dead
@@ -92,7 +92,7 @@ func (u *h2Upstream) onStallTimer() {
 		}
 		hp.unlock()
 		if !dead {
-			srv.log.Warn("HTTP/2 provider connection stalled: closing it", zap.String("provider", hp.p.addr),
+			env.Log().Warn("HTTP/2 provider connection stalled: closing it", zap.String("provider", hp.p.addr),
 				zap.Duration("write_timeout", t))
 			u.shut() // the reader ends and ends every call on it
 		}
@@ -103,15 +103,15 @@ func (u *h2Upstream) onStallTimer() {
 // upstream.write_timeout (a stalled writer's timer, which works out the rest) to the pool's connections
 // (rearm.go).
 func (hp *h2Pool) rearmBeats(old, cfg *Config) {
-	srv := hp.p.srv
+	env := hp.env
 	hp.mu.Lock()
 	defer hp.unlock()
 	for _, u := range hp.ups {
 		if cfg.UpstreamInterval != old.UpstreamInterval || cfg.UpstreamJitter != old.UpstreamJitter {
-			srv.wheel.Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
+			env.Wheel().Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 		}
-		if cfg.WriteTimeout != old.WriteTimeout && u.w.stalledFor(srv.now()) > 0 {
-			srv.wheel.Schedule(&u.stall, 0)
+		if cfg.WriteTimeout != old.WriteTimeout && u.w.stalledFor(env.Now()) > 0 {
+			env.Wheel().Schedule(&u.stall, 0)
 		}
 	}
 }

@@ -282,7 +282,7 @@ func TestH2MethodLabelsDoNotAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := srv.cfg.Load()
-	h := &h2Session{sess: &session{srv: srv}, hp: &h2Pool{}}
+	h := &h2Session{sess: &session{srv: srv}, hp: &h2Pool{}, env: Env{srv}}
 	head := []h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
 		{Name: ":path", Value: "/" + tripleSvc + "/SayHello"}, {Name: ":authority", Value: "x"},
 		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},

@@ -50,8 +50,9 @@ import (
 // h2Pool's (wg, which pool.close waits for); a handover's freeze leaves them running (h2handover.go: the
 // provider's HTTP/2 connections do not cross, and none has a stream by then).
 type h2Pool struct {
-	p  *pool
-	wg sync.WaitGroup
+	p   *pool
+	env Env
+	wg  sync.WaitGroup
 
 	mu      sync.Mutex
 	ups     []*h2Upstream // connections the provider's SETTINGS made usable, until they die or go away
@@ -79,7 +80,7 @@ type h2Slot struct {
 }
 
 func newH2Pool(p *pool) *h2Pool {
-	hp := &h2Pool{p: p}
+	hp := &h2Pool{p: p, env: Env{p.srv}}
 	hp.retry.Init(hp.onRetry)
 	return hp
 }
@@ -88,7 +89,7 @@ func newH2Pool(p *pool) *h2Pool {
 func (hp *h2Pool) onRetry() {
 	var notes h2Notes
 	hp.mu.Lock()
-	hp.pumpLocked(hp.p.srv.now(), &notes)
+	hp.pumpLocked(hp.env.Now(), &notes)
 	hp.unlock()
 	notes.run()
 }
@@ -99,7 +100,7 @@ func (hp *h2Pool) warmAllowLocked() bool {
 	if !hp.p.warming() || hp.p.warmAllow() {
 		return true
 	}
-	hp.p.srv.wheel.Schedule(&hp.retry, warmRetry)
+	hp.env.Wheel().Schedule(&hp.retry, warmRetry)
 	return false
 }
 
@@ -142,7 +143,7 @@ func (hp *h2Pool) resize(n int) {
 	for _, u := range closing {
 		u.shut()
 	}
-	hp.p.srv.spawn(hp.p.connChanged) // the gauges
+	hp.env.Spawn(hp.p.connChanged) // the gauges
 }
 
 // close ends the requests still waiting; the pool's context already ended the connections.
@@ -156,7 +157,7 @@ func (hp *h2Pool) close() {
 		hp.unwaitLocked(c, &notes)
 	}
 	hp.unlock()
-	hp.p.srv.wheel.Stop(&hp.retry)
+	hp.env.Wheel().Stop(&hp.retry)
 	for _, c := range waiting {
 		c.sess.fail(c, replyNoUpstream, "stormgate: shutting down")
 	}
@@ -190,7 +191,7 @@ func (k *h2SlotKind) dialFailed()                  {}
 
 func (k *h2SlotKind) dial(ctx context.Context, _ int) (*h2Upstream, error) {
 	hp := k.hp
-	d := net.Dialer{Timeout: hp.p.srv.cfg.Load().ConnectTimeout}
+	d := net.Dialer{Timeout: hp.env.Config().ConnectTimeout}
 	nc, err := d.DialContext(ctx, "tcp", hp.p.addr)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -246,7 +247,7 @@ func (k *h2SlotKind) forget(u *h2Upstream) {
 		err = u.endErr
 	default:
 	}
-	k.hp.p.srv.log.Info("HTTP/2 provider connection ended; reconnecting", zap.String("provider", k.hp.p.addr),
+	k.hp.env.Log().Info("HTTP/2 provider connection ended; reconnecting", zap.String("provider", k.hp.p.addr),
 		zap.Int("slot", k.idx), zap.Error(err))
 }
 
@@ -312,15 +313,16 @@ func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
 		return nil, err
 	}
 	srv := hp.p.srv
+	env := hp.env
 	u := &h2Upstream{hp: hp, nc: nc, idle: make(chan struct{}, 1),
 		goneAway: make(chan struct{}), ended: make(chan struct{})}
 	u.calls.init(0)
 	u.w = writer{fd: fd, env: &srv.wenv, owner: u, mustTake: true}
 	u.beat.Init(u.onBeat)
 	u.stall.Init(u.onStallTimer)
-	u.lastRead.Store(srv.now())
+	u.lastRead.Store(env.Now())
 	// http2.* as in force at the dial: the connection keeps what it announced.
-	u.conn = h2.NewConn(srv.cfg.Load().h2Conn(h2.RoleClient))
+	u.conn = h2.NewConn(env.Config().h2Conn(h2.RoleClient))
 	u.proof.connected(nc, srv.clock, &srv.diag)
 	// The preface and Stormgate's SETTINGS: nobody else knows u yet, so no lock.
 	u.meter.sync(&srv.m.h2, h2Provider, u.conn.Counters())
@@ -384,8 +386,8 @@ func (u *h2Upstream) serve(ctx context.Context) error {
 		t.Stop()
 	}
 	u.shut()
-	hp.p.srv.wheel.Stop(&u.beat)
-	hp.p.srv.wheel.Stop(&u.stall)
+	hp.env.Wheel().Stop(&u.beat)
+	hp.env.Wheel().Stop(&u.stall)
 	why := "stormgate: provider connection lost"
 	hp.mu.Lock()
 	deadWhy := u.deadWhy
@@ -409,7 +411,7 @@ func (u *h2Upstream) readLoop() error {
 	for {
 		n, rerr := u.nc.Read(buf[len(buf):cap(buf)])
 		if n > 0 {
-			u.lastRead.Store(u.hp.p.srv.now())
+			u.lastRead.Store(u.hp.env.Now())
 		}
 		buf = buf[:len(buf)+n]
 		off := 0
@@ -436,7 +438,7 @@ func (u *h2Upstream) readLoop() error {
 // consumer outside it, through d (written when the read's frames are all handled).
 func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
 	hp := u.hp
-	now := hp.p.srv.now()
+	now := hp.env.Now()
 	var notes h2Notes
 	var refused []*h2Call
 	var c *h2Call
@@ -450,7 +452,7 @@ func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
 	closeNow := u.away && u.calls.len() == 0
 	hp.unlock()
 	if heard {
-		hp.p.srv.log.Info("HTTP/2 provider connection heard again: it opens streams again", zap.String("provider", hp.p.addr))
+		hp.env.Log().Info("HTTP/2 provider connection heard again: it opens streams again", zap.String("provider", hp.p.addr))
 		hp.p.connChanged()
 	}
 	if c != nil {
@@ -510,7 +512,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		}
 		if ev.ByPeer && ev.Code == h2.ErrCodeRefusedStream && !c.answered {
 			u.detachLocked(c, notes)
-			if hp.resendOrForgetLocked(c, now, resendPause(hp.p.srv.cfg.Load(), c.resends), holdReheldRefused) {
+			if hp.resendOrForgetLocked(c, now, resendPause(hp.env.Config(), c.resends), holdReheldRefused) {
 				return nil, nil
 			}
 			return c, nil
@@ -518,7 +520,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		u.endLocked(c, notes)
 		return c, nil
 	case h2.EventGoAway:
-		hp.p.srv.log.Info("the provider sent GOAWAY: no new streams on this connection",
+		hp.env.Log().Info("the provider sent GOAWAY: no new streams on this connection",
 			zap.String("provider", hp.p.addr), zap.Uint32("last_stream", ev.LastStream), zap.Stringer("code", ev.Code))
 		if !u.awaySeen {
 			u.awaySeen = true
@@ -546,7 +548,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 			u.ready, u.readyAt = true, now
 			hp.ups = append(hp.ups, u)
 			u.startBeat()
-			hp.p.srv.spawn(hp.p.connChanged) // the gauges; never under mu
+			hp.env.Spawn(hp.p.connChanged) // the gauges; never under mu
 		}
 		for c := range u.calls.values() { // SETTINGS_INITIAL_WINDOW_SIZE may have grown the windows
 			u.pushLocked(c, now, notes)
@@ -575,8 +577,8 @@ func (u *h2Upstream) die(msg string, shutdown bool) {
 	hp := u.hp
 	var notes h2Notes
 	written := u.w.close() // closed already: the final count of bytes the kernel took
-	read, readOK := u.proof.providerRead(written, hp.p.srv.after)
-	now := hp.p.srv.now()
+	read, readOK := u.proof.providerRead(written, hp.env.After)
+	now := hp.env.Now()
 	hp.mu.Lock()
 	u.dead = true
 	hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
@@ -603,7 +605,7 @@ func (u *h2Upstream) die(msg string, shutdown bool) {
 		hp.p.connChanged()
 	}
 	if len(calls) > 0 {
-		hp.p.srv.log.Warn("HTTP/2 provider connection lost with streams open: each got grpc-status 14",
+		hp.env.Log().Warn("HTTP/2 provider connection lost with streams open: each got grpc-status 14",
 			zap.String("provider", hp.p.addr), zap.Int("streams", len(calls)), zap.String("why", msg))
 	}
 }
@@ -612,7 +614,8 @@ func (u *h2Upstream) die(msg string, shutdown bool) {
 // fields is valid only during the call.
 func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) {
 	srv := hp.p.srv
-	cfg := srv.cfg.Load()
+	env := hp.env
+	cfg := env.Config()
 	var notes h2Notes
 	reason, msg := replyReason(0), ""
 	c.sendBy = h2SendBy(fields, c.arrived, cfg)
@@ -636,7 +639,7 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 		c.waited.Store(true)
 		srv.noteHeld(callRef{method: c.method}, false)
 		hp.initTimersLocked(c)
-		srv.wheel.Schedule(&c.hold, time.Duration(h2HoldUntil(c, cfg)-now))
+		env.Wheel().Schedule(&c.hold, time.Duration(h2HoldUntil(c, cfg)-now))
 	}
 	if msg != "" {
 		c.upDone = true
@@ -692,7 +695,7 @@ func (hp *h2Pool) pumpLocked(now int64, notes *h2Notes) {
 			continue
 		}
 		c.waiting = false
-		hp.p.srv.wheel.Stop(&c.hold)
+		hp.env.Wheel().Stop(&c.hold)
 		u.startLocked(c, now, notes)
 		hp.p.srv.m.holdOutcome[holdSent].Inc()
 	}
@@ -708,7 +711,7 @@ func (hp *h2Pool) expire(c *h2Call) {
 	}
 	hp.takeOutLocked(c)
 	hp.unwaitLocked(c, &notes)
-	late := c.pastSendBy(hp.p.srv.now())
+	late := c.pastSendBy(hp.env.Now())
 	hp.unlock()
 	if late {
 		notes.late = append(notes.late, c)
@@ -728,7 +731,7 @@ func (hp *h2Pool) takeOutLocked(c *h2Call) {
 // unwaitLocked takes a call out of waiting for good (the caller took it out of its list).
 func (hp *h2Pool) unwaitLocked(c *h2Call, notes *h2Notes) {
 	c.waiting, c.upDone = false, true
-	hp.p.srv.wheel.Stop(&c.hold)
+	hp.env.Wheel().Stop(&c.hold)
 	hp.leftLocked(c, len(c.in), notes)
 	c.in, c.head = nil, nil
 	hp.forgetLocked(c)
@@ -792,7 +795,7 @@ func (u *h2Upstream) detachLocked(c *h2Call, notes *h2Notes) {
 			_ = u.conn.Reset(c.upID, h2.ErrCodeCancel) // the answer ended before the request: stop it
 		}
 		u.flushLocked()
-		u.hp.pumpLocked(u.hp.p.srv.now(), notes)
+		u.hp.pumpLocked(u.hp.env.Now(), notes)
 	}
 }
 
@@ -810,7 +813,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	case c.upDone:
 	case c.waiting || len(c.in) > 0:
 		if c.waiting { // the hold queue counts it, and may refuse it
-			reason, msg = hp.p.hold.growCall(c, len(data), hp.p.srv.cfg.Load(), hp.awayLocked())
+			reason, msg = hp.p.hold.growCall(c, len(data), hp.env.Config(), hp.awayLocked())
 		}
 		if msg == "" && !hp.keepInLocked(c, data) {
 			reason, msg = replyOverloaded, h2OutOfBufferMsg
@@ -820,7 +823,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 			n = 0
 		}
 	default: // nothing waits before data (the case above)
-		b, sent, err := c.up.conn.AppendData(hp.p.srv.now(), c.up.frames(), c.upID, data, end)
+		b, sent, err := c.up.conn.AppendData(hp.env.Now(), c.up.frames(), c.upID, data, end)
 		c.up.send(b)
 		if err == nil && sent < len(data) {
 			if !hp.keepInLocked(c, data[sent:]) {
@@ -855,7 +858,7 @@ const h2OutOfBufferMsg = "stormgate: out of buffer memory (limits.max_buffered_b
 // keepInLocked keeps request bytes the provider cannot take yet, charged to the process budget; false
 // when the budget refuses them.
 func (hp *h2Pool) keepInLocked(c *h2Call, b []byte) bool {
-	if !hp.p.srv.budget.tryReserve(len(b)) {
+	if !hp.env.Budget().TryReserve(len(b)) {
 		return false
 	}
 	c.in = append(c.in, b...)

@@ -71,11 +71,11 @@ func (hp *h2Pool) keepBodyLocked(c *h2Call, data []byte, end bool) {
 // keepable charges n bytes of a kept request to the budget, while kept requests leave at least half of it
 // to what must be buffered (answers for slow consumers, requests for a slow provider).
 func (hp *h2Pool) keepable(n int) bool {
-	b := &hp.p.srv.budget
-	if b.inUse()+int64(n) > b.limit.Load()/2 {
+	b := hp.env.Budget()
+	if b.InUse()+int64(n) > b.Limit()/2 {
 		return false
 	}
-	return b.tryReserve(n)
+	return b.TryReserve(n)
 }
 
 // forgetLocked drops what a call kept: the provider answered it, or it ended.
@@ -83,7 +83,7 @@ func (hp *h2Pool) forgetLocked(c *h2Call) {
 	if c.resending {
 		c.in = nil // the kept body itself, not charged twice
 	}
-	hp.p.srv.budget.release(len(c.req.body))
+	hp.env.Budget().Release(len(c.req.body))
 	c.req = h2Kept{lost: true}
 	c.resending = false
 }
@@ -93,13 +93,14 @@ func (hp *h2Pool) forgetLocked(c *h2Call) {
 func (u *h2Upstream) answerHeadLocked(c *h2Call, fields []h2.HeaderField, now int64, notes *h2Notes) bool {
 	hp := u.hp
 	srv := hp.p.srv
+	env := hp.env
 	why := h2.NotRun(fields)
 	if why == "" {
 		c.answered = true
 		hp.forgetLocked(c)
 		return false
 	}
-	cfg := srv.cfg.Load()
+	cfg := env.Config()
 	outcome := notRunPassedOn
 	switch d := resendPause(cfg, c.notRunTries); {
 	case cfg.NotExecutedWindow <= 0 || now-u.readyAt >= int64(cfg.NotExecutedWindow):
@@ -110,7 +111,7 @@ func (u *h2Upstream) answerHeadLocked(c *h2Call, fields []h2.HeaderField, now in
 		c.notRunTries++
 		srv.m.life.notRunCounter(why, notRunReheld).Inc()
 		if c.notRunTries == 1 {
-			srv.log.Debug("the provider answered that it does not serve the call's path yet; holding it and retrying",
+			env.Log().Debug("the provider answered that it does not serve the call's path yet; holding it and retrying",
 				zap.String("provider", hp.p.addr), zap.String("answer", why), zap.Duration("pause", d))
 		}
 		return true
@@ -134,7 +135,7 @@ func resendPause(cfg *Config, n int) time.Duration {
 // canResendLocked reports whether the rules above let a call whose provider stream ended unprocessed be
 // sent again after pause.
 func (hp *h2Pool) canResendLocked(c *h2Call, now int64, pause time.Duration) bool {
-	cfg := hp.p.srv.cfg.Load()
+	cfg := hp.env.Config()
 	k := &c.req
 	return !hp.closed && k.complete && !k.lost && !c.answered && c.resends < h2MaxResends &&
 		now+int64(pause) < h2HoldUntil(c, cfg) &&
@@ -145,7 +146,8 @@ func (hp *h2Pool) canResendLocked(c *h2Call, now int64, pause time.Duration) boo
 // with its kept request, after pause.
 func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why holdOutcome) {
 	srv := hp.p.srv
-	cfg := srv.cfg.Load()
+	env := hp.env
+	cfg := env.Config()
 	k := &c.req
 	until := h2HoldUntil(c, cfg)
 	c.resends++
@@ -157,11 +159,11 @@ func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why ho
 	srv.noteHeld(callRef{method: c.method}, true)
 	srv.m.holdOutcome[why].Inc()
 	hp.initTimersLocked(c)
-	srv.wheel.Schedule(&c.hold, time.Duration(until-now))
+	env.Wheel().Schedule(&c.hold, time.Duration(until-now))
 	c.paused = pause > 0
 	hp.p.hold.reholdCall(c, h2CallSize(c.head, c.in), c.paused)
 	if c.paused {
-		srv.wheel.Schedule(&c.retry, pause)
+		env.Wheel().Schedule(&c.retry, pause)
 	}
 }
 
@@ -193,7 +195,7 @@ func (hp *h2Pool) unpause(c *h2Call) {
 	if c.paused {
 		hp.unpauseLocked(c)
 		hp.p.hold.unpauseCall(c)
-		hp.pumpLocked(hp.p.srv.now(), &notes)
+		hp.pumpLocked(hp.env.Now(), &notes)
 	}
 	hp.unlock()
 	notes.run()
@@ -203,7 +205,7 @@ func (hp *h2Pool) unpause(c *h2Call) {
 func (hp *h2Pool) unpauseLocked(c *h2Call) {
 	if c.paused {
 		c.paused = false
-		hp.p.srv.wheel.Stop(&c.retry)
+		hp.env.Wheel().Stop(&c.retry)
 	}
 }
 
@@ -215,5 +217,5 @@ func (hp *h2Pool) leftLocked(c *h2Call, n int, notes *h2Notes) {
 		return
 	}
 	notes.add(c, n)
-	hp.p.srv.budget.release(n)
+	hp.env.Budget().Release(n)
 }

@@ -315,7 +315,7 @@ func TestH2ResendRefused(t *testing.T) {
 			if n := testutilCounter(srv.m.holdOutcome[holdReheldRefused]); n != c.resent {
 				t.Errorf("reheld_refused %v, want %v", n, c.resent)
 			}
-			waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
+			waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.InUse() == 0 })
 		})
 	}
 }
@@ -366,7 +366,7 @@ func TestH2ResendAboveGoAway(t *testing.T) {
 	if n := testutilCounter(srv.m.holdOutcome[holdReheldRefused]); n != 1 {
 		t.Errorf("reheld_refused %v, want 1", n)
 	}
-	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
+	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.InUse() == 0 })
 }
 
 // writeCall sends one whole gRPC call on stream id (first: the connection's first header block), its head
@@ -466,7 +466,7 @@ func TestH2ResendNotFound(t *testing.T) {
 			if n := testutilCounter(srv.m.life.notRunCounter(reason, c.outcome)); n != c.counted {
 				t.Errorf("not-executed answers %s/%s: %v, want %v", reason, notRunOutcomeNames[c.outcome], n, c.counted)
 			}
-			waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
+			waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.InUse() == 0 })
 		})
 	}
 }
@@ -493,7 +493,7 @@ func TestH2ResendUnsent(t *testing.T) {
 	if n := testutilCounter(srv.m.holdOutcome[holdReheld]); n != 1 {
 		t.Errorf("reheld_unsent %v, want 1", n)
 	}
-	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.inUse() == 0 })
+	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.InUse() == 0 })
 }
 
 // backUpCalls makes two calls on a provider connection that does not read: stream 1, 16 MiB, fills the

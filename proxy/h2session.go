@@ -42,6 +42,7 @@ import (
 type h2Session struct {
 	sess *session
 	hp   *h2Pool
+	env  Env
 
 	mu     sync.Mutex
 	conn   *h2.Conn               // nil until the client preface arrived
@@ -120,7 +121,7 @@ type h2Call struct {
 }
 
 func newH2Session(s *session, hp *h2Pool) *h2Session {
-	h := &h2Session{sess: s, hp: hp}
+	h := &h2Session{sess: s, hp: hp, env: Env{s.srv}}
 	h.calls.init(0)
 	h.stall.Init(h.onStall)
 	h.linger.Init(func() { h.sess.closeWith(closeH2Error) })
@@ -131,7 +132,7 @@ func newH2Session(s *session, hp *h2Pool) *h2Session {
 // in force now: the connection keeps them) go out, and the frames after the preface are read.
 func (h *h2Session) start(now int64) {
 	h.sess.decided(protoH2)
-	cfg := h.sess.srv.cfg.Load()
+	cfg := h.env.Config()
 	h.mu.Lock()
 	h.conn = h2.NewConn(cfg.h2Conn(h2.RoleServer))
 	if h.drain || h.sess.srv.announced.Load() {
@@ -172,7 +173,7 @@ func (h *h2Session) chargeIn() {
 	if len(h.in) > 0 {
 		want = cap(h.in)
 	}
-	h.sess.srv.budget.recharge(&h.inCharged, want)
+	h.env.Budget().Recharge(&h.inCharged, want)
 }
 
 // input processes what the handler read (b, valid until the next read): a frame begun in an earlier read
@@ -207,7 +208,7 @@ func (h *h2Session) process(buf []byte, now int64) {
 		h.mu.Unlock()
 		off += n
 		if err != nil {
-			h.sess.srv.log.Warn("closing HTTP/2 consumer after a connection error (GOAWAY sent)",
+			h.env.Log().Warn("closing HTTP/2 consumer after a connection error (GOAWAY sent)",
 				zap.Stringer("peer", h.sess.remote), zap.Error(err))
 			h.closeAfterGoAway()
 			break
@@ -240,7 +241,7 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 			}
 			return // a call Stormgate has already ended (answered early, or failed): nothing to forward
 		}
-		c := &h2Call{sess: h, down: ev.Stream, arrived: now, method: h.sess.srv.identifyH2(ev.Fields, h.sess.srv.cfg.Load())}
+		c := &h2Call{sess: h, down: ev.Stream, arrived: now, method: h.sess.srv.identifyH2(ev.Fields, h.env.Config())}
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
@@ -310,7 +311,7 @@ func (h *h2Session) closeAfterGoAway() {
 	if !h.goingAway.CompareAndSwap(false, true) {
 		return
 	}
-	s.srv.wheel.Schedule(&h.linger, h2GoAwayLinger)
+	h.env.Wheel().Schedule(&h.linger, h2GoAwayLinger)
 	if s.w.claimable() { // nothing waits in the writer: the GOAWAY is in the kernel's hands
 		s.w.shutdownWrite()
 	}
@@ -406,7 +407,7 @@ func (h *h2Session) answerData(c *h2Call, data []byte, end bool, d *h2Delivery) 
 		c.outEnd = end
 		return 0
 	}
-	b, n, err := h.conn.AppendData(h.sess.srv.now(), h.frames(), c.down, data, end)
+	b, n, err := h.conn.AppendData(h.env.Now(), h.frames(), c.down, data, end)
 	if end && err == nil && n == len(data) {
 		h.answeredLocked(c, nil)
 	}
@@ -430,9 +431,9 @@ func (h *h2Session) answerData(c *h2Call, data []byte, end bool, d *h2Delivery) 
 // and to the consumer's bound (limits.max_queued_bytes_per_connection, as for a Dubbo consumer's unread
 // answers); past either the consumer is closed as a slow reader and false returned (b is dropped).
 func (h *h2Session) keepLocked(c *h2Call, b []byte) bool {
-	srv := h.sess.srv
-	if h.held+len(b) > srv.cfg.Load().MaxQueuedBytesPerConn || !srv.budget.tryReserve(len(b)) {
-		srv.log.Warn("closing HTTP/2 consumer that does not read its answers",
+	env := h.env
+	if h.held+len(b) > env.Config().MaxQueuedBytesPerConn || !env.Budget().TryReserve(len(b)) {
+		env.Log().Warn("closing HTTP/2 consumer that does not read its answers",
 			zap.Stringer("peer", h.sess.remote), zap.Int("held_bytes", h.held))
 		h.sess.closeWith(closeSlowReader)
 		return false
@@ -453,7 +454,7 @@ func (h *h2Session) discardLocked(c *h2Call) int {
 // dropLocked forgets n bytes kept in calls (sent or dropped).
 func (h *h2Session) dropLocked(n int) {
 	h.held -= n
-	h.sess.srv.budget.release(n)
+	h.env.Budget().Release(n)
 }
 
 // flushWaiting sends answer DATA that waited for the consumer's window (stream 0: every stream), and
@@ -468,7 +469,7 @@ func (h *h2Session) flushWaiting(stream uint32) {
 		if len(c.out) == 0 && !c.outEnd && c.trailers == nil {
 			return
 		}
-		b, n, err := h.conn.AppendData(h.sess.srv.now(), h.frames(), id, c.out, c.outEnd && c.trailers == nil)
+		b, n, err := h.conn.AppendData(h.env.Now(), h.frames(), id, c.out, c.outEnd && c.trailers == nil)
 		if err != nil {
 			h.send(b)
 			notes = append(notes, handed{c, len(c.out)})
@@ -622,8 +623,8 @@ func (h *h2Session) onClosed() {
 	h.closed = true
 	h.in = nil // the close path never runs beside the handler (session.onClosed)
 	h.chargeIn()
-	h.sess.srv.wheel.Stop(&h.stall)
-	h.sess.srv.wheel.Stop(&h.linger)
+	h.env.Wheel().Stop(&h.stall)
+	h.env.Wheel().Stop(&h.linger)
 	calls := make([]*h2Call, 0, h.calls.len())
 	dropped := make([]int, 0, h.calls.len())
 	for c := range h.calls.values() {

@@ -21,21 +21,21 @@ import (
 // armStallLocked starts the stall check when a stream's answer waits for the consumer's window (under
 // h.mu). A check already due is left as it is: it re-arms itself for whatever waits then.
 func (h *h2Session) armStallLocked() {
-	srv := h.sess.srv
-	t := srv.cfg.Load().FrameReadTimeout
+	env := h.env
+	t := env.Config().FrameReadTimeout
 	if t <= 0 || h.closed || h.stall.Scheduled() {
 		return
 	}
 	h.conn.SetStallTimeout(t)
 	if at, ok := h.conn.NextStall(); ok {
-		srv.wheel.ScheduleAt(&h.stall, time.Unix(0, at))
+		env.Wheel().ScheduleAt(&h.stall, time.Unix(0, at))
 	}
 }
 
 // onStall runs on the wheel goroutine: every stream stalled past the timeout is reset and its call ended.
 func (h *h2Session) onStall() {
-	srv := h.sess.srv
-	t := srv.cfg.Load().FrameReadTimeout
+	env := h.env
+	t := env.Config().FrameReadTimeout
 	h.mu.Lock()
 	// A live change to 0 turns the guard off; after a connection error the connection is going away.
 	if h.closed || h.conn == nil || t <= 0 || h.goingAway.Load() {
@@ -43,7 +43,7 @@ func (h *h2Session) onStall() {
 		return
 	}
 	h.conn.SetStallTimeout(t)
-	now := srv.now()
+	now := env.Now()
 	var (
 		ended   []*h2Call
 		dropped []int
@@ -65,7 +65,7 @@ func (h *h2Session) onStall() {
 	}
 	h.flushLocked() // counts the resets and a guard's trip
 	if at, ok := h.conn.NextStall(); ok && err == nil {
-		srv.wheel.ScheduleAt(&h.stall, time.Unix(0, at))
+		env.Wheel().ScheduleAt(&h.stall, time.Unix(0, at))
 	}
 	h.mu.Unlock()
 	for i, c := range ended {
@@ -73,11 +73,11 @@ func (h *h2Session) onStall() {
 		h.hp.answerConsumed(c, dropped[i])
 	}
 	if len(ended) > 0 {
-		srv.log.Info("reset HTTP/2 streams whose consumer kept the window shut for limits.frame_read_timeout",
+		env.Log().Info("reset HTTP/2 streams whose consumer kept the window shut for limits.frame_read_timeout",
 			zap.Stringer("peer", h.sess.remote), zap.Int("streams", len(ended)), zap.Duration("frame_read_timeout", t))
 	}
 	if err != nil {
-		srv.log.Warn("closing HTTP/2 consumer after a connection error (GOAWAY sent)",
+		env.Log().Warn("closing HTTP/2 consumer after a connection error (GOAWAY sent)",
 			zap.Stringer("peer", h.sess.remote), zap.Error(err))
 		h.closeAfterGoAway()
 	}

@@ -27,7 +27,7 @@ func TestH2ZeroWindowStall(t *testing.T) {
 	if n := testutilCounter(st.srv.m.h2.guards[h2.GuardZeroWindow]); n != 1 {
 		t.Errorf("zero_window_stall counted %v times, want 1", n)
 	}
-	waitFor(t, 10*time.Second, "the stalled stream's bytes released", func() bool { return st.srv.budget.inUse() == 0 })
+	waitFor(t, 10*time.Second, "the stalled stream's bytes released", func() bool { return st.srv.budget.InUse() == 0 })
 	waitFor(t, 10*time.Second, "no provider stream left open", func() bool { return h2StreamsLeft(st.srv) == 0 })
 	if s := st.srv.Stats(); s.Closed["http2_error"] != 0 || s.Closed["slow_consumer"] != 0 {
 		t.Errorf("consumers closed: %v", s.Closed)
@@ -67,7 +67,7 @@ func newStallFixture(t *testing.T) *stallFixture {
 	srv, addr := newH2ServerWith(t, prov.Addr().String(), ProtoTriple, Options{Clock: clk},
 		func(c *Config) { c.FrameReadTimeout = 30 * time.Second })
 	nc, fr := stallingConsumer(t, addr, 1)
-	waitFor(t, 10*time.Second, "answer bytes kept for the stalled stream", func() bool { return srv.budget.inUse() > 0 })
+	waitFor(t, 10*time.Second, "answer bytes kept for the stalled stream", func() bool { return srv.budget.InUse() > 0 })
 	return &stallFixture{t: t, clk: clk, srv: srv, nc: nc, fr: fr}
 }
 

@@ -138,7 +138,7 @@ func (h *holdQueue) push(r request, frame []byte) {
 			"waiting for the provider, which is away", replyHoldFull)
 		return
 	}
-	if h.len() >= cfg.HoldMaxRequests || h.bytes+len(frame) > cfg.HoldMaxBytes || !srv.budget.tryReserve(len(frame)) {
+	if h.len() >= cfg.HoldMaxRequests || h.bytes+len(frame) > cfg.HoldMaxBytes || !srv.budget.TryReserve(len(frame)) {
 		h.mu.Unlock()
 		srv.m.holdOutcome[holdRejectedFull].Inc()
 		why, msg := wire.FailNoUpstream, "stormgate: no usable provider connection and the hold queue is full"
@@ -210,7 +210,7 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 		e.call = srv.noteHeld(e.call, true)
 		i := h.laneOf(len(e.frame))
 		if !e.carried {
-			srv.budget.force(len(e.frame))
+			srv.budget.Force(len(e.frame))
 		}
 		h.armLocked(e.deadline) // before it counts as held (push)
 		h.addLocked(i, e)
@@ -248,7 +248,7 @@ func (h *holdQueue) addLocked(lane int, e held) {
 // of keeping.
 func (h *holdQueue) dropCarried(e held) {
 	if e.carried {
-		h.pool.srv.budget.release(len(e.frame))
+		h.pool.srv.budget.Release(len(e.frame))
 		e.sess.doneWaiting(len(e.frame))
 	}
 }
@@ -259,7 +259,7 @@ func (h *holdQueue) dropLocked(lane int, e held) {
 	h.n[lane].Add(-1)
 	srv := h.pool.srv
 	srv.m.held.Dec()
-	srv.budget.release(len(e.frame))
+	srv.budget.Release(len(e.frame))
 	e.sess.doneWaiting(len(e.frame))
 }
 

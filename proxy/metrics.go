@@ -264,9 +264,9 @@ func (m *metrics) register(reg prometheus.Registerer, s *Server) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_buffered_bytes",
 			Help: "Bytes held because a peer is slow or absent (stalled sockets, hold queue, partial frames); " +
-				"bounded by limits.max_buffered_bytes."}, func() float64 { return float64(s.budget.inUse()) }),
+				"bounded by limits.max_buffered_bytes."}, func() float64 { return float64(s.budget.InUse()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_buffered_bytes_limit",
-			Help: "limits.max_buffered_bytes in force."}, func() float64 { return float64(s.budget.limit.Load()) }),
+			Help: "limits.max_buffered_bytes in force."}, func() float64 { return float64(s.budget.Limit()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stormgate_upstream_queued_bytes",
 			Help: "Bytes waiting in Stormgate to be written to the provider, all connections."},
 			func() float64 { return float64(s.upstreamQueued()) }),

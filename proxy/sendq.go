@@ -85,7 +85,7 @@ func (uc *upConn) enqueueLocked(r request, frame []byte, oneWay bool) bool {
 	// upstream.max_queued_bytes bounds all that waits in Stormgate for this connection:
 	// here and in the writer (an empty connection always takes one frame).
 	if waiting := uc.sendq.weight() + uc.w.queued(); waiting > 0 && waiting+len(frame) > cfg.MaxQueuedBytesPerUpstream ||
-		!srv.budget.tryReserve(len(frame)) {
+		!srv.budget.TryReserve(len(frame)) {
 		uc.mu.Unlock()
 		return false
 	}
@@ -95,7 +95,7 @@ func (uc *upConn) enqueueLocked(r request, frame []byte, oneWay bool) bool {
 		srv.sendByOf(&r, frame, cfg)
 		if pastDeadline(&r, srv.now()) {
 			uc.mu.Unlock()
-			srv.budget.release(len(frame))
+			srv.budget.Release(len(frame))
 			srv.refuse(r, wire.FailDeadline, deadlineMsg, replyDeadline)
 			return true
 		}
@@ -144,7 +144,7 @@ func (uc *upConn) refill() {
 				break
 			}
 			uc.nqueued.Add(-1)
-			srv.budget.release(len(e.frame))
+			srv.budget.Release(len(e.frame))
 			e.sess.doneWaiting(len(e.frame))
 			srv.m.bp.queueWait.Observe(float64(now-e.at) / 1e9)
 			if !e.oneWay && (e.sess.closing.Load() || pastDeadline(&e.request, now)) {
@@ -220,7 +220,7 @@ func (uc *upConn) takeQueuedLocked() []held {
 	var back []held
 	for _, e := range es {
 		if e.oneWay {
-			srv.budget.release(len(e.frame))
+			srv.budget.Release(len(e.frame))
 			e.sess.doneWaiting(len(e.frame))
 			srv.m.dropped[dropOneWayNoUpstream].Inc()
 			continue
@@ -264,7 +264,7 @@ func (uc *upConn) expireQueued() {
 	uc.mu.Unlock()
 	srv := uc.pool.srv
 	for _, e := range late {
-		srv.budget.release(len(e.frame))
+		srv.budget.Release(len(e.frame))
 		e.sess.doneWaiting(len(e.frame))
 		srv.refuse(e.request, wire.FailDeadline, deadlineMsg, replyDeadline)
 	}

@@ -58,7 +58,7 @@ type Server struct {
 	changed atomic.Pointer[chan struct{}]
 	clock   keepalive.Clock
 	wheel   *keepalive.Wheel
-	budget  budget
+	budget  Budget
 	wenv    writerEnv // shared by every writer of this server
 	tasks   group
 	diag    peerDiag // the sock_diag watcher (peerdiag.go): Close stops it after tasks

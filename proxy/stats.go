@@ -40,7 +40,7 @@ func (s *Server) Stats() Stats {
 		Closed:               closedValues(&m.downClosed),
 		Held:                 int64(value(m.held)),
 		InFlight:             inflight,
-		Buffered:             s.budget.inUse(),
+		Buffered:             s.budget.InUse(),
 		UnknownIDs:           uint64(value(m.unknownIDs)),
 		LateResponses:        uint64(value(m.lateResponses)),
 	}

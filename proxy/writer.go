@@ -81,7 +81,7 @@ type writer struct {
 type writerEnv struct {
 	now    func() int64                        // clock, unix nanos
 	spawn  func(func())                        // starts the flusher under the server's WaitGroup
-	budget *budget                             // stalled bytes are charged here
+	budget *Budget                             // stalled bytes are charged here
 	sys    func(fd int, b []byte) (int, error) // tests: replaces write(2)
 }
 
@@ -195,8 +195,8 @@ func (w *writer) takeLocked(b []byte, maxQueued int, own bool) (off uint64, clai
 		}
 		if w.stalled {
 			if w.mustTake {
-				w.env.budget.force(len(b))
-			} else if !w.env.budget.tryReserve(len(b)) {
+				w.env.budget.Force(len(b))
+			} else if !w.env.budget.TryReserve(len(b)) {
 				return 0, false, false, errOverBudget
 			}
 			w.charged += len(b)
@@ -335,7 +335,7 @@ func (w *writer) stallOrFail(werr error) error {
 	w.stalled = true
 	w.progressAt = w.env.now()
 	w.charged = len(w.batch) - w.sent + len(w.q)
-	w.env.budget.force(w.charged)
+	w.env.budget.Force(w.charged)
 	w.mu.Unlock()
 	w.owner.writeStalled()
 	w.env.spawn(w.flush)
@@ -368,7 +368,7 @@ func (w *writer) flush() {
 			w.recycleLocked(w.batch)
 			if len(w.q) == 0 {
 				w.stalled, w.writing, w.file = false, false, nil
-				w.env.budget.release(w.charged)
+				w.env.budget.Release(w.charged)
 				w.charged = 0
 				idle := w.notify
 				w.notify = false
@@ -387,7 +387,7 @@ func (w *writer) flush() {
 		}
 		if w.held { // a handover: leave the rest to whoever resumes the writer
 			w.file, w.stalled, w.writing = nil, false, false
-			w.env.budget.release(w.charged)
+			w.env.budget.Release(w.charged)
 			w.charged = 0
 			w.mu.Unlock()
 			return
@@ -400,7 +400,7 @@ func (w *writer) flush() {
 		w.sent += n
 		if n > 0 {
 			w.progressAt = w.env.now()
-			w.env.budget.release(n)
+			w.env.budget.Release(n)
 			w.charged -= n
 		}
 		held := w.held
@@ -548,7 +548,7 @@ func (w *writer) close() uint64 {
 	w.closed = true
 	f := w.file
 	w.file = nil
-	w.env.budget.release(w.charged)
+	w.env.budget.Release(w.charged)
 	w.charged = 0
 	w.mu.Unlock()
 	if f != nil {
@@ -670,7 +670,7 @@ func (w *writer) resume(out []byte, sent int) {
 	w.writing, w.stalled = true, true
 	w.progressAt = w.env.now()
 	w.charged = len(w.batch) - w.sent + len(w.q)
-	w.env.budget.force(w.charged)
+	w.env.budget.Force(w.charged)
 	w.mu.Unlock()
 	w.env.spawn(w.flush)
 }

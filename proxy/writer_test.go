@@ -57,7 +57,7 @@ func newWriterPair(t *testing.T, sndbuf int) *writerPair {
 	wp.w = &writer{fd: fds[0], owner: wp, env: &writerEnv{
 		now:    wp.now.Load,
 		spawn:  func(f func()) { wp.wg.Add(1); go func() { defer wp.wg.Done(); f() }() },
-		budget: &budget{},
+		budget: &Budget{},
 	}}
 	wp.w.env.budget.limit.Store(1 << 40)
 	t.Cleanup(func() {
@@ -193,7 +193,7 @@ func shortWriteCase(t *testing.T, frames [][]byte, want []byte, batched bool, cu
 	if q := wp.w.queued(); q != 0 {
 		t.Fatalf("queued %d after drain", q)
 	}
-	if u := wp.w.env.budget.inUse(); u != 0 {
+	if u := wp.w.env.budget.InUse(); u != 0 {
 		t.Fatalf("budget charged %d after drain", u)
 	}
 }
@@ -348,7 +348,7 @@ func TestWriterCloseSplitsSentFromUnsent(t *testing.T) {
 			if _, ok, err := wp.w.send([]byte("late"), 0); ok || !errors.Is(err, errWriterClosed) {
 				t.Fatalf("send after close: ok=%v err=%v", ok, err)
 			}
-			if u := wp.w.env.budget.inUse(); u != 0 {
+			if u := wp.w.env.budget.InUse(); u != 0 {
 				t.Fatalf("budget still charged %d after close", u)
 			}
 		})
@@ -368,7 +368,7 @@ func TestWriterBounds(t *testing.T) {
 		t.Fatalf("over the queue bound: ok=%v err=%v", ok, err)
 	}
 	if _, ok, err := wp.w.send(big, 0); ok || !errors.Is(err, errOverBudget) {
-		t.Fatalf("over the budget: ok=%v err=%v (charged %d)", ok, err, wp.w.env.budget.inUse())
+		t.Fatalf("over the budget: ok=%v err=%v (charged %d)", ok, err, wp.w.env.budget.InUse())
 	}
 	small := []byte("fits")
 	if _, ok, err := wp.w.send(small, 0); !ok || err != nil {
@@ -379,7 +379,7 @@ func TestWriterBounds(t *testing.T) {
 		t.Fatal("stream differs")
 	}
 	wp.waitDrained(t)
-	if u := wp.w.env.budget.inUse(); u != 0 {
+	if u := wp.w.env.budget.InUse(); u != 0 {
 		t.Fatalf("budget still charged %d after drain", u)
 	}
 }
@@ -507,21 +507,21 @@ func TestWriterTakeCopy(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		_, claimed, ok, err := wp.w.takeCopy(big)
 		if !ok || err != nil {
-			t.Fatalf("frame %d refused: %v (charged %d of %d)", i, err, wp.w.env.budget.inUse(), 64<<10)
+			t.Fatalf("frame %d refused: %v (charged %d of %d)", i, err, wp.w.env.budget.InUse(), 64<<10)
 		}
 		if claimed {
 			wp.w.writeTaken()
 		}
 		sent += len(big)
 	}
-	if wp.w.stalledFor(wp.now.Load()) == 0 || wp.w.env.budget.inUse() <= 64<<10 {
-		t.Fatalf("stalled for %d, charged %d: want a stall charged past the budget", wp.w.stalledFor(wp.now.Load()), wp.w.env.budget.inUse())
+	if wp.w.stalledFor(wp.now.Load()) == 0 || wp.w.env.budget.InUse() <= 64<<10 {
+		t.Fatalf("stalled for %d, charged %d: want a stall charged past the budget", wp.w.stalledFor(wp.now.Load()), wp.w.env.budget.InUse())
 	}
 	if got := wp.readAll(t, sent); !bytes.Equal(got, bytes.Repeat([]byte{7}, sent)) {
 		t.Fatal("stream differs")
 	}
 	wp.waitDrained(t)
-	if u := wp.w.env.budget.inUse(); u != 0 {
+	if u := wp.w.env.budget.InUse(); u != 0 {
 		t.Fatalf("budget still charged %d after drain", u)
 	}
 }
