@@ -44,9 +44,9 @@ func (a *accessLog) init(log *zap.Logger) {
 
 // offer logs the call if the settings select it and the rate allows.
 func (a *accessLog) offer(s *Server, cfg *Config, sess *session, call callRef, status int, exception bool,
-	local replyReason, d time.Duration, respBytes int) {
+	local ReplyReason, d time.Duration, respBytes int) {
 	al := &cfg.AccessLog
-	failed := status != 0 || exception || local != noLocalReply
+	failed := status != 0 || exception || local != NoLocalReply
 	if !(al.Failed && failed) && !(al.SlowThreshold > 0 && d >= al.SlowThreshold) &&
 		!(al.SampleRate > 0 && rand.Float64() < al.SampleRate) {
 		return
@@ -63,8 +63,8 @@ func (a *accessLog) offer(s *Server, cfg *Config, sess *session, call callRef, s
 	lbl := s.calls.table.label(call.method)
 	by, reason := "provider", ""
 	switch local {
-	case noLocalReply:
-	case consumerEnded:
+	case NoLocalReply:
+	case ConsumerEnded:
 		by = "consumer"
 	default:
 		by, reason = "stormgate", local.String()

@@ -26,14 +26,14 @@ func TestBadInputClosesOnlyOffender(t *testing.T) {
 	valid := dubbo.AppendRequest(nil, 7, true, svc, "echo", "x")
 	cases := []struct {
 		name      string
-		reason    closeReason
+		reason    CloseReason
 		input     []byte
 		wantReply bool // BAD_REQUEST with the frame's id before closing
 	}{
-		{"bad magic", closeBadMagic, []byte{0xca, 0xfe, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 1, 'N'}, false},
-		{"oversize", closeOversize, []byte{0xda, 0xbb, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0x7f, 0, 0, 0}, true},
-		{"negative length", closeBadLength, []byte{0xda, 0xbb, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0xff, 0xff, 0xff, 0xf0}, true},
-		{"garbage mid-stream", closeBadMagic, append(append([]byte{}, valid...), []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")...), false},
+		{"bad magic", CloseBadMagic, []byte{0xca, 0xfe, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 1, 'N'}, false},
+		{"oversize", CloseOversize, []byte{0xda, 0xbb, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0x7f, 0, 0, 0}, true},
+		{"negative length", CloseBadLength, []byte{0xda, 0xbb, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0xff, 0xff, 0xff, 0xf0}, true},
+		{"garbage mid-stream", CloseBadMagic, append(append([]byte{}, valid...), []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")...), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,7 +109,7 @@ func TestTruncatedFrameAtClose(t *testing.T) {
 	}
 	waitFor(t, 2*time.Second, "session", func() bool { return f.srv.Stats().DownstreamConns == 1 })
 	nc.Close()
-	waitFor(t, 2*time.Second, "truncated close counted", func() bool { return f.srv.Stats().Closed[closeTruncated.String()] == 1 })
+	waitFor(t, 2*time.Second, "truncated close counted", func() bool { return f.srv.Stats().Closed[CloseTruncated.String()] == 1 })
 	if ps := f.provider.Stats(); ps.Requests != 0 {
 		t.Fatalf("provider saw %d requests", ps.Requests)
 	}
@@ -140,7 +140,7 @@ func TestSlowConsumerClosedWithoutStallingOthers(t *testing.T) {
 		}
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for f.srv.Stats().Closed[closeSlowReader.String()] == 0 {
+	for f.srv.Stats().Closed[CloseSlowReader.String()] == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("slow consumer not closed; stats %+v", f.srv.Stats())
 		}
@@ -183,7 +183,7 @@ func TestIdleConsumerClosed(t *testing.T) {
 		t.Fatal("busy consumer was closed")
 	default:
 	}
-	if n := f.srv.Stats().Closed[closeIdle.String()]; n != 1 {
+	if n := f.srv.Stats().Closed[CloseIdle.String()]; n != 1 {
 		t.Fatalf("idle closes counted: %d", n)
 	}
 }

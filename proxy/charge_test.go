@@ -44,7 +44,7 @@ func TestRequeueCarriesTheCharge(t *testing.T) {
 	if got := s.wait.waiting.Load(); got != n*size {
 		t.Errorf("after taking the queue: consumer waiting %d bytes, want %d", got, n*size)
 	}
-	p.hold.rehold(back, holdReheld)
+	p.hold.rehold(back, HoldReheld)
 	if got := srv.budget.InUse(); got != charged {
 		t.Errorf("after the re-hold: budget in use %d, want %d (charged once)", got, charged)
 	}

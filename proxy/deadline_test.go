@@ -83,10 +83,10 @@ func TestHeldRequestAnsweredAtItsConsumersDeadline(t *testing.T) {
 	if r.err != nil || r.resp.Status != dubbo.StatusServerTimeout || !strings.Contains(r.resp.Value, "not sent") {
 		t.Fatalf("answer %+v %v; want Stormgate's own timeout answer (31)", r.resp, r.err)
 	}
-	if n := f.holdOutcome(holdDeadline); n != 1 {
+	if n := f.holdOutcome(HoldDeadline); n != 1 {
 		t.Fatalf("hold outcome deadline %v, want 1", n)
 	}
-	if n := value(f.srv.m.localReplies[replyDeadline]); n != 1 {
+	if n := value(f.srv.m.localReplies[ReplyDeadline]); n != 1 {
 		t.Fatalf("local replies deadline %v, want 1", n)
 	}
 	restart()
@@ -114,7 +114,7 @@ func TestHeldRequestWithoutTimeoutWaitsHoldTimeout(t *testing.T) {
 	if r.err != nil || r.resp.Status != dubbo.StatusChannelInactive || !strings.Contains(r.resp.Value, "hold time") {
 		t.Fatalf("answer %+v %v; want the hold timeout (35)", r.resp, r.err)
 	}
-	if n := f.holdOutcome(holdExpired); n != 1 {
+	if n := f.holdOutcome(HoldExpired); n != 1 {
 		t.Fatalf("hold outcome expired %v, want 1", n)
 	}
 	// And one that the provider's return catches is sent, as before.
@@ -193,7 +193,7 @@ func TestRequestTooLateToHoldAnsweredAtOnce(t *testing.T) {
 	if r.err != nil || r.resp.Status != dubbo.StatusServerTimeout {
 		t.Fatalf("answer %+v %v; want 31 at once", r.resp, r.err)
 	}
-	if n := f.holdOutcome(holdDeadline); n != 1 {
+	if n := f.holdOutcome(HoldDeadline); n != 1 {
 		t.Fatalf("hold outcome deadline %v, want 1", n)
 	}
 }

@@ -58,7 +58,7 @@ func TestForeignClientsClosedAtOnce(t *testing.T) {
 		{"curl", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := f.srv.Stats().Closed[closeBadMagic.String()]
+			before := f.srv.Stats().Closed[CloseBadMagic.String()]
 			nc, err := net.Dial("tcp", f.ln.addr)
 			if err != nil {
 				t.Fatal(err)
@@ -76,7 +76,7 @@ func TestForeignClientsClosedAtOnce(t *testing.T) {
 			if tc.reply == "" && len(got) > 0 || !strings.HasPrefix(string(got), tc.reply) {
 				t.Errorf("told %q, want %q", got, tc.reply)
 			}
-			waitFor(t, 2*time.Second, "close counted", func() bool { return f.srv.Stats().Closed[closeBadMagic.String()] == before+1 })
+			waitFor(t, 2*time.Second, "close counted", func() bool { return f.srv.Stats().Closed[CloseBadMagic.String()] == before+1 })
 			t.Logf("closed %v after the bytes", time.Since(start).Round(time.Millisecond))
 		})
 	}

@@ -64,18 +64,18 @@ func (c *h2Call) answerStatus(v *statusVocab, trailers []h2.HeaderField) (status
 // h.mu, before the frames that end the call go to the writer.
 func (h *h2Session) answeredLocked(c *h2Call, trailers []h2.HeaderField) {
 	status, exc := c.answerStatus(&h.sess.srv.statuses, trailers)
-	h.countLocked(c, status, exc, noLocalReply)
+	h.countLocked(c, status, exc, NoLocalReply)
 }
 
 // endedLocked counts a call that ended otherwise: status (an index into statusVocab.names), and who
-// ended it (a replyReason when Stormgate answered, noLocalReply for a provider's reset, consumerEnded).
-func (h *h2Session) endedLocked(c *h2Call, status int, by replyReason) {
+// ended it (a replyReason when Stormgate answered, NoLocalReply for a provider's reset, ConsumerEnded).
+func (h *h2Session) endedLocked(c *h2Call, status int, by ReplyReason) {
 	h.countLocked(c, status, false, by)
 }
 
 // countLocked counts how a call ended, once. Under h.mu, before the frames that end the call go to
 // the writer.
-func (h *h2Session) countLocked(c *h2Call, status int, exc bool, by replyReason) {
+func (h *h2Session) countLocked(c *h2Call, status int, exc bool, by ReplyReason) {
 	if c.counted {
 		return
 	}

@@ -24,7 +24,7 @@ func (d *h2Delivery) flush() {
 	for i, h := range d.sessions {
 		h.mu.Lock()
 		if len(h.pend) > 0 {
-			h.sess.write(h.pend)
+			h.consumer.Write(h.pend)
 		}
 		if cap(h.pend) <= h2BufKeep {
 			h.pend = h.pend[:0]
@@ -52,6 +52,6 @@ func (h *h2Session) writeLocked(b []byte, d *h2Delivery) {
 	case len(h.pend) > 0:
 		h.pend = append(h.pend, b...)
 	default:
-		h.sess.write(b)
+		h.consumer.Write(b)
 	}
 }

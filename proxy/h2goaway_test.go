@@ -68,12 +68,12 @@ func TestH2GoAwayReachesABusyConsumer(t *testing.T) {
 		t.Fatalf("%d consumers closed before the linger bound, want 1", n)
 	}
 	// The guard's trip is counted before the session arms its linger bound (h2Session.process, then
-	// closeAfterGoAway): advancing the clock in between armed it a second late for good (failed in a
+	// Consumer.Linger): advancing the clock in between armed it a second late for good (failed in a
 	// make test run beside a CPU hog; every time with a 200 ms sleep before the Schedule).
 	waitFor(t, 10*time.Second, "the linger bound armed", func() bool {
 		armed := 0
 		srv.sessions.each(func(ss *session) {
-			if h := ss.h2; h != nil && h.linger.Scheduled() {
+			if l := ss.linger.Load(); l != nil && l.timer.Scheduled() {
 				armed++
 			}
 		})

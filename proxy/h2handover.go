@@ -193,7 +193,7 @@ func (s *Server) endOpenH2Calls() int {
 		h.hp.unlock()
 	})
 	for _, c := range open {
-		c.sess.hp.answerConsumed(c, c.sess.fail(c, replyUpgrade, h2EndedByUpgrade))
+		c.sess.hp.answerConsumed(c, c.sess.fail(c, ReplyUpgrade, h2EndedByUpgrade))
 		c.sess.hp.cancel(c)
 	}
 	return len(open)
@@ -226,7 +226,7 @@ func (s *Server) unquiesceH2() {
 func (s *Server) closeRestless() {
 	s.sessions.each(func(ss *session) {
 		h := ss.h2
-		if h == nil || ss.closing.Load() || h.goingAway.Load() {
+		if h == nil || h.consumer.Closing() {
 			return
 		}
 		h.mu.Lock()
@@ -273,7 +273,7 @@ func (s *Server) h2Busy() h2Busy {
 	var answering []bool
 	s.sessions.each(func(ss *session) {
 		h := ss.h2
-		if h == nil || ss.closing.Load() || h.goingAway.Load() {
+		if h == nil || h.consumer.Closing() {
 			return
 		}
 		calls, answering = calls[:0], answering[:0]
@@ -323,7 +323,7 @@ var errH2NotAtRest = errors.New("an HTTP/2 connection is not at rest")
 // did not handle (the stash). ok is false for a connection that does not cross (it ends in a GOAWAY).
 func (h *h2Session) snapshot(st *SessionSnapshot, in []byte, now int64) (ok bool, err error) {
 	h.mu.Lock()
-	if h.closed || h.goingAway.Load() {
+	if h.closed || h.consumer.Closing() {
 		h.mu.Unlock()
 		return false, nil
 	}

@@ -294,7 +294,7 @@ func TestH2FreezeEndsOpenCalls(t *testing.T) {
 	if o := h2UnaryCall(ctx, cc, []byte("after the thaw")); !o.ok {
 		t.Errorf("a call after the thaw: %s", o.detail)
 	}
-	if c := srv.Stats().Closed; c[closePeer.String()]+c[closeH2Error.String()] != 0 {
+	if c := srv.Stats().Closed; c[ClosePeer.String()]+c[CloseH2Error.String()] != 0 {
 		t.Errorf("consumer connections closed: %v", c)
 	}
 	waitFor(t, 10*time.Second, "the provider's stream reset", func() bool { return prov.cancelled.Load() >= 1 })

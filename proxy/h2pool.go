@@ -159,7 +159,7 @@ func (hp *h2Pool) close() {
 	hp.unlock()
 	hp.env.Wheel().Stop(&hp.retry)
 	for _, c := range waiting {
-		c.sess.fail(c, replyNoUpstream, "stormgate: shutting down")
+		c.sess.fail(c, ReplyNoUpstream, "stormgate: shutting down")
 	}
 	notes.run()
 }
@@ -465,13 +465,13 @@ func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
 			if ev.ByPeer {
 				hp.answerConsumed(c, c.sess.reset(c, ev.Code))
 			} else {
-				hp.answerConsumed(c, c.sess.fail(c, replyBadResponse,
+				hp.answerConsumed(c, c.sess.fail(c, ReplyBadResponse,
 					"stormgate: the provider's answer broke HTTP/2's rules: "+ev.Code.String()))
 			}
 		}
 	}
 	for _, r := range refused {
-		hp.answerConsumed(r, r.sess.fail(r, replyUpstreamLost, "stormgate: the provider is going away (GOAWAY) and "+
+		hp.answerConsumed(r, r.sess.fail(r, ReplyUpstreamLost, "stormgate: the provider is going away (GOAWAY) and "+
 			"did not process the request, which could not be sent again (not complete, larger than 64 KiB, or "+
 			"its hold.timeout is up); safe to retry"))
 	}
@@ -512,7 +512,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		}
 		if ev.ByPeer && ev.Code == h2.ErrCodeRefusedStream && !c.answered {
 			u.detachLocked(c, notes)
-			if hp.resendOrForgetLocked(c, now, resendPause(hp.env.Config(), c.resends), holdReheldRefused) {
+			if hp.resendOrForgetLocked(c, now, resendPause(hp.env.Config(), c.resends), HoldReheldRefused) {
 				return nil, nil
 			}
 			return c, nil
@@ -537,7 +537,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		kept := refused[:0]
 		for _, c := range refused {
 			u.detachLocked(c, notes)
-			if !hp.resendOrForgetLocked(c, now, 0, holdReheldRefused) {
+			if !hp.resendOrForgetLocked(c, now, 0, HoldReheldRefused) {
 				kept = append(kept, c)
 			}
 		}
@@ -585,9 +585,9 @@ func (u *h2Upstream) die(msg string, shutdown bool) {
 	calls := make([]*h2Call, 0, u.calls.len())
 	for c := range u.calls.values() {
 		u.detachLocked(c, &notes)
-		why := holdReheld // never written
+		why := HoldReheld // never written
 		if written > c.upOff {
-			why = holdReheldUnseen // written, but the provider's application read none of it
+			why = HoldReheldUnseen // written, but the provider's application read none of it
 		}
 		unread := written <= c.upOff || readOK && read <= c.upOff
 		if shutdown || !unread || !hp.resendOrForgetLocked(c, now, 0, why) {
@@ -598,7 +598,7 @@ func (u *h2Upstream) die(msg string, shutdown bool) {
 	hp.pumpLocked(now, &notes)
 	hp.unlock()
 	for _, c := range calls {
-		c.sess.fail(c, replyUpstreamLost, msg)
+		c.sess.fail(c, ReplyUpstreamLost, msg)
 	}
 	notes.run()
 	if u.ready {
@@ -617,22 +617,22 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	env := hp.env
 	cfg := env.Config()
 	var notes h2Notes
-	reason, msg := replyReason(0), ""
+	reason, msg := ReplyReason(0), ""
 	c.sendBy = h2SendBy(fields, c.arrived, cfg)
 	hp.mu.Lock()
 	hp.keepHeadLocked(c, fields, end)
 	switch u := hp.pickLocked(); {
 	case hp.closed:
-		reason, msg = replyNoUpstream, "stormgate: shutting down"
+		reason, msg = ReplyNoUpstream, "stormgate: shutting down"
 	case u != nil && hp.p.hold.callsWaiting() == 0 && hp.warmAllowLocked():
 		c.head, c.headEnd = fields, end
 		u.startLocked(c, now, &notes)
 	case cfg.HoldTimeout <= 0:
-		reason, msg = replyNoUpstream, "stormgate: no provider connection can take the request now and hold.timeout is 0"
+		reason, msg = ReplyNoUpstream, "stormgate: no provider connection can take the request now and hold.timeout is 0"
 	default:
 		c.head, c.headEnd = slices.Clone(fields), end
 		if reason, msg = hp.p.hold.holdCall(c, h2.ListSize(c.head), cfg, hp.awayLocked()); msg != "" {
-			srv.m.holdOutcome[holdRejectedFull].Inc()
+			srv.m.holdOutcome[HoldRejectedFull].Inc()
 			break
 		}
 		c.waiting = true
@@ -697,7 +697,7 @@ func (hp *h2Pool) pumpLocked(now int64, notes *h2Notes) {
 		c.waiting = false
 		hp.env.Wheel().Stop(&c.hold)
 		u.startLocked(c, now, notes)
-		hp.p.srv.m.holdOutcome[holdSent].Inc()
+		hp.p.srv.m.holdOutcome[HoldSent].Inc()
 	}
 }
 
@@ -716,8 +716,8 @@ func (hp *h2Pool) expire(c *h2Call) {
 	if late {
 		notes.late = append(notes.late, c)
 	} else {
-		hp.p.srv.m.holdOutcome[holdExpired].Inc() // counted before the consumer can see the reply
-		c.sess.fail(c, replyHoldTimeout, "stormgate: no provider connection could take the request within hold.timeout")
+		hp.p.srv.m.holdOutcome[HoldExpired].Inc() // counted before the consumer can see the reply
+		c.sess.fail(c, ReplyHoldTimeout, "stormgate: no provider connection could take the request within hold.timeout")
 	}
 	notes.run()
 }
@@ -805,7 +805,7 @@ func (u *h2Upstream) detachLocked(c *h2Call, notes *h2Notes) {
 func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	var notes h2Notes
 	hp.mu.Lock()
-	n, reason, msg := len(data), replyReason(0), ""
+	n, reason, msg := len(data), ReplyReason(0), ""
 	if !c.upDone {
 		hp.keepBodyLocked(c, data, end)
 	}
@@ -816,7 +816,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 			reason, msg = hp.p.hold.growCall(c, len(data), hp.env.Config(), hp.awayLocked())
 		}
 		if msg == "" && !hp.keepInLocked(c, data) {
-			reason, msg = replyOverloaded, h2OutOfBufferMsg
+			reason, msg = ReplyOverloaded, h2OutOfBufferMsg
 		}
 		if msg == "" {
 			c.inEnd = end
@@ -827,7 +827,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 		c.up.send(b)
 		if err == nil && sent < len(data) {
 			if !hp.keepInLocked(c, data[sent:]) {
-				reason, msg = replyOverloaded, h2OutOfBufferMsg
+				reason, msg = ReplyOverloaded, h2OutOfBufferMsg
 			} else {
 				c.inEnd = end
 				n = sent // the rest is kept: its window goes back when it leaves
@@ -837,7 +837,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	if msg != "" {
 		n = len(data)
 		if c.waiting {
-			hp.p.srv.m.holdOutcome[holdRejectedFull].Inc()
+			hp.p.srv.m.holdOutcome[HoldRejectedFull].Inc()
 			hp.takeOutLocked(c)
 			hp.unwaitLocked(c, &notes)
 		} else {
@@ -871,7 +871,7 @@ func (hp *h2Pool) cancel(c *h2Call) {
 	hp.mu.Lock()
 	switch {
 	case c.waiting:
-		hp.p.srv.m.holdOutcome[holdConsumerGone].Inc()
+		hp.p.srv.m.holdOutcome[HoldConsumerGone].Inc()
 		hp.takeOutLocked(c)
 		hp.unwaitLocked(c, &notes)
 	case c.up != nil:
@@ -995,7 +995,7 @@ func (ns h2Notes) run() {
 	}
 	for _, c := range ns.late {
 		srv := c.sess.sess.srv
-		srv.m.holdOutcome[holdDeadline].Inc() // counted before the consumer can see the reply
-		c.sess.failStatus(c, h2.GRPCDeadlineExceeded, replyDeadline, h2DeadlineMsg)
+		srv.m.holdOutcome[HoldDeadline].Inc() // counted before the consumer can see the reply
+		c.sess.failStatus(c, h2.GRPCDeadlineExceeded, ReplyDeadline, h2DeadlineMsg)
 	}
 }

@@ -107,7 +107,7 @@ func (u *h2Upstream) answerHeadLocked(c *h2Call, fields []h2.HeaderField, now in
 		outcome = notRunOutsideWindow
 	case c.notRunTries < cfg.NotExecutedRetries && hp.canResendLocked(c, now, d):
 		u.detachLocked(c, notes)
-		hp.resendLocked(c, now, d, holdReheldNotRun)
+		hp.resendLocked(c, now, d, HoldReheldNotRun)
 		c.notRunTries++
 		srv.m.life.notRunCounter(why, notRunReheld).Inc()
 		if c.notRunTries == 1 {
@@ -144,7 +144,7 @@ func (hp *h2Pool) canResendLocked(c *h2Call, now int64, pause time.Duration) boo
 
 // resendLocked puts a call canResendLocked allowed, detached from its provider stream, back to waiting
 // with its kept request, after pause.
-func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why holdOutcome) {
+func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why HoldOutcome) {
 	srv := hp.p.srv
 	env := hp.env
 	cfg := env.Config()
@@ -169,7 +169,7 @@ func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why ho
 
 // resendOrForgetLocked sends a detached call again if the rules allow (true), else drops its kept
 // request (the caller ends the call toward the consumer).
-func (hp *h2Pool) resendOrForgetLocked(c *h2Call, now int64, pause time.Duration, why holdOutcome) bool {
+func (hp *h2Pool) resendOrForgetLocked(c *h2Call, now int64, pause time.Duration, why HoldOutcome) bool {
 	if hp.canResendLocked(c, now, pause) {
 		hp.resendLocked(c, now, pause, why)
 		return true

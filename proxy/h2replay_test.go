@@ -312,7 +312,7 @@ func TestH2ResendRefused(t *testing.T) {
 			if n := p.requests.Load(); n != c.requests {
 				t.Errorf("the provider got the call %d times, want %d", n, c.requests)
 			}
-			if n := testutilCounter(srv.m.holdOutcome[holdReheldRefused]); n != c.resent {
+			if n := testutilCounter(srv.m.holdOutcome[HoldReheldRefused]); n != c.resent {
 				t.Errorf("reheld_refused %v, want %v", n, c.resent)
 			}
 			waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.InUse() == 0 })
@@ -363,7 +363,7 @@ func TestH2ResendAboveGoAway(t *testing.T) {
 	if a := got[5]; !a.echoed([]byte("call-2")) {
 		t.Errorf("the stream above the GOAWAY's id: %v, want its own answer from the next connection", a)
 	}
-	if n := testutilCounter(srv.m.holdOutcome[holdReheldRefused]); n != 1 {
+	if n := testutilCounter(srv.m.holdOutcome[HoldReheldRefused]); n != 1 {
 		t.Errorf("reheld_refused %v, want 1", n)
 	}
 	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.InUse() == 0 })
@@ -490,7 +490,7 @@ func TestH2ResendUnsent(t *testing.T) {
 	if a := got[3]; !a.echoed([]byte("small-call")) {
 		t.Errorf("the small call, never written: %v, want its own answer from the next connection", a)
 	}
-	if n := testutilCounter(srv.m.holdOutcome[holdReheld]); n != 1 {
+	if n := testutilCounter(srv.m.holdOutcome[HoldReheld]); n != 1 {
 		t.Errorf("reheld_unsent %v, want 1", n)
 	}
 	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return srv.budget.InUse() == 0 })
@@ -591,7 +591,7 @@ func TestH2DeadlineWhileWaiting(t *testing.T) {
 				if a.grpcStatus != "4" || !strings.Contains(a.grpcMessage, "never received it") {
 					t.Fatalf("the call whose timeout passed: %v, want grpc-status 4 from Stormgate", a)
 				}
-				if n := testutilCounter(srv.m.holdOutcome[holdDeadline]); n != 1 {
+				if n := testutilCounter(srv.m.holdOutcome[HoldDeadline]); n != 1 {
 					t.Errorf("hold outcome deadline %v, want 1", n)
 				}
 			}
@@ -654,7 +654,7 @@ func testH2ReadNotAnswered(t *testing.T, abort bool) {
 		if n := p.requests.Load(); n != 1 {
 			t.Errorf("the provider got the call %d times, want 1", n)
 		}
-		if n := testutilCounter(srv.m.holdOutcome[holdReheldUnseen]); n != 0 {
+		if n := testutilCounter(srv.m.holdOutcome[HoldReheldUnseen]); n != 0 {
 			t.Errorf("reheld_unseen %v, want 0", n)
 		}
 	}
@@ -685,7 +685,7 @@ func testH2ResendUnread(t *testing.T) {
 	})
 	stalled.nc.Close() // with the call unread in its receive queue: the kernel resets
 	a := readAnswersTicking(t, fr, 1, clk, srv)[1]
-	if unseen := testutilCounter(srv.m.holdOutcome[holdReheldUnseen]); !a.echoed([]byte("never read")) || unseen != 1 {
+	if unseen := testutilCounter(srv.m.holdOutcome[HoldReheldUnseen]); !a.echoed([]byte("never read")) || unseen != 1 {
 		t.Errorf("the call the provider never read: %v, reheld_unseen %v; want its own answer from the next "+
 			"connection, 1", a, unseen)
 	}

@@ -40,9 +40,10 @@ import (
 // Locks: mu guards conn, calls, closed and a call's consumer-side fields. Nothing holds mu and the
 // pool's lock at once: each side collects what it owes the other and calls it after unlocking.
 type h2Session struct {
-	sess *session
-	hp   *h2Pool
-	env  Env
+	sess     *session
+	consumer Consumer
+	hp       *h2Pool
+	env      Env
 
 	mu     sync.Mutex
 	conn   *h2.Conn               // nil until the client preface arrived
@@ -59,9 +60,6 @@ type h2Session struct {
 	// (h2deliver.go); pendQueued: a delivery will flush them.
 	pend       []byte
 	pendQueued bool
-
-	goingAway atomic.Bool     // a connection error's GOAWAY went to the writer: input is dropped, close follows
-	linger    keepalive.Timer // bounds how long the GOAWAY may wait in the writer (closeAfterGoAway)
 
 	in        []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
 	inCharged int    // the handler's: cap(in) charged to the budget while in holds part of a frame (chargeIn)
@@ -121,10 +119,9 @@ type h2Call struct {
 }
 
 func newH2Session(s *session, hp *h2Pool) *h2Session {
-	h := &h2Session{sess: s, hp: hp, env: Env{s.srv}}
+	h := &h2Session{sess: s, consumer: Consumer{s}, hp: hp, env: Env{s.srv}}
 	h.calls.init(0)
 	h.stall.Init(h.onStall)
-	h.linger.Init(func() { h.sess.closeWith(closeH2Error) })
 	return h
 }
 
@@ -150,10 +147,10 @@ func (h *h2Session) start(now int64) {
 
 // onInput takes what netpoll read (handler only).
 func (h *h2Session) onInput(r byteSource, now int64) {
-	h.sess.idle.Touch(now)
+	h.consumer.Touch(now)
 	b, _ := r.Next(r.Len())
 	switch {
-	case h.sess.closing.Load() || h.goingAway.Load():
+	case h.consumer.Closing():
 	case h.conn == nil:
 		h.sniff(b, now)
 	default:
@@ -180,7 +177,7 @@ func (h *h2Session) chargeIn() {
 // is completed from b's first bytes and processed alone, and the rest of b is processed where it lies. So
 // h.in holds at most one frame (its header, then its payload), never a whole read behind it.
 func (h *h2Session) input(b []byte, now int64) {
-	for len(h.in) > 0 && len(b) > 0 && !h.sess.closing.Load() && !h.goingAway.Load() {
+	for len(h.in) > 0 && len(b) > 0 && !h.consumer.Closing() {
 		need := h2.FrameHeaderLen - len(h.in)
 		if need <= 0 {
 			fh, _ := h2.ParseFrameHeader(h.in)
@@ -201,7 +198,7 @@ func (h *h2Session) input(b []byte, now int64) {
 // process reads whole frames from buf and keeps the rest (less than one frame) in h.in.
 func (h *h2Session) process(buf []byte, now int64) {
 	off := 0
-	for !h.sess.closing.Load() && !h.goingAway.Load() {
+	for !h.consumer.Closing() {
 		h.mu.Lock()
 		n, ev, err := h.conn.Read(now, buf[off:])
 		h.flushLocked() // counts what the frame changed (a PING answered, a guard tripped) before the consumer can see it
@@ -209,7 +206,7 @@ func (h *h2Session) process(buf []byte, now int64) {
 		off += n
 		if err != nil {
 			h.env.Log().Warn("closing HTTP/2 consumer after a connection error (GOAWAY sent)",
-				zap.Stringer("peer", h.sess.remote), zap.Error(err))
+				zap.Stringer("peer", h.consumer.Remote()), zap.Error(err))
 			h.closeAfterGoAway()
 			break
 		}
@@ -220,7 +217,7 @@ func (h *h2Session) process(buf []byte, now int64) {
 	}
 	rest := buf[off:]
 	switch {
-	case h.sess.closing.Load() || h.goingAway.Load():
+	case h.consumer.Closing():
 		rest = nil
 	case len(rest) > 0 && len(h.in) > 0 && &rest[0] == &h.in[0]:
 		return // a frame still partial in h.in, where it is
@@ -249,8 +246,7 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 		}
 		h.calls.add(ev.Stream, c)
 		h.mu.Unlock()
-		h.sess.inflight.Add(1)
-		h.sess.counts.requests.Add(1)
+		h.consumer.CallBegan()
 		h.hp.open(c, ev.Fields, ev.EndStream, now)
 	case h2.EventData:
 		if c := h.dataCall(ev.Stream, len(ev.Data)); c != nil {
@@ -299,24 +295,8 @@ func (h *h2Session) dataCall(id uint32, n int) *h2Call {
 }
 
 // closeAfterGoAway ends the connection after a connection error so that the GOAWAY saying why reaches
-// the consumer: a lingering close. Closing at once lost it twice over: the writer dropped what it still
-// held (the consumer had answers to read), and close(2) with the flood's unread bytes in the receive
-// queue sends RST, which discards what the kernel had not sent yet (Apache's and nginx's lingering close
-// exist for the same reason). So: input is read and dropped from now on; once the writer has written
-// everything (at once, or when it tells the session it is idle), the write side is shut (FIN after the
-// GOAWAY); the socket closes when the consumer closes its side (onClosed counts it as http2_error), or
-// after h2GoAwayLinger on the server's clock if it does not. Handler or wheel goroutine.
-func (h *h2Session) closeAfterGoAway() {
-	s := h.sess
-	if !h.goingAway.CompareAndSwap(false, true) {
-		return
-	}
-	h.env.Wheel().Schedule(&h.linger, h2GoAwayLinger)
-	if s.w.claimable() { // nothing waits in the writer: the GOAWAY is in the kernel's hands
-		s.w.shutdownWrite()
-	}
-	// Else session.writerIdle shuts the write side once the writer is idle.
-}
+// the consumer: a lingering close (Consumer.Linger), bounded by h2GoAwayLinger.
+func (h *h2Session) closeAfterGoAway() { h.consumer.Linger(CloseH2Error, h2GoAwayLinger) }
 
 // consumed hands n bytes of stream id back to the consumer's windows (WINDOW_UPDATE when due).
 func (h *h2Session) consumed(id uint32, n int) {
@@ -434,8 +414,8 @@ func (h *h2Session) keepLocked(c *h2Call, b []byte) bool {
 	env := h.env
 	if h.held+len(b) > env.Config().MaxQueuedBytesPerConn || !env.Budget().TryReserve(len(b)) {
 		env.Log().Warn("closing HTTP/2 consumer that does not read its answers",
-			zap.Stringer("peer", h.sess.remote), zap.Int("held_bytes", h.held))
-		h.sess.closeWith(closeSlowReader)
+			zap.Stringer("peer", h.consumer.Remote()), zap.Int("held_bytes", h.held))
+		h.consumer.CloseWith(CloseSlowReader)
 		return false
 	}
 	h.held += len(b)
@@ -517,13 +497,13 @@ func (h *h2Session) flushWaiting(stream uint32) {
 // when no head went out yet, else trailers after what was sent; DATA that waited is dropped. A consumer
 // still sending the request is told to stop (RST_STREAM NO_ERROR, RFC 9113 §8.1). It returns the bytes
 // dropped, for the provider's windows.
-func (h *h2Session) fail(c *h2Call, reason replyReason, msg string) int {
+func (h *h2Session) fail(c *h2Call, reason ReplyReason, msg string) int {
 	return h.failStatus(c, h2.GRPCUnavailable, reason, msg)
 }
 
 // failStatus is fail with another gRPC status (DEADLINE_EXCEEDED for a call never sent because its own
 // timeout would have passed).
-func (h *h2Session) failStatus(c *h2Call, code int, reason replyReason, msg string) int {
+func (h *h2Session) failStatus(c *h2Call, code int, reason ReplyReason, msg string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c.done || h.closed {
@@ -550,7 +530,7 @@ func (h *h2Session) reset(c *h2Call, code h2.ErrCode) int {
 		return 0
 	}
 	dropped := h.discardLocked(c)
-	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(h2.GRPCFromReset(code)), noLocalReply) // what a gRPC client makes of it
+	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(h2.GRPCFromReset(code)), NoLocalReply) // what a gRPC client makes of it
 	_ = h.conn.Reset(c.down, code)
 	h.flushLocked()
 	h.finishLocked(c)
@@ -563,16 +543,10 @@ func (h *h2Session) finishLocked(c *h2Call) {
 	if c.done {
 		return
 	}
-	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(h2.GRPCCancelled), consumerEnded)
+	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(h2.GRPCCancelled), ConsumerEnded)
 	c.done = true
 	h.calls.take(c.down)
-	srv := h.sess.srv
-	if h.sess.inflight.Add(-1) == 0 && srv.draining.Load() { // as Server.settle does for a Dubbo answer
-		select {
-		case srv.drainIdle <- struct{}{}:
-		default:
-		}
-	}
+	h.consumer.CallEnded()
 }
 
 // goAway tells the consumer that Stormgate is draining (Server.Announce), the graceful way (RFC 9113 §6.8):
@@ -624,7 +598,6 @@ func (h *h2Session) onClosed() {
 	h.in = nil // the close path never runs beside the handler (session.onClosed)
 	h.chargeIn()
 	h.env.Wheel().Stop(&h.stall)
-	h.env.Wheel().Stop(&h.linger)
 	calls := make([]*h2Call, 0, h.calls.len())
 	dropped := make([]int, 0, h.calls.len())
 	for c := range h.calls.values() {

@@ -38,7 +38,7 @@ func (h *h2Session) onStall() {
 	t := env.Config().FrameReadTimeout
 	h.mu.Lock()
 	// A live change to 0 turns the guard off; after a connection error the connection is going away.
-	if h.closed || h.conn == nil || t <= 0 || h.goingAway.Load() {
+	if h.closed || h.conn == nil || t <= 0 || h.consumer.Closing() {
 		h.mu.Unlock()
 		return
 	}
@@ -74,11 +74,11 @@ func (h *h2Session) onStall() {
 	}
 	if len(ended) > 0 {
 		env.Log().Info("reset HTTP/2 streams whose consumer kept the window shut for limits.frame_read_timeout",
-			zap.Stringer("peer", h.sess.remote), zap.Int("streams", len(ended)), zap.Duration("frame_read_timeout", t))
+			zap.Stringer("peer", h.consumer.Remote()), zap.Int("streams", len(ended)), zap.Duration("frame_read_timeout", t))
 	}
 	if err != nil {
 		env.Log().Warn("closing HTTP/2 consumer after a connection error (GOAWAY sent)",
-			zap.Stringer("peer", h.sess.remote), zap.Error(err))
+			zap.Stringer("peer", h.consumer.Remote()), zap.Error(err))
 		h.closeAfterGoAway()
 	}
 }

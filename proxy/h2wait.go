@@ -58,7 +58,7 @@ const (
 // holdCall queues c, whose bytes are size, behind its consumer's other waiting calls; or says why it
 // may not wait (msg "" when it waits). away: no HTTP/2 provider connection takes new streams
 // (h2Pool.awayLocked), so the consumer's bound applies.
-func (h *holdQueue) holdCall(c *h2Call, size int, cfg *Config, away bool) (replyReason, string) {
+func (h *holdQueue) holdCall(c *h2Call, size int, cfg *Config, away bool) (ReplyReason, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if reason, msg := h.refuseCallLocked(c, size, true, cfg, away); msg != "" {
@@ -72,21 +72,21 @@ func (h *holdQueue) holdCall(c *h2Call, size int, cfg *Config, away bool) (reply
 
 // refuseCallLocked says why c may not wait with n more bytes (msg "" when it may): a call that is new
 // to the queue also takes one of hold.max_requests.
-func (h *holdQueue) refuseCallLocked(c *h2Call, n int, isNew bool, cfg *Config, away bool) (replyReason, string) {
+func (h *holdQueue) refuseCallLocked(c *h2Call, n int, isNew bool, cfg *Config, away bool) (ReplyReason, string) {
 	switch {
 	case isNew && h.len() >= cfg.HoldMaxRequests:
-		return replyHoldFull, h2HoldFullMsg + " (hold.max_requests)"
+		return ReplyHoldFull, h2HoldFullMsg + " (hold.max_requests)"
 	case h.bytes+n > cfg.HoldMaxBytes:
-		return replyHoldFull, h2HoldFullMsg + " (hold.max_bytes)"
+		return ReplyHoldFull, h2HoldFullMsg + " (hold.max_bytes)"
 	case away && cfg.HoldMaxBytesPerConsumer > 0 && c.sess.heldBytes+n > cfg.HoldMaxBytesPerConsumer:
-		return replyOverloaded, h2HeldBytesMsg
+		return ReplyOverloaded, h2HeldBytesMsg
 	}
 	return 0, ""
 }
 
 // growCall counts n more bytes of a waiting call (DATA that came while it waits); or says why they may
 // not wait, and then the caller ends the call (the hold queue keeps nothing of it).
-func (h *holdQueue) growCall(c *h2Call, n int, cfg *Config, away bool) (replyReason, string) {
+func (h *holdQueue) growCall(c *h2Call, n int, cfg *Config, away bool) (ReplyReason, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if reason, msg := h.refuseCallLocked(c, n, false, cfg, away); msg != "" {

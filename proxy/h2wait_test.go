@@ -74,18 +74,18 @@ func TestH2HoldBounds(t *testing.T) {
 	if _, msg := h.holdCall(&h2Call{sess: a}, 300, cfg, true); msg != "" {
 		t.Fatalf("a first call within every bound: %s", msg)
 	}
-	if reason, msg := h.holdCall(&h2Call{sess: a}, 200, cfg, true); reason != replyOverloaded || msg != h2HeldBytesMsg {
+	if reason, msg := h.holdCall(&h2Call{sess: a}, 200, cfg, true); reason != ReplyOverloaded || msg != h2HeldBytesMsg {
 		t.Errorf("a's second call past hold.max_bytes_per_consumer while away: %v %q", reason, msg)
 	}
 	a2 := &h2Call{sess: a}
 	if _, msg := h.holdCall(a2, 200, cfg, false); msg != "" {
 		t.Errorf("the same call while the provider serves (the per-consumer bound is off): %q", msg)
 	}
-	if reason, msg := h.holdCall(&h2Call{sess: b}, 1, cfg, false); reason != replyHoldFull || !strings.HasSuffix(msg, "(hold.max_requests)") {
+	if reason, msg := h.holdCall(&h2Call{sess: b}, 1, cfg, false); reason != ReplyHoldFull || !strings.HasSuffix(msg, "(hold.max_requests)") {
 		t.Errorf("a call past hold.max_requests (with the Dubbo request): %v %q", reason, msg)
 	}
 	h.removeCall(a2)
-	if reason, msg := h.growCall(h.calls.waiting.active[0].q[0], 601, cfg, false); reason != replyHoldFull || !strings.HasSuffix(msg, "(hold.max_bytes)") {
+	if reason, msg := h.growCall(h.calls.waiting.active[0].q[0], 601, cfg, false); reason != ReplyHoldFull || !strings.HasSuffix(msg, "(hold.max_bytes)") {
 		t.Errorf("DATA past hold.max_bytes: %v %q", reason, msg)
 	}
 	if _, msg := h.growCall(h.calls.waiting.active[0].q[0], 600, cfg, false); msg != "" || h.bytes != 1000 || a.heldBytes != 900 {

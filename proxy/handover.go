@@ -629,7 +629,7 @@ func (s *Server) restore(sn *Snapshot) error {
 			s.accept(r)
 			held = append(held, heldEntry(r, h.Frame))
 		}
-		defer p.hold.rehold(held, holdReheld) // once the connections take requests
+		defer p.hold.rehold(held, HoldReheld) // once the connections take requests
 	}
 	s.mu.Lock()
 	for port, p := range pools {

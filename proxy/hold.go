@@ -112,13 +112,13 @@ func (h *holdQueue) push(r request, frame []byte) {
 	srv := h.pool.srv
 	cfg := srv.cfg.Load()
 	if cfg.HoldTimeout <= 0 {
-		srv.refuse(r, wire.FailNoUpstream, "stormgate: no usable provider connection (hold.timeout is 0)", replyNoUpstream)
+		srv.refuse(r, wire.FailNoUpstream, "stormgate: no usable provider connection (hold.timeout is 0)", ReplyNoUpstream)
 		return
 	}
 	srv.sendByOf(&r, frame, cfg)
 	if pastDeadline(&r, srv.now()) {
-		srv.m.holdOutcome[holdDeadline].Inc()
-		srv.refuse(r, wire.FailDeadline, deadlineMsg, replyDeadline)
+		srv.m.holdOutcome[HoldDeadline].Inc()
+		srv.refuse(r, wire.FailDeadline, deadlineMsg, ReplyDeadline)
 		return
 	}
 	h.mu.Lock()
@@ -126,26 +126,26 @@ func (h *holdQueue) push(r request, frame []byte) {
 		// Close has run (or is running) failAll: nobody would answer an entry added now.
 		// Checked under mu so that an entry is either answered here or by failAll.
 		h.mu.Unlock()
-		srv.refuse(r, wire.FailNoUpstream, "stormgate: shutting down", replyDrain)
+		srv.refuse(r, wire.FailNoUpstream, "stormgate: shutting down", ReplyDrain)
 		return
 	}
 	if lim := cfg.HoldMaxBytesPerConsumer; lim > 0 && r.sess.wait.waiting.Load()+int64(len(frame)) > int64(lim) && h.pool.usable() == 0 {
 		// One consumer may not fill the hold queue for everyone while the provider is away
 		// (backpressure.go: reading is not paused then, so this one is answered instead).
 		h.mu.Unlock()
-		srv.m.holdOutcome[holdRejectedFull].Inc()
+		srv.m.holdOutcome[HoldRejectedFull].Inc()
 		srv.refuse(r, wire.FailOverloaded, "stormgate: this consumer already has hold.max_bytes_per_consumer of requests "+
-			"waiting for the provider, which is away", replyHoldFull)
+			"waiting for the provider, which is away", ReplyHoldFull)
 		return
 	}
 	if h.len() >= cfg.HoldMaxRequests || h.bytes+len(frame) > cfg.HoldMaxBytes || !srv.budget.TryReserve(len(frame)) {
 		h.mu.Unlock()
-		srv.m.holdOutcome[holdRejectedFull].Inc()
+		srv.m.holdOutcome[HoldRejectedFull].Inc()
 		why, msg := wire.FailNoUpstream, "stormgate: no usable provider connection and the hold queue is full"
 		if h.pool.usable() > 0 {
 			why, msg = wire.FailOverloaded, "stormgate: the provider is not keeping up (every connection's queue and the hold queue are full)"
 		}
-		srv.refuse(r, why, msg, replyHoldFull)
+		srv.refuse(r, why, msg, ReplyHoldFull)
 		return
 	}
 	r.call = srv.noteHeld(r.call, false)
@@ -165,7 +165,7 @@ func (h *holdQueue) push(r request, frame []byte) {
 // keep their arrival time (and so their deadline) and their place in arrival order;
 // those whose consumer's deadline is already too close are answered instead. Their
 // bytes were reserved by the writer they came from; rehold charges them anew.
-func (h *holdQueue) rehold(es []held, why holdOutcome) {
+func (h *holdQueue) rehold(es []held, why HoldOutcome) {
 	if len(es) == 0 {
 		return
 	}
@@ -177,8 +177,8 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 		srv.sendByOf(&e.request, e.frame, cfg)
 		if pastDeadline(&e.request, now) {
 			h.dropCarried(e)
-			srv.m.holdOutcome[holdDeadline].Inc()
-			srv.refuse(e.request, wire.FailDeadline, deadlineMsg, replyDeadline)
+			srv.m.holdOutcome[HoldDeadline].Inc()
+			srv.refuse(e.request, wire.FailDeadline, deadlineMsg, ReplyDeadline)
 			continue
 		}
 		e.deadline = holdUntil(&e.request, cfg)
@@ -194,7 +194,7 @@ func (h *holdQueue) rehold(es []held, why holdOutcome) {
 		h.mu.Unlock()
 		for _, e := range es {
 			h.dropCarried(e)
-			srv.refuse(e.request, wire.FailNoUpstream, "stormgate: shutting down", replyDrain)
+			srv.refuse(e.request, wire.FailNoUpstream, "stormgate: shutting down", ReplyDrain)
 		}
 		return
 	}
@@ -306,14 +306,14 @@ func (h *holdQueue) dispatchLaneLocked(lane int) bool {
 		e := *p
 		if e.sess.closing.Load() {
 			h.popLocked(lane)
-			srv.m.holdOutcome[holdConsumerGone].Inc()
+			srv.m.holdOutcome[HoldConsumerGone].Inc()
 			srv.settle(e.request) // counted as late: the consumer is gone
 			continue
 		}
 		if pastDeadline(&e.request, srv.now()) {
 			h.popLocked(lane)
-			srv.m.holdOutcome[holdDeadline].Inc()
-			srv.refuse(e.request, wire.FailDeadline, deadlineMsg, replyDeadline)
+			srv.m.holdOutcome[HoldDeadline].Inc()
+			srv.refuse(e.request, wire.FailDeadline, deadlineMsg, ReplyDeadline)
 			continue
 		}
 		if until, ok := h.pool.paused(); ok {
@@ -334,7 +334,7 @@ func (h *holdQueue) dispatchLaneLocked(lane int) bool {
 			return true // a connection coming back dispatches at once
 		}
 		h.popLocked(lane)
-		srv.m.holdOutcome[holdSent].Inc()
+		srv.m.holdOutcome[HoldSent].Inc()
 	}
 }
 
@@ -358,21 +358,21 @@ func (h *holdQueue) expire() {
 			h.dropLocked(i, e)
 			switch {
 			case pastDeadline(&e.request, now):
-				srv.m.holdOutcome[holdDeadline].Inc() // counted before the consumer can see the reply
-				srv.refuse(e.request, wire.FailDeadline, deadlineMsg, replyDeadline)
+				srv.m.holdOutcome[HoldDeadline].Inc() // counted before the consumer can see the reply
+				srv.refuse(e.request, wire.FailDeadline, deadlineMsg, ReplyDeadline)
 			case h.pool.sendToDrainingProvider(e.request, e.frame):
-				srv.m.holdOutcome[holdSentDraining].Inc()
+				srv.m.holdOutcome[HoldSentDraining].Inc()
 			case h.pool.usable() > 0:
 				// Held because every connection's queue was full (upstream.max_queued_bytes):
 				// the provider serves, but slower than requests arrive.
-				srv.m.holdOutcome[holdExpired].Inc()
+				srv.m.holdOutcome[HoldExpired].Inc()
 				srv.refuse(e.request, wire.FailOverloaded, "stormgate: the provider is serving but did not take this request "+
 					"within the hold time (hold.timeout, or hold.max_timeout for a request that carries its own timeout): "+
-					"it is not keeping up with what consumers send", replyHoldTimeout)
+					"it is not keeping up with what consumers send", ReplyHoldTimeout)
 			default:
-				srv.m.holdOutcome[holdExpired].Inc()
+				srv.m.holdOutcome[HoldExpired].Inc()
 				srv.refuse(e.request, wire.FailNoUpstream, "stormgate: no usable provider connection within the hold time "+
-					"(hold.timeout, or hold.max_timeout for a request that carries its own timeout)", replyHoldTimeout)
+					"(hold.timeout, or hold.max_timeout for a request that carries its own timeout)", ReplyHoldTimeout)
 			}
 		}
 	}
@@ -415,7 +415,7 @@ func (h *holdQueue) failAll(msg string) {
 	for i := range h.lanes {
 		for _, e := range h.lanes[i].takeAll() {
 			h.dropLocked(i, e)
-			srv.refuse(e.request, wire.FailNoUpstream, msg, replyDrain)
+			srv.refuse(e.request, wire.FailNoUpstream, msg, ReplyDrain)
 		}
 	}
 }

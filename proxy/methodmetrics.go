@@ -102,7 +102,7 @@ func (c *callCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for r := range ev.local {
 			if n := ev.local[r].Load(); n > 0 {
-				ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(n), l.service, l.method, replyReason(r).String())
+				ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(n), l.service, l.method, ReplyReason(r).String())
 			}
 		}
 		if n := ev.held.Load(); n > 0 {

@@ -374,19 +374,19 @@ func (s *Server) callAnswered(r *request, resp []byte, now int64, sh *callShard)
 		return
 	}
 	status, exc := s.codec.Outcome(resp)
-	s.callEnded(cfg, sh, r.sess, r.call, status, exc, noLocalReply, time.Duration(now-r.arrived), len(resp))
+	s.callEnded(cfg, sh, r.sess, r.call, status, exc, NoLocalReply, time.Duration(now-r.arrived), len(resp))
 }
 
 // Who ended a call, beside Stormgate's reasons (replyReason): for callEnded and the
 // access log's answered_by.
 const (
-	noLocalReply  replyReason = nReplyReasons     // the provider answered
-	consumerEnded replyReason = nReplyReasons + 1 // its consumer ended it (HTTP/2: RST_STREAM, or gone)
+	NoLocalReply  ReplyReason = nReplyReasons     // the provider answered
+	ConsumerEnded ReplyReason = nReplyReasons + 1 // its consumer ended it (HTTP/2: RST_STREAM, or gone)
 )
 
 // callReplied counts Stormgate's own reply to a request (on the server's local shard)
 // and offers it to the access log; before the consumer can see it.
-func (s *Server) callReplied(sess *session, call callRef, arrived int64, why wire.Failure, reason replyReason, reply []byte) {
+func (s *Server) callReplied(sess *session, call callRef, arrived int64, why wire.Failure, reason ReplyReason, reply []byte) {
 	cfg := s.cfg.Load()
 	if cfg.MaxMethods == 0 && !cfg.AccessLog.Enabled {
 		return
@@ -397,10 +397,10 @@ func (s *Server) callReplied(sess *session, call callRef, arrived int64, why wir
 
 // callEnded counts a call's end on shard sh: its status (an index into statusVocab.names),
 // whether it carries a business exception, who ended it (local: a replyReason when
-// Stormgate answered, else noLocalReply or consumerEnded), its duration and the answer's
+// Stormgate answered, else NoLocalReply or ConsumerEnded), its duration and the answer's
 // bytes; and offers it to the access log. Any protocol, any goroutine.
 func (s *Server) callEnded(cfg *Config, sh *callShard, sess *session, call callRef, status int, exc bool,
-	local replyReason, d time.Duration, respBytes int) {
+	local ReplyReason, d time.Duration, respBytes int) {
 	if cfg.MaxMethods > 0 {
 		sh.at(call.method).observe(status, exc, d)
 		if local < nReplyReasons {

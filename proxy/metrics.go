@@ -8,109 +8,109 @@ import (
 // built, so that an alert on increase(...) sees a pod's first incident, not only
 // its second.
 
-// closeReason labels stormgate_downstream_closed_total{reason}.
-type closeReason uint8
+// CloseReason labels stormgate_downstream_closed_total{reason}.
+type CloseReason uint8
 
 const (
-	closePeer closeReason = iota
-	closeIdle
-	closeBadMagic
-	closeOversize
-	closeBadLength
-	closeTruncated
-	closeFrameTimeout
-	closeSlowReader
-	closeDrain
-	closeShutdown
-	closeNoPort
-	closeH2Error   // an HTTP/2 connection error (its GOAWAY was sent)
-	closeNotServed // a protocol the provider does not speak (upstream.protocol)
+	ClosePeer CloseReason = iota
+	CloseIdle
+	CloseBadMagic
+	CloseOversize
+	CloseBadLength
+	CloseTruncated
+	CloseFrameTimeout
+	CloseSlowReader
+	CloseDrain
+	CloseShutdown
+	CloseNoPort
+	CloseH2Error   // an HTTP/2 connection error (its GOAWAY was sent)
+	CloseNotServed // a protocol the provider does not speak (upstream.protocol)
 	nCloseReasons
 )
 
 var closeReasonNames = [nCloseReasons]string{
-	closePeer:         "peer_closed",
-	closeIdle:         "idle_timeout",
-	closeBadMagic:     "bad_magic",
-	closeOversize:     "frame_too_large",
-	closeBadLength:    "bad_length",
-	closeTruncated:    "truncated_frame",
-	closeFrameTimeout: "frame_read_timeout",
-	closeSlowReader:   "slow_consumer",
-	closeDrain:        "drain",
-	closeShutdown:     "shutdown",
-	closeNoPort:       "port_not_allowed",
-	closeH2Error:      "http2_error",
-	closeNotServed:    "protocol_not_served",
+	ClosePeer:         "peer_closed",
+	CloseIdle:         "idle_timeout",
+	CloseBadMagic:     "bad_magic",
+	CloseOversize:     "frame_too_large",
+	CloseBadLength:    "bad_length",
+	CloseTruncated:    "truncated_frame",
+	CloseFrameTimeout: "frame_read_timeout",
+	CloseSlowReader:   "slow_consumer",
+	CloseDrain:        "drain",
+	CloseShutdown:     "shutdown",
+	CloseNoPort:       "port_not_allowed",
+	CloseH2Error:      "http2_error",
+	CloseNotServed:    "protocol_not_served",
 }
 
-func (r closeReason) String() string { return closeReasonNames[r] }
+func (r CloseReason) String() string { return closeReasonNames[r] }
 
-// replyReason labels stormgate_local_replies_total{reason}: why Stormgate answered a
+// ReplyReason labels stormgate_local_replies_total{reason}: why Stormgate answered a
 // request itself.
-type replyReason uint8
+type ReplyReason uint8
 
 const (
-	replyUpstreamLost replyReason = iota
-	replyHoldTimeout
-	replyHoldFull
-	replyNoUpstream
-	replyInflight
-	replyOverloaded
-	replyMaxAge
-	replyBadRequest
-	replyBadResponse
-	replyDrain
-	replyDeadline
-	replyUpgrade
+	ReplyUpstreamLost ReplyReason = iota
+	ReplyHoldTimeout
+	ReplyHoldFull
+	ReplyNoUpstream
+	ReplyInflight
+	ReplyOverloaded
+	ReplyMaxAge
+	ReplyBadRequest
+	ReplyBadResponse
+	ReplyDrain
+	ReplyDeadline
+	ReplyUpgrade
 	nReplyReasons
 )
 
 var replyReasonNames = [nReplyReasons]string{
-	replyUpstreamLost: "upstream_lost",
-	replyHoldTimeout:  "hold_timeout",
-	replyHoldFull:     "hold_full",
-	replyNoUpstream:   "no_upstream",
-	replyInflight:     "inflight_limit",
-	replyOverloaded:   "overloaded",
-	replyMaxAge:       "max_request_age",
-	replyBadRequest:   "bad_request",
-	replyBadResponse:  "bad_response",
-	replyDrain:        "draining",
-	replyDeadline:     "deadline",
-	replyUpgrade:      "upgrade",
+	ReplyUpstreamLost: "upstream_lost",
+	ReplyHoldTimeout:  "hold_timeout",
+	ReplyHoldFull:     "hold_full",
+	ReplyNoUpstream:   "no_upstream",
+	ReplyInflight:     "inflight_limit",
+	ReplyOverloaded:   "overloaded",
+	ReplyMaxAge:       "max_request_age",
+	ReplyBadRequest:   "bad_request",
+	ReplyBadResponse:  "bad_response",
+	ReplyDrain:        "draining",
+	ReplyDeadline:     "deadline",
+	ReplyUpgrade:      "upgrade",
 }
 
-func (r replyReason) String() string { return replyReasonNames[r] }
+func (r ReplyReason) String() string { return replyReasonNames[r] }
 
-// holdOutcome labels stormgate_hold_outcomes_total{outcome}.
-type holdOutcome uint8
+// HoldOutcome labels stormgate_hold_outcomes_total{outcome}.
+type HoldOutcome uint8
 
 const (
-	holdSent holdOutcome = iota
-	holdExpired
-	holdRejectedFull
-	holdConsumerGone
-	holdReheld
-	holdReheldUnseen
-	holdReheldNotRun
-	holdSentDraining
-	holdDeadline
-	holdReheldRefused
+	HoldSent HoldOutcome = iota
+	HoldExpired
+	HoldRejectedFull
+	HoldConsumerGone
+	HoldReheld
+	HoldReheldUnseen
+	HoldReheldNotRun
+	HoldSentDraining
+	HoldDeadline
+	HoldReheldRefused
 	nHoldOutcomes
 )
 
 var holdOutcomeNames = [nHoldOutcomes]string{
-	holdSent:          "sent",
-	holdExpired:       "expired",
-	holdRejectedFull:  "rejected_full",
-	holdConsumerGone:  "consumer_gone",
-	holdReheld:        "reheld_unsent",
-	holdReheldUnseen:  "reheld_unseen",
-	holdReheldNotRun:  "reheld_not_executed",
-	holdSentDraining:  "sent_to_draining_provider",
-	holdDeadline:      "deadline",
-	holdReheldRefused: "reheld_refused",
+	HoldSent:          "sent",
+	HoldExpired:       "expired",
+	HoldRejectedFull:  "rejected_full",
+	HoldConsumerGone:  "consumer_gone",
+	HoldReheld:        "reheld_unsent",
+	HoldReheldUnseen:  "reheld_unseen",
+	HoldReheldNotRun:  "reheld_not_executed",
+	HoldSentDraining:  "sent_to_draining_provider",
+	HoldDeadline:      "deadline",
+	HoldReheldRefused: "reheld_refused",
 }
 
 // dropKind labels stormgate_frames_dropped_total{kind}: frames consumed without

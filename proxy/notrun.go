@@ -58,7 +58,7 @@ func (uc *upConn) reholdNotExecuted(pe pending, frame []byte, now int64) bool {
 			srv.log.Debug("the provider answered that it did not run a request; holding it and retrying",
 				zap.String("provider", p.addr), zap.String("answer", why), zap.Duration("pause", d))
 		}
-		p.hold.rehold([]held{{request: pe.request, frame: b}}, holdReheldNotRun)
+		p.hold.rehold([]held{{request: pe.request, frame: b}}, HoldReheldNotRun)
 		return true
 	}
 	srv.m.life.notRunCounter(why, outcome).Inc()

@@ -44,7 +44,7 @@ func javaAnswer(status byte, msg string, id int64) []byte {
 }
 
 // holdOutcome and notExecuted read the lifecycle's counters.
-func (f *fixture) holdOutcome(o holdOutcome) float64 { return value(f.srv.m.holdOutcome[o]) }
+func (f *fixture) holdOutcome(o HoldOutcome) float64 { return value(f.srv.m.holdOutcome[o]) }
 
 func (f *fixture) notExecuted(reason string, o notRunOutcome) float64 {
 	return value(f.srv.m.life.notRunCounter(reason, o))
@@ -136,7 +136,7 @@ func TestNotExecutedAnswerIsReheld(t *testing.T) {
 			if n := f.notExecuted(reason, notRunReheld); n != 2 {
 				t.Fatalf("reheld count %v, want 2", n)
 			}
-			if n := f.holdOutcome(holdReheldNotRun); n != 2 {
+			if n := f.holdOutcome(HoldReheldNotRun); n != 2 {
 				t.Fatalf("hold outcome reheld_not_executed %v, want 2", n)
 			}
 		})
@@ -207,7 +207,7 @@ func TestNotExecutedPassedOn(t *testing.T) {
 			if seen.Load() != 1 {
 				t.Fatalf("provider saw the request %d times, want 1", seen.Load())
 			}
-			if n := f.holdOutcome(holdReheldNotRun); n != 0 {
+			if n := f.holdOutcome(HoldReheldNotRun); n != 0 {
 				t.Fatalf("re-held %v times", n)
 			}
 			if tc.outcome != nNotRunOutcomes {

@@ -303,10 +303,10 @@ func resetReholdsTheLastRequest(t *testing.T) bool {
 	if r := <-unseen; r.err != nil || r.resp.Status != dubbo.StatusOK || r.resp.Value != "never-read" {
 		t.Fatalf("the request the provider never read: %+v %v; want it sent again and answered", r.resp, r.err)
 	}
-	if n := f.holdOutcome(holdReheldUnseen); n != 1 {
+	if n := f.holdOutcome(HoldReheldUnseen); n != 1 {
 		t.Fatalf("reheld_unseen %v, want 1", n)
 	}
-	if n := f.srv.Stats().LocalReplies[replyUpstreamLost.String()]; n != 1 {
+	if n := f.srv.Stats().LocalReplies[ReplyUpstreamLost.String()]; n != 1 {
 		t.Fatalf("upstream_lost replies %d, want 1", n)
 	}
 	return true
@@ -331,7 +331,7 @@ func TestProviderFINAfterReadingAllFailsInFlight(t *testing.T) {
 			t.Fatalf("the answer does not say the provider had received the request: %q", r.resp.Value)
 		}
 	}
-	if n := f.holdOutcome(holdReheldUnseen); n != 0 {
+	if n := f.holdOutcome(HoldReheldUnseen); n != 0 {
 		t.Fatalf("reheld_unseen %v, want 0", n)
 	}
 }
@@ -419,7 +419,7 @@ func TestLingerAbortProvesNothing(t *testing.T) {
 			t.Fatalf("%+v %v; want CHANNEL_INACTIVE: the provider read it", r.resp, r.err)
 		}
 	}
-	if n := f.holdOutcome(holdReheldUnseen); n != 0 {
+	if n := f.holdOutcome(HoldReheldUnseen); n != 0 {
 		t.Fatalf("reheld_unseen %v after an abort of a connection with nothing unread", n)
 	}
 	if n := value(f.srv.m.life.vetoed); n != 1 {
@@ -517,7 +517,7 @@ func TestProviderResetReholdsEveryUnreadRequest(t *testing.T) {
 			t.Fatalf("unread request %d: %+v %v; want it sent again and answered", i+1, r.resp, r.err)
 		}
 	}
-	if n := f.holdOutcome(holdReheldUnseen); n != 2 {
+	if n := f.holdOutcome(HoldReheldUnseen); n != 2 {
 		t.Fatalf("reheld_unseen %v, want 2", n)
 	}
 }

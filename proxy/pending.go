@@ -69,7 +69,7 @@ func takeExpired(t *pendingTable, cutoff int64, written uint64, dst []pending) (
 }
 
 // accept enters r in the books: from here on exactly one answer or refuse settles it.
-func (s *Server) accept(r request) { r.sess.inflight.Add(1) }
+func (s *Server) accept(r request) { r.sess.began() }
 
 // answer settles r with the provider's response; its id is restored in place. c
 // counts it (the provider connection's counters).
@@ -85,7 +85,7 @@ func (s *Server) answer(r request, resp []byte, now int64, c *upCounters) {
 }
 
 // refuse settles r with Stormgate's own error response.
-func (s *Server) refuse(r request, why wire.Failure, msg string, reason replyReason) {
+func (s *Server) refuse(r request, why wire.Failure, msg string, reason ReplyReason) {
 	if !s.settle(r) {
 		return
 	}
@@ -95,12 +95,7 @@ func (s *Server) refuse(r request, why wire.Failure, msg string, reason replyRea
 // settle does the books of one answer and reports whether the consumer is still
 // there to receive it.
 func (s *Server) settle(r request) bool {
-	if r.sess.inflight.Add(-1) == 0 && s.draining.Load() {
-		select {
-		case s.drainIdle <- struct{}{}:
-		default:
-		}
-	}
+	r.sess.settled()
 	if r.sess.closing.Load() {
 		s.m.lateResponses.Inc()
 		return false

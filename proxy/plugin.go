@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/netip"
 	"time"
 
 	"go.uber.org/zap"
@@ -41,3 +42,45 @@ func (e Env) Spawn(f func()) { e.s.spawn(f) }
 
 // After is time.After on the server's clock.
 func (e Env) After(d time.Duration) <-chan time.Time { return e.s.after(d) }
+
+// Consumer is one consumer connection as a protocol sees it. The core owns its socket and writer (bounded by
+// limits.max_queued_bytes_per_connection), its idle timer, its count of calls in flight (what a drain
+// waits for) and its close. A Consumer is a handle, passed by value; every method is safe from any
+// goroutine.
+type Consumer struct{ s *session }
+
+// Write hands b to the connection's writer, which copies what the socket does not take at once. A consumer
+// whose unread bytes pass limits.max_queued_bytes_per_connection, or the buffer budget, is closed as a
+// slow reader.
+func (c Consumer) Write(b []byte) { c.s.write(b) }
+
+// Remote is the consumer's address.
+func (c Consumer) Remote() netip.AddrPort { return c.s.remote }
+
+// Closing reports whether the connection is closing or in its lingering close: what it sends from now on
+// is not read.
+func (c Consumer) Closing() bool { return c.s.closing.Load() || c.s.linger.Load() != nil }
+
+// CloseWith closes the connection at once, counting why (stormgate_downstream_closed_total{reason}). The
+// first reason given wins.
+func (c Consumer) CloseWith(reason CloseReason) { c.s.closeWith(reason) }
+
+// Linger closes the connection so that what was written last (an HTTP/2 GOAWAY saying why) reaches the
+// consumer: a lingering close, as Apache's and nginx's. Its input is dropped from now on; once the writer
+// has written everything the write side is shut (FIN after the last bytes); the socket closes when the
+// consumer closes its side, or after d on the server's clock if it does not. Either way it counts as
+// reason. Closing at once lost the last bytes twice over: the writer drops what it still holds, and
+// close(2) with unread input in the receive queue sends RST, which discards what the kernel had not sent.
+func (c Consumer) Linger(reason CloseReason, d time.Duration) { c.s.lingerClose(reason, d) }
+
+// Touch tells the idle timer that the consumer was heard from at now.
+func (c Consumer) Touch(now int64) { c.s.idle.Touch(now) }
+
+// CallBegan counts a call the consumer opened: it is in flight until CallEnded, exactly once.
+func (c Consumer) CallBegan() {
+	c.s.began()
+	c.s.counts.requests.Add(1)
+}
+
+// CallEnded counts a call of the consumer ended, whatever ended it.
+func (c Consumer) CallEnded() { c.s.settled() }

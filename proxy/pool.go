@@ -514,7 +514,7 @@ func (p *pool) onSweep() {
 		left += p.h2.checkHung(now, cfg)
 	}
 	for _, e := range expired {
-		srv.refuse(e.request, wire.FailTimeout, "stormgate: the provider did not answer within limits.max_request_age", replyMaxAge)
+		srv.refuse(e.request, wire.FailTimeout, "stormgate: the provider did not answer within limits.max_request_age", ReplyMaxAge)
 	}
 	p.sweepArmed.Store(false)
 	if left > 0 {

@@ -100,13 +100,13 @@ func TestTrickledFramesAreBoundedAndTimedOut(t *testing.T) {
 	if p := peak.Load(); p > budgetBytes {
 		t.Errorf("buffered bytes peaked at %d; limits.max_buffered_bytes is %d", p, budgetBytes)
 	}
-	if n := f.srv.Stats().LocalReplies[replyOverloaded.String()]; n == 0 {
+	if n := f.srv.Stats().LocalReplies[ReplyOverloaded.String()]; n == 0 {
 		t.Error("no frame was refused although together they exceed the budget")
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	t.Logf("peak buffered %d bytes; heap in use %d MiB; %d refused", peak.Load(), ms.HeapInuse>>20,
-		f.srv.Stats().LocalReplies[replyOverloaded.String()])
+		f.srv.Stats().LocalReplies[ReplyOverloaded.String()])
 	if open := f.srv.Stats().DownstreamConns; open != consumers {
 		t.Fatalf("%d consumers open before frame_read_timeout; want %d", open, consumers)
 	}
@@ -114,7 +114,7 @@ func TestTrickledFramesAreBoundedAndTimedOut(t *testing.T) {
 	clk.Add(31 * time.Second) // frame_read_timeout, not the 180 s idle timeout
 	defer func() { t.Logf("closes %v downstream %d", f.srv.Stats().Closed, f.srv.Stats().DownstreamConns) }()
 	waitFor(t, 60*time.Second, "frame_read_timeout closes", func() bool {
-		return f.srv.Stats().Closed[closeFrameTimeout.String()] == consumers
+		return f.srv.Stats().Closed[CloseFrameTimeout.String()] == consumers
 	})
 	waitFor(t, 10*time.Second, "the budget returned", func() bool { return f.srv.Stats().Buffered == 0 })
 }

@@ -94,7 +94,7 @@ func TestDrainingProviderServesAtHoldEnd(t *testing.T) {
 	}
 	// Counted right after the send, so the answer can reach the consumer first (one
 	// make test beside a CPU hog read 0 here).
-	waitFor(t, 5*time.Second, "sent_to_draining_provider 1", func() bool { return f.holdOutcome(holdSentDraining) == 1 })
+	waitFor(t, 5*time.Second, "sent_to_draining_provider 1", func() bool { return f.holdOutcome(HoldSentDraining) == 1 })
 	if !f.srv.poolList()[0].providerDraining() {
 		t.Fatal("the drain ended although the provider is still there")
 	}

@@ -96,7 +96,7 @@ func (uc *upConn) enqueueLocked(r request, frame []byte, oneWay bool) bool {
 		if pastDeadline(&r, srv.now()) {
 			uc.mu.Unlock()
 			srv.budget.Release(len(frame))
-			srv.refuse(r, wire.FailDeadline, deadlineMsg, replyDeadline)
+			srv.refuse(r, wire.FailDeadline, deadlineMsg, ReplyDeadline)
 			return true
 		}
 	}
@@ -177,7 +177,7 @@ func (uc *upConn) refill() {
 			if e.sess.closing.Load() {
 				srv.settle(e.request) // counted as late: the consumer is gone
 			} else {
-				srv.refuse(e.request, wire.FailDeadline, deadlineMsg, replyDeadline)
+				srv.refuse(e.request, wire.FailDeadline, deadlineMsg, ReplyDeadline)
 			}
 		}
 		if len(buf) > 0 && !ok { // closed under us: they never left
@@ -187,7 +187,7 @@ func (uc *upConn) refill() {
 					back = append(back, held{request: pt.r, frame: buf[pt.pos : pt.pos+pt.n]})
 				}
 			}
-			uc.pool.hold.rehold(back, holdReheld)
+			uc.pool.hold.rehold(back, HoldReheld)
 			return
 		}
 		for _, pt := range parts {
@@ -236,7 +236,7 @@ func (uc *upConn) requeue() {
 	uc.mu.Lock()
 	back := uc.takeQueuedLocked()
 	uc.mu.Unlock()
-	uc.pool.hold.rehold(back, holdReheld)
+	uc.pool.hold.rehold(back, HoldReheld)
 }
 
 // armQueueLocked makes sure expireQueued runs by deadline. Called with mu held.
@@ -266,7 +266,7 @@ func (uc *upConn) expireQueued() {
 	for _, e := range late {
 		srv.budget.Release(len(e.frame))
 		e.sess.doneWaiting(len(e.frame))
-		srv.refuse(e.request, wire.FailDeadline, deadlineMsg, replyDeadline)
+		srv.refuse(e.request, wire.FailDeadline, deadlineMsg, ReplyDeadline)
 	}
 }
 

@@ -255,7 +255,7 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 	if cfg.Protocols.Triple() {
 		proto = protoUnknown // the first bytes decide (sniff.go)
 	}
-	turnAway := func(r closeReason) { // a connection never served: closed and counted
+	turnAway := func(r CloseReason) { // a connection never served: closed and counted
 		_ = unix.Close(fd)
 		s.m.downClosed[r][proto].Inc()
 		if s.opts.OnConnClosed != nil {
@@ -263,7 +263,7 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		}
 	}
 	if s.draining.Load() || s.closed.Load() {
-		turnAway(closeDrain)
+		turnAway(CloseDrain)
 		return
 	}
 	var p *pool
@@ -272,7 +272,7 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		if !cfg.portAllowed(port) {
 			s.log.Warn("refused a redirected connection for a port outside listener.inbound_ports",
 				zap.Stringer("peer", remote), zap.Uint16("port", port))
-			turnAway(closeNoPort)
+			turnAway(CloseNoPort)
 			return
 		}
 		p = s.poolFor(port)
@@ -282,13 +282,13 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		s.mu.Unlock()
 	}
 	if p == nil {
-		turnAway(closeShutdown)
+		turnAway(CloseShutdown)
 		return
 	}
 	conn, err := netpoll.NewFDConnection(fd)
 	if err != nil {
 		s.log.Error("cannot register consumer connection with netpoll", zap.Error(err))
-		turnAway(closePeer)
+		turnAway(ClosePeer)
 		return
 	}
 	if h := s.hookServeFD.Load(); h != nil {
@@ -499,7 +499,7 @@ func (s *Server) Close() error {
 	for _, p := range pools {
 		p.close()
 	}
-	s.sessions.each(func(ss *session) { ss.closeWith(closeShutdown) })
+	s.sessions.each(func(ss *session) { ss.closeWith(CloseShutdown) })
 	if s.cancel != nil {
 		s.cancel()
 	}

@@ -56,7 +56,16 @@ type session struct {
 	h2      *h2Session    // an HTTP/2 consumer's protocol state, set by the handler before proto; nil for Dubbo
 	closing atomic.Bool
 	closed  atomic.Bool
-	reason  atomic.Uint32 // closeReason+1; 0 until closeWith
+	reason  atomic.Uint32             // CloseReason+1; 0 until closeWith
+	linger  atomic.Pointer[lingering] // set once by Consumer.Linger: the lingering close under way
+}
+
+// lingering is a consumer connection's lingering close (Consumer.Linger): its input is dropped, its
+// write side shut once the writer has written everything, and the socket closed when the consumer closes
+// its side, or at the timer.
+type lingering struct {
+	reason CloseReason
+	timer  keepalive.Timer
 }
 
 func newSession(srv *Server, p *pool, conn netpoll.Connection, fd int, remote netip.AddrPort) *session {
@@ -107,7 +116,7 @@ func (s *session) consume(r byteSource, canPause bool) {
 			srv.log.Warn("refusing a request: out of buffer memory (limits.max_buffered_bytes)",
 				zap.Stringer("peer", s.remote), zap.Int("frame_bytes", f.Len))
 			if f.Kind == wire.FrameRequest {
-				s.replyError(f, callRef{}, now, wire.FailOverloaded, "stormgate: out of buffer memory (limits.max_buffered_bytes)", replyOverloaded)
+				s.replyError(f, callRef{}, now, wire.FailOverloaded, "stormgate: out of buffer memory (limits.max_buffered_bytes)", ReplyOverloaded)
 			}
 		case readBad:
 			s.badInput(f, err)
@@ -134,7 +143,7 @@ func (s *session) handle(f wire.Frame, frame []byte, cfg *Config, now int64) {
 		s.counts.requests.Add(1)
 		call := s.srv.identify(frame, cfg) // per-method metrics, access log (methods.go)
 		if int(s.inflight.Load()) >= cfg.MaxInflightPerConn {
-			s.replyError(f, call, now, wire.FailOverloaded, "stormgate: too many in-flight requests on this connection (limits.max_inflight_per_connection)", replyInflight)
+			s.replyError(f, call, now, wire.FailOverloaded, "stormgate: too many in-flight requests on this connection (limits.max_inflight_per_connection)", ReplyInflight)
 			return
 		}
 		s.pool.forward(request{sess: s, id: f.ID, serial: f.Serial, call: call, arrived: now}, frame)
@@ -152,17 +161,17 @@ func (s *session) handle(f wire.Frame, frame []byte, cfg *Config, now int64) {
 // bad magic), then closes this consumer only. Nothing of the frame reaches an
 // upstream connection.
 func (s *session) badInput(f wire.Frame, err error) {
-	reason := closeBadLength
+	reason := CloseBadLength
 	switch {
 	case errors.Is(err, wire.ErrBadMagic):
-		reason = closeBadMagic
+		reason = CloseBadMagic
 	case errors.Is(err, wire.ErrFrameTooLarge):
-		reason = closeOversize
+		reason = CloseOversize
 	}
 	var fe *wire.ForeignError
 	switch {
-	case reason != closeBadMagic:
-		s.replyError(f, callRef{}, s.srv.now(), wire.FailBadRequest, "stormgate: malformed frame: "+reason.String(), replyBadRequest)
+	case reason != CloseBadMagic:
+		s.replyError(f, callRef{}, s.srv.now(), wire.FailBadRequest, "stormgate: malformed frame: "+reason.String(), ReplyBadRequest)
 	case errors.As(err, &fe) && fe.Reply != nil && s.counts.requests.Load() == 0 && s.counts.heartbeats.Load() == 0:
 		s.write(fe.Reply) // the first bytes it sent: a person at a terminal, an HTTP client
 	}
@@ -173,7 +182,7 @@ func (s *session) badInput(f wire.Frame, err error) {
 
 // replyError sends Stormgate's own error response for request f (call, which arrived
 // then, for per-method metrics and the access log).
-func (s *session) replyError(f wire.Frame, call callRef, arrived int64, why wire.Failure, msg string, reason replyReason) {
+func (s *session) replyError(f wire.Frame, call callRef, arrived int64, why wire.Failure, msg string, reason ReplyReason) {
 	var buf [256]byte
 	s.srv.m.localReplies[reason].Inc() // counted before the consumer can see the reply
 	b := s.srv.codec.AppendErrorReply(buf[:0], f, why, msg)
@@ -191,9 +200,9 @@ func (s *session) write(b []byte) {
 	case errors.Is(err, errQueueFull), errors.Is(err, errOverBudget):
 		s.srv.log.Warn("closing consumer that does not read its responses",
 			zap.Stringer("peer", s.remote), zap.Int("queued_bytes", s.w.queued()), zap.Error(err))
-		s.closeWith(closeSlowReader)
+		s.closeWith(CloseSlowReader)
 	default:
-		s.closeWith(closePeer)
+		s.closeWith(ClosePeer)
 	}
 }
 
@@ -208,32 +217,54 @@ func (s *session) writeStalled() {}
 
 // writeFailed implements writerOwner: the flusher could not write to the consumer.
 func (s *session) writeFailed(error) {
-	if s.goingAway() {
-		s.closeWith(closeH2Error)
+	if l := s.linger.Load(); l != nil {
+		s.closeWith(l.reason)
 		return
 	}
-	s.closeWith(closePeer)
+	s.closeWith(ClosePeer)
 }
 
 // writerIdle implements writerOwner: a session has no queue of its own (send never
-// refuses for a busy writer), so it asks only to shut an HTTP/2 consumer's write side
-// once its GOAWAY is written (h2Session.closeAfterGoAway).
+// refuses for a busy writer), so it asks only to shut the write side of a connection
+// in its lingering close once everything is written (Consumer.Linger).
 func (s *session) writerIdle() {
-	if s.goingAway() {
+	if s.linger.Load() != nil {
 		s.w.shutdownWrite()
 	}
 }
 
-// goingAway reports whether an HTTP/2 consumer is in its lingering close after a
-// connection error (h2Session.closeAfterGoAway).
-func (s *session) goingAway() bool {
-	return s.proto.Load() == protoH2 && s.h2.goingAway.Load() // s.h2 is set before proto
+// lingerClose begins a lingering close (Consumer.Linger).
+func (s *session) lingerClose(reason CloseReason, d time.Duration) {
+	l := &lingering{reason: reason}
+	l.timer.Init(func() { s.closeWith(reason) })
+	if !s.linger.CompareAndSwap(nil, l) {
+		return
+	}
+	s.srv.wheel.Schedule(&l.timer, d)
+	if s.w.claimable() { // nothing waits in the writer: what was written is in the kernel's hands
+		s.w.shutdownWrite()
+	}
+	// Else writerIdle shuts the write side once the writer is idle.
+}
+
+// began counts a call accepted from this consumer: from here on it is in flight, and Drain waits for it.
+func (s *session) began() { s.inflight.Add(1) }
+
+// settled counts a call of this consumer ended (answered, refused, or ended by the consumer), and tells
+// a waiting Drain when it was the consumer's last.
+func (s *session) settled() {
+	if s.inflight.Add(-1) == 0 && s.srv.draining.Load() {
+		select {
+		case s.srv.drainIdle <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // closeWith closes the consumer connection, recording why. The first reason wins.
 // It shuts the socket down (writer.close); netpoll's poller runs onClosed when it
 // sees the hangup. Safe from any goroutine, a handler of this connection included.
-func (s *session) closeWith(reason closeReason) {
+func (s *session) closeWith(reason CloseReason) {
 	if !s.closing.CompareAndSwap(false, true) {
 		return
 	}
@@ -250,13 +281,13 @@ func (s *session) onClosed(netpoll.Connection) error {
 	s.closing.Store(true)
 	s.w.close()
 	srv := s.srv
-	reason := closePeer
+	reason := ClosePeer
 	if r := s.reason.Load(); r != 0 {
-		reason = closeReason(r - 1)
-	} else if s.goingAway() {
-		reason = closeH2Error // it closed its side after the GOAWAY
+		reason = CloseReason(r - 1)
+	} else if l := s.linger.Load(); l != nil {
+		reason = l.reason // it closed its side after what the lingering close let it read
 	} else if s.rd.partial() {
-		reason = closeTruncated
+		reason = CloseTruncated
 		srv.log.Warn("consumer closed in the middle of a frame", zap.Stringer("peer", s.remote))
 	}
 	s.rd.reset(&srv.budget)
@@ -265,6 +296,9 @@ func (s *session) onClosed(netpoll.Connection) error {
 	}
 	s.forgetPause()
 	srv.wheel.Stop(&s.timer)
+	if l := s.linger.Load(); l != nil {
+		srv.wheel.Stop(&l.timer)
+	}
 	srv.sessions.remove(s)
 	p := s.proto.Load()
 	srv.m.downConns[p].Dec()
@@ -290,7 +324,7 @@ func (s *session) onTimer() {
 			if rem <= 0 {
 				s.srv.log.Warn("closing consumer that left a frame unfinished for limits.frame_read_timeout",
 					zap.Stringer("peer", s.remote), zap.Duration("frame_read_timeout", t))
-				s.closeWith(closeFrameTimeout)
+				s.closeWith(CloseFrameTimeout)
 				return
 			}
 			next = min(next, rem)
@@ -302,7 +336,7 @@ func (s *session) onTimer() {
 			rem = t // an HTTP/2 consumer waiting for an answer sends nothing meanwhile: not idle
 		}
 		if rem <= 0 {
-			s.closeWith(closeIdle)
+			s.closeWith(CloseIdle)
 			return
 		}
 		next = min(next, rem)

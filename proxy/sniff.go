@@ -51,7 +51,7 @@ func (s *session) otherProtocol(r byteSource) bool {
 		s.srv.log.Warn("closing a Dubbo consumer: this sidecar's provider speaks Triple only (upstream.protocol: triple)",
 			zap.Stringer("peer", s.remote))
 		_ = r.Skip(n)
-		s.closeWith(closeNotServed)
+		s.closeWith(CloseNotServed)
 		return true
 	}
 	if s.pool.readonlySent.Load() || s.srv.announced.Load() {

@@ -237,7 +237,7 @@ func TestHoldQueueTurnsByConsumer(t *testing.T) {
 	p.hold.rehold([]held{
 		{request: request{sess: b, arrived: now + 50, sendBy: noDeadline}, frame: frame('b', 0)},
 		{request: request{sess: a, arrived: now + 10, sendBy: noDeadline}, frame: frame('a', 999)},
-	}, holdReheld)
+	}, HoldReheld)
 	var order []string
 	p.hold.mu.Lock()
 	for p.hold.len() > 0 {

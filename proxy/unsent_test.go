@@ -160,7 +160,7 @@ func TestUnsentRequestsAreReheldOnTheNextConnection(t *testing.T) {
 			t.Errorf("request %d: status %d %q", i, resps[i].Status, resps[i].Value)
 		}
 	}
-	reheld := f.holdOutcome(holdReheld)
+	reheld := f.holdOutcome(HoldReheld)
 	t.Logf("%d OK, %d lost (35); re-held unsent %v; provider connections %d", ok, lost, reheld, accepted.Load())
 	if reheld == 0 || ok == 0 {
 		t.Fatal("no request still queued in Stormgate was re-held and answered by the next connection")

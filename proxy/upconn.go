@@ -288,7 +288,7 @@ func (uc *upConn) handle(f wire.Frame, frame []byte, now int64) {
 		if p, ok := uc.take(f.ID); !ok {
 			srv.m.unknownIDs.Inc()
 		} else if !p.heartbeat() {
-			srv.refuse(p.request, wire.FailBadResponse, "stormgate: the provider answered this request with an event frame", replyBadResponse)
+			srv.refuse(p.request, wire.FailBadResponse, "stormgate: the provider answered this request with an event frame", ReplyBadResponse)
 		} else {
 			uc.lastBeatAnswer.Store(now)
 			if uc.pdrain.probe.Load() {
@@ -354,7 +354,7 @@ func (uc *upConn) skipped(f wire.Frame, err error) {
 		return
 	}
 	if p, ok := uc.take(f.ID); ok && !p.heartbeat() {
-		srv.refuse(p.request, wire.FailBadResponse, "stormgate: the provider's answer cannot be delivered: "+err.Error(), replyBadResponse)
+		srv.refuse(p.request, wire.FailBadResponse, "stormgate: the provider's answer cannot be delivered: "+err.Error(), ReplyBadResponse)
 	}
 }
 
@@ -563,7 +563,7 @@ func (uc *upConn) fail(why string) {
 		}
 		lost++
 		srv.refuse(e.request, wire.FailUpstreamLost, "stormgate: provider connection lost while the request was in flight ("+
-			why+"); "+uc.proof.lostFate(end, e.off, e.n), replyUpstreamLost)
+			why+"); "+uc.proof.lostFate(end, e.off, e.n), ReplyUpstreamLost)
 	}
 	level := zap.WarnLevel
 	if uc.expected.Load() {
@@ -573,8 +573,8 @@ func (uc *upConn) fail(why string) {
 	srv.log.Log(level, "provider connection closed", zap.String("provider", p.addr), zap.Int("slot", uc.slot),
 		zap.String("why", why), zap.Int("failed_in_flight", lost), zap.Int("reheld_unsent", len(unsent)),
 		zap.Int("reheld_unseen", len(unseen)), zap.Stringer("provider_end", end))
-	p.hold.rehold(unsent, holdReheld)
-	p.hold.rehold(unseen, holdReheldUnseen)
+	p.hold.rehold(unsent, HoldReheld)
+	p.hold.rehold(unseen, HoldReheldUnseen)
 }
 
 // sweep removes the requests that arrived before cutoff and are fully written,

@@ -67,7 +67,7 @@ func TestUpstreamLostAnswersInFlight(t *testing.T) {
 			t.Fatal("duplicate answers")
 		}
 	}
-	if st := f.srv.Stats(); st.LocalReplies[replyUpstreamLost.String()] != n || st.InFlight != 0 {
+	if st := f.srv.Stats(); st.LocalReplies[ReplyUpstreamLost.String()] != n || st.InFlight != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }

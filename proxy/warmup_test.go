@@ -102,7 +102,7 @@ func TestH2WarmupPacesCalls(t *testing.T) {
 	}
 	stepClockUntil(t, clk, srv, 2*time.Second, 5*time.Millisecond, "every call answered", func() bool { return done.Load() == calls })
 	wg.Wait()
-	if got := testutil.ToFloat64(srv.m.holdOutcome[holdSent]); got < calls-2 {
+	if got := testutil.ToFloat64(srv.m.holdOutcome[HoldSent]); got < calls-2 {
 		t.Errorf("hold outcome sent %v; want at least %d (the calls the ramp held back)", got, calls-2)
 	}
 	if got := p.sentTotal(); got != calls {
