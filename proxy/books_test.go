@@ -23,43 +23,43 @@ func TestBooksIDEnteredTwicePanics(t *testing.T) {
 		f()
 	}
 	var d pendingTable
-	d.init(4)
-	d.add(7, pending{request: request{id: 1}})
-	mustPanic("dubbo", func() { d.add(7, pending{request: request{id: 2}}) })
+	d.Init(4)
+	d.Add(7, pending{request: request{id: 1}})
+	mustPanic("dubbo", func() { d.Add(7, pending{request: request{id: 2}}) })
 
-	var h books[uint32, *h2Call]
-	h.init(0)
-	h.add(3, &h2Call{down: 1})
-	mustPanic("h2", func() { h.add(3, &h2Call{down: 5}) })
+	var h Books[uint32, *h2Call]
+	h.Init(0)
+	h.Add(3, &h2Call{down: 1})
+	mustPanic("h2", func() { h.Add(3, &h2Call{down: 5}) })
 }
 
 // Each entry leaves once: a second take, or an answer for an id never entered, finds nothing.
 func TestBooksTakeOnce(t *testing.T) {
-	var b books[int64, pending]
-	b.init(0)
+	var b Books[int64, pending]
+	b.Init(0)
 	for id := int64(1); id <= 5; id++ {
-		b.add(id, pending{request: request{id: id * 10}})
+		b.Add(id, pending{request: request{id: id * 10}})
 	}
-	if p, ok := b.take(3); !ok || p.id != 30 {
+	if p, ok := b.Take(3); !ok || p.id != 30 {
 		t.Fatalf("take(3) = %v, %v; want the entry for consumer id 30", p.id, ok)
 	}
-	if _, ok := b.take(3); ok {
+	if _, ok := b.Take(3); ok {
 		t.Fatal("take(3) found the entry a second time")
 	}
-	if _, ok := b.get(9); ok {
+	if _, ok := b.Get(9); ok {
 		t.Fatal("get(9) found an id never entered")
 	}
-	got := b.takeIf(nil, func(p pending) bool { return p.id >= 40 })
+	got := b.TakeIf(nil, func(p pending) bool { return p.id >= 40 })
 	ids := make([]int64, 0, len(got))
 	for _, p := range got {
 		ids = append(ids, p.id)
 	}
 	slices.Sort(ids)
-	if !slices.Equal(ids, []int64{40, 50}) || b.len() != 2 {
-		t.Fatalf("takeIf(id >= 40) took %v and left %d; want [40 50] and 2", ids, b.len())
+	if !slices.Equal(ids, []int64{40, 50}) || b.Len() != 2 {
+		t.Fatalf("takeIf(id >= 40) took %v and left %d; want [40 50] and 2", ids, b.Len())
 	}
-	rest := b.takeAll()
-	if len(rest) != 2 || rest[1].id != 10 || rest[2].id != 20 || b.len() != 0 {
-		t.Fatalf("takeAll = %v, then len %d; want ids 1 and 2, then 0", rest, b.len())
+	rest := b.TakeAll()
+	if len(rest) != 2 || rest[1].id != 10 || rest[2].id != 20 || b.Len() != 0 {
+		t.Fatalf("takeAll = %v, then len %d; want ids 1 and 2, then 0", rest, b.Len())
 	}
 }

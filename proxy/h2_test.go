@@ -963,7 +963,7 @@ func h2StreamsLeft(srv *Server) int {
 	defer hp.mu.Unlock()
 	n := hp.p.hold.callsWaiting() + hp.p.hold.pausedCalls()
 	for _, u := range hp.ups {
-		n += u.calls.len() + u.conn.OpenStreams()
+		n += u.calls.Len() + u.conn.OpenStreams()
 	}
 	return n
 }

@@ -178,7 +178,7 @@ func (s *Server) endOpenH2Calls() int {
 		}
 		mine = mine[:0]
 		h.mu.Lock()
-		for c := range h.calls.values() {
+		for c := range h.calls.Values() {
 			if !c.done {
 				mine = append(mine, c)
 			}
@@ -282,7 +282,7 @@ func (s *Server) h2Busy() h2Busy {
 			h.mu.Unlock()
 			return
 		}
-		for c := range h.calls.values() {
+		for c := range h.calls.Values() {
 			calls = append(calls, c)
 			answering = append(answering, h.answering(c))
 		}
@@ -339,8 +339,8 @@ func (h *h2Session) snapshot(st *SessionSnapshot, in []byte, now int64) (ok bool
 		return false, fmt.Errorf("%w: %v", errH2NotAtRest, err)
 	}
 	hs := &H2SessionSnapshot{Conn: cs, Drain: h.drain, Final: h.final}
-	calls := make([]*h2Call, 0, h.calls.len())
-	for c := range h.calls.values() {
+	calls := make([]*h2Call, 0, h.calls.Len())
+	for c := range h.calls.Values() {
 		if h.answering(c) || len(h.pend) > 0 {
 			h.mu.Unlock()
 			return false, fmt.Errorf("%w: an answer is still going to the consumer", errH2NotAtRest)
@@ -392,7 +392,7 @@ func (ss *session) restoreH2(hs *H2SessionSnapshot, now int64) error {
 	for _, x := range hs.Calls {
 		c := &h2Call{sess: h, down: x.Stream, arrived: now - int64(x.Age), reqBytes: x.ReqBytes,
 			method: srv.identifyH2(x.Head, cfg)}
-		h.calls.add(c.down, c)
+		h.calls.Add(c.down, c)
 		ss.inflight.Add(1)
 		ss.counts.requests.Add(1)
 		hp.adoptWaiting(c, x, now, cfg)

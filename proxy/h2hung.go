@@ -53,7 +53,7 @@ func (hp *h2Pool) checkHung(now int64, cfg *Config) int {
 		case u.w.stalledFor(now) >= t:
 			u.markHungLocked("the provider took no byte of Stormgate's output for keepalive.upstream_hung_timeout")
 			hung = append(hung, u)
-		case u.calls.len() == 0:
+		case u.calls.Len() == 0:
 			u.probeAt = 0 // nothing owed: silence is idleness
 		default:
 			switch hangRule(now, u.lastRead.Load(), &u.probeAt, t) {

@@ -51,7 +51,7 @@ func (u *h2Upstream) onBeat() {
 	switch {
 	case dead:
 		u.deadWhy = "no answer to a PING within " + (time.Duration(cfg.UpstreamMaxMissed) * cfg.UpstreamInterval).String()
-	case u.pingSent == 0 && u.calls.len() > 0 && u.quietPings < maxQuietPings && now-u.lastRead.Load() >= interval:
+	case u.pingSent == 0 && u.calls.Len() > 0 && u.quietPings < maxQuietPings && now-u.lastRead.Load() >= interval:
 		u.pingLocked(now)
 	}
 	hp.unlock()

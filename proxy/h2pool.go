@@ -134,7 +134,7 @@ func (hp *h2Pool) resize(n int) {
 		}
 		u.away = true
 		hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
-		if u.calls.len() == 0 {
+		if u.calls.Len() == 0 {
 			closing = append(closing, u)
 		}
 	}
@@ -276,7 +276,7 @@ type h2Upstream struct {
 
 	// Under hp.mu.
 	conn  *h2.Conn
-	calls books[uint32, *h2Call] // by upstream stream id: the connection's pending books (books.go)
+	calls Books[uint32, *h2Call] // by upstream stream id: the connection's pending books (books.go)
 	ready bool                   // the provider's first SETTINGS arrived
 	away  bool                   // the provider's GOAWAY: no new streams, closed when the last one ends
 	// goneAway is closed at the provider's first GOAWAY (awaySeen): the slot dials a new connection meanwhile.
@@ -316,7 +316,7 @@ func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
 	env := hp.env
 	u := &h2Upstream{hp: hp, nc: nc, idle: make(chan struct{}, 1),
 		goneAway: make(chan struct{}), ended: make(chan struct{})}
-	u.calls.init(0)
+	u.calls.Init(0)
 	u.w = writer{fd: fd, env: &srv.wenv, owner: u, mustTake: true}
 	u.beat.Init(u.onBeat)
 	u.stall.Init(u.onStallTimer)
@@ -449,7 +449,7 @@ func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
 		c, refused = u.eventLocked(ev, now, &notes)
 	}
 	u.flushLocked()
-	closeNow := u.away && u.calls.len() == 0
+	closeNow := u.away && u.calls.Len() == 0
 	hp.unlock()
 	if heard {
 		hp.env.Log().Info("HTTP/2 provider connection heard again: it opens streams again", zap.String("provider", hp.p.addr))
@@ -489,7 +489,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 	switch ev.Kind {
 	case h2.EventHeaders, h2.EventData:
 		u.quietPings = 0
-		c, _ := u.calls.get(ev.Stream)
+		c, _ := u.calls.Get(ev.Stream)
 		if c == nil {
 			_ = u.conn.Consumed(ev.Stream, len(ev.Data)) // a stream Stormgate reset: nobody wants it
 			return nil, nil
@@ -506,7 +506,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		}
 		return c, nil
 	case h2.EventReset:
-		c, _ := u.calls.get(ev.Stream)
+		c, _ := u.calls.Get(ev.Stream)
 		if c == nil {
 			return nil, nil
 		}
@@ -529,7 +529,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		u.away = true
 		hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
 		var refused []*h2Call
-		for id, c := range u.calls.all() {
+		for id, c := range u.calls.All() {
 			if id > ev.LastStream {
 				refused = append(refused, c)
 			}
@@ -550,7 +550,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 			u.startBeat()
 			hp.env.Spawn(hp.p.connChanged) // the gauges; never under mu
 		}
-		for c := range u.calls.values() { // SETTINGS_INITIAL_WINDOW_SIZE may have grown the windows
+		for c := range u.calls.Values() { // SETTINGS_INITIAL_WINDOW_SIZE may have grown the windows
 			u.pushLocked(c, now, notes)
 		}
 		hp.pumpLocked(now, notes)
@@ -558,12 +558,12 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		u.pingAnswered(ev)
 	case h2.EventWindow:
 		if ev.Stream != 0 { // one stream's window: its call alone may send more
-			if c, ok := u.calls.get(ev.Stream); ok {
+			if c, ok := u.calls.Get(ev.Stream); ok {
 				u.pushLocked(c, now, notes)
 			}
 			break
 		}
-		for c := range u.calls.values() {
+		for c := range u.calls.Values() {
 			u.pushLocked(c, now, notes)
 		}
 	}
@@ -582,8 +582,8 @@ func (u *h2Upstream) die(msg string, shutdown bool) {
 	hp.mu.Lock()
 	u.dead = true
 	hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
-	calls := make([]*h2Call, 0, u.calls.len())
-	for c := range u.calls.values() {
+	calls := make([]*h2Call, 0, u.calls.Len())
+	for c := range u.calls.Values() {
 		u.detachLocked(c, &notes)
 		why := HoldReheld // never written
 		if written > c.upOff {
@@ -671,7 +671,7 @@ func (hp *h2Pool) pickLocked() *h2Upstream {
 	}
 	var best *h2Upstream
 	for _, u := range hp.ups {
-		if u.conn.CanOpenStream() && !u.hung.Load() && (best == nil || u.calls.len() < best.calls.len()) {
+		if u.conn.CanOpenStream() && !u.hung.Load() && (best == nil || u.calls.Len() < best.calls.Len()) {
 			best = u
 		}
 	}
@@ -743,7 +743,7 @@ func (u *h2Upstream) startLocked(c *h2Call, now int64, notes *h2Notes) {
 	if err != nil {                // pickLocked said it could: a bug, not a peer's doing
 		panic(fmt.Sprintf("proxy: opening a provider stream: %v", err))
 	}
-	u.calls.add(id, c)
+	u.calls.Add(id, c)
 	u.hp.streams++
 	u.hp.opened.Add(1)
 	u.hp.p.armSweep() // hang detection (h2hung.go) looks at connections with calls on them
@@ -786,7 +786,7 @@ func (u *h2Upstream) detachLocked(c *h2Call, notes *h2Notes) {
 		return
 	}
 	c.upDone = true
-	u.calls.take(c.upID)
+	u.calls.Take(c.upID)
 	u.hp.streams--
 	u.hp.leftLocked(c, len(c.in), notes)
 	c.in, c.inEnd = nil, false

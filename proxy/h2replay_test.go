@@ -536,10 +536,10 @@ func backUpCalls(t *testing.T, srv *Server, addr string) *http2.Framer {
 	waitFor(t, 10*time.Second, "the small call, whole, on the stalled connection", func() bool {
 		hp.mu.Lock()
 		defer hp.mu.Unlock()
-		if len(hp.ups) != 1 || hp.ups[0].calls.len() != 2 {
+		if len(hp.ups) != 1 || hp.ups[0].calls.Len() != 2 {
 			return false
 		}
-		for c := range hp.ups[0].calls.values() {
+		for c := range hp.ups[0].calls.Values() {
 			if c.down == 3 {
 				return c.req.complete
 			}
@@ -674,12 +674,12 @@ func testH2ResendUnread(t *testing.T) {
 	waitFor(t, 10*time.Second, "the call written to the provider's socket", func() bool {
 		hp.mu.Lock()
 		defer hp.mu.Unlock()
-		if len(hp.ups) != 1 || hp.ups[0].calls.len() != 1 {
+		if len(hp.ups) != 1 || hp.ups[0].calls.Len() != 1 {
 			return false
 		}
 		u := hp.ups[0]
 		var c *h2Call
-		for c = range u.calls.values() {
+		for c = range u.calls.Values() {
 		}
 		return c.req.complete && u.w.queued() == 0 && u.w.written.Load() > c.upOff // whole: see TestH2ResendUnsent
 	})

@@ -47,7 +47,7 @@ type h2Session struct {
 
 	mu     sync.Mutex
 	conn   *h2.Conn               // nil until the client preface arrived
-	calls  books[uint32, *h2Call] // by the consumer's stream id (books.go)
+	calls  Books[uint32, *h2Call] // by the consumer's stream id (books.go)
 	closed bool
 	out    []byte          // frames being built under mu; the writer copies what it cannot write at once
 	meter  h2Meter         // what conn counted that the metrics have (h2metrics.go)
@@ -120,7 +120,7 @@ type h2Call struct {
 
 func newH2Session(s *session, hp *h2Pool) *h2Session {
 	h := &h2Session{sess: s, consumer: Consumer{s}, hp: hp, env: Env{s.srv}}
-	h.calls.init(0)
+	h.calls.Init(0)
 	h.stall.Init(h.onStall)
 	return h
 }
@@ -244,7 +244,7 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 			h.mu.Unlock()
 			return
 		}
-		h.calls.add(ev.Stream, c)
+		h.calls.Add(ev.Stream, c)
 		h.mu.Unlock()
 		h.consumer.CallBegan()
 		h.hp.open(c, ev.Fields, ev.EndStream, now)
@@ -256,7 +256,7 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 		h.consumed(ev.Stream, len(ev.Data)) // a stream Stormgate already ended: dropped
 	case h2.EventReset:
 		h.mu.Lock()
-		c, _ := h.calls.get(ev.Stream)
+		c, _ := h.calls.Get(ev.Stream)
 		dropped := 0
 		if c != nil {
 			dropped = h.discardLocked(c)
@@ -279,7 +279,7 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 func (h *h2Session) call(id uint32) *h2Call {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c, _ := h.calls.get(id)
+	c, _ := h.calls.Get(id)
 	return c
 }
 
@@ -287,7 +287,7 @@ func (h *h2Session) call(id uint32) *h2Call {
 func (h *h2Session) dataCall(id uint32, n int) *h2Call {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c, _ := h.calls.get(id)
+	c, _ := h.calls.Get(id)
 	if c != nil {
 		c.reqBytes += uint64(n)
 	}
@@ -479,11 +479,11 @@ func (h *h2Session) flushWaiting(stream uint32) {
 	}
 	h.mu.Lock()
 	if stream != 0 { // one stream's window: looked up, not searched for among every call
-		if c, ok := h.calls.get(stream); ok {
+		if c, ok := h.calls.Get(stream); ok {
 			flush(stream, c)
 		}
 	} else {
-		for id, c := range h.calls.all() {
+		for id, c := range h.calls.All() {
 			flush(id, c)
 		}
 	}
@@ -545,7 +545,7 @@ func (h *h2Session) finishLocked(c *h2Call) {
 	}
 	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(h2.GRPCCancelled), ConsumerEnded)
 	c.done = true
-	h.calls.take(c.down)
+	h.calls.Take(c.down)
 	h.consumer.CallEnded()
 }
 
@@ -598,9 +598,9 @@ func (h *h2Session) onClosed() {
 	h.in = nil // the close path never runs beside the handler (session.onClosed)
 	h.chargeIn()
 	h.env.Wheel().Stop(&h.stall)
-	calls := make([]*h2Call, 0, h.calls.len())
-	dropped := make([]int, 0, h.calls.len())
-	for c := range h.calls.values() {
+	calls := make([]*h2Call, 0, h.calls.Len())
+	dropped := make([]int, 0, h.calls.Len())
+	for c := range h.calls.Values() {
 		calls = append(calls, c)
 		dropped = append(dropped, len(c.out))
 		h.dropLocked(len(c.out))

@@ -54,7 +54,7 @@ func (h *h2Session) onStall() {
 		if !ok {
 			break
 		}
-		if c, ok := h.calls.get(id); ok {
+		if c, ok := h.calls.Get(id); ok {
 			ended = append(ended, c)
 			dropped = append(dropped, h.discardLocked(c))
 			h.finishLocked(c)

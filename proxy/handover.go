@@ -488,7 +488,7 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 					Age: time.Duration(now - e.arrived), Frame: e.frame})
 			})
 			cs.NextID = nextID
-			for id, e := range uc.pending.all() {
+			for id, e := range uc.pending.All() {
 				ent := PendingSnapshot{UpstreamID: id, Session: sessionOf(e.sess), ID: e.id, Serial: e.serial,
 					Age: time.Duration(now - e.arrived)}
 				if e.off >= base { // in Out; before base the kernel took it whole
@@ -618,7 +618,7 @@ func (s *Server) restore(sn *Snapshot) error {
 					r = request{sess: sessionAt(e.Session), id: e.ID, serial: e.Serial, arrived: now - int64(e.Age)}
 					s.accept(r)
 				}
-				uc.pending.add(e.UpstreamID, pending{request: r, off: e.Off, n: e.N})
+				uc.pending.Add(e.UpstreamID, pending{request: r, off: e.Off, n: e.N})
 				uc.npending.Add(1)
 			}
 			ups = append(ups, uc)

@@ -169,7 +169,7 @@ func BenchmarkResponseRouting(b *testing.B) {
 		r := request{sess: h.sess, id: 9, serial: 2, arrived: now}
 		h.srv.accept(r)
 		h.uc.mu.Lock()
-		h.uc.pending.add(id, pending{request: r})
+		h.uc.pending.Add(id, pending{request: r})
 		h.uc.mu.Unlock()
 		h.uc.npending.Add(1)
 		h.srv.codec.SetID(resp, id)

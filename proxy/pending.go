@@ -49,13 +49,13 @@ func (p *pending) heartbeat() bool { return p.sess == nil }
 
 // pendingTable is one Dubbo connection's pending books (books.go): upstream id → what it answers.
 // Guarded by its upConn's mu.
-type pendingTable = books[int64, pending]
+type pendingTable = Books[int64, pending]
 
 // takeExpired removes from t and appends to dst every entry that arrived before cutoff and whose
 // frame was fully handed to the kernel (ends at or before written). stalled reports such an old
 // entry still queued in Stormgate; it stays.
 func takeExpired(t *pendingTable, cutoff int64, written uint64, dst []pending) (_ []pending, stalled bool) {
-	dst = t.takeIf(dst, func(p pending) bool {
+	dst = t.TakeIf(dst, func(p pending) bool {
 		if p.arrived >= cutoff {
 			return false
 		}

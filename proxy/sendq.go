@@ -167,7 +167,7 @@ func (uc *upConn) refill() {
 				continue
 			}
 			o := off + uint64(pt.pos)
-			uc.pending.add(pt.id, pending{request: pt.r, off: o, n: pt.n})
+			uc.pending.Add(pt.id, pending{request: pt.r, off: o, n: pt.n})
 			uc.npending.Add(1)
 			uc.ring.put(o, buf[pt.pos:pt.pos+pt.n])
 			sent++

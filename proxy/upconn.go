@@ -87,7 +87,7 @@ func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 	// A random start makes captures of consecutive connections easy to tell apart.
 	uc.nextID = rand.Int64N(1 << 40)
 	uc.w = writer{fd: fd, env: &srv.wenv, owner: uc, batches: &uc.counts.batches}
-	uc.pending.init(256)
+	uc.pending.Init(256)
 	now := srv.now()
 	uc.lastRead.Store(now)
 	uc.live.lastCheck = now
@@ -168,7 +168,7 @@ func (uc *upConn) dispatchLocked(r request, frame []byte, oneWay bool) bool {
 		if ok {
 			uc.nextID = id
 			if !oneWay {
-				uc.pending.add(id, pending{request: r, off: off, n: len(frame)})
+				uc.pending.Add(id, pending{request: r, off: off, n: len(frame)})
 				uc.npending.Add(1)
 				uc.ring.put(off, frame)
 			}
@@ -222,7 +222,7 @@ func (uc *upConn) sendControl(frame []byte, beat bool) bool {
 	}
 	off, ok, err := uc.w.send(frame, 0)
 	if ok && beat {
-		uc.pending.add(id, pending{request: request{arrived: uc.pool.srv.now()}, off: off, n: len(frame)})
+		uc.pending.Add(id, pending{request: request{arrived: uc.pool.srv.now()}, off: off, n: len(frame)})
 		uc.npending.Add(1)
 	}
 	uc.mu.Unlock()
@@ -360,7 +360,7 @@ func (uc *upConn) skipped(f wire.Frame, err error) {
 
 func (uc *upConn) take(id int64) (pending, bool) {
 	uc.mu.Lock()
-	p, ok := uc.pending.take(id)
+	p, ok := uc.pending.Take(id)
 	uc.mu.Unlock()
 	if ok {
 		uc.npending.Add(-1)
@@ -509,7 +509,7 @@ func (uc *upConn) fail(why string) {
 	srv := p.srv
 	uc.mu.Lock()
 	uc.state.Store(stateClosed)
-	entries := uc.pending.takeAll()
+	entries := uc.pending.TakeAll()
 	queued := uc.takeQueuedLocked() // never handed to the writer
 	uc.mu.Unlock()
 	uc.notePeerEnd()      // before the shutdown below: what the provider's kernel said
