@@ -50,7 +50,7 @@ func (hp *h2Pool) checkHung(now int64, cfg *Config) int {
 				healed = true
 			}
 		case u.hung.Load(): // only a read ends it (heardLocked)
-		case u.w.stalledFor(now) >= t:
+		case u.w.StalledFor(now) >= t:
 			u.markHungLocked("the provider took no byte of Stormgate's output for keepalive.upstream_hung_timeout")
 			hung = append(hung, u)
 		case u.calls.Len() == 0:

@@ -64,8 +64,8 @@ func (u *h2Upstream) onBeat() {
 	env.Wheel().Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 }
 
-// writeStalled arms the write timeout (the writer's owner: the kernel took no byte of a write).
-func (u *h2Upstream) writeStalled() {
+// WriteStalled arms the write timeout (the writer's owner: the kernel took no byte of a write).
+func (u *h2Upstream) WriteStalled() {
 	if t := u.hp.env.Config().WriteTimeout; t > 0 {
 		u.hp.env.Wheel().Schedule(&u.stall, t)
 	}
@@ -79,7 +79,7 @@ func (u *h2Upstream) onStallTimer() {
 	hp := u.hp
 	env := hp.env
 	t := env.Config().WriteTimeout
-	stalled := time.Duration(u.w.stalledFor(env.Now()))
+	stalled := time.Duration(u.w.StalledFor(env.Now()))
 	switch {
 	case t <= 0 || stalled == 0:
 	case stalled < t:
@@ -110,7 +110,7 @@ func (hp *h2Pool) rearmBeats(old, cfg *Config) {
 		if cfg.UpstreamInterval != old.UpstreamInterval || cfg.UpstreamJitter != old.UpstreamJitter {
 			env.Wheel().Schedule(&u.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 		}
-		if cfg.WriteTimeout != old.WriteTimeout && u.w.stalledFor(env.Now()) > 0 {
+		if cfg.WriteTimeout != old.WriteTimeout && u.w.StalledFor(env.Now()) > 0 {
 			env.Wheel().Schedule(&u.stall, 0)
 		}
 	}

@@ -80,7 +80,7 @@ func waitWriterStalled(t *testing.T, srv *Server) (u *h2Upstream) {
 	waitFor(t, 10*time.Second, "the provider connection's writer stalled", func() bool {
 		hp.mu.Lock()
 		defer hp.unlock()
-		if len(hp.ups) == 1 && hp.ups[0].w.stalledFor(srv.now()) > 0 {
+		if len(hp.ups) == 1 && hp.ups[0].w.StalledFor(srv.now()) > 0 {
 			u = hp.ups[0]
 		}
 		return u != nil
@@ -89,7 +89,7 @@ func waitWriterStalled(t *testing.T, srv *Server) (u *h2Upstream) {
 }
 
 // isClosed reports whether the writer was closed (its connection is being torn down).
-func (w *writer) isClosed() bool {
+func (w *Writer) isClosed() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.closed

@@ -303,7 +303,7 @@ type h2Upstream struct {
 	meter   h2Meter
 
 	// w owns the socket's writes; its stream offsets say what reached the kernel (c.upOff, die).
-	w    writer
+	w    Writer
 	idle chan struct{} // the writer role was released while serve waited for it (writerIdle)
 }
 
@@ -317,7 +317,7 @@ func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
 	u := &h2Upstream{hp: hp, nc: nc, idle: make(chan struct{}, 1),
 		goneAway: make(chan struct{}), ended: make(chan struct{})}
 	u.calls.Init(0)
-	u.w = writer{fd: fd, env: &srv.wenv, owner: u, mustTake: true}
+	env.InitWriter(&u.w, fd, u, true)
 	u.beat.Init(u.onBeat)
 	u.stall.Init(u.onStallTimer)
 	u.lastRead.Store(env.Now())
@@ -326,7 +326,7 @@ func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
 	u.proof.connected(nc, srv.clock, &srv.diag)
 	// The preface and Stormgate's SETTINGS: nobody else knows u yet, so no lock.
 	u.meter.sync(&srv.m.h2, h2Provider, u.conn.Counters())
-	_, _, _ = u.w.send(u.conn.Output(), 0) // a failure shows in the first read
+	_, _, _ = u.w.Send(u.conn.Output(), 0) // a failure shows in the first read
 	u.conn.ClearOutput()
 	return u, nil
 }
@@ -353,15 +353,15 @@ func connFD(nc net.Conn) (int, error) {
 // shut closes the connection from any goroutine: the writer first, so that no write(2) can reach the
 // descriptor once the socket closes it (its number may be reused), then the socket, which ends the reader.
 func (u *h2Upstream) shut() {
-	u.w.close()
+	u.w.Close()
 	_ = u.nc.Close()
 }
 
 // The writer's owner (writer.go). A failed write is not acted on: the reader sees the broken connection
 // too, after reading what the provider sent before it broke (closing the socket at the write's failure lost
 // a provider's last answers, TestH2ResendAboveGoAway).
-func (u *h2Upstream) writeFailed(err error) { u.writerIdle() }
-func (u *h2Upstream) writerIdle() {
+func (u *h2Upstream) WriteFailed(err error) { u.WriterIdle() }
+func (u *h2Upstream) WriterIdle() {
 	select {
 	case u.idle <- struct{}{}:
 	default:
@@ -377,7 +377,7 @@ func (u *h2Upstream) serve(ctx context.Context) error {
 	stop()
 	// Let the writer finish what is queued (a GOAWAY after a connection error), but not wait on a
 	// provider that does not read.
-	if u.w.busy() {
+	if u.w.Busy() {
 		t := time.NewTimer(time.Second)
 		select {
 		case <-u.idle:
@@ -576,7 +576,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 func (u *h2Upstream) die(msg string, shutdown bool) {
 	hp := u.hp
 	var notes h2Notes
-	written := u.w.close() // closed already: the final count of bytes the kernel took
+	written := u.w.Close() // closed already: the final count of bytes the kernel took
 	read, readOK := u.proof.providerRead(written, hp.env.After)
 	now := hp.env.Now()
 	hp.mu.Lock()
@@ -930,12 +930,12 @@ func (u *h2Upstream) flushLocked() {
 // the writer role is written by unlock.
 func (u *h2Upstream) queue(b []byte) uint64 {
 	if len(b) == 0 {
-		return u.w.streamOffset()
+		return u.w.StreamOffset()
 	}
-	off, claimed, accepted, _ := u.w.takeCopy(b)
+	off, claimed, accepted, _ := u.w.TakeCopy(b)
 	switch {
 	case !accepted:
-		return u.w.streamOffset()
+		return u.w.StreamOffset()
 	case claimed:
 		hp := u.hp
 		if hp.nClaims < len(hp.claims) {
@@ -965,8 +965,8 @@ func (hp *h2Pool) unlock() {
 
 // writeTaken writes the batch that claimed the writer role. A socket error is the reader's to see.
 func (u *h2Upstream) writeTaken() {
-	if _, idle := u.w.writeTaken(); idle {
-		u.writerIdle()
+	if _, idle := u.w.WriteTaken(); idle {
+		u.WriterIdle()
 	}
 }
 

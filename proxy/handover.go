@@ -312,7 +312,7 @@ func (s *Server) freeze(ctx context.Context) (*Snapshot, error) {
 	for _, p := range pools {
 		p.freezeLoops()
 	}
-	s.eachWriter(func(w *writer) { w.hold() })
+	s.eachWriter(func(w *Writer) { w.hold() })
 	s.tasks.Wait()
 	if err := g.parkPollers(ctx); err != nil {
 		s.Thaw()
@@ -384,7 +384,7 @@ func (s *Server) Thaw() {
 	for ss, in := range g.takeStashes() {
 		ss.handleStashed(in)
 	}
-	s.eachWriter(func(w *writer) { w.resume(nil, 0) })
+	s.eachWriter(func(w *Writer) { w.resume(nil, 0) })
 	g.stashing.Store(false)
 	g.parking.Store(false)
 	g.mu.Lock()
@@ -406,7 +406,7 @@ func (s *Server) Thaw() {
 }
 
 // eachWriter calls f for the writer of every live connection.
-func (s *Server) eachWriter(f func(*writer)) {
+func (s *Server) eachWriter(f func(*Writer)) {
 	for _, p := range s.poolList() {
 		for _, sl := range p.slotList() {
 			if uc := sl.uc.Load(); uc != nil {

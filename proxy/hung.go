@@ -47,7 +47,7 @@ func (uc *upConn) checkHung(now int64, cfg *Config) {
 	if uc.hung.Load() {
 		return // only a read ends it (consume)
 	}
-	if st := uc.w.stalledFor(now); st >= t {
+	if st := uc.w.StalledFor(now); st >= t {
 		uc.markHung(now, "the provider took no byte of the queued requests for keepalive.upstream_hung_timeout")
 		return
 	}

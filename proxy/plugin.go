@@ -84,3 +84,11 @@ func (c Consumer) CallBegan() {
 
 // CallEnded counts a call of the consumer ended, whatever ended it.
 func (c Consumer) CallEnded() { c.s.settled() }
+
+// InitWriter makes w the writer of socket fd (writer.go: its ownership contract), telling owner what the
+// caller of Send cannot see. mustTake is for an owner that cannot take a frame back once made (HTTP/2: its
+// Conn has counted the frame in its windows): the writer then never refuses one, and charges what waits to
+// the budget by force. Before w is used, once.
+func (e Env) InitWriter(w *Writer, fd int, owner WriterOwner, mustTake bool) {
+	*w = Writer{fd: fd, env: &e.s.wenv, owner: owner, mustTake: mustTake}
+}

@@ -52,7 +52,7 @@ func (s *Server) rearm(old, cfg *Config, pools []*pool) {
 	if cfg.WriteTimeout != old.WriteTimeout {
 		for _, p := range pools {
 			for _, sl := range p.slotList() {
-				if uc := sl.uc.Load(); uc != nil && uc.w.stalledFor(s.now()) > 0 {
+				if uc := sl.uc.Load(); uc != nil && uc.w.StalledFor(s.now()) > 0 {
 					s.wheel.Schedule(&uc.stall, 0) // onStallTimer works out the rest from the new value
 				}
 			}

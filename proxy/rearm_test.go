@@ -144,12 +144,12 @@ func probeWriteTimeout(t *testing.T) {
 	defer cancel()
 	cl := f.dial(ctx)
 	body := strings.Repeat("w", 256<<10)
-	for i := int64(1); uc.w.stalledFor(f.srv.now()) == 0; i++ {
+	for i := int64(1); uc.w.StalledFor(f.srv.now()) == 0; i++ {
 		if i > 200 {
 			t.Fatal("the writer never stalled on a provider that does not read")
 		}
 		_ = callAsync(ctx, cl, i, body)
-		waitFor(t, 10*time.Second, "the request queued", func() bool { return uc.w.streamOffset() >= uint64(i)*(256<<10) })
+		waitFor(t, 10*time.Second, "the request queued", func() bool { return uc.w.StreamOffset() >= uint64(i)*(256<<10) })
 	}
 	f.update(func(c *Config) { c.WriteTimeout = 2 * time.Second })
 	f.stepUntil(3*time.Second, 100*time.Millisecond, "the stalled connection failed", func() bool {

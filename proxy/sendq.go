@@ -113,8 +113,8 @@ func (uc *upConn) enqueueLocked(r request, frame []byte, oneWay bool) bool {
 	return true
 }
 
-// writerIdle implements writerOwner: the flusher finished while requests waited.
-func (uc *upConn) writerIdle() { uc.refill() }
+// WriterIdle implements writerOwner: the flusher finished while requests waited.
+func (uc *upConn) WriterIdle() { uc.refill() }
 
 // refill hands the send queue to the writer, a batch of up to writeBatch bytes at a
 // time in DRR order, while the writer is free; when it is not, the writer tells it
@@ -130,7 +130,7 @@ func (uc *upConn) refill() {
 	}
 	for {
 		uc.mu.Lock()
-		if uc.sendq.len() == 0 || uc.state.Load() == stateClosed || !uc.w.claimable() {
+		if uc.sendq.len() == 0 || uc.state.Load() == stateClosed || !uc.w.Claimable() {
 			uc.mu.Unlock()
 			return
 		}

@@ -45,7 +45,7 @@ type session struct {
 	remote netip.AddrPort
 
 	rd       frameReader
-	w        writer
+	w        Writer
 	idle     keepalive.Idle
 	timer    keepalive.Timer
 	inflight atomic.Int32 // accepted two-way requests not yet answered
@@ -70,7 +70,7 @@ type lingering struct {
 
 func newSession(srv *Server, p *pool, conn netpoll.Connection, fd int, remote netip.AddrPort) *session {
 	s := &session{srv: srv, pool: p, conn: conn, remote: remote}
-	s.w = writer{fd: fd, env: &srv.wenv, owner: s}
+	s.w = Writer{fd: fd, env: &srv.wenv, owner: s}
 	s.idle.Touch(srv.now())
 	s.timer.Init(s.onTimer)
 	return s
@@ -194,7 +194,7 @@ func (s *session) replyError(f wire.Frame, call callRef, arrived int64, why wire
 // unread responses pass limits.max_queued_bytes_per_connection, or that would take
 // the process over its buffer budget, is closed.
 func (s *session) write(b []byte) {
-	_, _, err := s.w.send(b, s.srv.cfg.Load().MaxQueuedBytesPerConn)
+	_, _, err := s.w.Send(b, s.srv.cfg.Load().MaxQueuedBytesPerConn)
 	switch {
 	case err == nil, errors.Is(err, errWriterClosed):
 	case errors.Is(err, errQueueFull), errors.Is(err, errOverBudget):
@@ -211,12 +211,12 @@ func (s *session) write(b []byte) {
 // allocation per heartbeat, and a buffer in the session costs every idle consumer.
 var replyBufs = sync.Pool{New: func() any { return new([32]byte) }}
 
-// writeStalled implements writerOwner: a consumer that does not read is bounded by
+// WriteStalled implements writerOwner: a consumer that does not read is bounded by
 // limits.max_queued_bytes_per_connection (write), not by a deadline.
-func (s *session) writeStalled() {}
+func (s *session) WriteStalled() {}
 
-// writeFailed implements writerOwner: the flusher could not write to the consumer.
-func (s *session) writeFailed(error) {
+// WriteFailed implements writerOwner: the flusher could not write to the consumer.
+func (s *session) WriteFailed(error) {
 	if l := s.linger.Load(); l != nil {
 		s.closeWith(l.reason)
 		return
@@ -224,12 +224,12 @@ func (s *session) writeFailed(error) {
 	s.closeWith(ClosePeer)
 }
 
-// writerIdle implements writerOwner: a session has no queue of its own (send never
+// WriterIdle implements writerOwner: a session has no queue of its own (send never
 // refuses for a busy writer), so it asks only to shut the write side of a connection
 // in its lingering close once everything is written (Consumer.Linger).
-func (s *session) writerIdle() {
+func (s *session) WriterIdle() {
 	if s.linger.Load() != nil {
-		s.w.shutdownWrite()
+		s.w.ShutdownWrite()
 	}
 }
 
@@ -241,8 +241,8 @@ func (s *session) lingerClose(reason CloseReason, d time.Duration) {
 		return
 	}
 	s.srv.wheel.Schedule(&l.timer, d)
-	if s.w.claimable() { // nothing waits in the writer: what was written is in the kernel's hands
-		s.w.shutdownWrite()
+	if s.w.Claimable() { // nothing waits in the writer: what was written is in the kernel's hands
+		s.w.ShutdownWrite()
 	}
 	// Else writerIdle shuts the write side once the writer is idle.
 }
@@ -269,7 +269,7 @@ func (s *session) closeWith(reason CloseReason) {
 		return
 	}
 	s.reason.Store(uint32(reason) + 1)
-	s.w.close()
+	s.w.Close()
 }
 
 // onClosed runs once, from netpoll's close callback: before netpoll closes the fd,
@@ -279,7 +279,7 @@ func (s *session) onClosed(netpoll.Connection) error {
 		return nil
 	}
 	s.closing.Store(true)
-	s.w.close()
+	s.w.Close()
 	srv := s.srv
 	reason := ClosePeer
 	if r := s.reason.Load(); r != 0 {

@@ -45,7 +45,7 @@ type upConn struct {
 	slot int
 
 	rd       frameReader
-	w        writer
+	w        Writer
 	state    atomic.Int32
 	lastRead atomic.Int64
 	// lastBeatAnswer is lastRead when what was read was only an answer to Stormgate's
@@ -86,7 +86,7 @@ func newUpConn(p *pool, conn netpoll.Connection, fd, slot int) *upConn {
 	uc := &upConn{pool: p, conn: conn, slot: slot, done: make(chan struct{})}
 	// A random start makes captures of consecutive connections easy to tell apart.
 	uc.nextID = rand.Int64N(1 << 40)
-	uc.w = writer{fd: fd, env: &srv.wenv, owner: uc, batches: &uc.counts.batches}
+	uc.w = Writer{fd: fd, env: &srv.wenv, owner: uc, batches: &uc.counts.batches}
 	uc.pending.Init(256)
 	now := srv.now()
 	uc.lastRead.Store(now)
@@ -106,7 +106,7 @@ func (uc *upConn) serve() error {
 		// Synchronously, before netpoll closes the fd: no write may reach a reused fd
 		// number. netpoll never runs this while onRequest runs, so the reader is ours.
 		uc.notePeerEnd()
-		uc.w.close()
+		uc.w.Close()
 		uc.rd.reset(&srv.budget)
 		srv.spawn(func() { uc.fail("closed by provider") })
 		return nil
@@ -220,7 +220,7 @@ func (uc *upConn) sendControl(frame []byte, beat bool) bool {
 		id = uc.nextID
 		uc.pool.srv.codec.SetID(frame, id)
 	}
-	off, ok, err := uc.w.send(frame, 0)
+	off, ok, err := uc.w.Send(frame, 0)
 	if ok && beat {
 		uc.pending.Add(id, pending{request: request{arrived: uc.pool.srv.now()}, off: off, n: len(frame)})
 		uc.npending.Add(1)
@@ -444,7 +444,7 @@ func (uc *upConn) onBeat() {
 	if uc.proof.ackOK {
 		uc.proof.noteResets() // a recent baseline for the reset counters (peerend.go)
 	}
-	send, dead := uc.live.check(srv.now(), uc.lastRead.Load(), uc.lastBeatAnswer.Load(), uc.w.streamOffset(),
+	send, dead := uc.live.check(srv.now(), uc.lastRead.Load(), uc.lastBeatAnswer.Load(), uc.w.StreamOffset(),
 		cfg.UpstreamInterval, cfg.UpstreamMaxMissed)
 	if dead {
 		srv.spawn(func() {
@@ -457,17 +457,17 @@ func (uc *upConn) onBeat() {
 		if uc.sendControl(srv.codec.AppendHeartbeatRequest(buf[:0], 0), true) {
 			srv.m.hbSent.Inc()
 		}
-		uc.live.lastAppended = uc.w.streamOffset() // our own heartbeat is not traffic
+		uc.live.lastAppended = uc.w.StreamOffset() // our own heartbeat is not traffic
 	}
 	srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
 }
 
-// writeFailed implements writerOwner: the flusher could not write.
-func (uc *upConn) writeFailed(err error) { uc.fail("write failed: " + err.Error()) }
+// WriteFailed implements writerOwner: the flusher could not write.
+func (uc *upConn) WriteFailed(err error) { uc.fail("write failed: " + err.Error()) }
 
-// writeStalled implements writerOwner: the kernel refused bytes, so the write
+// WriteStalled implements writerOwner: the kernel refused bytes, so the write
 // deadline starts.
-func (uc *upConn) writeStalled() {
+func (uc *upConn) WriteStalled() {
 	if t := uc.pool.srv.cfg.Load().WriteTimeout; t > 0 {
 		uc.pool.srv.wheel.Schedule(&uc.stall, t)
 	}
@@ -479,7 +479,7 @@ func (uc *upConn) writeStalled() {
 func (uc *upConn) onStallTimer() {
 	srv := uc.pool.srv
 	t := srv.cfg.Load().WriteTimeout
-	stalled := time.Duration(uc.w.stalledFor(srv.now()))
+	stalled := time.Duration(uc.w.StalledFor(srv.now()))
 	switch {
 	case t <= 0 || stalled == 0 || uc.state.Load() == stateClosed:
 	case stalled >= t:
@@ -513,7 +513,7 @@ func (uc *upConn) fail(why string) {
 	queued := uc.takeQueuedLocked() // never handed to the writer
 	uc.mu.Unlock()
 	uc.notePeerEnd()      // before the shutdown below: what the provider's kernel said
-	final := uc.w.close() // shuts the socket down: the poller then runs the close callback (fail again: a no-op)
+	final := uc.w.Close() // shuts the socket down: the poller then runs the close callback (fail again: a no-op)
 	srv.wheel.Stop(&uc.beat)
 	srv.wheel.Stop(&uc.stall)
 	srv.wheel.Stop(&uc.sqTimer)

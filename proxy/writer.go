@@ -9,7 +9,7 @@ import (
 	"unsafe"
 )
 
-// writer owns the outgoing bytes of one socket. Consumer sessions and upstream
+// Writer owns the outgoing bytes of one socket. Consumer sessions and upstream
 // connections both send through one, so there is one write path to get right.
 //
 // What it promises:
@@ -40,13 +40,13 @@ import (
 // Lock order: the owner's lock (upConn.mu) -> mu; fdMu is held only around write(2)
 // and the written counter, and never while taking mu.
 //
-// A writer lives in every consumer session, so its size is part of what an idle
+// A Writer lives in every consumer session, so its size is part of what an idle
 // connection costs (docs/benchmarks.md): what all writers of a server share is in env,
 // and the owner is an interface rather than two closures.
-type writer struct {
+type Writer struct {
 	fd      int
 	env     *writerEnv
-	owner   writerOwner
+	owner   WriterOwner
 	batches *countHist // frames per write(2); nil: not observed
 	// mustTake: the owner cannot take a frame back once made (an HTTP/2 provider connection: its
 	// Conn has counted the frame in its windows and stream states), so take never refuses one while
@@ -85,18 +85,18 @@ type writerEnv struct {
 	sys    func(fd int, b []byte) (int, error) // tests: replaces write(2)
 }
 
-// writerOwner is told what the writer's caller cannot see.
-type writerOwner interface {
-	// writeStalled: a stall began (the kernel refused bytes); runs on the sender's
+// WriterOwner is told what the writer's caller cannot see.
+type WriterOwner interface {
+	// WriteStalled: a stall began (the kernel refused bytes); runs on the sender's
 	// goroutine, after the writer's lock is released.
-	writeStalled()
-	// writeFailed: the flusher hit a socket error (never called by send, whose caller
+	WriteStalled()
+	// WriteFailed: the flusher hit a socket error (never called by Send, whose caller
 	// gets the error itself), unless the owner had closed the writer.
-	writeFailed(err error)
-	// writerIdle: the flusher (or a resume) released the writer role while the owner
+	WriteFailed(err error)
+	// WriterIdle: the flusher (or a resume) released the writer role while the owner
 	// waited for it (tryTake refused, or claimable said no); runs on that goroutine,
 	// with no lock held. A sender that releases the role learns it from writeClaimed.
-	writerIdle()
+	WriterIdle()
 }
 
 // Errors send returns when it refuses a frame; the frame was not queued.
@@ -110,19 +110,19 @@ var (
 // burst does not pin megabytes on an idle connection.
 const spareKeep = 64 << 10
 
-// send queues b whole or refuses it whole. It returns b's stream offset and
+// Send queues b whole or refuses it whole. It returns b's stream offset and
 // accepted=true when b is in the stream (written, or held by the writer until
 // written or closed); err is then non-nil only when the socket failed, and the owner
 // must close the connection (the unwritten bytes stay readable through copyFrame).
 // With accepted=false, err says why b was refused (closed, queue full, over budget).
 // maxQueued bounds the bytes waiting in the writer; an empty writer always takes b.
-// b may be reused by the caller once send returns.
-func (w *writer) send(b []byte, maxQueued int) (off uint64, accepted bool, err error) {
+// b may be reused by the caller once Send returns.
+func (w *Writer) Send(b []byte, maxQueued int) (off uint64, accepted bool, err error) {
 	off, claimed, accepted, err := w.take(b, maxQueued)
 	if claimed {
 		var idle bool
 		if err, idle = w.writeClaimed(b); idle {
-			w.owner.writerIdle() // an owner with a queue (tryTake) waited behind this write
+			w.owner.WriterIdle() // an owner with a queue (tryTake) waited behind this write
 		}
 	}
 	return off, accepted, err
@@ -134,7 +134,7 @@ func (w *writer) send(b []byte, maxQueued int) (off uint64, accepted bool, err e
 // than batch bytes wait behind it (b is appended; an empty queue takes any b). A
 // refusal asks for writerIdle (or idle from writeClaimed) when the role is free.
 // While held (a handover) it refuses everything. err is errWriterClosed once closed.
-func (w *writer) tryTake(b []byte, batch int) (off uint64, claimed, accepted bool, err error) {
+func (w *Writer) tryTake(b []byte, batch int) (off uint64, claimed, accepted bool, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
@@ -156,9 +156,9 @@ func (w *writer) tryTake(b []byte, batch int) (off uint64, claimed, accepted boo
 	return off, true, true, nil
 }
 
-// claimable reports whether nobody holds the writer role (nor a handover), so that
+// Claimable reports whether nobody holds the writer role (nor a handover), so that
 // the next take claims it; when not, the owner will be told (writerIdle).
-func (w *writer) claimable() bool {
+func (w *Writer) Claimable() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.writing && !w.held && !w.closed {
@@ -177,14 +177,14 @@ func (w *writer) claimable() bool {
 // claimed must call writeClaimed(b) next, and keep b untouched until it returns; in
 // between, b is the writer's batch (a close copies it from there). accepted and err
 // are send's.
-func (w *writer) take(b []byte, maxQueued int) (off uint64, claimed, accepted bool, err error) {
+func (w *Writer) take(b []byte, maxQueued int) (off uint64, claimed, accepted bool, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.takeLocked(b, maxQueued, false)
 }
 
 // takeLocked is take; with own, a claimed b is copied into the writer's buffer (takeCopy).
-func (w *writer) takeLocked(b []byte, maxQueued int, own bool) (off uint64, claimed, accepted bool, err error) {
+func (w *Writer) takeLocked(b []byte, maxQueued int, own bool) (off uint64, claimed, accepted bool, err error) {
 	if w.closed {
 		return 0, false, false, errWriterClosed
 	}
@@ -218,19 +218,19 @@ func (w *writer) takeLocked(b []byte, maxQueued int, own bool) (off uint64, clai
 	return off, true, true, nil
 }
 
-// takeCopy is take for an owner that reuses b as soon as take returns (an HTTP/2 provider
+// TakeCopy is take for an owner that reuses b as soon as take returns (an HTTP/2 provider
 // connection builds every batch in one scratch buffer under its pool's lock, and writes after
 // the lock is released): a claimed b is copied into the writer's own buffer, and the caller
 // then calls writeTaken, not writeClaimed(b). Queue bounds are the owner's (maxQueued 0).
-func (w *writer) takeCopy(b []byte) (off uint64, claimed, accepted bool, err error) {
+func (w *Writer) TakeCopy(b []byte) (off uint64, claimed, accepted bool, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.takeLocked(b, 0, true)
 }
 
-// writeTaken is writeClaimed for a caller that claimed the role in takeCopy: the batch is
+// WriteTaken is writeClaimed for a caller that claimed the role in takeCopy: the batch is
 // the writer's own, and is kept for reuse once written.
-func (w *writer) writeTaken() (err error, idle bool) {
+func (w *Writer) WriteTaken() (err error, idle bool) {
 	if w.batches != nil {
 		w.batches.observe(1)
 	}
@@ -243,7 +243,7 @@ func (w *writer) writeTaken() (err error, idle bool) {
 
 // writeBatch is one write(2) of the role's batch b: whole when all of it went (kept for
 // reuse), else the stall or the failure is handled (stallOrFail) and its error returned.
-func (w *writer) writeBatch(b []byte) (whole bool, err error) {
+func (w *Writer) writeBatch(b []byte) (whole bool, err error) {
 	n, werr := w.write(b)
 	w.mu.Lock()
 	w.sent = n
@@ -255,9 +255,9 @@ func (w *writer) writeBatch(b []byte) (whole bool, err error) {
 	return false, w.stallOrFail(werr)
 }
 
-// busy reports whether a goroutine still holds the writer role with bytes to write (a
+// Busy reports whether a goroutine still holds the writer role with bytes to write (a
 // sender or the flusher); if so, the owner is told when it releases it (writerIdle).
-func (w *writer) busy() bool {
+func (w *Writer) Busy() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || !w.writing {
@@ -272,7 +272,7 @@ func (w *writer) busy() bool {
 // queue is empty or the socket stalls (the flusher then holds the role). Its error
 // is send's err; idle reports that it released the role while the owner waited for
 // it (tryTake refused meanwhile): the caller then serves the owner's queue.
-func (w *writer) writeClaimed(b []byte) (err error, idle bool) {
+func (w *Writer) writeClaimed(b []byte) (err error, idle bool) {
 	if w.batches != nil {
 		w.batches.observe(1)
 	}
@@ -293,7 +293,7 @@ func (w *writer) writeClaimed(b []byte) (err error, idle bool) {
 // run writes what was queued while this goroutine held the writer role, until the
 // queue is empty (role released; idle as in writeClaimed) or the socket stalls (role
 // passed to the flusher).
-func (w *writer) run() (err error, idle bool) {
+func (w *Writer) run() (err error, idle bool) {
 	for {
 		w.mu.Lock()
 		if w.closed || w.held || len(w.q) == 0 {
@@ -321,7 +321,7 @@ func (w *writer) run() (err error, idle bool) {
 // stallOrFail handles a write that came up short; called with mu held, returns with
 // it released. EAGAIN or a short write starts a stall; anything else is a socket
 // error, returned to the sender (who owns closing).
-func (w *writer) stallOrFail(werr error) error {
+func (w *Writer) stallOrFail(werr error) error {
 	if werr != nil && werr != unix.EAGAIN {
 		w.err = werr
 		w.mu.Unlock()
@@ -337,7 +337,7 @@ func (w *writer) stallOrFail(werr error) error {
 	w.charged = len(w.batch) - w.sent + len(w.q)
 	w.env.budget.Force(w.charged)
 	w.mu.Unlock()
-	w.owner.writeStalled()
+	w.owner.WriteStalled()
 	w.env.spawn(w.flush)
 	return nil
 }
@@ -346,7 +346,7 @@ func (w *writer) stallOrFail(werr error) error {
 // socket through Go's poller (on a dup of fd, so that netpoll keeps its own
 // registration) and writes the batch and everything queued behind it, then hands
 // the writer role back.
-func (w *writer) flush() {
+func (w *Writer) flush() {
 	f, err := w.pollable()
 	if err != nil {
 		w.fail(err)
@@ -374,7 +374,7 @@ func (w *writer) flush() {
 				w.notify = false
 				w.mu.Unlock()
 				if idle {
-					w.owner.writerIdle()
+					w.owner.WriterIdle()
 				}
 				return
 			}
@@ -414,7 +414,7 @@ func (w *writer) flush() {
 
 // pollable registers a dup of the socket with Go's poller, for waiting on
 // writability off netpoll's pollers. close closes it, which wakes the flusher.
-func (w *writer) pollable() (*os.File, error) {
+func (w *Writer) pollable() (*os.File, error) {
 	nfd, err := unix.FcntlInt(uintptr(w.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -432,7 +432,7 @@ func (w *writer) pollable() (*os.File, error) {
 
 // writeWhenReady writes b once the socket takes bytes; it returns after one write
 // that took some, or an error.
-func (w *writer) writeWhenReady(rc interface {
+func (w *Writer) writeWhenReady(rc interface {
 	Write(func(uintptr) bool) error
 }, b []byte) (n int, err error) {
 	var werr error
@@ -450,7 +450,7 @@ func (w *writer) writeWhenReady(rc interface {
 }
 
 // fail ends a flusher on an error: the owner is told unless it closed the writer.
-func (w *writer) fail(err error) {
+func (w *Writer) fail(err error) {
 	w.mu.Lock()
 	closed := w.closed
 	if w.err == nil {
@@ -458,16 +458,16 @@ func (w *writer) fail(err error) {
 	}
 	w.mu.Unlock()
 	if !closed {
-		w.owner.writeFailed(err)
+		w.owner.WriteFailed(err)
 	}
 }
 
 // write hands b to the kernel on the connection's own fd.
-func (w *writer) write(b []byte) (int, error) { return w.writeTo(w.fd, b) }
+func (w *Writer) write(b []byte) (int, error) { return w.writeTo(w.fd, b) }
 
 // writeTo is one write(2), under fdMu so that close can wait for it and so that the
 // written counter and the kernel agree when close reads it.
-func (w *writer) writeTo(fd int, b []byte) (int, error) {
+func (w *Writer) writeTo(fd int, b []byte) (int, error) {
 	w.fdMu.Lock()
 	defer w.fdMu.Unlock()
 	if w.fdClosed {
@@ -509,7 +509,7 @@ func writeFD(fd int, b []byte) (int, error) {
 }
 
 // takeSpare returns an empty buffer with room for n bytes, reusing spare.
-func (w *writer) takeSpare(n int) []byte {
+func (w *Writer) takeSpare(n int) []byte {
 	b := w.spare[:0]
 	w.spare = nil
 	if cap(b) < n {
@@ -519,24 +519,24 @@ func (w *writer) takeSpare(n int) []byte {
 }
 
 // recycleLocked keeps a fully written batch as the next spare buffer.
-func (w *writer) recycleLocked(b []byte) {
+func (w *Writer) recycleLocked(b []byte) {
 	w.batch, w.sent = nil, 0
 	if cap(b) <= spareKeep && w.spare == nil {
 		w.spare = b[:0]
 	}
 }
 
-// close stops the writer: after it returns no byte reaches the kernel. It returns
+// Close stops the writer: after it returns no byte reaches the kernel. It returns
 // the final written offset (see the type's doc). Idempotent.
 //
-// The first close also shuts the socket down (shutdown(2), both directions): that is
+// The first Close also shuts the socket down (shutdown(2), both directions): that is
 // how Stormgate closes a connection. netpoll's poller then sees the hangup and runs
 // the connection's close callbacks, and netpoll closes the fd, on the poller's own
 // goroutine and never inside a handler: with handlers running on the pollers, a
 // netpoll Close from within one would deadlock (its fd operator is busy until the
 // handler returns, and the close callback waits for it). The fd is still ours here:
 // netpoll closes it only after the close callbacks, and they close the writer first.
-func (w *writer) close() uint64 {
+func (w *Writer) Close() uint64 {
 	w.fdMu.Lock()
 	if !w.fdClosed && w.fd >= 0 && w.env.sys == nil {
 		_ = unix.Shutdown(w.fd, unix.SHUT_RDWR)
@@ -557,10 +557,10 @@ func (w *writer) close() uint64 {
 	return final
 }
 
-// shutdownWrite sends FIN after the bytes the kernel holds, and keeps the socket open
+// ShutdownWrite sends FIN after the bytes the kernel holds, and keeps the socket open
 // for reading: the first half of a lingering close, called when nothing waits in the
 // writer (claimable, or writerIdle). Later writes fail; close ends the rest.
-func (w *writer) shutdownWrite() {
+func (w *Writer) ShutdownWrite() {
 	w.fdMu.Lock()
 	defer w.fdMu.Unlock()
 	if !w.fdClosed && w.fd >= 0 && w.env.sys == nil {
@@ -570,7 +570,7 @@ func (w *writer) shutdownWrite() {
 
 // copyFrame appends the n bytes at stream offset off to dst, when the writer still
 // holds them (they were not fully written before close). ok is false otherwise.
-func (w *writer) copyFrame(dst []byte, off uint64, n int) (out []byte, ok bool) {
+func (w *Writer) copyFrame(dst []byte, off uint64, n int) (out []byte, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	end := off + uint64(n)
@@ -583,23 +583,23 @@ func (w *writer) copyFrame(dst []byte, off uint64, n int) (out []byte, ok bool) 
 	return dst, false
 }
 
-// streamOffset is the number of bytes ever sent through the writer (queued or written).
-func (w *writer) streamOffset() uint64 {
+// StreamOffset is the number of bytes ever sent through the writer (queued or written).
+func (w *Writer) StreamOffset() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.appended
 }
 
 // queued is the number of bytes sent but not yet handed to the kernel.
-func (w *writer) queued() int {
+func (w *Writer) queued() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return int(w.appended - w.written.Load())
 }
 
-// stalledFor is how long the writer has been stalled without the kernel taking a
+// StalledFor is how long the writer has been stalled without the kernel taking a
 // byte; 0 when it is not stalled.
-func (w *writer) stalledFor(now int64) int64 {
+func (w *Writer) StalledFor(now int64) int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.stalled || w.closed {
@@ -611,7 +611,7 @@ func (w *writer) stalledFor(now int64) int64 {
 // hold stops writing for a handover: senders keep queueing, the flusher (if any)
 // stops after its current write(2), and no other write(2) starts. It waits for a
 // write in progress to end, so that export sees what the kernel has.
-func (w *writer) hold() {
+func (w *Writer) hold() {
 	w.mu.Lock()
 	w.held = true
 	f := w.file
@@ -628,7 +628,7 @@ func (w *writer) hold() {
 // took part of), and base is the stream offset of out[0], so that a frame at offset
 // off (off >= base) is at off-base in out. A frame that ended before base was
 // written whole.
-func (w *writer) export() (out []byte, sent int, base uint64) {
+func (w *Writer) export() (out []byte, sent int, base uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.batch) > 0 {
@@ -642,7 +642,7 @@ func (w *writer) export() (out []byte, sent int, base uint64) {
 // was queued since; the writer role starts on a flusher when there is anything to
 // write. A writer that was never held (a new one in a restored process) takes out
 // the same way.
-func (w *writer) resume(out []byte, sent int) {
+func (w *Writer) resume(out []byte, sent int) {
 	w.mu.Lock()
 	w.held = false
 	if out != nil { // a restored writer: its stream starts with out
@@ -661,7 +661,7 @@ func (w *writer) resume(out []byte, sent int) {
 			w.notify = false
 			w.mu.Unlock()
 			if idle {
-				w.env.spawn(w.owner.writerIdle)
+				w.env.spawn(w.owner.WriterIdle)
 			}
 			return
 		}
@@ -677,7 +677,7 @@ func (w *writer) resume(out []byte, sent int) {
 
 // withFD runs f with the writer's fd while it is open (close waits for it), so the
 // fd number cannot be closed and reused under f.
-func (w *writer) withFD(f func(fd int)) {
+func (w *Writer) withFD(f func(fd int)) {
 	w.fdMu.Lock()
 	defer w.fdMu.Unlock()
 	if !w.fdClosed {

@@ -19,7 +19,7 @@ import (
 
 // writerPair is a writer on one end of a socketpair and the raw peer end.
 type writerPair struct {
-	w       *writer
+	w       *Writer
 	peer    *os.File
 	wg      sync.WaitGroup
 	now     atomic.Int64
@@ -29,14 +29,14 @@ type writerPair struct {
 }
 
 // writerPair is its writer's owner.
-func (wp *writerPair) writeStalled() {
+func (wp *writerPair) WriteStalled() {
 	if wp.onStall != nil {
 		wp.onStall()
 	}
 }
-func (wp *writerPair) writeFailed(err error) { wp.errs <- err }
+func (wp *writerPair) WriteFailed(err error) { wp.errs <- err }
 
-func (wp *writerPair) writerIdle() { wp.idles.Add(1) }
+func (wp *writerPair) WriterIdle() { wp.idles.Add(1) }
 
 func newWriterPair(t *testing.T, sndbuf int) *writerPair {
 	t.Helper()
@@ -54,14 +54,14 @@ func newWriterPair(t *testing.T, sndbuf int) *writerPair {
 	}
 	wp := &writerPair{peer: os.NewFile(uintptr(fds[1]), "peer"), errs: make(chan error, 16)}
 	wp.now.Store(1)
-	wp.w = &writer{fd: fds[0], owner: wp, env: &writerEnv{
+	wp.w = &Writer{fd: fds[0], owner: wp, env: &writerEnv{
 		now:    wp.now.Load,
 		spawn:  func(f func()) { wp.wg.Add(1); go func() { defer wp.wg.Done(); f() }() },
 		budget: &Budget{},
 	}}
 	wp.w.env.budget.limit.Store(1 << 40)
 	t.Cleanup(func() {
-		wp.w.close()
+		wp.w.Close()
 		wp.wg.Wait()
 		unix.Close(fds[0])
 		wp.peer.Close()
@@ -170,7 +170,7 @@ func shortWriteCase(t *testing.T, frames [][]byte, want []byte, batched bool, cu
 	var off uint64
 	for i, f := range frames {
 		buf := append([]byte(nil), f...)
-		got, ok, err := wp.w.send(buf, 0)
+		got, ok, err := wp.w.Send(buf, 0)
 		if !ok || err != nil {
 			t.Fatalf("frame %d: ok=%v err=%v", i, ok, err)
 		}
@@ -225,7 +225,7 @@ func TestWriterConcurrentSenders(t *testing.T) {
 				for j := range p {
 					p[j] = byte(rng.Uint32())
 				}
-				if _, ok, err := wp.w.send(frameOf(s, i, p), 0); !ok || err != nil {
+				if _, ok, err := wp.w.Send(frameOf(s, i, p), 0); !ok || err != nil {
 					t.Errorf("sender %d frame %d: ok=%v err=%v", s, i, ok, err)
 					return
 				}
@@ -274,12 +274,12 @@ func TestWriterStallDeadline(t *testing.T) {
 	wp := newWriterPair(t, 4<<10)
 	var stalls atomic.Int32
 	wp.onStall = func() { stalls.Add(1) }
-	if d := wp.w.stalledFor(wp.now.Load()); d != 0 {
+	if d := wp.w.StalledFor(wp.now.Load()); d != 0 {
 		t.Fatalf("idle writer stalled for %d", d)
 	}
 	frame := bytes.Repeat([]byte{7}, 64<<10)
-	for wp.w.stalledFor(wp.now.Load()) == 0 {
-		if _, ok, err := wp.w.send(frame, 0); !ok || err != nil {
+	for wp.w.StalledFor(wp.now.Load()) == 0 {
+		if _, ok, err := wp.w.Send(frame, 0); !ok || err != nil {
 			t.Fatalf("send: %v %v", ok, err)
 		}
 	}
@@ -287,7 +287,7 @@ func TestWriterStallDeadline(t *testing.T) {
 		t.Fatalf("onStall ran %d times", stalls.Load())
 	}
 	wp.now.Add(int64(5 * time.Second))
-	if d := time.Duration(wp.w.stalledFor(wp.now.Load())); d < 5*time.Second {
+	if d := time.Duration(wp.w.StalledFor(wp.now.Load())); d < 5*time.Second {
 		t.Fatalf("stalled for %v after 5s without progress", d)
 	}
 	// The peer reads some: progress restarts the clock.
@@ -296,7 +296,7 @@ func TestWriterStallDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for time.Duration(wp.w.stalledFor(wp.now.Load())) >= 5*time.Second {
+	for time.Duration(wp.w.StalledFor(wp.now.Load())) >= 5*time.Second {
 		if time.Now().After(deadline) {
 			t.Fatal("progress did not restart the stall clock")
 		}
@@ -315,13 +315,13 @@ func TestWriterCloseSplitsSentFromUnsent(t *testing.T) {
 			frames := testFrames(rng, 200, 2<<10)
 			offs := make([]uint64, len(frames))
 			for i, f := range frames {
-				off, ok, err := wp.w.send(f, 0)
+				off, ok, err := wp.w.Send(f, 0)
 				if !ok || err != nil {
 					t.Fatalf("send %d: %v %v", i, ok, err)
 				}
 				offs[i] = off
 			}
-			final := wp.w.close()
+			final := wp.w.Close()
 			wp.wg.Wait()
 			var sent []byte
 			for i, f := range frames {
@@ -345,7 +345,7 @@ func TestWriterCloseSplitsSentFromUnsent(t *testing.T) {
 			if n, _ := wp.peer.Read(make([]byte, 1)); n != 0 {
 				t.Fatal("bytes reached the peer after close")
 			}
-			if _, ok, err := wp.w.send([]byte("late"), 0); ok || !errors.Is(err, errWriterClosed) {
+			if _, ok, err := wp.w.Send([]byte("late"), 0); ok || !errors.Is(err, errWriterClosed) {
 				t.Fatalf("send after close: ok=%v err=%v", ok, err)
 			}
 			if u := wp.w.env.budget.InUse(); u != 0 {
@@ -361,17 +361,17 @@ func TestWriterBounds(t *testing.T) {
 	wp := newWriterPair(t, 4<<10)
 	wp.w.env.budget.limit.Store(256 << 10)
 	big := bytes.Repeat([]byte{1}, 200<<10)
-	if _, ok, err := wp.w.send(big, 100<<10); !ok || err != nil {
+	if _, ok, err := wp.w.Send(big, 100<<10); !ok || err != nil {
 		t.Fatalf("an empty writer must take one frame over the bound: %v %v", ok, err)
 	}
-	if _, ok, err := wp.w.send(big, 100<<10); ok || !errors.Is(err, errQueueFull) {
+	if _, ok, err := wp.w.Send(big, 100<<10); ok || !errors.Is(err, errQueueFull) {
 		t.Fatalf("over the queue bound: ok=%v err=%v", ok, err)
 	}
-	if _, ok, err := wp.w.send(big, 0); ok || !errors.Is(err, errOverBudget) {
+	if _, ok, err := wp.w.Send(big, 0); ok || !errors.Is(err, errOverBudget) {
 		t.Fatalf("over the budget: ok=%v err=%v (charged %d)", ok, err, wp.w.env.budget.InUse())
 	}
 	small := []byte("fits")
-	if _, ok, err := wp.w.send(small, 0); !ok || err != nil {
+	if _, ok, err := wp.w.Send(small, 0); !ok || err != nil {
 		t.Fatalf("a frame within budget: %v %v", ok, err)
 	}
 	got := wp.readAll(t, len(big)+len(small))
@@ -388,8 +388,8 @@ func TestWriterBounds(t *testing.T) {
 func TestWriterSocketError(t *testing.T) {
 	wp := newWriterPair(t, 4<<10)
 	frame := bytes.Repeat([]byte{3}, 64<<10)
-	for wp.w.stalledFor(wp.now.Load()) == 0 {
-		wp.w.send(frame, 0)
+	for wp.w.StalledFor(wp.now.Load()) == 0 {
+		wp.w.Send(frame, 0)
 	}
 	wp.peer.Close() // the flusher's next write fails with EPIPE or ECONNRESET
 	select {
@@ -465,7 +465,7 @@ func TestWriterTryTakeAndIdle(t *testing.T) {
 		}
 		wp.readAll(t, len(big))
 		waitFor(t, 20*time.Second, "writerIdle after the stall", func() bool { return wp.idles.Load() == 1 })
-		if !wp.w.claimable() {
+		if !wp.w.Claimable() {
 			t.Fatal("not claimable after the flusher finished")
 		}
 	})
@@ -490,12 +490,12 @@ func TestWriterTakeCopy(t *testing.T) {
 	wp.w.env.budget.limit.Store(64 << 10)
 	scratch := []byte("first batch")
 	want := bytes.Clone(scratch)
-	off, claimed, ok, err := wp.w.takeCopy(scratch)
+	off, claimed, ok, err := wp.w.TakeCopy(scratch)
 	if off != 0 || !claimed || !ok || err != nil {
 		t.Fatalf("takeCopy on an idle writer: off %d claimed %v ok %v err %v", off, claimed, ok, err)
 	}
 	copy(scratch, "XXXXXXXXXXX") // the caller reuses its buffer before the write
-	if err, _ := wp.w.writeTaken(); err != nil {
+	if err, _ := wp.w.WriteTaken(); err != nil {
 		t.Fatal(err)
 	}
 	if got := wp.readAll(t, len(want)); !bytes.Equal(got, want) {
@@ -505,17 +505,17 @@ func TestWriterTakeCopy(t *testing.T) {
 	big := bytes.Repeat([]byte{7}, 32<<10)
 	sent := 0
 	for i := 0; i < 8; i++ {
-		_, claimed, ok, err := wp.w.takeCopy(big)
+		_, claimed, ok, err := wp.w.TakeCopy(big)
 		if !ok || err != nil {
 			t.Fatalf("frame %d refused: %v (charged %d of %d)", i, err, wp.w.env.budget.InUse(), 64<<10)
 		}
 		if claimed {
-			wp.w.writeTaken()
+			wp.w.WriteTaken()
 		}
 		sent += len(big)
 	}
-	if wp.w.stalledFor(wp.now.Load()) == 0 || wp.w.env.budget.InUse() <= 64<<10 {
-		t.Fatalf("stalled for %d, charged %d: want a stall charged past the budget", wp.w.stalledFor(wp.now.Load()), wp.w.env.budget.InUse())
+	if wp.w.StalledFor(wp.now.Load()) == 0 || wp.w.env.budget.InUse() <= 64<<10 {
+		t.Fatalf("stalled for %d, charged %d: want a stall charged past the budget", wp.w.StalledFor(wp.now.Load()), wp.w.env.budget.InUse())
 	}
 	if got := wp.readAll(t, sent); !bytes.Equal(got, bytes.Repeat([]byte{7}, sent)) {
 		t.Fatal("stream differs")
