@@ -210,7 +210,7 @@ func TestNotExecutedRetryRespectsTheDeadline(t *testing.T) {
 	// sendBy is 130 ms after arrival: the 50 ms pause fits once (retry at +50 ms), the
 	// second pause (100 ms, from +50 ms) would end at +150 ms and does not.
 	res := callTimeoutAsync(ctx, f.dial(ctx), 1, "x", 230*time.Millisecond)
-	waitFor(t, 10*time.Second, "the first re-hold", func() bool { return f.notExecuted("dubbogo_no_exporter", notRunReheld) == 1 })
+	waitFor(t, 10*time.Second, "the first re-hold", func() bool { return f.notExecuted("dubbogo_no_exporter", NotRunReheld) == 1 })
 	f.step(50 * time.Millisecond)
 	r := <-res
 	if r.err != nil || r.resp.Status != dubbo.StatusOK || r.resp.Value != "" {
@@ -219,7 +219,7 @@ func TestNotExecutedRetryRespectsTheDeadline(t *testing.T) {
 	if n := seen.Load(); n != 2 {
 		t.Fatalf("the provider saw the request %d times, want 2", n)
 	}
-	if n := f.notExecuted("dubbogo_no_exporter", notRunPassedOn); n != 1 {
+	if n := f.notExecuted("dubbogo_no_exporter", NotRunPassedOn); n != 1 {
 		t.Fatalf("passed_on %v, want 1: the second answer should have gone to the consumer", n)
 	}
 }

@@ -125,7 +125,7 @@ func (u *h2Upstream) pingLocked(now int64) {
 	u.conn.Ping(data)
 	u.flushLocked()
 	u.pingSent = now
-	u.hp.p.srv.m.hbSent.Inc()
+	u.hp.env.CountHeartbeatSent()
 }
 
 // pingAnswered takes the provider's PING ACK (under hp.mu).

@@ -194,9 +194,6 @@ func (k *h2SlotKind) dial(ctx context.Context, _ int) (*h2Upstream, error) {
 	d := net.Dialer{Timeout: hp.env.Config().ConnectTimeout}
 	nc, err := d.DialContext(ctx, "tcp", hp.p.addr)
 	if err != nil {
-		if ctx.Err() == nil {
-			hp.p.srv.m.upDialErrors[protoH2].Inc()
-		}
 		return nil, err
 	}
 	u, err := hp.newUpstream(nc)
@@ -632,7 +629,7 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	default:
 		c.head, c.headEnd = slices.Clone(fields), end
 		if reason, msg = hp.p.hold.holdCall(c, h2.ListSize(c.head), cfg, hp.awayLocked()); msg != "" {
-			srv.m.holdOutcome[HoldRejectedFull].Inc()
+			env.CountHoldOutcome(HoldRejectedFull)
 			break
 		}
 		c.waiting = true
@@ -697,7 +694,7 @@ func (hp *h2Pool) pumpLocked(now int64, notes *h2Notes) {
 		c.waiting = false
 		hp.env.Wheel().Stop(&c.hold)
 		u.startLocked(c, now, notes)
-		hp.p.srv.m.holdOutcome[HoldSent].Inc()
+		hp.env.CountHoldOutcome(HoldSent)
 	}
 }
 
@@ -716,7 +713,7 @@ func (hp *h2Pool) expire(c *h2Call) {
 	if late {
 		notes.late = append(notes.late, c)
 	} else {
-		hp.p.srv.m.holdOutcome[HoldExpired].Inc() // counted before the consumer can see the reply
+		hp.env.CountHoldOutcome(HoldExpired) // counted before the consumer can see the reply
 		c.sess.fail(c, ReplyHoldTimeout, "stormgate: no provider connection could take the request within hold.timeout")
 	}
 	notes.run()
@@ -837,7 +834,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	if msg != "" {
 		n = len(data)
 		if c.waiting {
-			hp.p.srv.m.holdOutcome[HoldRejectedFull].Inc()
+			hp.env.CountHoldOutcome(HoldRejectedFull)
 			hp.takeOutLocked(c)
 			hp.unwaitLocked(c, &notes)
 		} else {
@@ -871,7 +868,7 @@ func (hp *h2Pool) cancel(c *h2Call) {
 	hp.mu.Lock()
 	switch {
 	case c.waiting:
-		hp.p.srv.m.holdOutcome[HoldConsumerGone].Inc()
+		hp.env.CountHoldOutcome(HoldConsumerGone)
 		hp.takeOutLocked(c)
 		hp.unwaitLocked(c, &notes)
 	case c.up != nil:
@@ -994,8 +991,7 @@ func (ns h2Notes) run() {
 		x.c.sess.consumed(x.c.down, x.n)
 	}
 	for _, c := range ns.late {
-		srv := c.sess.sess.srv
-		srv.m.holdOutcome[HoldDeadline].Inc() // counted before the consumer can see the reply
+		c.sess.env.CountHoldOutcome(HoldDeadline) // counted before the consumer can see the reply
 		c.sess.failStatus(c, h2.GRPCDeadlineExceeded, ReplyDeadline, h2DeadlineMsg)
 	}
 }

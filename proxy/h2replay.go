@@ -92,7 +92,6 @@ func (hp *h2Pool) forgetLocked(c *h2Call) {
 // and the call went back to waiting (the head is not delivered).
 func (u *h2Upstream) answerHeadLocked(c *h2Call, fields []h2.HeaderField, now int64, notes *h2Notes) bool {
 	hp := u.hp
-	srv := hp.p.srv
 	env := hp.env
 	why := h2.NotRun(fields)
 	if why == "" {
@@ -101,22 +100,22 @@ func (u *h2Upstream) answerHeadLocked(c *h2Call, fields []h2.HeaderField, now in
 		return false
 	}
 	cfg := env.Config()
-	outcome := notRunPassedOn
+	outcome := NotRunPassedOn
 	switch d := resendPause(cfg, c.notRunTries); {
 	case cfg.NotExecutedWindow <= 0 || now-u.readyAt >= int64(cfg.NotExecutedWindow):
-		outcome = notRunOutsideWindow
+		outcome = NotRunOutsideWindow
 	case c.notRunTries < cfg.NotExecutedRetries && hp.canResendLocked(c, now, d):
 		u.detachLocked(c, notes)
 		hp.resendLocked(c, now, d, HoldReheldNotRun)
 		c.notRunTries++
-		srv.m.life.notRunCounter(why, notRunReheld).Inc()
+		env.CountNotRun(why, NotRunReheld)
 		if c.notRunTries == 1 {
 			env.Log().Debug("the provider answered that it does not serve the call's path yet; holding it and retrying",
 				zap.String("provider", hp.p.addr), zap.String("answer", why), zap.Duration("pause", d))
 		}
 		return true
 	}
-	srv.m.life.notRunCounter(why, outcome).Inc()
+	env.CountNotRun(why, outcome)
 	c.answered = true
 	hp.forgetLocked(c)
 	return false
@@ -157,7 +156,7 @@ func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why Ho
 	c.resending = true
 	c.waiting = true
 	srv.noteHeld(callRef{method: c.method}, true)
-	srv.m.holdOutcome[why].Inc()
+	env.CountHoldOutcome(why)
 	hp.initTimersLocked(c)
 	env.Wheel().Schedule(&c.hold, time.Duration(until-now))
 	c.paused = pause > 0

@@ -419,11 +419,11 @@ func TestH2ResendNotFound(t *testing.T) {
 		late     bool // the call comes after the window
 		check    func(a *rawAnswer, msg []byte) bool
 		requests int64
-		outcome  notRunOutcome
+		outcome  NotRunOutcome
 		counted  float64
 		reason   string // "": h2.NotRunDubboGoNotFound
 	}{
-		{"not found, then answered", notFoundThenAnswer, false, (*rawAnswer).echoed, 2, notRunReheld, 1, ""},
+		{"not found, then answered", notFoundThenAnswer, false, (*rawAnswer).echoed, 2, NotRunReheld, 1, ""},
 		{"java's not found, then answered", func(pc *scriptedConn, id uint32, n int, body []byte) {
 			if n == 0 {
 				pc.headers(id, true, ":status", "404", "content-type", "application/grpc", "grpc-status", "12",
@@ -431,13 +431,13 @@ func TestH2ResendNotFound(t *testing.T) {
 				return
 			}
 			pc.answer(id, body)
-		}, false, (*rawAnswer).echoed, 2, notRunReheld, 1, h2.NotRunJavaNotFound},
-		{"outside the window", notFoundThenAnswer, true, notFound, 1, notRunOutsideWindow, 1, ""},
+		}, false, (*rawAnswer).echoed, 2, NotRunReheld, 1, h2.NotRunJavaNotFound},
+		{"outside the window", notFoundThenAnswer, true, notFound, 1, NotRunOutsideWindow, 1, ""},
 		{"retries used up", func(pc *scriptedConn, id uint32, n int, body []byte) { pc.notFound(id) }, false,
-			notFound, 4, notRunPassedOn, 1, ""},
+			notFound, 4, NotRunPassedOn, 1, ""},
 		{"a gRPC UNIMPLEMENTED is not the form", func(pc *scriptedConn, id uint32, n int, body []byte) {
 			pc.headers(id, true, ":status", "404", "content-type", "application/grpc", "grpc-status", "12")
-		}, false, func(a *rawAnswer, _ []byte) bool { return a.status == "404" && a.grpcStatus == "12" }, 1, notRunReheld, 0, ""},
+		}, false, func(a *rawAnswer, _ []byte) bool { return a.status == "404" && a.grpcStatus == "12" }, 1, NotRunReheld, 0, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := keepalive.NewManualClock(time.Unix(1_700_000_000, 0))

@@ -511,7 +511,7 @@ func (h *h2Session) failStatus(c *h2Call, code int, reason ReplyReason, msg stri
 	}
 	dropped := h.discardLocked(c)
 	b, err := h.conn.AppendHeaders(h.frames(), c.down, h2.ErrorTrailers(c.headSent, code, msg), true)
-	h.sess.srv.m.localReplies[reason].Inc() // counted before the consumer can see the reply
+	h.env.CountLocalReply(reason) // counted before the consumer can see the reply
 	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(code), reason)
 	h.send(b)
 	if err == nil && h.conn.StreamState(c.down) == h2.StateHalfClosedLocal {

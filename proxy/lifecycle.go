@@ -74,7 +74,7 @@ func newLifeMetrics(reasons []string) lifeMetrics {
 
 // notRunCounter returns the counter of one answer and outcome; reasons the codec
 // did not list at start share the "unknown" series.
-func (m *lifeMetrics) notRunCounter(why string, o notRunOutcome) prometheus.Counter {
+func (m *lifeMetrics) notRunCounter(why string, o NotRunOutcome) prometheus.Counter {
 	cs, ok := m.notRun[why]
 	if !ok {
 		cs = m.notRun["unknown"]

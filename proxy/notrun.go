@@ -37,10 +37,10 @@ func (uc *upConn) reholdNotExecuted(pe pending, frame []byte, now int64) bool {
 		return false
 	}
 	cfg := srv.cfg.Load()
-	outcome := notRunPassedOn
+	outcome := NotRunPassedOn
 	switch {
 	case !uc.inWindow(now, cfg):
-		outcome = notRunOutsideWindow
+		outcome = NotRunOutsideWindow
 	case int(pe.tries) < cfg.NotExecutedRetries:
 		b, ok := uc.replayCopy(pe.off, pe.n)
 		if !ok {
@@ -52,7 +52,7 @@ func (uc *upConn) reholdNotExecuted(pe pending, frame []byte, now int64) bool {
 			break // its hold would end before the retry: the provider's own answer is the better one
 		}
 		pe.tries++
-		srv.m.life.notRunCounter(why, notRunReheld).Inc()
+		srv.m.life.notRunCounter(why, NotRunReheld).Inc()
 		p.pause.pause(now, d)
 		if pe.tries == 1 {
 			srv.log.Debug("the provider answered that it did not run a request; holding it and retrying",
@@ -118,17 +118,17 @@ func (p *pool) paused() (until int64, ok bool) {
 }
 
 // not-executed answer outcomes, labels of stormgate_not_executed_answers_total{outcome}.
-type notRunOutcome uint8
+type NotRunOutcome uint8
 
 const (
-	notRunReheld notRunOutcome = iota
-	notRunPassedOn
-	notRunOutsideWindow
+	NotRunReheld NotRunOutcome = iota
+	NotRunPassedOn
+	NotRunOutsideWindow
 	nNotRunOutcomes
 )
 
 var notRunOutcomeNames = [nNotRunOutcomes]string{
-	notRunReheld:        "reheld",
-	notRunPassedOn:      "passed_on",
-	notRunOutsideWindow: "outside_window",
+	NotRunReheld:        "reheld",
+	NotRunPassedOn:      "passed_on",
+	NotRunOutsideWindow: "outside_window",
 }

@@ -46,7 +46,7 @@ func javaAnswer(status byte, msg string, id int64) []byte {
 // holdOutcome and notExecuted read the lifecycle's counters.
 func (f *fixture) holdOutcome(o HoldOutcome) float64 { return value(f.srv.m.holdOutcome[o]) }
 
-func (f *fixture) notExecuted(reason string, o notRunOutcome) float64 {
+func (f *fixture) notExecuted(reason string, o NotRunOutcome) float64 {
 	return value(f.srv.m.life.notRunCounter(reason, o))
 }
 
@@ -113,7 +113,7 @@ func TestNotExecutedAnswerIsReheld(t *testing.T) {
 				// (seen) while the hold queue still lists it (Held), and moving the clock then
 				// would start the next pause from the moved clock.
 				waitFor(t, 10*time.Second, "a not-executed answer and the request held", func() bool {
-					return f.notExecuted(reason, notRunReheld) == float64(i+1) && f.srv.Stats().Held == 1
+					return f.notExecuted(reason, NotRunReheld) == float64(i+1) && f.srv.Stats().Held == 1
 				})
 				// The resend is the hold queue's retry timer, which sends on the wheel's
 				// goroutine: once step has fired what is due, a resend would have been
@@ -133,7 +133,7 @@ func TestNotExecutedAnswerIsReheld(t *testing.T) {
 			if seen.Load() != 3 {
 				t.Fatalf("provider saw the request %d times, want 3", seen.Load())
 			}
-			if n := f.notExecuted(reason, notRunReheld); n != 2 {
+			if n := f.notExecuted(reason, NotRunReheld); n != 2 {
 				t.Fatalf("reheld count %v, want 2", n)
 			}
 			if n := f.holdOutcome(HoldReheldNotRun); n != 2 {
@@ -155,7 +155,7 @@ func TestNotExecutedRetriesUsedUp(t *testing.T) {
 	for i, pause := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond} {
 		// Counted re-holds: see TestNotExecutedAnswerIsReheld.
 		waitFor(t, 10*time.Second, "held again", func() bool {
-			return f.notExecuted("dubbogo_no_exporter", notRunReheld) == float64(i+1) && f.srv.Stats().Held == 1
+			return f.notExecuted("dubbogo_no_exporter", NotRunReheld) == float64(i+1) && f.srv.Stats().Held == 1
 		})
 		clk.Add(pause)
 	}
@@ -166,7 +166,7 @@ func TestNotExecutedRetriesUsedUp(t *testing.T) {
 	if seen.Load() != 4 {
 		t.Fatalf("provider saw the request %d times, want 4 (1 + 3 retries)", seen.Load())
 	}
-	if n := f.notExecuted("dubbogo_no_exporter", notRunPassedOn); n != 1 {
+	if n := f.notExecuted("dubbogo_no_exporter", NotRunPassedOn); n != 1 {
 		t.Fatalf("passed_on %v, want 1", n)
 	}
 }
@@ -180,12 +180,12 @@ func TestNotExecutedPassedOn(t *testing.T) {
 		answer  string
 		mod     func(*Config)
 		advance time.Duration
-		outcome notRunOutcome // nNotRunOutcomes when the answer is not a not-executed one
+		outcome NotRunOutcome // nNotRunOutcomes when the answer is not a not-executed one
 	}{
-		{"outside the window", "live_no_exporter", nil, 11 * time.Second, notRunOutsideWindow},
-		{"window off", "live_no_exporter", func(c *Config) { c.NotExecutedWindow = 0 }, 0, notRunOutsideWindow},
-		{"retries off", "live_no_exporter", func(c *Config) { c.NotExecutedRetries = 0 }, 0, notRunPassedOn},
-		{"hold ends first", "live_no_exporter", func(c *Config) { c.HoldTimeout = 40 * time.Millisecond }, 0, notRunPassedOn},
+		{"outside the window", "live_no_exporter", nil, 11 * time.Second, NotRunOutsideWindow},
+		{"window off", "live_no_exporter", func(c *Config) { c.NotExecutedWindow = 0 }, 0, NotRunOutsideWindow},
+		{"retries off", "live_no_exporter", func(c *Config) { c.NotExecutedRetries = 0 }, 0, NotRunPassedOn},
+		{"hold ends first", "live_no_exporter", func(c *Config) { c.HoldTimeout = 40 * time.Millisecond }, 0, NotRunPassedOn},
 		{"business error, same text", "live_error_same_text", nil, 0, nNotRunOutcomes},
 	}
 	for _, tc := range cases {

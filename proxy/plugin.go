@@ -92,3 +92,19 @@ func (c Consumer) CallEnded() { c.s.settled() }
 func (e Env) InitWriter(w *Writer, fd int, owner WriterOwner, mustTake bool) {
 	*w = Writer{fd: fd, env: &e.s.wenv, owner: owner, mustTake: mustTake}
 }
+
+// The core's counters a protocol adds to. Each is counted before the consumer can see what it counts.
+
+// CountLocalReply counts a call Stormgate answered itself (stormgate_local_replies_total{reason}).
+func (e Env) CountLocalReply(r ReplyReason) { e.s.m.localReplies[r].Inc() }
+
+// CountHoldOutcome counts how a wait in the hold queue ended (stormgate_hold_outcomes_total{outcome}).
+func (e Env) CountHoldOutcome(o HoldOutcome) { e.s.m.holdOutcome[o].Inc() }
+
+// CountNotRun counts a provider's answer that says it did not run a call (why: the answer, one of the
+// reasons the protocol listed at start or "unknown"), and what Stormgate did with it
+// (stormgate_not_executed_total).
+func (e Env) CountNotRun(why string, o NotRunOutcome) { e.s.m.life.notRunCounter(why, o).Inc() }
+
+// CountHeartbeatSent counts a heartbeat Stormgate sent a provider itself (an HTTP/2 PING).
+func (e Env) CountHeartbeatSent() { e.s.m.hbSent.Inc() }

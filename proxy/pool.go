@@ -239,7 +239,6 @@ func (p *pool) connect(slot int) (*upConn, error) {
 	srv := p.srv
 	fd, err := dialTCP(p.addr, srv.cfg.Load().ConnectTimeout)
 	if err != nil {
-		srv.m.upDialErrors[protoDubbo].Inc()
 		return nil, err
 	}
 	conn, err := netpoll.NewFDConnection(fd)

@@ -67,6 +67,7 @@ func runSlot[C any](ctx context.Context, p *pool, idx int, k slotKind[C]) {
 				if ctx.Err() != nil {
 					return
 				}
+				srv.m.upDialErrors[k.proto()].Inc()
 				a, d := bo.Attempt(), bo.Next()
 				p.dials.failed(p, err, d)
 				k.dialFailed()

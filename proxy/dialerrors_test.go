@@ -1,0 +1,23 @@
+package proxy
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+// TestConnectErrorsCountedByProtocol: a provider that refuses connections is counted in
+// stormgate_upstream_connect_errors_total under the protocol of the connection that failed, for both
+// protocols (one slot loop counts them, slot.go).
+func TestConnectErrorsCountedByProtocol(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there: every dial is refused
+	srv, _ := startH2Server(t, addr, ProtoDubbo|ProtoTriple, Options{})
+	waitFor(t, 20*time.Second, "a refused dial of each protocol counted", func() bool {
+		return testutilCounter(srv.m.upDialErrors[protoDubbo]) >= 1 && testutilCounter(srv.m.upDialErrors[protoH2]) >= 1
+	})
+}
