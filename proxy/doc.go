@@ -10,7 +10,7 @@
 //	pool.go       forward: the request enters the books (pending.go), goes to the least
 //	              loaded connection that takes it, or waits in the hold queue (hold.go)
 //	turns.go      every wait is per-consumer FIFOs in deficit round robin: the hold queue,
-//	              a connection's send queue (sendq.go), HTTP/2's waiting calls (h2wait.go)
+//	              a connection's send queue (sendq.go), HTTP/2's waiting calls (holdcalls.go)
 //	upconn.go     send: a fresh upstream id, the frame into the connection's writer
 //	              (writer.go), a pending entry; onRequest: the provider's answer is matched
 //	              by id, gets the consumer's id back and is written to the consumer
@@ -73,10 +73,10 @@
 //   - A writer never lets a write(2) read a buffer that a sender appends to: senders
 //     own q, the goroutine with the writer role owns the batch; see writer.go.
 //   - Every two-way request has exactly one owner at a time: the hold queue (under
-//     holdQueue.mu) or one pending table (under its upConn.mu); see pending.go.
+//     HoldQueue.mu) or one pending table (under its upConn.mu); see pending.go.
 //   - HTTP/2: h2Session.mu -> writer.mu; h2Pool.mu -> writer.mu (h2Upstream.w); nothing holds an
 //     h2Session.mu and its h2Pool.mu at once (each side calls the other after unlocking).
-//   - Lock order: holdQueue.mu -> upConn.mu -> writer.mu -> writer.fdMu. Nothing that
+//   - Lock order: HoldQueue.mu -> upConn.mu -> writer.mu -> writer.fdMu. Nothing that
 //     holds one of these calls upConn.fail (which re-holds); it is spawned instead.
 //   - A close callback runs before netpoll closes the fd, and closes the writer first,
 //     so no write reaches a reused fd number.

@@ -961,7 +961,7 @@ func h2StreamsLeft(srv *Server) int {
 	hp := srv.poolList()[0].h2
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
-	n := hp.p.hold.callsWaiting() + hp.p.hold.pausedCalls()
+	n := hp.p.hold.CallsWaiting() + hp.p.hold.PausedCalls()
 	for _, u := range hp.ups {
 		n += u.calls.Len() + u.conn.OpenStreams()
 	}

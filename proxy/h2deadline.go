@@ -48,7 +48,8 @@ func (hp *h2Pool) rearm(cfg *Config) {
 	now := env.Now()
 	hp.mu.Lock()
 	defer hp.unlock()
-	hp.p.hold.eachCall(func(c *h2Call) {
+	hp.p.hold.EachCall(func(w Waiting) {
+		c := w.(*h2Call)
 		c.sendBy = h2SendBy(c.head, c.arrived, cfg) // the head is kept while the call waits
 		env.Wheel().Schedule(&c.hold, max(time.Duration(h2HoldUntil(c, cfg)-now), 0))
 	})

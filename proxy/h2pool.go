@@ -24,7 +24,7 @@ import (
 // dynamic table, and its DATA goes within the provider's windows; the answer comes back the same way.
 // A request no connection can take now (none is up yet, or every one is at the provider's
 // SETTINGS_MAX_CONCURRENT_STREAMS or after its GOAWAY) waits in the pool's hold queue, the one Dubbo's
-// held requests wait in (its HTTP/2 lane, h2wait.go: hold.max_requests and hold.max_bytes count both
+// held requests wait in (its HTTP/2 lane, holdcalls.go: hold.max_requests and hold.max_bytes count both
 // protocols), up to hold.timeout, then gets UNAVAILABLE; freed streams go to the waiting consumers in
 // turn, each one's calls oldest first.
 //
@@ -42,7 +42,7 @@ import (
 //	| connection error, shutdown)            |                          | grpc-status 14 and a message
 //
 // Locks: mu guards every h2Upstream's h2.Conn and calls, and the provider-side fields of every h2Call of
-// the pool; the hold queue's mu is taken inside it (h2wait.go). Nothing holds mu and a session's lock at
+// the pool; the hold queue's mu is taken inside it (holdcalls.go). Nothing holds mu and a session's lock at
 // once (see h2session.go). Each connection writes through a writer (writer.go), as a Dubbo provider connection
 // does: frames are taken under mu in the order the Conn produced them (takeCopy), so its output stays in
 // order, and the goroutine that claimed the writer role writes them after mu is released (unlock), so no
@@ -150,15 +150,17 @@ func (hp *h2Pool) resize(n int) {
 func (hp *h2Pool) close() {
 	hp.mu.Lock()
 	hp.closed = true
-	waiting := hp.p.hold.takeCalls()
+	waiting := hp.p.hold.TakeCalls()
 	var notes h2Notes
-	for _, c := range waiting {
+	for _, w := range waiting {
+		c := w.(*h2Call)
 		hp.unpauseLocked(c)
 		hp.unwaitLocked(c, &notes)
 	}
 	hp.unlock()
 	hp.env.Wheel().Stop(&hp.retry)
-	for _, c := range waiting {
+	for _, w := range waiting {
+		c := w.(*h2Call)
 		c.sess.fail(c, ReplyNoUpstream, "stormgate: shutting down")
 	}
 	notes.run()
@@ -176,6 +178,9 @@ func (hp *h2Pool) readyConns() int {
 	}
 	return n
 }
+
+// h2CallSize is what a call waiting with head and in counts in hold.max_bytes.
+func h2CallSize(head []h2.HeaderField, in []byte) int { return h2.ListSize(head) + len(in) }
 
 // h2SlotKind is an HTTP/2 slot for runSlot (slot.go).
 type h2SlotKind struct {
@@ -621,14 +626,14 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	switch u := hp.pickLocked(); {
 	case hp.closed:
 		reason, msg = ReplyNoUpstream, "stormgate: shutting down"
-	case u != nil && hp.p.hold.callsWaiting() == 0 && hp.warmAllowLocked():
+	case u != nil && hp.p.hold.CallsWaiting() == 0 && hp.warmAllowLocked():
 		c.head, c.headEnd = fields, end
 		u.startLocked(c, now, &notes)
 	case cfg.HoldTimeout <= 0:
 		reason, msg = ReplyNoUpstream, "stormgate: no provider connection can take the request now and hold.timeout is 0"
 	default:
 		c.head, c.headEnd = slices.Clone(fields), end
-		if reason, msg = hp.p.hold.holdCall(c, h2.ListSize(c.head), cfg, hp.awayLocked()); msg != "" {
+		if reason, msg = hp.p.hold.HoldCall(c, &c.sess.WaitAccount, h2.ListSize(c.head), cfg, hp.awayLocked()); msg != "" {
 			env.CountHoldOutcome(HoldRejectedFull)
 			break
 		}
@@ -677,15 +682,16 @@ func (hp *h2Pool) pickLocked() *h2Upstream {
 
 // pumpLocked starts waiting requests while a connection can take them.
 func (hp *h2Pool) pumpLocked(now int64, notes *h2Notes) {
-	for hp.p.hold.callsWaiting() > 0 {
+	for hp.p.hold.CallsWaiting() > 0 {
 		u := hp.pickLocked()
 		if u == nil || !hp.warmAllowLocked() {
 			return
 		}
-		c := hp.p.hold.popCall()
-		if c == nil {
+		w := hp.p.hold.PopCall()
+		if w == nil {
 			return
 		}
+		c := w.(*h2Call)
 		if c.pastSendBy(now) { // its hold timer has not fired yet: never sent
 			hp.unwaitLocked(c, notes)
 			notes.late = append(notes.late, c)
@@ -722,7 +728,7 @@ func (hp *h2Pool) expire(c *h2Call) {
 // takeOutLocked takes a waiting call out of the hold queue, waiting or paused.
 func (hp *h2Pool) takeOutLocked(c *h2Call) {
 	hp.unpauseLocked(c)
-	hp.p.hold.removeCall(c)
+	hp.p.hold.RemoveCall(c)
 }
 
 // unwaitLocked takes a call out of waiting for good (the caller took it out of its list).
@@ -810,7 +816,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	case c.upDone:
 	case c.waiting || len(c.in) > 0:
 		if c.waiting { // the hold queue counts it, and may refuse it
-			reason, msg = hp.p.hold.growCall(c, len(data), hp.env.Config(), hp.awayLocked())
+			reason, msg = hp.p.hold.GrowCall(c, len(data), hp.env.Config(), hp.awayLocked())
 		}
 		if msg == "" && !hp.keepInLocked(c, data) {
 			reason, msg = ReplyOverloaded, h2OutOfBufferMsg

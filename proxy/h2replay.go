@@ -160,7 +160,7 @@ func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why Ho
 	hp.initTimersLocked(c)
 	env.Wheel().Schedule(&c.hold, time.Duration(until-now))
 	c.paused = pause > 0
-	hp.p.hold.reholdCall(c, h2CallSize(c.head, c.in), c.paused)
+	hp.p.hold.ReholdCall(c, &c.sess.WaitAccount, h2CallSize(c.head, c.in), c.paused)
 	if c.paused {
 		env.Wheel().Schedule(&c.retry, pause)
 	}
@@ -193,7 +193,7 @@ func (hp *h2Pool) unpause(c *h2Call) {
 	hp.mu.Lock()
 	if c.paused {
 		hp.unpauseLocked(c)
-		hp.p.hold.unpauseCall(c)
+		hp.p.hold.UnpauseCall(c)
 		hp.pumpLocked(hp.env.Now(), &notes)
 	}
 	hp.unlock()

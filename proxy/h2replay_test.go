@@ -582,7 +582,7 @@ func TestH2DeadlineWhileWaiting(t *testing.T) {
 			waitFor(t, 10*time.Second, "two calls waiting", func() bool {
 				hp.mu.Lock()
 				defer hp.mu.Unlock()
-				return hp.p.hold.callsWaiting() == 2
+				return hp.p.hold.CallsWaiting() == 2
 			})
 			clk.Add(950 * time.Millisecond) // past the short call's sendBy (900 ms)
 			srv.wheel.Advance(clk.Now())

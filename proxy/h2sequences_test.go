@@ -130,7 +130,7 @@ func TestH2ConsumerSequences(t *testing.T) {
 	waitFor(t, 10*time.Second, "nothing left: no provider stream, no waiting call, no budget", func() bool {
 		hp.mu.Lock()
 		defer hp.mu.Unlock()
-		return hp.streams == 0 && hp.p.hold.callsWaiting() == 0 && srv.budget.InUse() == 0
+		return hp.streams == 0 && hp.p.hold.CallsWaiting() == 0 && srv.budget.InUse() == 0
 	})
 }
 

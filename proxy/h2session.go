@@ -64,7 +64,7 @@ type h2Session struct {
 	in        []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
 	inCharged int    // the handler's: cap(in) charged to the budget while in holds part of a frame (chargeIn)
 
-	heldBytes int // its calls' bytes in the hold queue, under the queue's mu (h2wait.go)
+	WaitAccount // its calls' turn and bytes in the hold queue (holdcalls.go)
 }
 
 // h2Call is one consumer stream and the provider stream that carries it: the HTTP/2 form of a
@@ -102,10 +102,8 @@ type h2Call struct {
 	arrived int64
 	sendBy  int64           // past it the call is never sent (h2deadline.go); noDeadline without grpc-timeout
 	hold    keepalive.Timer // the hold timeout while waiting
-	// heldSize is what it counts in hold.max_bytes while in the hold queue, under the queue's mu
-	// (h2wait.go).
-	heldSize int
-	upOff    uint64 // where its head went in the connection's byte stream (h2Upstream.w's offsets)
+	Waiter                  // its place in the hold queue (holdcalls.go)
+	upOff   uint64          // where its head went in the connection's byte stream (h2Upstream.w's offsets)
 
 	// Sending it again (h2replay.go), under the pool's mu.
 	req         h2Kept          // the request as the consumer sent it, until the provider's answer head

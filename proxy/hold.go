@@ -10,7 +10,7 @@ import (
 	"github.com/stormgate/stormgate/proxy/wire"
 )
 
-// holdQueue keeps two-way requests while no provider connection takes them
+// HoldQueue keeps two-way requests while no provider connection takes them
 // (provider restarting, READONLY with policy HOLD, every connection's queue full,
 // warm-up, a hung provider). It is bounded by count, bytes and the process budget;
 // entries leave by consumer in turns (turns.go: deficit round robin by bytes, each
@@ -32,19 +32,19 @@ import (
 // Two lanes for Dubbo, as the pool's connections (pool.pick): requests over
 // upstream.large_request_bytes wait in one, the others in the other, each dispatched
 // on its own, so that large requests waiting for their connection never hold up the
-// small ones behind them. A third for HTTP/2 (h2wait.go): calls waiting for a
+// small ones behind them. A third for HTTP/2 (holdcalls.go): calls waiting for a
 // provider stream, dispatched by the h2Pool. One queue for both protocols: the bounds
 // (hold.max_requests, hold.max_bytes) and the metrics count every lane.
 //
 // Concurrency: mu guards the queue; dispatch calls upConn.send with mu held (lock
-// order holdQueue.mu -> upConn.mu -> writer.mu). The expiry and warm-up retry
+// order HoldQueue.mu -> upConn.mu -> writer.mu). The expiry and warm-up retry
 // timers run on the wheel goroutine.
-type holdQueue struct {
+type HoldQueue struct {
 	pool *pool
 
 	mu      sync.Mutex
 	lanes   [2]turns[*session, held, heldTurns]
-	calls   h2Lane          // laneStream: HTTP/2 calls waiting for a provider stream (h2wait.go)
+	calls   callLane        // laneStream: calls waiting for a provider stream (holdcalls.go)
 	bytes   int             // every lane's
 	armedAt int64           // when the expiry timer fires; 0 when it is not armed
 	n       [3]atomic.Int32 // each lane's length, readable without mu (the forward fast path)
@@ -64,7 +64,7 @@ func (heldTurns) quantum() int        { return sendQuantum }
 // connection's queue had room for while the provider serves (rounded up to a wheel tick).
 const roomRetry = 5 * time.Millisecond
 
-// Hold lanes: Dubbo's two, dispatched here, and HTTP/2's (h2wait.go), dispatched by the h2Pool.
+// Hold lanes: Dubbo's two, dispatched here, and HTTP/2's (holdcalls.go), dispatched by the h2Pool.
 const (
 	laneSmall  = 0
 	laneLarge  = 1
@@ -81,25 +81,25 @@ type held struct {
 	carried bool
 }
 
-func (h *holdQueue) init(p *pool) {
+func (h *HoldQueue) init(p *pool) {
 	h.pool = p
 	h.timer.Init(h.expire)
 	h.retry.Init(h.dispatch)
 }
 
 // len is the number of held requests of either protocol (hold.max_requests bounds it).
-func (h *holdQueue) len() int {
+func (h *HoldQueue) len() int {
 	return int(h.n[laneSmall].Load() + h.n[laneLarge].Load() + h.n[laneStream].Load())
 }
 
 // dubboLen is the number of held Dubbo requests (the lanes the expiry timer looks at).
-func (h *holdQueue) dubboLen() int { return int(h.n[laneSmall].Load() + h.n[laneLarge].Load()) }
+func (h *HoldQueue) dubboLen() int { return int(h.n[laneSmall].Load() + h.n[laneLarge].Load()) }
 
 // laneLen is the number of held requests in the lane of a frame of size bytes.
-func (h *holdQueue) laneLen(size int) int { return int(h.n[h.laneOf(size)].Load()) }
+func (h *HoldQueue) laneLen(size int) int { return int(h.n[h.laneOf(size)].Load()) }
 
 // laneOf is the lane of a frame of size bytes.
-func (h *holdQueue) laneOf(size int) int {
+func (h *HoldQueue) laneOf(size int) int {
 	if limit := h.pool.srv.cfg.Load().LargeRequestBytes; limit > 0 && size > limit {
 		return laneLarge
 	}
@@ -108,7 +108,7 @@ func (h *holdQueue) laneOf(size int) int {
 
 // push holds an accepted request, or refuses it when holding is off or full, or when
 // its consumer's deadline is already too close.
-func (h *holdQueue) push(r request, frame []byte) {
+func (h *HoldQueue) push(r request, frame []byte) {
 	srv := h.pool.srv
 	cfg := srv.cfg.Load()
 	if cfg.HoldTimeout <= 0 {
@@ -165,7 +165,7 @@ func (h *holdQueue) push(r request, frame []byte) {
 // keep their arrival time (and so their deadline) and their place in arrival order;
 // those whose consumer's deadline is already too close are answered instead. Their
 // bytes were reserved by the writer they came from; rehold charges them anew.
-func (h *holdQueue) rehold(es []held, why HoldOutcome) {
+func (h *HoldQueue) rehold(es []held, why HoldOutcome) {
 	if len(es) == 0 {
 		return
 	}
@@ -235,7 +235,7 @@ func (h *holdQueue) rehold(es []held, why HoldOutcome) {
 // after one that arrived at the same time.
 func arrivedBefore(a, b *held) bool { return a.arrived < b.arrived }
 
-func (h *holdQueue) addLocked(lane int, e held) {
+func (h *HoldQueue) addLocked(lane int, e held) {
 	h.bytes += len(e.frame)
 	h.n[lane].Add(1)
 	h.pool.srv.m.held.Inc()
@@ -246,7 +246,7 @@ func (h *holdQueue) addLocked(lane int, e held) {
 
 // dropCarried gives back the charge of a carried entry that rehold answers instead
 // of keeping.
-func (h *holdQueue) dropCarried(e held) {
+func (h *HoldQueue) dropCarried(e held) {
 	if e.carried {
 		h.pool.srv.budget.Release(len(e.frame))
 		e.sess.doneWaiting(len(e.frame))
@@ -254,7 +254,7 @@ func (h *holdQueue) dropCarried(e held) {
 }
 
 // dropLocked does the accounting of an entry that leaves lane.
-func (h *holdQueue) dropLocked(lane int, e held) {
+func (h *HoldQueue) dropLocked(lane int, e held) {
 	h.bytes -= len(e.frame)
 	h.n[lane].Add(-1)
 	srv := h.pool.srv
@@ -264,7 +264,7 @@ func (h *holdQueue) dropLocked(lane int, e held) {
 }
 
 // armLocked makes sure the expiry timer fires by deadline.
-func (h *holdQueue) armLocked(deadline int64) {
+func (h *HoldQueue) armLocked(deadline int64) {
 	if h.armedAt == 0 || deadline < h.armedAt {
 		h.armedAt = deadline
 		h.pool.srv.wheel.ScheduleAt(&h.timer, time.Unix(0, deadline))
@@ -272,14 +272,14 @@ func (h *holdQueue) armLocked(deadline int64) {
 }
 
 // popLocked takes the request whose turn it is in lane, which is not empty.
-func (h *holdQueue) popLocked(lane int) held {
+func (h *HoldQueue) popLocked(lane int) held {
 	e, _ := h.lanes[lane].pop()
 	h.dropLocked(lane, e)
 	return e
 }
 
 // dispatch sends held requests in turn, lane by lane, while a connection takes them.
-func (h *holdQueue) dispatch() {
+func (h *HoldQueue) dispatch() {
 	srv := h.pool.srv
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -296,7 +296,7 @@ func (h *holdQueue) dispatch() {
 
 // dispatchLaneLocked sends a lane's requests in turn while a connection takes them;
 // false when sending waits for a pause or the warm-up (retry is armed).
-func (h *holdQueue) dispatchLaneLocked(lane int) bool {
+func (h *HoldQueue) dispatchLaneLocked(lane int) bool {
 	srv := h.pool.srv
 	for {
 		p := h.lanes[lane].peek()
@@ -340,7 +340,7 @@ func (h *holdQueue) dispatchLaneLocked(lane int) bool {
 
 // expire answers every held request whose wait has ended. Waits end in no particular
 // order (each request's consumer has its own timeout), so it looks at all of them.
-func (h *holdQueue) expire() {
+func (h *HoldQueue) expire() {
 	srv := h.pool.srv
 	now := srv.now()
 	h.mu.Lock()
@@ -381,7 +381,7 @@ func (h *holdQueue) expire() {
 // rearm works out every held request's end again from its arrival under cfg (a live
 // change from old of hold.timeout, hold.max_timeout, hold.deadline_margin or
 // limits.max_request_age, rearm.go) and re-arms the expiry timer for the earliest.
-func (h *holdQueue) rearm(old, cfg *Config) {
+func (h *HoldQueue) rearm(old, cfg *Config) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.armedAt = 0
@@ -398,14 +398,14 @@ func (h *holdQueue) rearm(old, cfg *Config) {
 
 // each calls f for every held request, lane by lane, each consumer's in arrival order.
 // Called with mu held (a handover's snapshot).
-func (h *holdQueue) eachLocked(f func(*held)) {
+func (h *HoldQueue) eachLocked(f func(*held)) {
 	for i := range h.lanes {
 		h.lanes[i].each(f)
 	}
 }
 
 // failAll refuses every held request (shutdown).
-func (h *holdQueue) failAll(msg string) {
+func (h *HoldQueue) failAll(msg string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	srv := h.pool.srv

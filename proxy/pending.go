@@ -9,14 +9,14 @@ import (
 // Every two-way request Stormgate accepts gets exactly one answer (DESIGN §8a). The
 // books that make this true, in one place:
 //
-//	accept ──▶ held (holdQueue) ──▶ pending (an upConn's pendingTable) ──▶ answer / refuse
+//	accept ──▶ held (HoldQueue) ──▶ pending (an upConn's pendingTable) ──▶ answer / refuse
 //	             ▲    │ expiry: refuse        │ response: answer
 //	             │    ▼                       │ oversize / event frame: refuse
 //	             └── unsent when its connection died (never handed to the kernel): re-held
 //	                                          │ connection lost after the kernel took it: refuse
 //	                                          │ max_request_age: refuse
 //
-// A request has exactly one owner at a time: the hold queue (under holdQueue.mu) or
+// A request has exactly one owner at a time: the hold queue (under HoldQueue.mu) or
 // one pending table (under its upConn.mu). Whoever removes it from its owner either
 // moves it to the other owner or settles it with answer or refuse, which are the
 // only two ways a request leaves the books. A request whose consumer has closed is

@@ -27,7 +27,7 @@ type pool struct {
 	rr    atomic.Uint32
 	slots atomic.Pointer[[]*poolSlot] // copy on write under mu
 	mu    sync.Mutex
-	hold  holdQueue
+	hold  HoldQueue
 
 	readonlySent atomic.Bool  // PROPAGATE: READONLY broadcast is in effect
 	downSince    atomic.Int64 // when the pool last had no usable connection; 0 while it has one

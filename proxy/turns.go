@@ -14,7 +14,7 @@ package proxy
 //	| (sendq.go)                         | connection                       | session       |             |
 //	| the Dubbo hold queue (hold.go),    | room in a connection's send      | consumer      | frame bytes | sendQuantum
 //	| one per lane                       | queue, a connection that is up   | session       |             |
-//	| HTTP/2's waiting calls (h2wait.go) | a provider stream: one per call, | consumer      | 1           | 1
+//	| HTTP/2's waiting calls (holdcalls.go) | a provider stream: one per call, | consumer      | 1           | 1
 //	|                                    | whatever its size                | session       |             |
 //
 // A consumer's entries stay in the order they were pushed (merge keeps an order given by the caller).

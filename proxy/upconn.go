@@ -36,8 +36,8 @@ const (
 //	| fail          | anyone, the first caller wins        | closes; settles what may have run, re-holds what provably
 //	|               |                                      | never reached the provider (peerend.go)
 //
-// Lock order: holdQueue.mu -> mu -> writer.mu. fail never runs with mu or
-// holdQueue.mu held by its caller (it re-holds), so send hands a write error to a
+// Lock order: HoldQueue.mu -> mu -> writer.mu. fail never runs with mu or
+// HoldQueue.mu held by its caller (it re-holds), so send hands a write error to a
 // goroutine of its own.
 type upConn struct {
 	pool *pool

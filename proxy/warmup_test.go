@@ -89,7 +89,7 @@ func TestH2WarmupPacesCalls(t *testing.T) {
 	waiting := func() int {
 		hp.mu.Lock()
 		defer hp.mu.Unlock()
-		return p.hold.callsWaiting()
+		return p.hold.CallsWaiting()
 	}
 	waitFor(t, 20*time.Second, "one call sent (the ramp's burst) and nine waiting", func() bool {
 		return hp.opened.Load() == 1 && waiting() == calls-1
