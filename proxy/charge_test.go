@@ -51,12 +51,12 @@ func TestRequeueCarriesTheCharge(t *testing.T) {
 	if got := s.wait.waiting.Load(); got != n*size {
 		t.Errorf("after the re-hold: consumer waiting %d bytes, want %d", got, n*size)
 	}
-	if got := p.hold.len(); got != n {
+	if got := p.hold.Len(); got != n {
 		t.Fatalf("held %d, want %d", got, n)
 	}
 	// Leaving the hold queue gives the charge back exactly once.
 	p.hold.mu.Lock()
-	for p.hold.len() > 0 {
+	for p.hold.Len() > 0 {
 		p.hold.popLocked(p.hold.laneOf(size))
 	}
 	p.hold.mu.Unlock()

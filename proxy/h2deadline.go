@@ -48,7 +48,7 @@ func (hp *h2Pool) rearm(cfg *Config) {
 	now := env.Now()
 	hp.mu.Lock()
 	defer hp.unlock()
-	hp.p.hold.EachCall(func(w Waiting) {
+	hp.prov.Hold().EachCall(func(w Waiting) {
 		c := w.(*h2Call)
 		c.sendBy = h2SendBy(c.head, c.arrived, cfg) // the head is kept while the call waits
 		env.Wheel().Schedule(&c.hold, max(time.Duration(h2HoldUntil(c, cfg)-now), 0))

@@ -256,7 +256,7 @@ func (s *Server) h2PoolsBusy() bool {
 	for _, p := range s.poolList() {
 		if hp := p.h2; hp != nil {
 			hp.mu.Lock()
-			busy := hp.streams > 0 || hp.p.hold.PausedCalls() > 0
+			busy := hp.streams > 0 || hp.prov.Hold().PausedCalls() > 0
 			hp.unlock()
 			if busy {
 				return true
@@ -428,7 +428,7 @@ func (hp *h2Pool) adoptWaiting(c *h2Call, x H2CallSnapshot, now int64, cfg *Conf
 	}
 	c.waiting = true
 	c.waited.Store(true)
-	hp.p.hold.ReholdCall(c, &c.sess.WaitAccount, h2CallSize(c.head, c.in), false)
+	hp.prov.Hold().ReholdCall(c, &c.sess.WaitAccount, h2CallSize(c.head, c.in), false)
 	hp.initTimersLocked(c)
 	env.Wheel().Schedule(&c.hold, max(time.Duration(h2HoldUntil(c, cfg)-now), time.Millisecond))
 }

@@ -73,11 +73,11 @@ func (hp *h2Pool) checkHung(now int64, cfg *Config) int {
 	notes.run()
 	for _, u := range hung {
 		hp.env.Log().Warn("HTTP/2 provider connection hung: it opens no new stream until the provider is heard again",
-			zap.String("provider", hp.p.addr), zap.String("why", u.hungWhy),
+			zap.String("provider", hp.prov.Addr()), zap.String("why", u.hungWhy),
 			zap.Duration("silent_for", time.Duration(now-u.lastRead.Load())))
 	}
 	if len(hung) > 0 || healed {
-		hp.p.connChanged()
+		hp.prov.ConnChanged()
 	}
 	return open
 }

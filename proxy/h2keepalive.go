@@ -56,7 +56,7 @@ func (u *h2Upstream) onBeat() {
 	}
 	hp.unlock()
 	if dead {
-		env.Log().Warn("HTTP/2 provider connection dead: closing it", zap.String("provider", hp.p.addr),
+		env.Log().Warn("HTTP/2 provider connection dead: closing it", zap.String("provider", hp.prov.Addr()),
 			zap.String("why", u.deadWhy))
 		u.shut() // the reader ends and ends every call on it
 		return
@@ -92,7 +92,7 @@ func (u *h2Upstream) onStallTimer() {
 		}
 		hp.unlock()
 		if !dead {
-			env.Log().Warn("HTTP/2 provider connection stalled: closing it", zap.String("provider", hp.p.addr),
+			env.Log().Warn("HTTP/2 provider connection stalled: closing it", zap.String("provider", hp.prov.Addr()),
 				zap.Duration("write_timeout", t))
 			u.shut() // the reader ends and ends every call on it
 		}

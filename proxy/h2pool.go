@@ -50,8 +50,9 @@ import (
 // h2Pool's (wg, which pool.close waits for); a handover's freeze leaves them running (h2handover.go: the
 // provider's HTTP/2 connections do not cross, and none has a stream by then).
 type h2Pool struct {
-	p   *pool
-	env Env
+	p    *pool
+	prov Provider
+	env  Env
 	wg  sync.WaitGroup
 
 	mu      sync.Mutex
@@ -80,7 +81,7 @@ type h2Slot struct {
 }
 
 func newH2Pool(p *pool) *h2Pool {
-	hp := &h2Pool{p: p, env: Env{p.srv}}
+	hp := &h2Pool{p: p, prov: Provider{p}, env: Env{p.srv}}
 	hp.retry.Init(hp.onRetry)
 	return hp
 }
@@ -95,12 +96,12 @@ func (hp *h2Pool) onRetry() {
 }
 
 // warmAllowLocked reports whether one more call may take a provider stream now: always, but during a
-// warm-up ramp (warmup.go), which holds the rest back and tries again in warmRetry.
+// warm-up ramp (warmup.go), which holds the rest back and tries again in WarmRetry.
 func (hp *h2Pool) warmAllowLocked() bool {
-	if !hp.p.warming() || hp.p.warmAllow() {
+	if hp.prov.WarmAllow() {
 		return true
 	}
-	hp.env.Wheel().Schedule(&hp.retry, warmRetry)
+	hp.env.Wheel().Schedule(&hp.retry, WarmRetry)
 	return false
 }
 
@@ -114,7 +115,7 @@ func (hp *h2Pool) resize(n int) {
 	hp.slotMu.Lock()
 	defer hp.slotMu.Unlock()
 	for i := len(hp.slots); i < n; i++ {
-		ctx, cancel := context.WithCancel(hp.p.ctx)
+		ctx, cancel := context.WithCancel(hp.prov.Context())
 		sl := &h2Slot{cancel: cancel}
 		hp.slots = append(hp.slots, sl)
 		hp.wg.Add(1)
@@ -143,14 +144,14 @@ func (hp *h2Pool) resize(n int) {
 	for _, u := range closing {
 		u.shut()
 	}
-	hp.env.Spawn(hp.p.connChanged) // the gauges
+	hp.env.Spawn(hp.prov.ConnChanged) // the gauges
 }
 
 // close ends the requests still waiting; the pool's context already ended the connections.
 func (hp *h2Pool) close() {
 	hp.mu.Lock()
 	hp.closed = true
-	waiting := hp.p.hold.TakeCalls()
+	waiting := hp.prov.Hold().TakeCalls()
 	var notes h2Notes
 	for _, w := range waiting {
 		c := w.(*h2Call)
@@ -197,7 +198,7 @@ func (k *h2SlotKind) dialFailed()                  {}
 func (k *h2SlotKind) dial(ctx context.Context, _ int) (*h2Upstream, error) {
 	hp := k.hp
 	d := net.Dialer{Timeout: hp.env.Config().ConnectTimeout}
-	nc, err := d.DialContext(ctx, "tcp", hp.p.addr)
+	nc, err := d.DialContext(ctx, "tcp", hp.prov.Addr())
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +250,7 @@ func (k *h2SlotKind) forget(u *h2Upstream) {
 		err = u.endErr
 	default:
 	}
-	k.hp.env.Log().Info("HTTP/2 provider connection ended; reconnecting", zap.String("provider", k.hp.p.addr),
+	k.hp.env.Log().Info("HTTP/2 provider connection ended; reconnecting", zap.String("provider", k.hp.prov.Addr()),
 		zap.Int("slot", k.idx), zap.Error(err))
 }
 
@@ -454,8 +455,8 @@ func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
 	closeNow := u.away && u.calls.Len() == 0
 	hp.unlock()
 	if heard {
-		hp.env.Log().Info("HTTP/2 provider connection heard again: it opens streams again", zap.String("provider", hp.p.addr))
-		hp.p.connChanged()
+		hp.env.Log().Info("HTTP/2 provider connection heard again: it opens streams again", zap.String("provider", hp.prov.Addr()))
+		hp.prov.ConnChanged()
 	}
 	if c != nil {
 		switch ev.Kind {
@@ -523,7 +524,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		return c, nil
 	case h2.EventGoAway:
 		hp.env.Log().Info("the provider sent GOAWAY: no new streams on this connection",
-			zap.String("provider", hp.p.addr), zap.Uint32("last_stream", ev.LastStream), zap.Stringer("code", ev.Code))
+			zap.String("provider", hp.prov.Addr()), zap.Uint32("last_stream", ev.LastStream), zap.Stringer("code", ev.Code))
 		if !u.awaySeen {
 			u.awaySeen = true
 			close(u.goneAway)
@@ -550,7 +551,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 			u.ready, u.readyAt = true, now
 			hp.ups = append(hp.ups, u)
 			u.startBeat()
-			hp.env.Spawn(hp.p.connChanged) // the gauges; never under mu
+			hp.env.Spawn(hp.prov.ConnChanged) // the gauges; never under mu
 		}
 		for c := range u.calls.Values() { // SETTINGS_INITIAL_WINDOW_SIZE may have grown the windows
 			u.pushLocked(c, now, notes)
@@ -604,11 +605,11 @@ func (u *h2Upstream) die(msg string, shutdown bool) {
 	}
 	notes.run()
 	if u.ready {
-		hp.p.connChanged()
+		hp.prov.ConnChanged()
 	}
 	if len(calls) > 0 {
 		hp.env.Log().Warn("HTTP/2 provider connection lost with streams open: each got grpc-status 14",
-			zap.String("provider", hp.p.addr), zap.Int("streams", len(calls)), zap.String("why", msg))
+			zap.String("provider", hp.prov.Addr()), zap.Int("streams", len(calls)), zap.String("why", msg))
 	}
 }
 
@@ -626,14 +627,14 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	switch u := hp.pickLocked(); {
 	case hp.closed:
 		reason, msg = ReplyNoUpstream, "stormgate: shutting down"
-	case u != nil && hp.p.hold.CallsWaiting() == 0 && hp.warmAllowLocked():
+	case u != nil && hp.prov.Hold().CallsWaiting() == 0 && hp.warmAllowLocked():
 		c.head, c.headEnd = fields, end
 		u.startLocked(c, now, &notes)
 	case cfg.HoldTimeout <= 0:
 		reason, msg = ReplyNoUpstream, "stormgate: no provider connection can take the request now and hold.timeout is 0"
 	default:
 		c.head, c.headEnd = slices.Clone(fields), end
-		if reason, msg = hp.p.hold.HoldCall(c, &c.sess.WaitAccount, h2.ListSize(c.head), cfg, hp.awayLocked()); msg != "" {
+		if reason, msg = hp.prov.Hold().HoldCall(c, &c.sess.WaitAccount, h2.ListSize(c.head), cfg, hp.awayLocked()); msg != "" {
 			env.CountHoldOutcome(HoldRejectedFull)
 			break
 		}
@@ -682,12 +683,12 @@ func (hp *h2Pool) pickLocked() *h2Upstream {
 
 // pumpLocked starts waiting requests while a connection can take them.
 func (hp *h2Pool) pumpLocked(now int64, notes *h2Notes) {
-	for hp.p.hold.CallsWaiting() > 0 {
+	for hp.prov.Hold().CallsWaiting() > 0 {
 		u := hp.pickLocked()
 		if u == nil || !hp.warmAllowLocked() {
 			return
 		}
-		w := hp.p.hold.PopCall()
+		w := hp.prov.Hold().PopCall()
 		if w == nil {
 			return
 		}
@@ -728,7 +729,7 @@ func (hp *h2Pool) expire(c *h2Call) {
 // takeOutLocked takes a waiting call out of the hold queue, waiting or paused.
 func (hp *h2Pool) takeOutLocked(c *h2Call) {
 	hp.unpauseLocked(c)
-	hp.p.hold.RemoveCall(c)
+	hp.prov.Hold().RemoveCall(c)
 }
 
 // unwaitLocked takes a call out of waiting for good (the caller took it out of its list).
@@ -749,7 +750,7 @@ func (u *h2Upstream) startLocked(c *h2Call, now int64, notes *h2Notes) {
 	u.calls.Add(id, c)
 	u.hp.streams++
 	u.hp.opened.Add(1)
-	u.hp.p.armSweep() // hang detection (h2hung.go) looks at connections with calls on them
+	u.hp.prov.WatchCalls() // hang detection (h2hung.go) looks at connections with calls on them
 	c.up, c.upID = u, id
 	b, _ := u.conn.AppendHeaders(u.frames(), id, c.head, c.headEnd)
 	c.upOff = u.send(b)
@@ -816,7 +817,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	case c.upDone:
 	case c.waiting || len(c.in) > 0:
 		if c.waiting { // the hold queue counts it, and may refuse it
-			reason, msg = hp.p.hold.GrowCall(c, len(data), hp.env.Config(), hp.awayLocked())
+			reason, msg = hp.prov.Hold().GrowCall(c, len(data), hp.env.Config(), hp.awayLocked())
 		}
 		if msg == "" && !hp.keepInLocked(c, data) {
 			reason, msg = ReplyOverloaded, h2OutOfBufferMsg

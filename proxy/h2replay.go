@@ -111,7 +111,7 @@ func (u *h2Upstream) answerHeadLocked(c *h2Call, fields []h2.HeaderField, now in
 		env.CountNotRun(why, NotRunReheld)
 		if c.notRunTries == 1 {
 			env.Log().Debug("the provider answered that it does not serve the call's path yet; holding it and retrying",
-				zap.String("provider", hp.p.addr), zap.String("answer", why), zap.Duration("pause", d))
+				zap.String("provider", hp.prov.Addr()), zap.String("answer", why), zap.Duration("pause", d))
 		}
 		return true
 	}
@@ -138,7 +138,7 @@ func (hp *h2Pool) canResendLocked(c *h2Call, now int64, pause time.Duration) boo
 	k := &c.req
 	return !hp.closed && k.complete && !k.lost && !c.answered && c.resends < h2MaxResends &&
 		now+int64(pause) < h2HoldUntil(c, cfg) &&
-		hp.p.hold.len() < cfg.HoldMaxRequests
+		hp.prov.Hold().Len() < cfg.HoldMaxRequests
 }
 
 // resendLocked puts a call canResendLocked allowed, detached from its provider stream, back to waiting
@@ -160,7 +160,7 @@ func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why Ho
 	hp.initTimersLocked(c)
 	env.Wheel().Schedule(&c.hold, time.Duration(until-now))
 	c.paused = pause > 0
-	hp.p.hold.ReholdCall(c, &c.sess.WaitAccount, h2CallSize(c.head, c.in), c.paused)
+	hp.prov.Hold().ReholdCall(c, &c.sess.WaitAccount, h2CallSize(c.head, c.in), c.paused)
 	if c.paused {
 		env.Wheel().Schedule(&c.retry, pause)
 	}
@@ -193,7 +193,7 @@ func (hp *h2Pool) unpause(c *h2Call) {
 	hp.mu.Lock()
 	if c.paused {
 		hp.unpauseLocked(c)
-		hp.p.hold.UnpauseCall(c)
+		hp.prov.Hold().UnpauseCall(c)
 		hp.pumpLocked(hp.env.Now(), &notes)
 	}
 	hp.unlock()

@@ -87,8 +87,8 @@ func (h *HoldQueue) init(p *pool) {
 	h.retry.Init(h.dispatch)
 }
 
-// len is the number of held requests of either protocol (hold.max_requests bounds it).
-func (h *HoldQueue) len() int {
+// Len is the number of held requests of either protocol (hold.max_requests bounds it).
+func (h *HoldQueue) Len() int {
 	return int(h.n[laneSmall].Load() + h.n[laneLarge].Load() + h.n[laneStream].Load())
 }
 
@@ -138,7 +138,7 @@ func (h *HoldQueue) push(r request, frame []byte) {
 			"waiting for the provider, which is away", ReplyHoldFull)
 		return
 	}
-	if h.len() >= cfg.HoldMaxRequests || h.bytes+len(frame) > cfg.HoldMaxBytes || !srv.budget.TryReserve(len(frame)) {
+	if h.Len() >= cfg.HoldMaxRequests || h.bytes+len(frame) > cfg.HoldMaxBytes || !srv.budget.TryReserve(len(frame)) {
 		h.mu.Unlock()
 		srv.m.holdOutcome[HoldRejectedFull].Inc()
 		why, msg := wire.FailNoUpstream, "stormgate: no usable provider connection and the hold queue is full"
@@ -321,7 +321,7 @@ func (h *HoldQueue) dispatchLaneLocked(lane int) bool {
 			return false
 		}
 		if h.pool.warming() && !h.pool.warmAllow() {
-			srv.wheel.Schedule(&h.retry, warmRetry)
+			srv.wheel.Schedule(&h.retry, WarmRetry)
 			return false
 		}
 		if !h.pool.send(e.request, e.frame) {

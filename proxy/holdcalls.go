@@ -90,7 +90,7 @@ func (h *HoldQueue) HoldCall(c Waiting, acct *WaitAccount, size int, cfg *Config
 // to the queue also takes one of hold.max_requests.
 func (h *HoldQueue) refuseCallLocked(acct *WaitAccount, n int, isNew bool, cfg *Config, away bool) (ReplyReason, string) {
 	switch {
-	case isNew && h.len() >= cfg.HoldMaxRequests:
+	case isNew && h.Len() >= cfg.HoldMaxRequests:
 		return ReplyHoldFull, holdFullMsg + " (hold.max_requests)"
 	case h.bytes+n > cfg.HoldMaxBytes:
 		return ReplyHoldFull, holdFullMsg + " (hold.max_bytes)"

@@ -45,8 +45,8 @@ func TestCallLaneRoundRobin(t *testing.T) {
 	}
 	h.RemoveCall(a3)
 	h.RemoveCall(a3) // not there any more: nothing happens
-	if h.CallsWaiting() != 6 || h.len() != 6 || h.bytes != 60 || a.bytes != 30 {
-		t.Fatalf("after a remove: %d waiting, len %d, %d bytes, a's %d", h.CallsWaiting(), h.len(), h.bytes, a.bytes)
+	if h.CallsWaiting() != 6 || h.Len() != 6 || h.bytes != 60 || a.bytes != 30 {
+		t.Fatalf("after a remove: %d waiting, len %d, %d bytes, a's %d", h.CallsWaiting(), h.Len(), h.bytes, a.bytes)
 	}
 	var got []*laneCall
 	got = append(got, pop(h), pop(h)) // a1, b1
@@ -58,20 +58,20 @@ func TestCallLaneRoundRobin(t *testing.T) {
 	if !slices.Equal(got, want) || pop(h) != nil {
 		t.Fatalf("order %v, want %v", got, want)
 	}
-	if h.len() != 0 || h.bytes != 0 || a.bytes != 0 || b.bytes != 0 || c.bytes != 0 || value(h.pool.srv.m.held) != 0 {
-		t.Fatalf("empty, but len %d, %d bytes, gauge %v", h.len(), h.bytes, value(h.pool.srv.m.held))
+	if h.Len() != 0 || h.bytes != 0 || a.bytes != 0 || b.bytes != 0 || c.bytes != 0 || value(h.pool.srv.m.held) != 0 {
+		t.Fatalf("empty, but len %d, %d bytes, gauge %v", h.Len(), h.bytes, value(h.pool.srv.m.held))
 	}
 	h.ReholdCall(b1, &b, 5, false)
 	h.ReholdCall(a1, &a, 5, true) // paused: counted, not waiting for a stream
-	if h.CallsWaiting() != 1 || h.PausedCalls() != 1 || h.len() != 2 {
-		t.Fatalf("one waiting and one paused: %d waiting, %d paused, len %d", h.CallsWaiting(), h.PausedCalls(), h.len())
+	if h.CallsWaiting() != 1 || h.PausedCalls() != 1 || h.Len() != 2 {
+		t.Fatalf("one waiting and one paused: %d waiting, %d paused, len %d", h.CallsWaiting(), h.PausedCalls(), h.Len())
 	}
 	h.UnpauseCall(a1)
 	if h.CallsWaiting() != 2 || h.PausedCalls() != 0 {
 		t.Fatalf("unpaused: %d waiting, %d paused", h.CallsWaiting(), h.PausedCalls())
 	}
-	if all := h.TakeCalls(); len(all) != 2 || h.len() != 0 || h.bytes != 0 || pop(h) != nil {
-		t.Fatalf("TakeCalls: %v, len %d and %d bytes after", all, h.len(), h.bytes)
+	if all := h.TakeCalls(); len(all) != 2 || h.Len() != 0 || h.bytes != 0 || pop(h) != nil {
+		t.Fatalf("TakeCalls: %v, len %d and %d bytes after", all, h.Len(), h.bytes)
 	}
 }
 

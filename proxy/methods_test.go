@@ -239,7 +239,7 @@ func TestMethodHoldsAndLocalReplies(t *testing.T) {
 		resp, _ := c.Call(ctx, 2, svc, "slowpoke", "held")
 		done <- resp
 	}()
-	waitFor(t, 10*time.Second, "the request held", func() bool { return f.srv.pools[0].hold.len() == 1 })
+	waitFor(t, 10*time.Second, "the request held", func() bool { return f.srv.pools[0].hold.Len() == 1 })
 	f.advance(3*time.Second+50*time.Millisecond, 100*time.Millisecond, false)
 	if resp := <-done; resp.Status != 35 {
 		t.Fatalf("held request answered %+v, want CHANNEL_INACTIVE", resp)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net/netip"
 	"time"
 
@@ -108,3 +109,30 @@ func (e Env) CountNotRun(why string, o NotRunOutcome) { e.s.m.life.notRunCounter
 
 // CountHeartbeatSent counts a heartbeat Stormgate sent a provider itself (an HTTP/2 PING).
 func (e Env) CountHeartbeatSent() { e.s.m.hbSent.Inc() }
+
+// Provider is one provider address's pool as a protocol sees it: the core keeps its slots' lifecycle
+// (RunSlot), its hold queue, its warm-up ramp, its readiness and the sweep that finds hung connections.
+// A handle, passed by value; every method is safe from any goroutine.
+type Provider struct{ p *pool }
+
+// Addr is the provider's address, host:port.
+func (pr Provider) Addr() string { return pr.p.addr }
+
+// Hold is the provider's hold queue, one for every protocol.
+func (pr Provider) Hold() *HoldQueue { return &pr.p.hold }
+
+// Context ends when the pool closes.
+func (pr Provider) Context() context.Context { return pr.p.ctx }
+
+// ConnChanged says that a connection of the protocol became usable, stopped being usable or hung: the
+// core counts the provider's connections again (the readiness gauges and /ready), and the first usable
+// connection after none starts the warm-up ramp. Never under a lock the core's connection hooks take.
+func (pr Provider) ConnChanged() { pr.p.connChanged() }
+
+// WarmAllow reports whether the warm-up ramp (upstream.warmup) lets one more call go to the provider now;
+// always true outside a ramp. A call it holds back waits, and the protocol asks again after WarmRetry.
+func (pr Provider) WarmAllow() bool { return pr.p.warmAllow() }
+
+// WatchCalls starts the pool's once-a-second sweep (hang detection) if it is not running: calls are on
+// the provider's connections. The sweep stops itself when none are.
+func (pr Provider) WatchCalls() { pr.p.armSweep() }

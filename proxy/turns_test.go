@@ -240,7 +240,7 @@ func TestHoldQueueTurnsByConsumer(t *testing.T) {
 	}, HoldReheld)
 	var order []string
 	p.hold.mu.Lock()
-	for p.hold.len() > 0 {
+	for p.hold.Len() > 0 {
 		e := p.hold.popLocked(laneSmall)
 		order = append(order, string(e.frame[:4]))
 	}

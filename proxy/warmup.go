@@ -24,8 +24,8 @@ type warmup struct {
 
 const warmupFloor = 0.05
 
-// warmRetry is how soon a request the ramp held back is tried again.
-const warmRetry = 5 * time.Millisecond
+// WarmRetry is how soon a request or call the ramp held back is tried again (Provider.WarmAllow).
+const WarmRetry = 5 * time.Millisecond
 
 // rateMeter keeps a smoothed two-way request rate per pool, sampled by onSweep from
 // the count of requests sent.
