@@ -53,7 +53,7 @@ type h2Pool struct {
 	p    *pool
 	prov Provider
 	env  Env
-	wg  sync.WaitGroup
+	wg   sync.WaitGroup
 
 	mu      sync.Mutex
 	ups     []*h2Upstream // connections the provider's SETTINGS made usable, until they die or go away
@@ -119,7 +119,7 @@ func (hp *h2Pool) resize(n int) {
 		sl := &h2Slot{cancel: cancel}
 		hp.slots = append(hp.slots, sl)
 		hp.wg.Add(1)
-		go func() { defer hp.wg.Done(); defer cancel(); runSlot(ctx, hp.p, i, &h2SlotKind{hp, sl, i, ctx}) }()
+		go func() { defer hp.wg.Done(); defer cancel(); RunSlot(ctx, hp.prov, i, &h2SlotKind{hp, sl, i, ctx}) }()
 	}
 	if n >= len(hp.slots) {
 		return
@@ -183,7 +183,7 @@ func (hp *h2Pool) readyConns() int {
 // h2CallSize is what a call waiting with head and in counts in hold.max_bytes.
 func h2CallSize(head []h2.HeaderField, in []byte) int { return h2.ListSize(head) + len(in) }
 
-// h2SlotKind is an HTTP/2 slot for runSlot (slot.go).
+// h2SlotKind is an HTTP/2 slot for RunSlot (slot.go).
 type h2SlotKind struct {
 	hp  *h2Pool
 	sl  *h2Slot
@@ -191,11 +191,11 @@ type h2SlotKind struct {
 	ctx context.Context
 }
 
-func (k *h2SlotKind) proto() uint32                { return protoH2 }
-func (k *h2SlotKind) current() (*h2Upstream, bool) { return nil, false }
-func (k *h2SlotKind) dialFailed()                  {}
+func (k *h2SlotKind) Protocol() Protocols          { return ProtoTriple }
+func (k *h2SlotKind) Current() (*h2Upstream, bool) { return nil, false }
+func (k *h2SlotKind) DialFailed()                  {}
 
-func (k *h2SlotKind) dial(ctx context.Context, _ int) (*h2Upstream, error) {
+func (k *h2SlotKind) Dial(ctx context.Context, _ int) (*h2Upstream, error) {
 	hp := k.hp
 	d := net.Dialer{Timeout: hp.env.Config().ConnectTimeout}
 	nc, err := d.DialContext(ctx, "tcp", hp.prov.Addr())
@@ -210,7 +210,7 @@ func (k *h2SlotKind) dial(ctx context.Context, _ int) (*h2Upstream, error) {
 	return u, nil
 }
 
-func (k *h2SlotKind) install(u *h2Upstream) bool {
+func (k *h2SlotKind) Install(u *h2Upstream) bool {
 	k.hp.mu.Lock()
 	retired := k.sl.retire
 	if !retired {
@@ -227,7 +227,7 @@ func (k *h2SlotKind) install(u *h2Upstream) bool {
 // GOAWAY: the connection finishes the streams below its last id on its own and closes after the
 // last one; the slot opens a new connection meanwhile (RFC 9113 §6.8), so that new calls need not
 // wait for the old streams to end.
-func (k *h2SlotKind) serve(ctx context.Context, u *h2Upstream) (ended, away <-chan struct{}) {
+func (k *h2SlotKind) Serve(ctx context.Context, u *h2Upstream) (ended, away <-chan struct{}) {
 	k.hp.wg.Add(1)
 	go func() {
 		defer k.hp.wg.Done()
@@ -238,9 +238,9 @@ func (k *h2SlotKind) serve(ctx context.Context, u *h2Upstream) (ended, away <-ch
 }
 
 // stop: the connection closes itself when ctx ends (serve).
-func (k *h2SlotKind) stop(*h2Upstream) { k.leave() }
+func (k *h2SlotKind) Stop(*h2Upstream) { k.leave() }
 
-func (k *h2SlotKind) forget(u *h2Upstream) {
+func (k *h2SlotKind) Forget(u *h2Upstream) {
 	if k.leave() || k.ctx.Err() != nil {
 		return
 	}
@@ -262,7 +262,7 @@ func (k *h2SlotKind) leave() (retired bool) {
 	return k.sl.retire
 }
 
-func (k *h2SlotKind) retired() bool {
+func (k *h2SlotKind) Retired() bool {
 	k.hp.mu.Lock()
 	defer k.hp.unlock()
 	return k.sl.retire

@@ -106,7 +106,7 @@ func (p *pool) startLoops() {
 		ctx, cancel := context.WithCancel(p.ctx)
 		sl.cancel = cancel
 		p.wg.Add(1)
-		go func() { defer p.wg.Done(); runSlot(ctx, p, i, dubboSlot{p, sl}) }()
+		go func() { defer p.wg.Done(); RunSlot(ctx, Provider{p}, i, dubboSlot{p, sl}) }()
 	}
 	p.mu.Unlock()
 	if cfg := p.srv.cfg.Load(); cfg.Protocols.Dubbo() {
@@ -151,7 +151,7 @@ func (p *pool) resize(n int) {
 		sl := &poolSlot{cancel: cancel}
 		next = append(next, sl)
 		p.wg.Add(1)
-		go func() { defer p.wg.Done(); runSlot(ctx, p, i, dubboSlot{p, sl}) }()
+		go func() { defer p.wg.Done(); RunSlot(ctx, Provider{p}, i, dubboSlot{p, sl}) }()
 	}
 	for i := n; i < len(old); i++ {
 		old[i].retire.Store(true)
@@ -169,25 +169,25 @@ func (p *pool) resize(n int) {
 
 func (p *pool) retiring(slot int) bool { return slot >= len(p.slotList()) }
 
-// dubboSlot is a Dubbo slot for runSlot (slot.go).
+// dubboSlot is a Dubbo slot for RunSlot (slot.go).
 type dubboSlot struct {
 	p  *pool
 	sl *poolSlot
 }
 
-func (k dubboSlot) proto() uint32 { return protoDubbo }
-func (k dubboSlot) retired() bool { return k.sl.retire.Load() }
-func (k dubboSlot) dialFailed()   { k.p.dialFailed() }
+func (k dubboSlot) Protocol() Protocols { return ProtoDubbo }
+func (k dubboSlot) Retired() bool       { return k.sl.retire.Load() }
+func (k dubboSlot) DialFailed()         { k.p.dialFailed() }
 
 // current is the connection a handover left in the slot.
-func (k dubboSlot) current() (*upConn, bool) {
+func (k dubboSlot) Current() (*upConn, bool) {
 	uc := k.sl.uc.Load()
 	return uc, uc != nil
 }
 
-func (k dubboSlot) dial(_ context.Context, idx int) (*upConn, error) { return k.p.connect(idx) }
+func (k dubboSlot) Dial(_ context.Context, idx int) (*upConn, error) { return k.p.connect(idx) }
 
-func (k dubboSlot) install(uc *upConn) bool {
+func (k dubboSlot) Install(uc *upConn) bool {
 	if k.p.frozen.Load() { // a handover froze the pool while this one was dialed
 		uc.close("handover")
 		return false
@@ -197,7 +197,7 @@ func (k dubboSlot) install(uc *upConn) bool {
 	return true
 }
 
-func (k dubboSlot) serve(_ context.Context, uc *upConn) (ended, away <-chan struct{}) {
+func (k dubboSlot) Serve(_ context.Context, uc *upConn) (ended, away <-chan struct{}) {
 	p := k.p
 	cfg := p.srv.cfg.Load()
 	p.srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
@@ -206,7 +206,7 @@ func (k dubboSlot) serve(_ context.Context, uc *upConn) (ended, away <-chan stru
 	return uc.done, nil
 }
 
-func (k dubboSlot) stop(uc *upConn) {
+func (k dubboSlot) Stop(uc *upConn) {
 	p := k.p
 	if p.frozen.Load() {
 		return // a handover: the connection stays, with its state, for whoever serves next
@@ -225,10 +225,10 @@ func (k dubboSlot) stop(uc *upConn) {
 		}
 	}
 	uc.close("shutting down")
-	k.forget(uc)
+	k.Forget(uc)
 }
 
-func (k dubboSlot) forget(uc *upConn) {
+func (k dubboSlot) Forget(uc *upConn) {
 	k.p.foldCounts(uc)
 	k.sl.uc.CompareAndSwap(uc, nil)
 	k.p.connChanged()

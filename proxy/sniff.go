@@ -17,6 +17,14 @@ const (
 	nProtos
 )
 
+// protoIndex is the metric index of a single protocol (a slot's: ProtoDubbo or ProtoTriple).
+func protoIndex(p Protocols) uint32 {
+	if p == ProtoTriple {
+		return protoH2
+	}
+	return protoDubbo
+}
+
 // otherProtocol runs in onRequest until a consumer's first bytes have decided its protocol,
 // and for every later event of an HTTP/2 consumer. It reports whether it took the input
 // (false: the Dubbo path reads it, as it did before Triple). Only a pool whose provider
