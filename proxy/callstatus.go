@@ -53,6 +53,14 @@ const (
 	statusesH2           // h2.StatusNames, indexed by h2.StatusIndex
 )
 
+// statusList is the position of protocol p's list.
+func statusList(p Protocols) int {
+	if p == ProtoTriple {
+		return statusesH2
+	}
+	return statusesCodec
+}
+
 // index is the vocabulary's index of status i of protocol p's list.
 func (v *statusVocab) index(p, i int) int { return int(v.of[p][i]) }
 

@@ -44,7 +44,7 @@ type upCounters struct {
 	heartbeats atomic.Uint64 // the provider's heartbeats answered
 	duration   latencyHist
 	batches    countHist
-	calls      callShard // per-method counts of the answers it routed (methods.go)
+	calls      MethodShard // per-method counts of the answers it routed (methods.go)
 }
 
 // latencyBounds are stormgate_request_duration_seconds' buckets.

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"time"
-
 	"github.com/stormgate/stormgate/proxy/h2"
 )
 
@@ -30,40 +28,36 @@ import (
 // the server's local shard, as for Dubbo.
 
 // identifyH2 reads what an HTTP/2 request head calls (per-method metrics on): its index in the call
-// table, callUnknown when the head does not name a call as gRPC and Triple do. No allocation for a pair
-// seen before.
-func (s *Server) identifyH2(fields []h2.HeaderField, cfg *Config) uint32 {
-	if cfg.MaxMethods == 0 {
-		return callUnknown
-	}
+// table (Env.Method), MethodUnknown when the head does not name a call as gRPC and Triple do.
+func identifyH2(env Env, fields []h2.HeaderField) uint32 {
 	c, ok := h2.CallOf(fields)
 	if !ok {
-		return callUnknown
+		return MethodUnknown
 	}
-	return indexNames(&s.calls.table, names[string](c))
+	return env.Method(c.Service, c.Version, c.Group, c.Method)
 }
 
 // answerStatus is the status of the provider's answer to c that ends with trailers (nil: with DATA,
 // no trailers): grpc-status when there is one, else what a gRPC client makes of the head's :status.
 // dubbo-go's business error (h2.TripleBizError) is OK with an exception, as Dubbo 2's business
 // exceptions are, so a service reads the same over both protocols. Under the session's mu.
-func (c *h2Call) answerStatus(v *statusVocab, trailers []h2.HeaderField) (status int, exception bool) {
+func (c *h2Call) answerStatus(env Env, trailers []h2.HeaderField) (status int, exception bool) {
 	if code, ok := h2.GRPCCode(trailers); ok {
 		if code == h2.TripleBizError {
-			return v.ofGRPC(h2.GRPCOK), true
+			return grpcStatus(env, h2.GRPCOK), true
 		}
-		return v.ofGRPC(code), false
+		return grpcStatus(env, code), false
 	}
 	if c.httpStatus != 0 && c.httpStatus != 200 {
-		return v.ofGRPC(h2.GRPCFromHTTPStatus(c.httpStatus)), false
+		return grpcStatus(env, h2.GRPCFromHTTPStatus(c.httpStatus)), false
 	}
-	return v.ofGRPC(h2.GRPCUnknown), false
+	return grpcStatus(env, h2.GRPCUnknown), false
 }
 
 // answeredLocked counts the provider's answer to c, which ends with trailers (nil: with DATA). Under
 // h.mu, before the frames that end the call go to the writer.
 func (h *h2Session) answeredLocked(c *h2Call, trailers []h2.HeaderField) {
-	status, exc := c.answerStatus(&h.sess.srv.statuses, trailers)
+	status, exc := c.answerStatus(h.env, trailers)
 	h.countLocked(c, status, exc, NoLocalReply)
 }
 
@@ -80,22 +74,9 @@ func (h *h2Session) countLocked(c *h2Call, status int, exc bool, by ReplyReason)
 		return
 	}
 	c.counted = true
-	srv := h.sess.srv
-	env := h.env
-	cfg := env.Config()
-	if cfg.MaxMethods == 0 && !cfg.AccessLog.Enabled {
-		return
-	}
-	sh := &h.hp.calls
-	if by < nReplyReasons {
-		sh = &srv.calls.local
-	}
-	call := callRef{method: c.method, size: uint32(min(c.reqBytes, 1<<32-1))}
-	if c.waited.Load() {
-		call.hold = callHeld
-	}
-	srv.callEnded(cfg, sh, h.sess, call, status, exc, by, time.Duration(env.Now()-c.arrived), int(c.respBytes))
+	h.env.CallEnded(&h.hp.calls, h.consumer, CallEnd{Method: c.method, Status: status, Exception: exc, By: by,
+		Held: c.waited.Load(), Arrived: c.arrived, ReqBytes: c.reqBytes, RespBytes: c.respBytes})
 }
 
-// ofGRPC is a gRPC status code's index in the vocabulary.
-func (v *statusVocab) ofGRPC(code int) int { return v.index(statusesH2, h2.StatusIndex(code)) }
+// grpcStatus is a gRPC status code's index in the status vocabulary.
+func grpcStatus(env Env, code int) int { return env.Status(ProtoTriple, h2.StatusIndex(code)) }

@@ -391,10 +391,9 @@ func (ss *session) restoreH2(hs *H2SessionSnapshot, now int64) error {
 	ss.proto.Store(protoH2)
 	for _, x := range hs.Calls {
 		c := &h2Call{sess: h, down: x.Stream, arrived: now - int64(x.Age), reqBytes: x.ReqBytes,
-			method: srv.identifyH2(x.Head, cfg)}
+			method: identifyH2(h.env, x.Head)}
 		h.calls.Add(c.down, c)
-		ss.inflight.Add(1)
-		ss.counts.requests.Add(1)
+		h.consumer.CallBegan()
 		hp.adoptWaiting(c, x, now, cfg)
 	}
 	return nil

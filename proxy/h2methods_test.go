@@ -281,7 +281,6 @@ func TestH2MethodLabelsDoNotAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := srv.cfg.Load()
 	h := &h2Session{sess: &session{srv: srv}, hp: &h2Pool{}, env: Env{srv}}
 	head := []h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
 		{Name: ":path", Value: "/" + tripleSvc + "/SayHello"}, {Name: ":authority", Value: "x"},
@@ -290,7 +289,7 @@ func TestH2MethodLabelsDoNotAllocate(t *testing.T) {
 	trailers := []h2.HeaderField{{Name: "grpc-status", Value: "0"}}
 	c := &h2Call{sess: h}
 	call := func() {
-		c.method, c.counted = srv.identifyH2(head, cfg), false
+		c.method, c.counted = identifyH2(h.env, head), false
 		h.answeredLocked(c, trailers)
 	}
 	call() // the pair's first call enters it in the table
@@ -300,7 +299,7 @@ func TestH2MethodLabelsDoNotAllocate(t *testing.T) {
 	if l := srv.calls.table.label(c.method); c.method < firstCall || l != (callLabels{"blue/" + tripleSvc + ":1.2.0", "SayHello"}) {
 		t.Fatalf("the call's labels: %d %+v", c.method, l)
 	}
-	if n := h.hp.calls.peek(c.method).status[srv.statuses.ofGRPC(h2.GRPCOK)].Load(); n < 1000 {
+	if n := h.hp.calls.peek(c.method).status[grpcStatus(h.env, h2.GRPCOK)].Load(); n < 1000 {
 		t.Fatalf("counted %d OK answers", n)
 	}
 }
@@ -322,12 +321,12 @@ func TestCallStatusNames(t *testing.T) {
 		t.Errorf("names:\n got %s\nwant %s", got, want)
 	}
 	for code := range h2.NumGRPCCodes {
-		if got := v.name(v.ofGRPC(code)); got != h2.GRPCCodeName(code) {
+		if got := v.name(v.index(statusesH2, h2.StatusIndex(code))); got != h2.GRPCCodeName(code) {
 			t.Errorf("gRPC code %d is %q, want %q", code, got, h2.GRPCCodeName(code))
 		}
 	}
 	for _, code := range []int{-1, 17, 1000} {
-		if got := v.name(v.ofGRPC(code)); got != "OTHER" {
+		if got := v.name(v.index(statusesH2, h2.StatusIndex(code))); got != "OTHER" {
 			t.Errorf("gRPC code %d is %q, want OTHER", code, got)
 		}
 	}

@@ -64,7 +64,7 @@ type h2Pool struct {
 	nClaims int
 	more    []*h2Upstream // past the array
 
-	calls  callShard       // per-method counts of the pool's calls (h2calls.go); atomics, no lock
+	calls  MethodShard     // per-method counts of the pool's calls (h2calls.go); atomics, no lock
 	opened atomic.Uint64   // calls given a provider stream, ever (warm-up's rate meter: pool.sentTotal)
 	retry  keepalive.Timer // starts waiting calls again when the warm-up ramp held them back
 
@@ -616,7 +616,6 @@ func (u *h2Upstream) die(msg string, shutdown bool) {
 // open starts a consumer's request: on a connection that can open a stream now, or in the waiting list.
 // fields is valid only during the call.
 func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) {
-	srv := hp.p.srv
 	env := hp.env
 	cfg := env.Config()
 	var notes h2Notes
@@ -640,7 +639,7 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 		}
 		c.waiting = true
 		c.waited.Store(true)
-		srv.noteHeld(callRef{method: c.method}, false)
+		env.CallHeld(c.method, false)
 		hp.initTimersLocked(c)
 		env.Wheel().Schedule(&c.hold, time.Duration(h2HoldUntil(c, cfg)-now))
 	}

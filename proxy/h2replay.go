@@ -144,7 +144,6 @@ func (hp *h2Pool) canResendLocked(c *h2Call, now int64, pause time.Duration) boo
 // resendLocked puts a call canResendLocked allowed, detached from its provider stream, back to waiting
 // with its kept request, after pause.
 func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why HoldOutcome) {
-	srv := hp.p.srv
 	env := hp.env
 	cfg := env.Config()
 	k := &c.req
@@ -155,7 +154,7 @@ func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why Ho
 	c.in, c.inEnd = k.body, len(k.body) > 0
 	c.resending = true
 	c.waiting = true
-	srv.noteHeld(callRef{method: c.method}, true)
+	env.CallHeld(c.method, true)
 	env.CountHoldOutcome(why)
 	hp.initTimersLocked(c)
 	env.Wheel().Schedule(&c.hold, time.Duration(until-now))

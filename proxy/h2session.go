@@ -236,7 +236,7 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 			}
 			return // a call Stormgate has already ended (answered early, or failed): nothing to forward
 		}
-		c := &h2Call{sess: h, down: ev.Stream, arrived: now, method: h.sess.srv.identifyH2(ev.Fields, h.env.Config())}
+		c := &h2Call{sess: h, down: ev.Stream, arrived: now, method: identifyH2(h.env, ev.Fields)}
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
@@ -510,7 +510,7 @@ func (h *h2Session) failStatus(c *h2Call, code int, reason ReplyReason, msg stri
 	dropped := h.discardLocked(c)
 	b, err := h.conn.AppendHeaders(h.frames(), c.down, h2.ErrorTrailers(c.headSent, code, msg), true)
 	h.env.CountLocalReply(reason) // counted before the consumer can see the reply
-	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(code), reason)
+	h.endedLocked(c, grpcStatus(h.env, code), reason)
 	h.send(b)
 	if err == nil && h.conn.StreamState(c.down) == h2.StateHalfClosedLocal {
 		_ = h.conn.Reset(c.down, h2.ErrCodeNo)
@@ -528,7 +528,7 @@ func (h *h2Session) reset(c *h2Call, code h2.ErrCode) int {
 		return 0
 	}
 	dropped := h.discardLocked(c)
-	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(h2.GRPCFromReset(code)), NoLocalReply) // what a gRPC client makes of it
+	h.endedLocked(c, grpcStatus(h.env, h2.GRPCFromReset(code)), NoLocalReply) // what a gRPC client makes of it
 	_ = h.conn.Reset(c.down, code)
 	h.flushLocked()
 	h.finishLocked(c)
@@ -541,7 +541,7 @@ func (h *h2Session) finishLocked(c *h2Call) {
 	if c.done {
 		return
 	}
-	h.endedLocked(c, h.sess.srv.statuses.ofGRPC(h2.GRPCCancelled), ConsumerEnded)
+	h.endedLocked(c, grpcStatus(h.env, h2.GRPCCancelled), ConsumerEnded)
 	c.done = true
 	h.calls.Take(c.down)
 	h.consumer.CallEnded()

@@ -46,9 +46,9 @@ const maxNameLen = 255
 
 // Reserved call indexes.
 const (
-	callUnknown = 0 // not identified: another serialization, a malformed body, per-method metrics off
-	callOther   = 1 // the table was full
-	firstCall   = 2
+	MethodUnknown = 0 // not identified: another serialization, a malformed body, per-method metrics off
+	callOther     = 1 // the table was full
+	firstCall     = 2
 )
 
 const (
@@ -59,7 +59,7 @@ const (
 
 // callRef is what a request carries for per-method metrics and the access log.
 type callRef struct {
-	method uint32 // index into the call table; callUnknown when not identified
+	method uint32 // index into the call table; MethodUnknown when not identified
 	size   uint32 // the request frame's bytes
 	hold   uint8  // callHeld, callReheld
 }
@@ -127,9 +127,9 @@ func (p *paged[T]) peek(i uint32) *T {
 	return nil
 }
 
-// callShard is the counts of one writer: a provider connection, or the server's local
+// MethodShard is the counts of one writer: a provider connection, or the server's local
 // replies.
-type callShard struct{ paged[callCount] }
+type MethodShard struct{ paged[callCount] }
 
 // callTotal is a plain sum of callCounts (a scrape, or the shards of connections that
 // ended).
@@ -170,7 +170,7 @@ func (t *callTotal) requests() (n uint64) {
 }
 
 // addShard adds every count of sh to totals, indexed by call, growing it as needed.
-func addShard(totals []callTotal, sh *callShard) []callTotal {
+func addShard(totals []callTotal, sh *MethodShard) []callTotal {
 	for pi := range sh.pages {
 		pg := sh.pages[pi].Load()
 		if pg == nil {
@@ -204,7 +204,7 @@ type callTable struct {
 func (t *callTable) init(limit int) {
 	m := map[string]uint32{}
 	t.byKey.Store(&m)
-	t.labels = []callLabels{callUnknown: {"unknown", "unknown"}, callOther: {"other", "other"}}
+	t.labels = []callLabels{MethodUnknown: {"unknown", "unknown"}, callOther: {"other", "other"}}
 	t.byLabel = map[callLabels]uint32{}
 	t.setLimit(limit)
 }
@@ -224,7 +224,7 @@ const keyBuf = 256
 var longKeys = sync.Pool{New: func() any { return new([4*maxNameLen + 3]byte) }}
 
 // index returns c's index: the pair's, callOther when the table is full, or
-// callUnknown when a name is too long. It does not allocate unless the pair is new.
+// MethodUnknown when a name is too long. It does not allocate unless the pair is new.
 func (t *callTable) index(c *wire.CallName) uint32 { return indexNames(t, names[[]byte](*c)) }
 
 // names are a call's four names, as bytes of a Dubbo request or strings of a decoded
@@ -233,7 +233,7 @@ type names[T ~string | ~[]byte] struct{ Service, Version, Group, Method T }
 
 func indexNames[T ~string | ~[]byte](t *callTable, c names[T]) uint32 {
 	if len(c.Service) > maxNameLen || len(c.Version) > maxNameLen || len(c.Group) > maxNameLen || len(c.Method) > maxNameLen {
-		return callUnknown
+		return MethodUnknown
 	}
 	if len(c.Service)+len(c.Version)+len(c.Group)+len(c.Method)+3 > keyBuf {
 		buf := longKeys.Get().(*[4*maxNameLen + 3]byte)
@@ -307,7 +307,7 @@ func (t *callTable) label(i uint32) callLabels {
 	if int(i) < len(t.labels) {
 		return t.labels[i]
 	}
-	return t.labels[callUnknown]
+	return t.labels[MethodUnknown]
 }
 
 // serviceKey is Dubbo's own name of a service: group/interface:version, each part
@@ -330,7 +330,7 @@ func serviceKey(group, service, version string) string {
 // callMetrics is the server's per-method state.
 type callMetrics struct {
 	table  callTable
-	local  callShard        // Stormgate's own replies
+	local  MethodShard      // Stormgate's own replies
 	events paged[callEvent] // holds and local replies by reason
 	access accessLog
 }
@@ -368,7 +368,7 @@ func (s *Server) noteHeld(ref callRef, reheld bool) callRef {
 
 // callAnswered counts the provider's answer resp to r (on r's provider connection's
 // shard) and offers it to the access log; before the consumer can see it.
-func (s *Server) callAnswered(r *request, resp []byte, now int64, sh *callShard) {
+func (s *Server) callAnswered(r *request, resp []byte, now int64, sh *MethodShard) {
 	cfg := s.cfg.Load()
 	if cfg.MaxMethods == 0 && !cfg.AccessLog.Enabled {
 		return
@@ -399,7 +399,7 @@ func (s *Server) callReplied(sess *session, call callRef, arrived int64, why wir
 // whether it carries a business exception, who ended it (local: a replyReason when
 // Stormgate answered, else NoLocalReply or ConsumerEnded), its duration and the answer's
 // bytes; and offers it to the access log. Any protocol, any goroutine.
-func (s *Server) callEnded(cfg *Config, sh *callShard, sess *session, call callRef, status int, exc bool,
+func (s *Server) callEnded(cfg *Config, sh *MethodShard, sess *session, call callRef, status int, exc bool,
 	local ReplyReason, d time.Duration, respBytes int) {
 	if cfg.MaxMethods > 0 {
 		sh.at(call.method).observe(status, exc, d)

@@ -325,7 +325,7 @@ func TestMethodMemory1000(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	var tbl callTable
 	tbl.init(pairs)
-	shards := make([]callShard, conns+1)
+	shards := make([]MethodShard, conns+1)
 	var events paged[callEvent]
 	for i := range pairs {
 		c := wire.CallName{Service: []byte(fmt.Sprintf("com.example.service%02d.OrderService", i/50)), Method: []byte(fmt.Sprintf("method%04d", i))}

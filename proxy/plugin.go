@@ -136,3 +136,56 @@ func (pr Provider) WarmAllow() bool { return pr.p.warmAllow() }
 // WatchCalls starts the pool's once-a-second sweep (hang detection) if it is not running: calls are on
 // the provider's connections. The sweep stops itself when none are.
 func (pr Provider) WatchCalls() { pr.p.armSweep() }
+
+// Per-method metrics and the access log (methods.go): a protocol names its calls with Method, counts a
+// wait in the hold queue with CallHeld, and each call's end, once, with CallEnded, before the consumer
+// can see it.
+
+// Method is the call table's index of the call named service, version, group and method (an HTTP/2
+// head's names): the same names intern to the same index whichever protocol called. MethodUnknown
+// (the "unknown" row) when per-method metrics are off (limits.max_methods 0), the names are too long, or the
+// table is full. No allocation for names seen before.
+func (e Env) Method(service, version, group, method string) uint32 {
+	if e.s.cfg.Load().MaxMethods == 0 {
+		return MethodUnknown
+	}
+	return indexNames(&e.s.calls.table, names[string]{service, version, group, method})
+}
+
+// Status is the status vocabulary's index of status i of protocol p's list (the one it gave New:
+// HTTP/2's is h2.StatusNames).
+func (e Env) Status(p Protocols, i int) int { return e.s.statuses.index(statusList(p), i) }
+
+// CallHeld counts a call of method entering the hold queue; again: once more, after it was sent.
+func (e Env) CallHeld(method uint32, again bool) { e.s.noteHeld(callRef{method: method}, again) }
+
+// CallEnd is how one call ended, for CallEnded.
+type CallEnd struct {
+	Method    uint32      // from Method
+	Status    int         // from Status
+	Exception bool        // the answer carries a business exception
+	By        ReplyReason // a ReplyReason when Stormgate answered, else NoLocalReply or ConsumerEnded
+	Held      bool        // it waited in the hold queue
+	Arrived   int64       // when its request began, on the server's clock
+	ReqBytes  uint64      // the request's payload bytes
+	RespBytes uint64      // the answer's payload bytes
+}
+
+// CallEnded counts a call's end, once: on sh (the protocol's shard for the provider's connections)
+// when the provider answered or reset it, on the server's own when Stormgate answered; and offers it to
+// the access log. Before the consumer can see the end.
+func (e Env) CallEnded(sh *MethodShard, c Consumer, end CallEnd) {
+	cfg := e.s.cfg.Load()
+	if cfg.MaxMethods == 0 && !cfg.AccessLog.Enabled {
+		return
+	}
+	if end.By < nReplyReasons {
+		sh = &e.s.calls.local
+	}
+	call := callRef{method: end.Method, size: uint32(min(end.ReqBytes, 1<<32-1))}
+	if end.Held {
+		call.hold = callHeld
+	}
+	e.s.callEnded(cfg, sh, c.s, call, end.Status, end.Exception, end.By, time.Duration(e.s.now()-end.Arrived),
+		int(min(end.RespBytes, 1<<31-1)))
+}
