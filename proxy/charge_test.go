@@ -33,7 +33,7 @@ func TestRequeueCarriesTheCharge(t *testing.T) {
 			t.Fatal("no budget for the test's requests")
 		}
 		s.addWaiting(size)
-		uc.sendq.push(queued{request: request{sess: s, arrived: now, sendBy: noDeadline}, frame: bytes.Repeat([]byte{byte('a' + i)}, size)})
+		uc.sendq.push(queued{request: request{sess: s, arrived: now, sendBy: NoDeadline}, frame: bytes.Repeat([]byte{byte('a' + i)}, size)})
 	}
 	back := uc.takeQueuedLocked()
 	uc.mu.Unlock()

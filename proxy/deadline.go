@@ -24,14 +24,14 @@ import (
 // the provider's network and queueing time and the answer's way back: a request sent
 // just before sendBy still has that long to be answered within its consumer's timeout.
 
-// noDeadline is sendBy for a request whose consumer's deadline is unknown.
-const noDeadline = math.MaxInt64
+// NoDeadline is sendBy for a request whose consumer's deadline is unknown.
+const NoDeadline = math.MaxInt64
 
 // sendByOf returns r's sendBy, working it out from frame (r's request frame) and the
 // settings the first time; it records it in r.
 func (s *Server) sendByOf(r *request, frame []byte, cfg *Config) int64 {
 	if r.sendBy == 0 {
-		r.sendBy = noDeadline
+		r.sendBy = NoDeadline
 		if cfg.HoldMaxTimeout > 0 {
 			if t, ok := s.codec.RequestTimeout(frame); ok {
 				r.sendBy = r.arrived + int64(min(t, time.Duration(math.MaxInt64-r.arrived))) - int64(cfg.DeadlineMargin)
@@ -49,7 +49,7 @@ func (s *Server) sendByOf(r *request, frame []byte, cfg *Config) int64 {
 // limits.max_request_age (which also counts from arrival: held that long, it would be
 // answered as too old right after it was sent).
 func holdUntil(r *request, cfg *Config) int64 {
-	if r.sendBy == noDeadline {
+	if r.sendBy == NoDeadline {
 		return r.arrived + int64(cfg.HoldTimeout)
 	}
 	return min(r.sendBy, r.arrived+int64(cfg.HoldMaxTimeout), r.arrived+int64(cfg.MaxRequestAge)-1)

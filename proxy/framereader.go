@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 )
 
-// byteSource is the part of netpoll.Reader the frame reader uses.
-type byteSource interface {
+// ByteSource is the part of netpoll.Reader the frame reader uses.
+type ByteSource interface {
 	Len() int
 	Peek(n int) ([]byte, error)
 	Next(n int) ([]byte, error)
@@ -53,7 +53,7 @@ type frameReader struct {
 // next returns the next frame, consuming input as it goes. maxFrame caps a frame's
 // length; with skipOversize a larger frame is reported as readSkipped (err wraps
 // ErrFrameTooLarge) instead of readBad.
-func (fr *frameReader) next(r byteSource, c wire.Codec, maxFrame int, skipOversize bool, b *Budget, now int64) (wire.Frame, []byte, readResult, error) {
+func (fr *frameReader) next(r ByteSource, c wire.Codec, maxFrame int, skipOversize bool, b *Budget, now int64) (wire.Frame, []byte, readResult, error) {
 	if fr.done {
 		fr.free(b)
 	}

@@ -24,18 +24,18 @@ import (
 // h2SendBy is a call's sendBy, from its request head (fields) and the settings.
 func h2SendBy(fields []h2.HeaderField, arrived int64, cfg *Config) int64 {
 	if cfg.HoldMaxTimeout <= 0 {
-		return noDeadline
+		return NoDeadline
 	}
 	t, ok := h2.GRPCTimeout(fields)
 	if !ok {
-		return noDeadline
+		return NoDeadline
 	}
 	return arrived + int64(min(t, time.Duration(math.MaxInt64-arrived))) - int64(cfg.DeadlineMargin)
 }
 
 // h2HoldUntil is how long c may wait for a provider stream, counted from its arrival.
 func h2HoldUntil(c *h2Call, cfg *Config) int64 {
-	if c.sendBy == noDeadline {
+	if c.sendBy == NoDeadline {
 		return c.arrived + int64(cfg.HoldTimeout)
 	}
 	return min(c.sendBy, c.arrived+int64(cfg.HoldMaxTimeout))
@@ -56,7 +56,7 @@ func (hp *h2Pool) rearm(cfg *Config) {
 }
 
 // pastSendBy reports whether c may no longer be sent at now.
-func (c *h2Call) pastSendBy(now int64) bool { return c.sendBy != noDeadline && now >= c.sendBy }
+func (c *h2Call) pastSendBy(now int64) bool { return c.sendBy != NoDeadline && now >= c.sendBy }
 
 // h2DeadlineMsg is the message of the answer to a call whose consumer's deadline would pass before the
 // provider could answer.

@@ -56,10 +56,10 @@ func (hp *h2Pool) checkHung(now int64, cfg *Config) int {
 		case u.calls.Len() == 0:
 			u.probeAt = 0 // nothing owed: silence is idleness
 		default:
-			switch hangRule(now, u.lastRead.Load(), &u.probeAt, t) {
-			case hangProbe:
+			switch HangRule(now, u.lastRead.Load(), &u.probeAt, t) {
+			case HangProbe:
 				u.probeAt = u.probeLocked(now)
-			case hangHung:
+			case HangHung:
 				u.markHungLocked("no answer to calls or to a PING for keepalive.upstream_hung_timeout")
 				hung = append(hung, u)
 			}

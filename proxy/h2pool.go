@@ -288,8 +288,8 @@ type h2Upstream struct {
 	ended    chan struct{} // closed when serve returned, with endErr (h2SlotKind)
 	endErr   error
 	dead     bool
-	readyAt  int64   // when the provider's first SETTINGS came (the not-executed window starts)
-	proof    h2Proof // what the provider read, at the end (h2peerread.go)
+	readyAt  int64     // when the provider's first SETTINGS came (the not-executed window starts)
+	proof    ReadProof // what the provider read, at the end (readproof.go)
 	scratch  []byte
 	// Liveness (h2keepalive.go), under hp.mu but lastRead.
 	beat       keepalive.Timer
@@ -326,7 +326,7 @@ func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
 	u.lastRead.Store(env.Now())
 	// http2.* as in force at the dial: the connection keeps what it announced.
 	u.conn = h2.NewConn(env.Config().h2Conn(h2.RoleClient))
-	u.proof.connected(nc, srv.clock, &srv.diag)
+	u.proof.Connected(env, nc)
 	// The preface and Stormgate's SETTINGS: nobody else knows u yet, so no lock.
 	u.meter.sync(&srv.m.h2, h2Provider, u.conn.Counters())
 	_, _, _ = u.w.Send(u.conn.Output(), 0) // a failure shows in the first read
@@ -334,7 +334,7 @@ func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
 	return u, nil
 }
 
-// connFD is nc's socket, for a writer: unlike h2Proof.control, which runs its function while Go's poller
+// connFD is nc's socket, for a writer: unlike ReadProof.control, which runs its function while Go's poller
 // holds the descriptor, the number outlives the call, which is safe only because shut closes the writer
 // before the socket.
 func connFD(nc net.Conn) (int, error) {
@@ -376,7 +376,7 @@ func (u *h2Upstream) serve(ctx context.Context) error {
 	hp := u.hp
 	stop := context.AfterFunc(ctx, u.shut)
 	err := u.readLoop()
-	u.proof.end(u.nc)
+	u.proof.End(u.nc)
 	stop()
 	// Let the writer finish what is queued (a GOAWAY after a connection error), but not wait on a
 	// provider that does not read.
@@ -574,13 +574,13 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 }
 
 // die ends every call still on a connection that is gone: sent again if none of its bytes reached the
-// kernel, or the provider's application provably read none of them (h2replay.go, h2peerread.go), else
+// kernel, or the provider's application provably read none of them (h2replay.go, readproof.go), else
 // ended with msg. The writer has stopped.
 func (u *h2Upstream) die(msg string, shutdown bool) {
 	hp := u.hp
 	var notes h2Notes
 	written := u.w.Close() // closed already: the final count of bytes the kernel took
-	read, readOK := u.proof.providerRead(written, hp.env.After)
+	read, readOK := u.proof.ProviderRead(written)
 	now := hp.env.Now()
 	hp.mu.Lock()
 	u.dead = true
@@ -908,7 +908,7 @@ func (u *h2Upstream) frames() []byte {
 // send queues a batch from frames and returns its offset in the connection's byte stream.
 func (u *h2Upstream) send(b []byte) uint64 {
 	off := u.queue(b)
-	if cap(b) <= spareKeep {
+	if cap(b) <= SpareKeep {
 		u.scratch = b[:0]
 	} else {
 		u.scratch = nil

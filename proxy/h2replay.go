@@ -25,7 +25,7 @@ import (
 //	| connection's SETTINGS                            | (hold.not_executed_retries) |                    |
 //
 // and only while all of this holds: the consumer's request is complete (END_STREAM seen: streaming
-// calls are never sent again), it was kept whole (at most replaySize bytes of DATA, charged to
+// calls are never sent again), it was kept whole (at most ReplaySize bytes of DATA, charged to
 // limits.max_buffered_bytes while kept requests use less than half of it), no answer head came from the provider, the call has time left of
 // hold.timeout counted from its arrival, the waiting list has room (hold.max_requests), and the pool is
 // not closing. Anything else ends as before: the provider's reset, or grpc-status 14 with a message.
@@ -59,7 +59,7 @@ func (hp *h2Pool) keepBodyLocked(c *h2Call, data []byte, end bool) {
 	if k.lost || c.answered {
 		return
 	}
-	if len(k.body)+len(data) > replaySize || !hp.keepable(len(data)) {
+	if len(k.body)+len(data) > ReplaySize || !hp.keepable(len(data)) {
 		hp.forgetLocked(c)
 		k.lost = true
 		return

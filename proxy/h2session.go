@@ -100,7 +100,7 @@ type h2Call struct {
 	in      []byte // request DATA waiting for the provider's window or a stream
 	inEnd   bool   // END_STREAM after in
 	arrived int64
-	sendBy  int64           // past it the call is never sent (h2deadline.go); noDeadline without grpc-timeout
+	sendBy  int64           // past it the call is never sent (h2deadline.go); NoDeadline without grpc-timeout
 	hold    keepalive.Timer // the hold timeout while waiting
 	Waiter                  // its place in the hold queue (holdcalls.go)
 	upOff   uint64          // where its head went in the connection's byte stream (h2Upstream.w's offsets)
@@ -144,7 +144,7 @@ func (h *h2Session) start(now int64) {
 }
 
 // onInput takes what netpoll read (handler only).
-func (h *h2Session) onInput(r byteSource, now int64) {
+func (h *h2Session) onInput(r ByteSource, now int64) {
 	h.consumer.Touch(now)
 	b, _ := r.Next(r.Len())
 	switch {

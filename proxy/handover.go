@@ -745,7 +745,7 @@ func (s *Server) serveRestored(ss *session) error {
 	return nil
 }
 
-// sliceSource is a byteSource over bytes in memory (a handover's stash).
+// sliceSource is a ByteSource over bytes in memory (a handover's stash).
 type sliceSource struct{ b []byte }
 
 func (r *sliceSource) Len() int { return len(r.b) }

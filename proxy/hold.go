@@ -386,7 +386,7 @@ func (h *HoldQueue) rearm(old, cfg *Config) {
 	defer h.mu.Unlock()
 	h.armedAt = 0
 	h.eachLocked(func(e *held) {
-		if e.sendBy != noDeadline && e.sendBy != 0 { // arrival + the consumer's timeout - the margin
+		if e.sendBy != NoDeadline && e.sendBy != 0 { // arrival + the consumer's timeout - the margin
 			if e.sendBy += int64(old.DeadlineMargin - cfg.DeadlineMargin); e.sendBy == 0 {
 				e.sendBy = -1 // 0 means "not worked out yet"
 			}

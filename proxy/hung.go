@@ -55,38 +55,38 @@ func (uc *upConn) checkHung(now int64, cfg *Config) {
 		uc.probeAt = 0 // nothing owed: silence is idleness
 		return
 	}
-	switch hangRule(now, uc.lastRead.Load(), &uc.probeAt, t) {
-	case hangProbe:
+	switch HangRule(now, uc.lastRead.Load(), &uc.probeAt, t) {
+	case HangProbe:
 		uc.probe(now)
-	case hangHung:
+	case HangHung:
 		uc.markHung(now, "no answer to requests or to a heartbeat for keepalive.upstream_hung_timeout")
 	}
 }
 
-// hangVerdict is what the rule's clock says of a connection that owes an answer and is not hung yet.
-type hangVerdict uint8
+// HangVerdict is what the rule's clock says of a connection that owes an answer and is not hung yet.
+type HangVerdict uint8
 
 const (
-	hangWait  hangVerdict = iota
-	hangProbe             // silent for half the timeout and no probe out: probe now
-	hangHung              // the probe unanswered for half the timeout, silent for all of it
+	HangWait  HangVerdict = iota
+	HangProbe             // silent for half the timeout and no probe out: probe now
+	HangHung              // the probe unanswered for half the timeout, silent for all of it
 )
 
-// hangRule is the table above over a connection's clock, for either protocol (h2hung.go): lastRead is when
+// HangRule is the table above over a connection's clock, for either protocol (h2hung.go): lastRead is when
 // the provider last sent anything on it, *probeAt when the outstanding probe went out (0: none; cleared
 // here once the provider was heard since), t keepalive.upstream_hung_timeout.
-func hangRule(now, lastRead int64, probeAt *int64, t int64) hangVerdict {
+func HangRule(now, lastRead int64, probeAt *int64, t int64) HangVerdict {
 	if *probeAt != 0 && lastRead >= *probeAt {
 		*probeAt = 0 // heard since the probe
 	}
 	silent := now - lastRead
 	switch {
 	case *probeAt == 0 && silent >= t/2:
-		return hangProbe
+		return HangProbe
 	case *probeAt != 0 && now-*probeAt >= t/2 && silent >= t:
-		return hangHung
+		return HangHung
 	}
-	return hangWait
+	return HangWait
 }
 
 // probe sends a heartbeat whose answer tells a hung provider from a busy one.

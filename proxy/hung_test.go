@@ -200,25 +200,25 @@ func TestSlowMethodIsNotAHang(t *testing.T) {
 	}
 }
 
-// hangRule's table, on a 4 s timeout: probe after 2 s of silence, hung 2 s after the probe once silent
+// HangRule's table, on a 4 s timeout: probe after 2 s of silence, hung 2 s after the probe once silent
 // for 4 s, and a read after the probe clears it.
 func TestHangRule(t *testing.T) {
 	const s = int64(time.Second)
 	for _, c := range []struct {
 		name                 string
 		now, lastRead, probe int64
-		want                 hangVerdict
+		want                 HangVerdict
 		wantProbe            int64
 	}{
-		{"quiet for less than half", 1 * s, 0, 0, hangWait, 0},
-		{"quiet for half: probe", 2 * s, 0, 0, hangProbe, 0},
-		{"probe out, not long enough", 3 * s, 0, 2 * s, hangWait, 2 * s},
-		{"probe unanswered, silent for all", 4 * s, 0, 2 * s, hangHung, 2 * s},
-		{"heard after the probe, then quiet for half again: probe", 5 * s, 2 * s, 1 * s, hangProbe, 0},
-		{"heard since the probe", 5 * s, 3*s + 1, 3 * s, hangWait, 0},
+		{"quiet for less than half", 1 * s, 0, 0, HangWait, 0},
+		{"quiet for half: probe", 2 * s, 0, 0, HangProbe, 0},
+		{"probe out, not long enough", 3 * s, 0, 2 * s, HangWait, 2 * s},
+		{"probe unanswered, silent for all", 4 * s, 0, 2 * s, HangHung, 2 * s},
+		{"heard after the probe, then quiet for half again: probe", 5 * s, 2 * s, 1 * s, HangProbe, 0},
+		{"heard since the probe", 5 * s, 3*s + 1, 3 * s, HangWait, 0},
 	} {
 		probe := c.probe
-		if got := hangRule(c.now, c.lastRead, &probe, 4*s); got != c.want || probe != c.wantProbe {
+		if got := HangRule(c.now, c.lastRead, &probe, 4*s); got != c.want || probe != c.wantProbe {
 			t.Errorf("%s: %v, probeAt %d; want %v, %d", c.name, got, probe, c.want, c.wantProbe)
 		}
 	}

@@ -33,7 +33,7 @@ type request struct {
 	call    callRef // what it calls, its size, whether it was held (methods.go)
 	arrived int64   // when it reached Stormgate, unix nanos on the server's clock
 	// sendBy is the latest time it may be handed to the provider (deadline.go): 0
-	// until a wait needs it, noDeadline when its consumer's timeout is unknown.
+	// until a wait needs it, NoDeadline when its consumer's timeout is unknown.
 	sendBy int64
 }
 

@@ -1,14 +1,14 @@
 package proxy
 
 // Re-holding needs the request's bytes after the kernel took them: each connection
-// keeps the last replaySize bytes of requests it sent (replayRing), copied under
+// keeps the last ReplaySize bytes of requests it sent (replayRing), copied under
 // upConn.mu when they are sent. A request that is no longer there is answered as
 // before.
 
-// replaySize is how many bytes of recently sent requests each provider connection
+// ReplaySize is how many bytes of recently sent requests each provider connection
 // keeps for re-holding. It covers every request in flight on a connection up to
 // this many bytes; larger frames are never kept.
-const replaySize = 64 << 10
+const ReplaySize = 64 << 10
 
 // replayRing keeps the bytes of recently sent request frames by stream offset. It
 // is guarded by its upConn's mu; frames are put in stream order.
@@ -18,24 +18,24 @@ type replayRing struct {
 }
 
 func (r *replayRing) put(off uint64, frame []byte) {
-	if len(frame) > replaySize {
+	if len(frame) > ReplaySize {
 		return
 	}
 	if r.buf == nil {
-		r.buf = make([]byte, replaySize)
+		r.buf = make([]byte, ReplaySize)
 	}
-	n := copy(r.buf[off%replaySize:], frame)
+	n := copy(r.buf[off%ReplaySize:], frame)
 	copy(r.buf, frame[n:])
 	r.end = off + uint64(len(frame))
 }
 
 // copyOut returns a copy of the frame put at off, if no later frame overwrote it.
 func (r *replayRing) copyOut(off uint64, n int) ([]byte, bool) {
-	if r.buf == nil || n <= 0 || n > replaySize || off+uint64(n) > r.end || r.end-off > replaySize {
+	if r.buf == nil || n <= 0 || n > ReplaySize || off+uint64(n) > r.end || r.end-off > ReplaySize {
 		return nil, false
 	}
 	out := make([]byte, n)
-	m := copy(out, r.buf[off%replaySize:])
+	m := copy(out, r.buf[off%ReplaySize:])
 	copy(out[m:], r.buf)
 	return out, true
 }

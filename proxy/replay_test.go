@@ -22,7 +22,7 @@ func TestReplayRing(t *testing.T) {
 	for i := range 100 {
 		n := 1000 + i*7
 		b, ok := r.copyOut(offs[i], n)
-		inRing := off-16-offs[i] <= replaySize
+		inRing := off-16-offs[i] <= ReplaySize
 		if ok != inRing {
 			t.Fatalf("frame %d at %d: ok=%v, want %v", i, offs[i], ok, inRing)
 		}
@@ -33,8 +33,8 @@ func TestReplayRing(t *testing.T) {
 	if _, ok := r.copyOut(offs[99], 0); ok {
 		t.Fatal("an empty frame was returned")
 	}
-	r.put(off, frame(1, replaySize+1))
-	if _, ok := r.copyOut(off, replaySize+1); ok {
+	r.put(off, frame(1, ReplaySize+1))
+	if _, ok := r.copyOut(off, ReplaySize+1); ok {
 		t.Fatal("a frame larger than the ring was kept")
 	}
 }

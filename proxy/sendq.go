@@ -103,7 +103,7 @@ func (uc *upConn) enqueueLocked(r request, frame []byte, oneWay bool) bool {
 	uc.sendq.push(queued{request: r, frame: append([]byte(nil), frame...), oneWay: oneWay, at: srv.now()})
 	uc.nqueued.Add(1)
 	r.sess.addWaiting(len(frame))
-	if !oneWay && r.sendBy != noDeadline {
+	if !oneWay && r.sendBy != NoDeadline {
 		uc.armQueueLocked(r.sendBy)
 	}
 	uc.mu.Unlock()
@@ -257,7 +257,7 @@ func (uc *upConn) expireQueued() {
 	late := uc.sendq.removeIf(func(e *queued) bool { return !e.oneWay && pastDeadline(&e.request, now) })
 	uc.nqueued.Add(-int32(len(late)))
 	uc.sendq.each(func(e *queued) {
-		if !e.oneWay && e.sendBy != noDeadline {
+		if !e.oneWay && e.sendBy != NoDeadline {
 			uc.armQueueLocked(e.sendBy)
 		}
 	})

@@ -95,7 +95,7 @@ func (s *session) onRequest(_ context.Context, conn netpoll.Connection) error {
 // consume handles every whole frame available in r and keeps a partial one; with
 // canPause (r is netpoll's, which keeps what is left) it stops after a frame that put
 // the consumer over its backpressure bound, once reading is paused.
-func (s *session) consume(r byteSource, canPause bool) {
+func (s *session) consume(r ByteSource, canPause bool) {
 	srv := s.srv
 	cfg := srv.cfg.Load()
 	now := srv.now()

@@ -38,7 +38,7 @@ func protoIndex(p Protocols) uint32 {
 //	| anything else                      | —                    | the Dubbo path, as before: bad magic, the
 //	|                                    |                      | same log line and reply (an HTTP/1 request,
 //	|                                    |                      | h2c Upgrade included, gets a 400)
-func (s *session) otherProtocol(r byteSource) bool {
+func (s *session) otherProtocol(r ByteSource) bool {
 	if s.h2 != nil {
 		s.h2.onInput(r, s.srv.now())
 		return true

@@ -230,13 +230,13 @@ func TestHoldQueueTurnsByConsumer(t *testing.T) {
 	}
 	now := srv.now()
 	for i := range 64 {
-		p.hold.push(request{sess: a, arrived: now + int64(i), sendBy: noDeadline}, frame('a', i))
+		p.hold.push(request{sess: a, arrived: now + int64(i), sendBy: NoDeadline}, frame('a', i))
 	}
-	p.hold.push(request{sess: b, arrived: now + 100, sendBy: noDeadline}, frame('b', 1))
+	p.hold.push(request{sess: b, arrived: now + 100, sendBy: NoDeadline}, frame('b', 1))
 	// b's older request comes back from a connection that died, with one of a's.
 	p.hold.rehold([]held{
-		{request: request{sess: b, arrived: now + 50, sendBy: noDeadline}, frame: frame('b', 0)},
-		{request: request{sess: a, arrived: now + 10, sendBy: noDeadline}, frame: frame('a', 999)},
+		{request: request{sess: b, arrived: now + 50, sendBy: NoDeadline}, frame: frame('b', 0)},
+		{request: request{sess: a, arrived: now + 10, sendBy: NoDeadline}, frame: frame('a', 999)},
 	}, HoldReheld)
 	var order []string
 	p.hold.mu.Lock()

@@ -248,7 +248,7 @@ func (uc *upConn) onRequest(_ context.Context, conn netpoll.Connection) error {
 }
 
 // consume handles every whole frame available in r and keeps a partial one.
-func (uc *upConn) consume(r byteSource) {
+func (uc *upConn) consume(r ByteSource) {
 	srv := uc.pool.srv
 	cfg := srv.cfg.Load()
 	now := srv.now()

@@ -106,9 +106,9 @@ var (
 	errOverBudget   = errors.New("process buffer budget exhausted (limits.max_buffered_bytes)")
 )
 
-// spareKeep caps the buffer a writer keeps for reuse between batches, so that one
+// SpareKeep caps the buffer a writer keeps for reuse between batches, so that one
 // burst does not pin megabytes on an idle connection.
-const spareKeep = 64 << 10
+const SpareKeep = 64 << 10
 
 // Send queues b whole or refuses it whole. It returns b's stream offset and
 // accepted=true when b is in the stream (written, or held by the writer until
@@ -521,7 +521,7 @@ func (w *Writer) takeSpare(n int) []byte {
 // recycleLocked keeps a fully written batch as the next spare buffer.
 func (w *Writer) recycleLocked(b []byte) {
 	w.batch, w.sent = nil, 0
-	if cap(b) <= spareKeep && w.spare == nil {
+	if cap(b) <= SpareKeep && w.spare == nil {
 		w.spare = b[:0]
 	}
 }

@@ -23,7 +23,7 @@ import (
 )
 
 func TestZeroTimer(t *testing.T) {
-	MustTrue(t, noDeadline.IsZero())
+	MustTrue(t, NoDeadline.IsZero())
 }
 
 func TestRuntimePoll(t *testing.T) {

@@ -5,12 +5,10 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/stormgate/stormgate/keepalive"
 )
 
-// What a dead HTTP/2 provider had read, from its kernel: peerdiag.go's proof for an h2c provider
-// connection. The provider on loopback shares Stormgate's network namespace, and the kernel announces its
+// What a dead provider had read, from its kernel: peerdiag.go's proof for a provider connection that
+// Go's poller holds (net.Conn: HTTP/2's, h2c). The provider on loopback shares Stormgate's network namespace, and the kernel announces its
 // end of the connection when the socket is destroyed, with how much of Stormgate's stream its application
 // had read (R). Every call none of whose bytes lie before R (its head was queued at or after R:
 // h2Call.upOff) never reached the provider's application, so it was never processed, whatever its
@@ -29,18 +27,20 @@ import (
 // Dubbo's FIN and RST rules (peerend.go) are not used here: HTTP/2 interleaves streams, so "the last
 // request on the connection" does not name one call.
 
-// h2Proof is one provider connection's part of the proof. Set at connect, before the connection is used;
-// end by the reader; read by die, after the reader.
-type h2Proof struct {
+// ReadProof is one provider connection's part of the proof (plug-in API). Connected at connect, before
+// the connection is used; End by its reader when it sees the connection end; ProviderRead after that.
+type ReadProof struct {
+	env     Env
 	diag    *diagSlot
 	ackBase uint64 // tcpi_bytes_acked right after connect (the SYN)
 	acked   uint64 // at the end: stream bytes the provider's kernel acknowledged
 	ended   bool   // acked is set
 }
 
-// connected registers a loopback provider connection that carried nothing yet with the server's watcher
+// Connected registers a loopback provider connection that carried nothing yet with the server's watcher
 // (diag), its times on clock.
-func (p *h2Proof) connected(nc net.Conn, clock keepalive.Clock, diag *peerDiag) {
+func (p *ReadProof) Connected(env Env, nc net.Conn) {
+	p.env = env
 	p.control(nc, func(fd int) {
 		if !loopbackPeer(fd) {
 			return
@@ -49,12 +49,12 @@ func (p *h2Proof) connected(nc net.Conn, clock keepalive.Clock, diag *peerDiag) 
 		if err != nil || info.Bytes_acked != 1 || info.Bytes_sent != 0 {
 			return
 		}
-		p.ackBase, p.diag = info.Bytes_acked, diag.watch(fd, clock)
+		p.ackBase, p.diag = info.Bytes_acked, env.s.diag.watch(fd, env.s.clock)
 	})
 }
 
-// end notes, while the socket is still open, what the provider's kernel acknowledged.
-func (p *h2Proof) end(nc net.Conn) {
+// End notes, while the socket is still open, what the provider's kernel acknowledged.
+func (p *ReadProof) End(nc net.Conn) {
 	if p.diag == nil {
 		return
 	}
@@ -66,10 +66,10 @@ func (p *h2Proof) end(nc net.Conn) {
 	})
 }
 
-// providerRead is how much of the stream the provider's application had read when its socket was
+// ProviderRead is how much of the stream the provider's application had read when its socket was
 // destroyed (written: what Stormgate's writer wrote), waiting up to diagWait for the announcement; false
 // when nothing is proven. It releases the registration.
-func (p *h2Proof) providerRead(written uint64, after afterFunc) (uint64, bool) {
+func (p *ReadProof) ProviderRead(written uint64) (uint64, bool) {
 	s := p.diag
 	if s == nil {
 		return 0, false
@@ -80,7 +80,7 @@ func (p *h2Proof) providerRead(written uint64, after afterFunc) (uint64, bool) {
 	}
 	select {
 	case <-s.done:
-	case <-after(diagWait):
+	case <-p.env.After(diagWait):
 		return 0, false
 	}
 	if s.early || s.received < p.acked || s.received > written {
@@ -89,13 +89,13 @@ func (p *h2Proof) providerRead(written uint64, after afterFunc) (uint64, bool) {
 	return s.received - s.unread, true
 }
 
-func (p *h2Proof) release() {
+func (p *ReadProof) release() {
 	p.diag.release()
 	p.diag = nil
 }
 
 // control runs f on nc's socket, if it has one.
-func (p *h2Proof) control(nc net.Conn, f func(fd int)) {
+func (p *ReadProof) control(nc net.Conn, f func(fd int)) {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return
