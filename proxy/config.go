@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/stormgate/stormgate/proxy/h2"
 )
 
 // ReadonlyPolicy says what Stormgate does when the provider announces READONLY.
@@ -175,7 +173,7 @@ func (c *Config) validate() error {
 	case c.AccessLog.Enabled && (c.AccessLog.MaxPerSecond < 1 || c.AccessLog.SampleRate < 0 || c.AccessLog.SampleRate > 1 || c.AccessLog.SlowThreshold < 0):
 		return fmt.Errorf("access_log: max_per_second %d must be at least 1, sample_rate %v between 0 and 1, slow_threshold %v not negative",
 			c.AccessLog.MaxPerSecond, c.AccessLog.SampleRate, c.AccessLog.SlowThreshold)
-	case c.HTTP2.MaxConcurrentStreams < 1 || c.HTTP2.InitialWindowSize < 1 || c.HTTP2.InitialWindowSize > h2.MaxWindowSize ||
+	case c.HTTP2.MaxConcurrentStreams < 1 || c.HTTP2.InitialWindowSize < 1 || c.HTTP2.InitialWindowSize > maxH2Window ||
 		c.HTTP2.MaxHeaderListSize < 1:
 		return fmt.Errorf("http2: max_concurrent_streams %d, initial_window_size %d, max_header_list_size %d: must be "+
 			"positive, the window at most 2^31-1", c.HTTP2.MaxConcurrentStreams, c.HTTP2.InitialWindowSize, c.HTTP2.MaxHeaderListSize)
@@ -185,20 +183,8 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// h2Conn is the h2.Config of an HTTP/2 connection Stormgate opens in role r, with what http2.*
-// says it announces. Toward a provider the stream limit is left at the codec's: a provider may
-// open no stream (ENABLE_PUSH is 0), so it limits nothing.
-func (c *Config) h2Conn(r h2.Role) h2.Config {
-	hc := h2.Config{
-		Role:              r,
-		InitialWindowSize: uint32(c.HTTP2.InitialWindowSize),
-		MaxHeaderListSize: uint32(c.HTTP2.MaxHeaderListSize),
-	}
-	if r == h2.RoleServer {
-		hc.MaxConcurrentStreams = uint32(min(c.HTTP2.MaxConcurrentStreams, c.MaxInflightPerConn))
-	}
-	return hc
-}
+// maxH2Window is the largest HTTP/2 flow-control window (RFC 9113 §6.9.1).
+const maxH2Window = 1<<31 - 1
 
 func (c *Config) portAllowed(p uint16) bool { return slices.Contains(c.InboundPorts, p) }
 

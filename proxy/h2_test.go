@@ -608,7 +608,7 @@ func TestH2ConsumerSide(t *testing.T) {
 			t.Fatalf("unexpected %v", f)
 		}
 	}
-	if n := testutilCounter(srv.m.h2.pings); n != 1 {
+	if n := testutilCounter(srv.h2.m.pings); n != 1 {
 		t.Errorf("stormgate_http2_pings_answered_total %v, want 1", n)
 	}
 	// A request whose head comes in HEADERS + CONTINUATION.

@@ -381,7 +381,7 @@ func (ss *session) restoreH2(hs *H2SessionSnapshot, now int64) error {
 	if hp == nil {
 		return errors.New("an HTTP/2 consumer, but upstream.protocol no longer includes triple")
 	}
-	conn, err := h2.RestoreConn(cfg.h2Conn(h2.RoleServer), hs.Conn)
+	conn, err := h2.RestoreConn(h2ConnConfig(cfg, h2.RoleServer), hs.Conn)
 	if err != nil {
 		return err
 	}

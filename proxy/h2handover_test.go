@@ -325,7 +325,7 @@ func TestH2AdoptedCallStartsAtOnce(t *testing.T) {
 	p := srv.poolList()[0]
 	// A consumer connection at rest, as a handover carries it: the handshake done, SETTINGS acked.
 	cfg := srv.cfg.Load()
-	conn := h2.NewConn(cfg.h2Conn(h2.RoleServer))
+	conn := h2.NewConn(h2ConnConfig(cfg, h2.RoleServer))
 	in := append([]byte(h2.ClientPreface), h2.AppendSettings(nil)...)
 	in = h2.AppendSettingsAck(in)
 	for len(in) > 0 {

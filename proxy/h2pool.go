@@ -50,10 +50,11 @@ import (
 // h2Pool's (wg, which pool.close waits for); a handover's freeze leaves them running (h2handover.go: the
 // provider's HTTP/2 connections do not cross, and none has a stream by then).
 type h2Pool struct {
-	p    *pool
-	prov Provider
-	env  Env
-	wg   sync.WaitGroup
+	p     *pool
+	prov  Provider
+	env   Env
+	proto *h2Protocol
+	wg    sync.WaitGroup
 
 	mu      sync.Mutex
 	ups     []*h2Upstream // connections the provider's SETTINGS made usable, until they die or go away
@@ -80,8 +81,8 @@ type h2Slot struct {
 	up     *h2Upstream // under hp.mu: the connection being served; nil while dialing or backing off
 }
 
-func newH2Pool(p *pool) *h2Pool {
-	hp := &h2Pool{p: p, prov: Provider{p}, env: Env{p.srv}}
+func newH2Pool(p *pool, proto *h2Protocol) *h2Pool {
+	hp := &h2Pool{p: p, prov: Provider{p}, env: Env{p.srv}, proto: proto}
 	hp.retry.Init(hp.onRetry)
 	return hp
 }
@@ -315,7 +316,6 @@ func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := hp.p.srv
 	env := hp.env
 	u := &h2Upstream{hp: hp, nc: nc, idle: make(chan struct{}, 1),
 		goneAway: make(chan struct{}), ended: make(chan struct{})}
@@ -325,10 +325,10 @@ func (hp *h2Pool) newUpstream(nc net.Conn) (*h2Upstream, error) {
 	u.stall.Init(u.onStallTimer)
 	u.lastRead.Store(env.Now())
 	// http2.* as in force at the dial: the connection keeps what it announced.
-	u.conn = h2.NewConn(env.Config().h2Conn(h2.RoleClient))
+	u.conn = h2.NewConn(h2ConnConfig(env.Config(), h2.RoleClient))
 	u.proof.Connected(env, nc)
 	// The preface and Stormgate's SETTINGS: nobody else knows u yet, so no lock.
-	u.meter.sync(&srv.m.h2, h2Provider, u.conn.Counters())
+	u.meter.sync(&hp.proto.m, h2Provider, u.conn.Counters())
 	_, _, _ = u.w.Send(u.conn.Output(), 0) // a failure shows in the first read
 	u.conn.ClearOutput()
 	return u, nil
@@ -919,7 +919,7 @@ func (u *h2Upstream) send(b []byte) uint64 {
 // flushLocked queues what the Conn owes the provider (SETTINGS ACKs, PING answers, WINDOW_UPDATEs,
 // RST_STREAM).
 func (u *h2Upstream) flushLocked() {
-	u.meter.sync(&u.hp.p.srv.m.h2, h2Provider, u.conn.Counters())
+	u.meter.sync(&u.hp.proto.m, h2Provider, u.conn.Counters())
 	if out := u.conn.Output(); len(out) > 0 {
 		u.queue(out)
 		u.conn.ClearOutput()

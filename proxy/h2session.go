@@ -129,11 +129,11 @@ func (h *h2Session) start(now int64) {
 	h.sess.decided(protoH2)
 	cfg := h.env.Config()
 	h.mu.Lock()
-	h.conn = h2.NewConn(cfg.h2Conn(h2.RoleServer))
-	if h.drain || h.sess.srv.announced.Load() {
+	h.conn = h2.NewConn(h2ConnConfig(cfg, h2.RoleServer))
+	if h.drain || h.env.Announced() {
 		h.drain = true
 		h.conn.GoAwayGracefully(h2DrainDebug, h2DrainPing)
-		if h.sess.srv.draining.Load() { // the drain proper has begun: no waiting for the PING's answer
+		if h.env.Draining() { // the drain proper has begun: no waiting for the PING's answer
 			h.final = true
 			h.conn.GoAway(h2.ErrCodeNo, h2DrainDebug)
 		}
@@ -314,7 +314,7 @@ func (h *h2Session) consumed(id uint32, n int) {
 // RST_STREAM, GOAWAY): before anything else that goes out after it. What the Conn counted goes to the
 // metrics first; it runs after every frame read and every reset or GOAWAY this side makes.
 func (h *h2Session) flushLocked() {
-	h.meter.sync(&h.sess.srv.m.h2, h2Consumer, h.conn.Counters())
+	h.meter.sync(&h.hp.proto.m, h2Consumer, h.conn.Counters())
 	if out := h.conn.Output(); len(out) > 0 {
 		h.writeLocked(out, nil)
 		h.conn.ClearOutput()

@@ -540,7 +540,7 @@ func (s *Server) restore(sn *Snapshot) error {
 		if cfg.Protocols.Triple() {
 			// Its provider connections did not cross: dialled at once, so that they are up when the
 			// consumers are served again (the calls that waited through the handover go first).
-			p.h2 = newH2Pool(p)
+			p.h2 = newH2Pool(p, s.h2)
 			p.h2.start(cfg.UpstreamConns)
 		}
 		return p

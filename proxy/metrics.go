@@ -164,7 +164,6 @@ type metrics struct {
 	readonlyIn    [2]prometheus.Counter // READONLY, WRITEABLE received from the provider
 	readonlyOut   [2]prometheus.Counter // sent to consumers
 	hangs         prometheus.Counter    // providers that became hung (hung.go)
-	h2            h2Metrics             // h2metrics.go
 	bp            bpMetrics             // backpressure (backpressure.go)
 	life          lifeMetrics           // set by New, which knows the codec's not-executed reasons
 	collectors    []prometheus.Collector
@@ -241,12 +240,10 @@ func newMetrics() *metrics {
 	m.hangs = prometheus.NewCounter(prometheus.CounterOpts{Name: "stormgate_provider_hangs_total",
 		Help: "Times a provider became hung (keepalive.upstream_hung_timeout): no usable connection, one owing an " +
 			"answer and silent although probed with a heartbeat."})
-	h2m, h2Collectors := newH2Metrics()
-	m.h2 = h2m
 	m.bp = newBPMetrics()
 	m.collectors = append([]prometheus.Collector{downConns, downClosed, upConns, m.upConnected, m.upState, upReconnects,
 		upDialErrors, m.hbSent, localReplies, m.held, holdOutcomes, m.unknownIDs, m.lateResponses, dropped, ro, m.hangs},
-		append(h2Collectors, m.bp.collectors()...)...)
+		m.bp.collectors()...)
 	return m
 }
 

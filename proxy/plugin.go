@@ -189,3 +189,10 @@ func (e Env) CallEnded(sh *MethodShard, c Consumer, end CallEnd) {
 	e.s.callEnded(cfg, sh, c.s, call, end.Status, end.Exception, end.By, time.Duration(e.s.now()-end.Arrived),
 		int(min(end.RespBytes, 1<<31-1)))
 }
+
+// Announced reports whether Stormgate has told its consumers that it is draining (Server.Announce, or
+// Drain): a consumer connection that begins now is told at once.
+func (e Env) Announced() bool { return e.s.announced.Load() }
+
+// Draining reports whether the drain proper has begun (Server.Drain, after drain.min_duration).
+func (e Env) Draining() bool { return e.s.draining.Load() }

@@ -61,7 +61,7 @@ func newPool(srv *Server, addr string, port uint16) *pool {
 	p := newPoolStopped(srv, addr, port)
 	cfg := srv.cfg.Load()
 	if cfg.Protocols.Triple() {
-		p.h2 = newH2Pool(p) // before any slot loop reads it (connStates)
+		p.h2 = newH2Pool(p, srv.h2) // before any slot loop reads it (connStates)
 	}
 	if cfg.Protocols.Dubbo() {
 		p.resize(cfg.UpstreamConns)

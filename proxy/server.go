@@ -48,6 +48,7 @@ type Server struct {
 	opts  Options
 	log   *zap.Logger
 	m     *metrics
+	h2    *h2Protocol // HTTP/2's server-wide state (h2protocol.go)
 	codec wire.Codec
 	// statuses is the status label's vocabulary: the codec's names, then gRPC's (callstatus.go).
 	statuses statusVocab
@@ -121,6 +122,8 @@ func New(cfg Config, opts Options) (*Server, error) {
 		drainIdle: make(chan struct{}, 1),
 	}
 	s.m.life = newLifeMetrics(append(s.codec.NotExecutedReasons(), h2.NotRunReasons()...))
+	s.h2 = newH2Protocol()
+	s.m.collectors = append(s.m.collectors, s.h2.collectors...)
 	s.budget.limit.Store(cfg.MaxBufferedBytes)
 	s.wenv = writerEnv{now: s.now, spawn: s.spawn, budget: &s.budget}
 	s.sessions.init()
