@@ -78,8 +78,28 @@ func (hp *h2Pool) keepable(n int) bool {
 	return b.TryReserve(n)
 }
 
-// forgetLocked drops what a call kept: the provider answered it, or it ended.
+// forgetLocked drops what a call kept: the provider answered it, or it ended. A call sent again that the
+// provider answers before all of its kept body went out (a provider may answer before the request ends)
+// still owes the provider the rest: that rest is the kept body itself (in), so the body stays, charged,
+// until it is written or dropped (sentKeptLocked), and only the right to send the call again goes now.
+// Dropping it here ended the request early: the provider got the first bytes and END_STREAM.
 func (hp *h2Pool) forgetLocked(c *h2Call) {
+	if c.resending && len(c.in) > 0 {
+		c.req.lost = true
+		return
+	}
+	hp.dropKeptLocked(c)
+}
+
+// sentKeptLocked drops a kept body whose call was answered while it went out (forgetLocked), once the
+// last of it was written or dropped.
+func (hp *h2Pool) sentKeptLocked(c *h2Call) {
+	if c.resending && c.req.lost && len(c.in) == 0 {
+		hp.dropKeptLocked(c)
+	}
+}
+
+func (hp *h2Pool) dropKeptLocked(c *h2Call) {
 	if c.resending {
 		c.in = nil // the kept body itself, not charged twice
 	}
