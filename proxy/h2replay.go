@@ -59,7 +59,7 @@ func (hp *h2Pool) keepBodyLocked(c *h2Call, data []byte, end bool) {
 	if k.lost || c.answered {
 		return
 	}
-	if len(k.body)+len(data) > ReplaySize || !hp.keepable(len(data)) {
+	if len(k.body)+len(data) > ReplaySize || len(data) > 0 && !hp.keepable(len(data)) { // an empty END_STREAM keeps nothing
 		hp.forgetLocked(c)
 		k.lost = true
 		return

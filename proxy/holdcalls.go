@@ -87,9 +87,13 @@ func (h *HoldQueue) HoldCall(c Waiting, acct *WaitAccount, size int, cfg *Config
 }
 
 // refuseCallLocked says why a call of acct may not wait with n more bytes (msg "" when it may): a call that is new
-// to the queue also takes one of hold.max_requests.
+// to the queue also takes one of hold.max_requests. A call already waiting is never refused for nothing
+// more (an empty END_STREAM, request trailers): the queue may be over its bounds, since calls sent again
+// come back past them (ReholdCall), and refusing then failed a call that asked for no byte.
 func (h *HoldQueue) refuseCallLocked(acct *WaitAccount, n int, isNew bool, cfg *Config, away bool) (ReplyReason, string) {
 	switch {
+	case !isNew && n == 0:
+		return 0, ""
 	case isNew && h.Len() >= cfg.HoldMaxRequests:
 		return ReplyHoldFull, holdFullMsg + " (hold.max_requests)"
 	case h.bytes+n > cfg.HoldMaxBytes:

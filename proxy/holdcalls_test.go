@@ -105,4 +105,8 @@ func TestCallLaneHoldBounds(t *testing.T) {
 	if _, msg := h.GrowCall(a1, 600, cfg, false); msg != "" || h.bytes != 1000 || a.bytes != 900 {
 		t.Errorf("DATA within hold.max_bytes: %q; %d bytes, a's %d", msg, h.bytes, a.bytes)
 	}
+	h.ReholdCall(&laneCall{}, &b, 500, false) // a call sent again comes back past the bounds
+	if _, msg := h.GrowCall(a1, 0, cfg, true); msg != "" {
+		t.Errorf("an empty END_STREAM of a waiting call, the queue over hold.max_bytes and the consumer's bound: %q", msg)
+	}
 }
