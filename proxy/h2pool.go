@@ -461,7 +461,9 @@ func (u *h2Upstream) step(b []byte, d *h2Delivery) (int, error) {
 	if c != nil {
 		switch ev.Kind {
 		case h2.EventHeaders:
-			c.sess.answerHeaders(c, ev.Fields, ev.EndStream, d)
+			if c.sess.answerHeaders(c, ev.Fields, ev.EndStream, d) {
+				hp.cancel(c) // the consumer's stream is gone: reset the provider's
+			}
 		case h2.EventData:
 			hp.answerConsumed(c, c.sess.answerData(c, ev.Data, ev.EndStream, d))
 		case h2.EventReset:

@@ -342,12 +342,15 @@ func (h *h2Session) sendVia(b []byte, d *h2Delivery) {
 }
 
 // answerHeaders hands the consumer a response head or trailers (end) from the provider, through the
-// provider read's delivery d.
-func (h *h2Session) answerHeaders(c *h2Call, fields []h2.HeaderField, end bool, d *h2Delivery) {
+// provider read's delivery d. It reports whether the consumer's stream was no longer open (it reset the
+// stream, or its connection is ending): the call has ended here, and the caller stops its provider side,
+// which nothing else would (the call has left the session's books, so neither the consumer's reset nor
+// the connection's close finds it).
+func (h *h2Session) answerHeaders(c *h2Call, fields []h2.HeaderField, end bool, d *h2Delivery) (gone bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c.done || h.closed {
-		return
+		return false
 	}
 	if !c.headSent {
 		c.httpStatus, _ = h2.HTTPStatus(fields)
@@ -365,6 +368,7 @@ func (h *h2Session) answerHeaders(c *h2Call, fields []h2.HeaderField, end bool, 
 	if end || err != nil {
 		h.finishLocked(c)
 	}
+	return err != nil
 }
 
 // answerData hands the consumer DATA from the provider, as much as its windows take; the rest waits in
