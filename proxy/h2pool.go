@@ -527,12 +527,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 	case h2.EventGoAway:
 		hp.env.Log().Info("the provider sent GOAWAY: no new streams on this connection",
 			zap.String("provider", hp.prov.Addr()), zap.Uint32("last_stream", ev.LastStream), zap.Stringer("code", ev.Code))
-		if !u.awaySeen {
-			u.awaySeen = true
-			close(u.goneAway)
-		}
-		u.away = true
-		hp.ups = slices.DeleteFunc(hp.ups, func(x *h2Upstream) bool { return x == u })
+		u.goAwayLocked()
 		var refused []*h2Call
 		for id, c := range u.calls.All() {
 			if id > ev.LastStream {
@@ -753,10 +748,26 @@ func (u *h2Upstream) startLocked(c *h2Call, now int64, notes *h2Notes) {
 	u.hp.opened.Add(1)
 	u.hp.prov.WatchCalls() // hang detection (h2hung.go) looks at connections with calls on them
 	c.up, c.upID = u, id
+	if !u.conn.OwnStreamIDsLeft() { // its 2^30th stream: never again on this connection
+		u.hp.env.Log().Info("HTTP/2 provider connection used up its stream ids: replacing it",
+			zap.String("provider", u.hp.prov.Addr()))
+		u.goAwayLocked()
+	}
 	b, _ := u.conn.AppendHeaders(u.frames(), id, c.head, c.headEnd)
 	c.upOff = u.send(b)
 	c.head = nil
 	u.pushLocked(c, now, notes)
+}
+
+// goAwayLocked retires the connection as a provider's GOAWAY does: no new streams on it, the slot dials
+// a replacement (goneAway), and the connection closes after its last stream (step).
+func (u *h2Upstream) goAwayLocked() {
+	if !u.awaySeen {
+		u.awaySeen = true
+		close(u.goneAway)
+	}
+	u.away = true
+	u.hp.ups = slices.DeleteFunc(u.hp.ups, func(x *h2Upstream) bool { return x == u })
 }
 
 // pushLocked sends what waits of a call's request, within the provider's windows.

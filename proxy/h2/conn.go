@@ -877,6 +877,11 @@ func (c *Conn) OpenStream() (uint32, error) {
 	return id, nil
 }
 
+// OwnStreamIDsLeft reports whether the connection has stream ids of its own left to open streams with.
+// A connection has 2^30 (RFC 9113 §5.1.1) and never reuses one; a client that used them up must open a
+// new connection (the owner retires this one as after a GOAWAY).
+func (c *Conn) OwnStreamIDsLeft() bool { return c.nextOwn <= MaxStreamID }
+
 // CanOpenStream reports whether OpenStream would succeed.
 func (c *Conn) CanOpenStream() bool {
 	return c.role == RoleClient && c.err == nil && !c.goAwayRecv && !c.goAwaySent && c.nextOwn <= MaxStreamID &&

@@ -624,3 +624,33 @@ func TestRestoreRejectsInvalidState(t *testing.T) {
 		})
 	}
 }
+
+// A client connection that opened its last stream id has none left (OwnStreamIDsLeft), and can open no
+// stream after it: its owner replaces it.
+func TestOwnStreamIDsUsedUp(t *testing.T) {
+	p := newPair(t, Config{}, Config{})
+	p.flush()
+	st, err := p.cli.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.NextOwn = MaxStreamID - 2 // two ids left
+	cli, err := RestoreConn(Config{Role: RoleClient}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []uint32{MaxStreamID - 2, MaxStreamID} {
+		if !cli.OwnStreamIDsLeft() || !cli.CanOpenStream() {
+			t.Fatalf("before stream %d: ids left %v, can open %v", want, cli.OwnStreamIDsLeft(), cli.CanOpenStream())
+		}
+		if id, err := cli.OpenStream(); err != nil || id != want {
+			t.Fatalf("OpenStream: %d %v, want %d", id, err, want)
+		}
+	}
+	if cli.OwnStreamIDsLeft() || cli.CanOpenStream() {
+		t.Fatal("after the last id: ids left or a stream to open")
+	}
+	if _, err := cli.OpenStream(); err != ErrNoStream {
+		t.Fatalf("OpenStream after the last id: %v", err)
+	}
+}
