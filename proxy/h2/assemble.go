@@ -1,9 +1,17 @@
 package h2
 
-// DefaultMaxContinuations is how many CONTINUATION frames may follow one HEADERS frame (nghttp2's default
-// bound since the 2024 CONTINUATION flood reports). A peer that splits a bounded block into more frames than
-// that has no honest reason to.
+// DefaultMaxContinuations is how many CONTINUATION frames a header block may have beyond those its size
+// pays for (see Assembler): nghttp2's bound since the 2024 CONTINUATION flood reports, which every header
+// block fitting in 9 frames meets whatever its frames' sizes.
 const DefaultMaxContinuations = 8
+
+// continuationPaid is how many bytes of a header block pay for one CONTINUATION frame beyond
+// maxContinuations: SETTINGS_MAX_FRAME_SIZE's initial and lowest allowed value (RFC 9113 §4.2), the frame
+// size every receiver accepts. Not the frame size this side announced, which may be larger: peers split a
+// block at the receiver's announced size or at this one (nghttp2 always does, whatever was announced); the
+// HTTP/2 stacks Stormgate meets never split below it. The peer's own SETTINGS_MAX_FRAME_SIZE bounds only
+// what this side sends.
+const continuationPaid = DefaultMaxFrameSize
 
 var (
 	errBlockTooLarge     = connErr(ErrCodeEnhanceYourCalm, "header block larger than the bound")
@@ -15,6 +23,24 @@ var (
 // bounded in bytes and in frames, so a CONTINUATION flood (the CVE-2024-27316 family) costs at most one
 // bounded buffer and ends the connection as soon as it crosses either bound, before any decoding. The
 // zero value is not usable: use NewAssembler.
+//
+// The frame bound follows the byte bound: a block may have maxContinuations CONTINUATION frames plus one
+// for every 16,384 bytes (continuationPaid) it holds so far:
+//
+//	| the peer sends                                                   | outcome
+//	|------------------------------------------------------------------|-----------------------------------
+//	| a block within the byte bound, in frames of 16 KiB or more (the  | accepted, however many frames
+//	| last may be shorter)                                             |
+//	| a block within the byte bound, in at most maxContinuations+1     | accepted, whatever the frames'
+//	| frames                                                           | sizes (nghttp2's rule)
+//	| CONTINUATIONs carrying less than 16 KiB each, on and on (flood)  | GOAWAY once the frames not paid
+//	|                                                                  | for pass maxContinuations
+//	| more bytes than the byte bound, in any frames                    | GOAWAY at the frame crossing it
+//
+// A fixed count alone (nghttp2's 8) refuses an honest block above 9 × 16 KiB, which a byte bound raised
+// toward 1 MiB (http2.max_header_list_size) allows, and ends a connection other calls share. Paid for,
+// a flood costs at most maxContinuations frames plus one per 16 KiB buffered: no more frames than an
+// honest peer sends for the same bytes, and never more bytes than the bound.
 type Assembler struct {
 	maxBlock  int
 	maxConts  int
@@ -25,7 +51,8 @@ type Assembler struct {
 	buf       []byte
 }
 
-// NewAssembler bounds a block to maxBlock encoded bytes and maxContinuations CONTINUATION frames.
+// NewAssembler bounds a block to maxBlock encoded bytes, and to maxContinuations CONTINUATION frames beyond
+// one for every 16,384 bytes of it (see Assembler).
 func NewAssembler(maxBlock, maxContinuations int) *Assembler {
 	return &Assembler{maxBlock: maxBlock, maxConts: maxContinuations}
 }
@@ -67,10 +94,11 @@ func (a *Assembler) Add(h FrameHeader, payload []byte) (block []byte, endStream,
 			return nil, false, false, errContinuationWrong
 		}
 		a.conts++
-		if a.conts > a.maxConts {
+		size := len(a.buf) + len(frag)
+		if a.conts > a.maxConts+size/continuationPaid {
 			return nil, false, false, errTooManyContinuals
 		}
-		if len(a.buf)+len(frag) > a.maxBlock {
+		if size > a.maxBlock {
 			return nil, false, false, errBlockTooLarge
 		}
 		a.buf = append(a.buf, frag...)

@@ -9,7 +9,7 @@ type Guard uint8
 // Guards, with what tripping each does.
 const (
 	GuardRapidReset     Guard = iota // streams reset (by the peer, or provoked from us) faster than the reset budget: GOAWAY ENHANCE_YOUR_CALM (CVE-2023-44487, CVE-2025-8671)
-	GuardContinuation                // header block over its byte or CONTINUATION-count bound: GOAWAY ENHANCE_YOUR_CALM (CVE-2024-27316 family)
+	GuardContinuation                // header block over its byte bound, or over its CONTINUATION-count bound (8 beyond one per 16 KiB of the block): GOAWAY ENHANCE_YOUR_CALM (CVE-2024-27316 family)
 	GuardPingFlood                   // PINGs faster than the control budget: GOAWAY ENHANCE_YOUR_CALM
 	GuardSettingsFlood               // SETTINGS faster than the control budget: GOAWAY ENHANCE_YOUR_CALM
 	GuardControlFlood                // PRIORITY, WINDOW_UPDATE, unknown frames and frames on closed streams faster than the control budget: GOAWAY ENHANCE_YOUR_CALM
@@ -54,15 +54,18 @@ type Limits struct {
 	MaxEmptyFrames int
 	// MaxQueuedControl bounds answers queued in Output and not yet taken by the owner.
 	MaxQueuedControl int
-	// MaxContinuations bounds CONTINUATION frames per header block.
+	// MaxContinuations bounds the CONTINUATION frames per header block beyond one for every 16 KiB the
+	// block holds (Assembler): a block within the header list bound sent in 16 KiB frames never trips it,
+	// a run of small or empty CONTINUATIONs does after MaxContinuations.
 	MaxContinuations int
 	// StallTimeout is how long a stream may want to send with no window before it is reset.
 	StallTimeout time.Duration
 }
 
 // DefaultLimits are the guards' defaults. The reset budget is nghttp2's (1,000 burst, 33/s); the
-// continuation bound is nghttp2's (8); the empty-frame bound is Envoy's order of magnitude; the control
-// budget allows an honest peer's keepalive PINGs (every 10 s for dubbo-go, 60 s for Java) many times over.
+// continuation bound is nghttp2's (8), beyond the frames a block's size pays for; the empty-frame bound is
+// Envoy's order of magnitude; the control budget allows an honest peer's keepalive PINGs (every 10 s for
+// dubbo-go, 60 s for Java) many times over.
 func DefaultLimits() Limits {
 	return Limits{
 		ResetBurst:       1000,

@@ -354,3 +354,130 @@ func TestGuardOutboundQueue(t *testing.T) {
 		t.Fatalf("%v %v", err, d.c.Counters().Guards)
 	}
 }
+
+// TestGuardContinuationPaidByBytes: the CONTINUATION bound follows the byte bound (Assembler). Each 16 KiB
+// of the block pays for one frame; DefaultMaxContinuations more are free, whatever they carry.
+func TestGuardContinuationPaidByBytes(t *testing.T) {
+	const bound = 1 << 20
+	cont := FrameHeader{Type: FrameContinuation, StreamID: 1}
+	// A block of exactly the bound in 16 KiB frames: HEADERS + 63 CONTINUATIONs.
+	a := NewAssembler(bound, DefaultMaxContinuations)
+	if _, _, _, err := a.Add(FrameHeader{Type: FrameHeaders, StreamID: 1}, make([]byte, DefaultMaxFrameSize)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < bound/DefaultMaxFrameSize; i++ {
+		last := i == bound/DefaultMaxFrameSize-1
+		h := cont
+		if last {
+			h.Flags = FlagEndHeaders
+		}
+		block, _, done, err := a.Add(h, make([]byte, DefaultMaxFrameSize))
+		if err != nil {
+			t.Fatalf("CONTINUATION %d of a block within the bound: %v", i, err)
+		}
+		if done != last || done && len(block) != bound {
+			t.Fatalf("CONTINUATION %d: done %v, %d bytes", i, done, len(block))
+		}
+	}
+	// Two full frames pay for two CONTINUATIONs (one was sent) plus the free ones: the 11th CONTINUATION,
+	// the 9th that carries next to nothing, ends it.
+	a = NewAssembler(bound, DefaultMaxContinuations)
+	_, _, _, _ = a.Add(FrameHeader{Type: FrameHeaders, StreamID: 1}, make([]byte, DefaultMaxFrameSize))
+	if _, _, _, err := a.Add(cont, make([]byte, DefaultMaxFrameSize)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i <= 2+DefaultMaxContinuations; i++ {
+		if _, _, _, err := a.Add(cont, []byte{0x40}); err != nil {
+			t.Fatalf("CONTINUATION %d: %v", i, err)
+		}
+	}
+	if _, _, _, err := a.Add(cont, []byte{0x40}); err != errTooManyContinuals {
+		t.Fatalf("CONTINUATION %d: %v, want %v", 3+DefaultMaxContinuations, err, errTooManyContinuals)
+	}
+	// The byte bound still holds, in frames paid for or not.
+	a = NewAssembler(bound, DefaultMaxContinuations)
+	_, _, _, _ = a.Add(FrameHeader{Type: FrameHeaders, StreamID: 1}, make([]byte, bound-10))
+	if _, _, _, err := a.Add(cont, make([]byte, 11)); err != errBlockTooLarge {
+		t.Fatalf("one byte over the bound: %v", err)
+	}
+}
+
+// TestGuardContinuationBigBlocks: with the header list bound raised to 1 MiB, a header block of nearly
+// that size, sent as HEADERS and some sixty 16 KiB CONTINUATIONs, passes in both roles (a request head
+// to a consumer-side Conn; a response head and trailers to a provider-side one) and the connection lives;
+// a flood of small CONTINUATIONs still ends it after DefaultMaxContinuations frames, in both roles.
+func TestGuardContinuationBigBlocks(t *testing.T) {
+	const bound = 1 << 20
+	// '~' has a 13-bit Huffman code: the value goes as it is, so the encoded block is nearly the list.
+	big := func(name string, fields ...HeaderField) []HeaderField {
+		n := bound - ListSize(fields) - 32 - len(name)
+		return append(fields, HeaderField{Name: name, Value: strings.Repeat("~", n)})
+	}
+	p := newPair(t, Config{MaxHeaderListSize: bound}, Config{MaxHeaderListSize: bound})
+	id, err := p.cli.OpenStream()
+	p.must(err)
+	req := big("x-big", request("/s/m")...)
+	if ListSize(req) != bound {
+		t.Fatalf("list of %d bytes, want the bound", ListSize(req))
+	}
+	b, err := p.cli.AppendHeaders(nil, id, req, false)
+	p.must(err)
+	if n := len(b) / (FrameHeaderLen + DefaultMaxFrameSize); n <= DefaultMaxContinuations+1 {
+		t.Fatalf("the block is %d full frames: not past the fixed bound", n)
+	}
+	p.toSrv(b)
+	p.toCli(nil)
+	b, err = p.srv.AppendHeaders(nil, id, big("x-big", HeaderField{Name: ":status", Value: "200"}), false)
+	p.must(err)
+	p.toCli(b)
+	b, err = p.srv.AppendHeaders(nil, id, big("grpc-message", HeaderField{Name: "grpc-status", Value: "13"}), true)
+	p.must(err)
+	p.toCli(b)
+	bigHeads := func(evs []Event) (n int) {
+		for _, ev := range evs {
+			if ev.Kind == EventHeaders && ListSize(ev.Fields) == bound {
+				n++
+			}
+		}
+		return n
+	}
+	if n := bigHeads(p.srvEv); n != 1 {
+		t.Fatalf("consumer side: %d big header sections, want the request head", n)
+	}
+	if n := bigHeads(p.cliEv); n != 2 || p.cli.Err() != nil || p.srv.Err() != nil {
+		t.Fatalf("provider side: %d big header sections, want head and trailers (%v, %v)", n, p.cli.Err(), p.srv.Err())
+	}
+
+	// The flood, at the same bound: HEADERS then CONTINUATIONs of 5 bytes that never end the block.
+	flood := func(id uint32) []byte {
+		b := AppendFrameHeader(nil, FrameHeader{Length: 1, Type: FrameHeaders, StreamID: id})
+		b = append(b, 0x88) // :status 200
+		for range 1000 {
+			b = AppendFrameHeader(b, FrameHeader{Length: 5, Type: FrameContinuation, StreamID: id})
+			b = append(b, 0x40, 1, 'x', 1, 'y')
+		}
+		return b
+	}
+	d := serverDriver(t, Config{MaxHeaderListSize: bound})
+	d.in.Write(flood(1))
+	d.pump()
+	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardContinuation)
+	if f := d.c.Counters().Frames; f != 2+1+DefaultMaxContinuations+1 {
+		t.Fatalf("consumer side: read %d frames", f)
+	}
+	id, err = p.cli.OpenStream()
+	p.must(err)
+	b, err = p.cli.AppendHeaders(nil, id, request("/s/m"), true)
+	p.must(err)
+	p.toSrv(b)
+	before := p.cli.Counters().Frames
+	if _, err := readAll(t, p.cli, p.now, flood(id)); err != errTooManyContinuals {
+		t.Fatalf("provider side: %v, want %v", err, errTooManyContinuals)
+	}
+	if f := p.cli.Counters().Frames - before; f != 1+DefaultMaxContinuations+1 {
+		t.Fatalf("provider side: read %d frames of the flood", f)
+	}
+	if g := p.cli.Counters().Guards[GuardContinuation]; g != 1 {
+		t.Fatalf("provider side: guard counted %d times", g)
+	}
+}
