@@ -522,6 +522,9 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 			}
 			return c, nil
 		}
+		// Any other reset ends the call, never sent again: the provider's own, or this side's stream error
+		// for a malformed answer (a bad head, DATA before the head), which the provider sent having seen the
+		// request.
 		u.endLocked(c, notes)
 		return c, nil
 	case h2.EventGoAway:

@@ -562,6 +562,16 @@ func (c *Conn) data(now int64, h FrameHeader, payload []byte) (Event, error) {
 		}
 		return c.resetStream(now, h.StreamID, ErrCodeStreamClosed, GuardClosedStream, true)
 	}
+	if s.headersIn == 0 {
+		// Only on a stream this side opened (the peer's begin with their HEADERS): a response begins with
+		// its head (RFC 9113 §8.1), so DATA first is malformed (§8.1.1), a stream error PROTOCOL_ERROR.
+		// The owner gets EventReset, never the bytes, which go back to the connection window (the stream's
+		// window ends with the stream).
+		if err := c.giveBack(int(h.Length)); err != nil {
+			return Event{}, err
+		}
+		return c.resetStream(now, h.StreamID, ErrCodeProtocol, noGuard, true)
+	}
 	if !s.recv.take(h.Length, c.recvSlack()) {
 		if err := c.giveBack(int(h.Length)); err != nil {
 			return Event{}, err

@@ -459,3 +459,65 @@ func TestConnClientManyResets(t *testing.T) {
 	d.pump()
 	d.wantGoAway(ErrCodeEnhanceYourCalm, GuardControlFlood)
 }
+
+// TestConnClientDataBeforeHead: a response begins with its head (RFC 9113 §8.1). DATA on a stream this
+// side opened before the response head is malformed (§8.1.1): the stream is reset with PROTOCOL_ERROR and
+// the owner gets EventReset (ByPeer false), never the bytes; the head and trailers the peer had in flight
+// are ignored, the connection window is handed back (more such DATA than the whole window ends nothing),
+// and the other streams go on.
+func TestConnClientDataBeforeHead(t *testing.T) {
+	const n = 80 // streams of 16 KiB each: more than the 1 MiB connection window
+	d := newDriver(t, Config{Role: RoleClient})
+	d.outFrames()
+	d.must(d.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: n + 1}))
+	d.ackSettings()
+	d.pump()
+	d.events = nil
+	var out []byte
+	for range n + 1 {
+		id, err := d.c.OpenStream()
+		d.must(err)
+		out, err = d.c.AppendHeaders(out, id, request("/s/m"), true)
+		d.must(err)
+	}
+	d.out.Write(out)
+	d.outFrames()
+	body := bytes.Repeat([]byte("a"), DefaultMaxFrameSize)
+	for id := uint32(1); id < 2*n; id += 2 {
+		end := id == 1 // END_STREAM does not make it a response either
+		d.must(d.fr.WriteData(id, end, body))
+		if !end {
+			d.headers(id, false, HeaderField{Name: ":status", Value: "200"})
+			d.must(d.fr.WriteData(id, false, body))
+			d.headers(id, true, HeaderField{Name: "grpc-status", Value: "0"})
+		}
+	}
+	last := uint32(2*n + 1)
+	d.headers(last, false, HeaderField{Name: ":status", Value: "200"})
+	d.must(d.fr.WriteData(last, true, []byte("x")))
+	d.pump()
+	if d.err != nil {
+		t.Fatalf("connection error: %v", d.err)
+	}
+	for i, ev := range d.events[:n] {
+		if id := uint32(2*i + 1); ev.Kind != EventReset || ev.Stream != id || ev.Code != ErrCodeProtocol || ev.ByPeer {
+			t.Fatalf("event %d: %+v; want stream %d reset by this side with PROTOCOL_ERROR", i, ev, id)
+		}
+	}
+	if evs := d.events[n:]; len(evs) != 2 || evs[0].Kind != EventHeaders || evs[1].Kind != EventData ||
+		evs[1].Stream != last || string(evs[1].Data) != "x" {
+		t.Fatalf("events after the resets %+v; want the answered stream's head and DATA only", evs)
+	}
+	rsts := 0
+	for _, f := range d.outFrames() {
+		switch {
+		case f.Type == http2.FrameRSTStream && f.Code == ErrCodeProtocol:
+			rsts++
+		case f.Type == http2.FrameRSTStream || f.Type == http2.FrameGoAway:
+			t.Fatalf("unexpected %+v", f)
+		}
+	}
+	if rsts != n || d.c.Counters().ResetsSent != n {
+		t.Fatalf("%d RST_STREAM PROTOCOL_ERROR sent, want %d", rsts, n)
+	}
+}
