@@ -63,7 +63,7 @@ type H2CallSnapshot struct {
 	Age         time.Duration    `json:"age"` // since it arrived (hold.timeout and grpc-timeout count from then)
 	Head        []h2.HeaderField `json:"head"`
 	HeadEnd     bool             `json:"head_end,omitempty"`
-	In          []byte           `json:"in,omitempty"` // request DATA still to send
+	In          []byte           `json:"in,omitempty"` // request DATA still to send (its connection window went back: waitingConnBack)
 	InEnd       bool             `json:"in_end,omitempty"`
 	InTrail     []h2.HeaderField `json:"in_trail,omitempty"` // from older builds only (trailers were forwarded): read as InEnd
 	Kept        *H2KeptSnapshot  `json:"kept,omitempty"`     // nil: not kept (too large): never sent again
@@ -389,24 +389,52 @@ func (ss *session) restoreH2(hs *H2SessionSnapshot, now int64) error {
 	h.conn, h.drain, h.final = conn, hs.Drain, hs.Final
 	ss.h2 = h
 	ss.proto.Store(protoH2)
+	back := waitingConnBack(hs.Calls, conn.ConnHeld())
 	for _, x := range hs.Calls {
 		c := &h2Call{sess: h, down: x.Stream, arrived: now - int64(x.Age), reqBytes: x.ReqBytes,
 			method: identifyH2(h.env, x.Head)}
 		h.calls.Add(c.down, c)
 		h.consumer.CallBegan()
-		hp.adoptWaiting(c, x, now, cfg)
+		inBack := 0
+		if !x.Resending {
+			inBack = int(min(int64(len(x.In)), back))
+			back -= int64(inBack)
+		}
+		hp.adoptWaiting(c, x, now, cfg, inBack)
 	}
 	return nil
+}
+
+// waitingConnBack is how many bytes of the waiting calls' request DATA (In, their consumer's own: not a
+// request sent again) had their connection window handed back already, given held, what the restored
+// connection's window still owes (h2.Conn.ConnHeld). At rest nothing but those calls holds consumer
+// bytes, so held is the part of their In whose connection share did not go back: all of it from a build
+// that kept both windows shut while a call waited, none from this one (h2Pool.data). Reading it off the
+// connection's windows, not from a field of the snapshot, needs no change of the handover format and
+// hands nothing back twice, nor loses any, whichever build wrote the snapshot. A build before this one
+// restoring this one's snapshot hands those bytes' connection share back a second time when they leave:
+// at most the waiting bytes (hold.max_bytes) more window, once.
+func waitingConnBack(calls []H2CallSnapshot, held int64) int64 {
+	var kept int64
+	for _, x := range calls {
+		if !x.Resending {
+			kept += int64(len(x.In))
+		}
+	}
+	return max(kept-held, 0)
 }
 
 // adoptWaiting puts a call from a handover in the waiting list, as open and resendLocked leave one, and
 // starts it if a provider connection can take it: the pool dials as it is restored, so one may be up
 // already, and nothing else would start the call until another stream ended (calls waited up to 0.8 s).
-func (hp *h2Pool) adoptWaiting(c *h2Call, x H2CallSnapshot, now int64, cfg *Config) {
+// inBack is how much of its In had its connection window handed back (waitingConnBack).
+func (hp *h2Pool) adoptWaiting(c *h2Call, x H2CallSnapshot, now int64, cfg *Config, inBack int) {
 	env := hp.env
 	c.sendBy = h2SendBy(x.Head, c.arrived, cfg)
 	var notes h2Notes
-	defer notes.run()
+	// In a closure: a deferred notes.run() would copy notes now, empty, and the call started below
+	// would never hand its consumer's windows back (nor a call found late be answered).
+	defer func() { notes.run() }()
 	hp.mu.Lock()
 	defer hp.unlock()
 	defer hp.pumpLocked(now, &notes)
@@ -422,7 +450,7 @@ func (hp *h2Pool) adoptWaiting(c *h2Call, x H2CallSnapshot, now int64, cfg *Conf
 	if c.resending {
 		c.in = c.req.body // the kept body itself (forgetLocked releases it once)
 	} else {
-		c.in = x.In
+		c.in, c.inBack = x.In, inBack
 		env.Budget().Force(len(c.in))
 	}
 	c.waiting = true

@@ -415,3 +415,94 @@ func TestH2FreezeClosesRestless(t *testing.T) {
 	waitFor(t, 10*time.Second, "calls after the thaw", func() bool { return load.calls.Load() >= before+30 })
 	load.finish(t)
 }
+
+// TestH2WaitingConnBack: which of a restored waiting call's bytes had their connection window handed back
+// is read off the connection's windows (what it still holds), so that neither this build's snapshots
+// (handed back on receipt: nothing held) nor an older build's (nothing handed back: all of In held) hand
+// a byte back twice or lose one. A request sent again is never the consumer's to hand back.
+func TestH2WaitingConnBack(t *testing.T) {
+	calls := []H2CallSnapshot{{In: make([]byte, 300)}, {In: make([]byte, 500), Resending: true}, {In: make([]byte, 200)}}
+	for _, tc := range []struct {
+		name string
+		held int64
+		want int64
+	}{
+		{"this build: handed back on receipt", 0, 500},
+		{"an older build: nothing handed back", 500, 0},
+		{"part", 120, 380},
+		{"more held than kept (never at rest)", 900, 0},
+	} {
+		if got := waitingConnBack(calls, tc.held); got != tc.want {
+			t.Errorf("%s: waitingConnBack(held %d) = %d, want %d", tc.name, tc.held, got, tc.want)
+		}
+	}
+}
+
+// TestH2AdoptedCallHandsBackOnce: a waiting call carried over with request DATA gets its consumer's
+// connection window back exactly once, whichever build wrote the snapshot: at rest and after the call,
+// the restored connection holds none of it, and announces no more than its window.
+func TestH2AdoptedCallHandsBackOnce(t *testing.T) {
+	for _, older := range []bool{false, true} {
+		t.Run(map[bool]string{false: "this build", true: "older build"}[older], func(t *testing.T) {
+			prov := startScriptedH2(t, func(pc *scriptedConn, id uint32, n int, body []byte) { pc.answer(id, body) })
+			srv, _ := resendServer(t, prov, Options{})
+			p := srv.poolList()[0]
+			cfg := srv.cfg.Load()
+			msg := grpcFrame([]byte("carried over, its window handed back once"))
+			// The consumer's side as the old image left it: the handshake done, stream 1 open with msg
+			// received (its stream window shut by it), and the connection's share of msg handed back
+			// (this build) or not (an older build).
+			cin := append([]byte(h2.ClientPreface), h2.AppendSettings(nil)...)
+			cin = h2.AppendSettingsAck(cin)
+			conn := h2.NewConn(h2ConnConfig(cfg, h2.RoleServer))
+			for len(cin) > 0 {
+				n, _, err := conn.Read(srv.now(), cin)
+				if err != nil || n == 0 {
+					t.Fatalf("handshake: %d %v", n, err)
+				}
+				cin = cin[n:]
+			}
+			conn.ClearOutput()
+			state, err := conn.Export()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if older {
+				state.ConnRecv.Avail -= int64(len(msg))
+			}
+			state.LastPeer, state.PeerOpen = 1, 1
+			win := int64(state.Local.InitialWindowSize)
+			state.Streams = []h2.StreamSnapshot{{ID: 1, State: h2.StateOpen, Send: 65535,
+				Recv: h2.RecvState{Avail: win - int64(len(msg))}}}
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fds[0])
+			defer unix.Close(fds[1])
+			ss := newSession(srv, p, nil, fds[0], netip.AddrPort{})
+			ss.w.held = true
+			head := echoHead()
+			err = ss.restoreH2(&H2SessionSnapshot{Conn: state, Calls: []H2CallSnapshot{{Stream: 1, Head: head,
+				In: msg}}}, srv.now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The consumer ends its request; the call's bytes went to the provider, which answers.
+			ss.h2.hp.data(ss.h2.call(1), nil, true)
+			waitFor(t, 10*time.Second, "the provider's answer", func() bool { return ss.h2.call(1) == nil })
+			ss.h2.mu.Lock()
+			defer ss.h2.mu.Unlock()
+			h := ss.h2.conn.ConnHeld()
+			ss.h2.conn.ClearOutput()
+			st, err := ss.h2.conn.Export()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.ConnRecv.Avail + st.ConnRecv.Unacked; h != 0 || got != int64(st.ConnWin) {
+				t.Fatalf("after the call: the connection holds %d bytes and its window is %d (avail %d + unacked %d), "+
+					"want 0 and the announced %d", h, got, st.ConnRecv.Avail, st.ConnRecv.Unacked, st.ConnWin)
+			}
+		})
+	}
+}

@@ -823,10 +823,26 @@ func (u *h2Upstream) detachLocked(c *h2Call, notes *h2Notes) {
 // data forwards request DATA from the consumer, or keeps it while the call waits or the provider's
 // window is closed: at most the consumer's stream window, charged to limits.max_buffered_bytes. A call
 // whose bytes the budget refuses ends with grpc-status 14 (its provider stream reset).
+//
+// What the consumer gets back, and when:
+//
+//	| the bytes                                  | stream window        | connection window
+//	|--------------------------------------------|----------------------|------------------------------------
+//	| forwarded, or dropped (the call ended)     | now                  | now
+//	| kept while the call waits for a stream     | when they leave      | now (c.inBack): see below
+//	| kept behind the provider's closed window   | when they leave      | when they leave
+//
+// A waiting call's bytes hand the connection window back on receipt, as the provider side does for
+// answers. Held until a stream frees, ten waiting calls' 64 KiB stream windows left 384 KiB of a 1 MiB
+// connection window, handed back 512 KiB at a time: the one call on the provider's stream could not send
+// the rest of its body, so its stream never freed (TestH2AdvWaitingCallsHoldTheConsumerWindow: 29 of 30
+// calls ended at hold.timeout). The stream window still bounds each waiting call to one window, and hold.max_bytes
+// (hold.max_bytes_per_consumer while the provider is away) and limits.max_buffered_bytes bound them all.
+// Bytes behind the provider's window are on a stream already, which the provider frees by reading.
 func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	var notes h2Notes
 	hp.mu.Lock()
-	n, reason, msg := len(data), ReplyReason(0), ""
+	n, back, reason, msg := len(data), 0, ReplyReason(0), ""
 	if !c.upDone {
 		hp.keepBodyLocked(c, data, end)
 	}
@@ -842,6 +858,10 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 		if msg == "" {
 			c.inEnd = end
 			n = 0
+			if c.waiting {
+				back = len(data)
+				c.inBack += back // c.in has nothing behind them: the call has no stream yet
+			}
 		}
 	default: // nothing waits before data (the case above)
 		b, sent, err := c.up.conn.AppendData(hp.env.Now(), c.up.frames(), c.upID, data, end)
@@ -869,7 +889,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 	if msg != "" {
 		c.sess.fail(c, reason, msg)
 	}
-	c.sess.consumed(c.down, n)
+	c.sess.handBack(c.down, n, back, 0)
 	notes.run()
 }
 
@@ -999,20 +1019,21 @@ type h2Notes struct {
 	late     []*h2Call // calls taken out of waiting past their sendBy: answered DEADLINE_EXCEEDED (h2deadline.go)
 }
 
+// h2Note is a hand-back to a call's consumer: n bytes to both windows, stream to the stream's alone.
 type h2Note struct {
-	c *h2Call
-	n int
+	c         *h2Call
+	n, stream int
 }
 
-func (ns *h2Notes) add(c *h2Call, n int) {
-	if n > 0 {
-		ns.consumed = append(ns.consumed, h2Note{c, n})
+func (ns *h2Notes) add(c *h2Call, n, stream int) {
+	if n > 0 || stream > 0 {
+		ns.consumed = append(ns.consumed, h2Note{c, n, stream})
 	}
 }
 
 func (ns h2Notes) run() {
 	for _, x := range ns.consumed {
-		x.c.sess.consumed(x.c.down, x.n)
+		x.c.sess.handBack(x.c.down, x.n, 0, x.stream)
 	}
 	for _, c := range ns.late {
 		c.sess.env.CountHoldOutcome(HoldDeadline) // counted before the consumer can see the reply

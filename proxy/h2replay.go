@@ -227,13 +227,16 @@ func (hp *h2Pool) unpauseLocked(c *h2Call) {
 	}
 }
 
-// leftLocked notes that n bytes of c.in left Stormgate's hands (sent, or dropped): handed back to the
-// consumer's windows and to the budget, unless they are a kept request sent again, whose bytes went
-// back when they first left.
+// leftLocked notes that n bytes at the front of c.in left Stormgate's hands (sent, or dropped): handed
+// back to the consumer's windows and to the budget, unless they are a kept request sent again, whose
+// bytes went back when they first left. Of those kept while the call waited (c.inBack) only the stream's
+// window is left to hand back.
 func (hp *h2Pool) leftLocked(c *h2Call, n int, notes *h2Notes) {
 	if c.resending {
 		return
 	}
-	notes.add(c, n)
+	back := min(n, c.inBack)
+	c.inBack -= back
+	notes.add(c, n-back, back)
 	hp.env.Budget().Release(n)
 }

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
 
 	"github.com/stormgate/stormgate/proxy/h2"
 )
@@ -132,6 +133,97 @@ func TestH2ConsumerSequences(t *testing.T) {
 		defer hp.mu.Unlock()
 		return hp.streams == 0 && hp.p.hold.CallsWaiting() == 0 && srv.budget.InUse() == 0
 	})
+	waitFor(t, 10*time.Second, "every consumer's connection window handed back", func() bool {
+		return consumerConnHeld(srv) == 0
+	})
+}
+
+// consumerConnHeld is the request DATA Stormgate received and has not handed back to its HTTP/2
+// consumers' connection windows, over all of them.
+func consumerConnHeld(srv *Server) int64 {
+	var held int64
+	srv.sessions.each(func(ss *session) {
+		if h := ss.h2; h != nil {
+			h.mu.Lock()
+			if !h.closed && h.conn != nil {
+				held += h.conn.ConnHeld()
+			}
+			h.mu.Unlock()
+		}
+	})
+	return held
+}
+
+// TestH2WaitingCallsHandBackEachWindowOnce: calls that wait for the provider's one stream while their
+// bodies come hand their consumer's connection window back on receipt, and only their stream's when the
+// bytes leave (sent, or dropped by a cancel): once everything ended Stormgate holds none of the
+// consumer's connection window, and it never handed back more than the consumer sent.
+func TestH2WaitingCallsHandBackEachWindowOnce(t *testing.T) {
+	prov := startGRPCProvider(t, grpc.MaxConcurrentStreams(1))
+	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple, func(c *Config) {
+		c.UpstreamConns = 1
+		c.HoldTimeout = 30 * time.Second
+	})
+	hp := srv.poolList()[0].h2
+	_, fr := h2Handshake(t, addr)
+	c := &seqConsumer{t: t, fr: fr, answers: map[uint32]*rawAnswer{}, ended: map[uint32]bool{}}
+	go c.read()
+	const streams, chunk = 12, 15000 // 60,000 bytes a stream (its window is 65,535); 720,000 in all
+	msgs := map[uint32][]byte{}
+	var answered []uint32
+	for i := range streams {
+		id := uint32(2*i + 1)
+		msgs[id] = grpcFrame(bytes.Repeat([]byte{byte('a' + i)}, 4*chunk-5))
+		c.headers(id, echoHead(h2.HeaderField{Name: "x-sleep-ms", Value: "10"}), false)
+		if i%4 != 3 {
+			answered = append(answered, id)
+		}
+	}
+	for off := 0; off < 4*chunk; off += chunk { // every stream's body a piece at a time, while most wait
+		for i := range streams {
+			id := uint32(2*i + 1)
+			if i%4 == 3 && off == 2*chunk {
+				c.reset(id) // cancelled while it waits (or is sent), half its body kept
+				continue
+			}
+			if i%4 != 3 || off < 2*chunk {
+				c.data(id, msgs[id][off:off+chunk], off+chunk == 4*chunk)
+			}
+		}
+	}
+	c.waitEnded(answered)
+	c.mu.Lock()
+	for _, id := range answered {
+		if a := c.answers[id]; a == nil || a.grpcStatus != "0" || !bytes.Equal(a.body, msgs[id]) {
+			t.Errorf("stream %d: %+v, want its own message and grpc-status 0", id, a)
+		}
+	}
+	c.mu.Unlock()
+	waitFor(t, 10*time.Second, "nothing left, every byte's connection window handed back", func() bool {
+		hp.mu.Lock()
+		done := hp.streams == 0 && hp.p.hold.CallsWaiting() == 0 && srv.budget.InUse() == 0
+		hp.mu.Unlock()
+		return done && consumerConnHeld(srv) == 0
+	})
+	c.wmu.Lock()
+	sent := c.sent
+	c.wmu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Beyond its first 65,535 bytes the connection window Stormgate announced came as one WINDOW_UPDATE.
+	var initial uint64
+	srv.sessions.each(func(ss *session) {
+		if h := ss.h2; h != nil {
+			h.mu.Lock()
+			if st, err := h.conn.Export(); err == nil {
+				initial = uint64(st.ConnWin) - 65535
+			}
+			h.mu.Unlock()
+		}
+	})
+	if c.connIn > sent+initial {
+		t.Fatalf("Stormgate handed back %d bytes of connection window for %d sent (and %d at the start)", c.connIn, sent, initial)
+	}
 }
 
 // seqConsumer is an x/net consumer connection whose frames are written from two goroutines (the test's,
@@ -145,6 +237,8 @@ type seqConsumer struct {
 	answers map[uint32]*rawAnswer
 	ended   map[uint32]bool // streams Stormgate ended (END_STREAM or RST_STREAM)
 	err     error
+	sent    uint64 // DATA payload written, under wmu
+	connIn  uint64 // connection WINDOW_UPDATE increments Stormgate sent, under mu
 }
 
 func (c *seqConsumer) headers(id uint32, fields []h2.HeaderField, end bool) {
@@ -165,6 +259,7 @@ func (c *seqConsumer) data(id uint32, b []byte, end bool) {
 	if err := c.fr.WriteData(id, end, b); err != nil {
 		c.t.Errorf("DATA on stream %d: %v", id, err)
 	}
+	c.sent += uint64(len(b))
 }
 
 func (c *seqConsumer) reset(id uint32) {
@@ -238,6 +333,10 @@ func (c *seqConsumer) read() {
 			}
 		case *http2.GoAwayFrame:
 			c.err = fmt.Errorf("GOAWAY %v", f.ErrCode)
+		case *http2.WindowUpdateFrame:
+			if f.StreamID == 0 {
+				c.connIn += uint64(f.Increment)
+			}
 		}
 		c.mu.Unlock()
 	}

@@ -98,6 +98,7 @@ type h2Call struct {
 	head    []h2.HeaderField // the request head while waiting
 	headEnd bool
 	in      []byte // request DATA waiting for the provider's window or a stream
+	inBack  int    // of in, the leading bytes kept while waiting: their connection window went back on receipt
 	inEnd   bool   // END_STREAM after in
 	arrived int64
 	sendBy  int64           // past it the call is never sent (h2deadline.go); NoDeadline without grpc-timeout
@@ -297,8 +298,13 @@ func (h *h2Session) dataCall(id uint32, n int) *h2Call {
 func (h *h2Session) closeAfterGoAway() { h.consumer.Linger(CloseH2Error, h2GoAwayLinger) }
 
 // consumed hands n bytes of stream id back to the consumer's windows (WINDOW_UPDATE when due).
-func (h *h2Session) consumed(id uint32, n int) {
-	if n <= 0 {
+func (h *h2Session) consumed(id uint32, n int) { h.handBack(id, n, 0, 0) }
+
+// handBack hands bytes of stream id back to the consumer's windows (WINDOW_UPDATE when due): n to both
+// the stream's and the connection's, conn to the connection's alone (request DATA a waiting call keeps),
+// stream to the stream's alone (such bytes once they left: their connection share went back already).
+func (h *h2Session) handBack(id uint32, n, conn, stream int) {
+	if n <= 0 && conn <= 0 && stream <= 0 {
 		return
 	}
 	h.mu.Lock()
@@ -306,7 +312,10 @@ func (h *h2Session) consumed(id uint32, n int) {
 	if h.closed || h.conn == nil {
 		return
 	}
-	_ = h.conn.Consumed(id, n) // an error ends the connection: its GOAWAY is in Output
+	// An error ends the connection: its GOAWAY is in Output, and the calls after it do nothing.
+	_ = h.conn.Consumed(id, n)
+	_ = h.conn.ConsumedConn(conn)
+	_ = h.conn.ConsumedStream(id, stream)
 	h.flushLocked()
 }
 

@@ -609,12 +609,20 @@ func (c *Conn) Consumed(id uint32, n int) error {
 // ConsumedConn hands n bytes of received DATA back to the connection window alone. An owner that keeps a
 // stream's bytes itself (bounded by the stream's window, and by its own budget) calls it on receipt, so
 // that one stream whose bytes cannot move on holds only its own window, never the connection's: the other
-// streams keep flowing. It calls ConsumedStream when the bytes are gone.
+// streams keep flowing. It calls ConsumedStream when the bytes are gone, never Consumed (that would hand
+// the connection's share back twice). At most ConnHeld goes back: an owner's slip cannot open the
+// connection window past what this side announced.
 func (c *Conn) ConsumedConn(n int) error {
 	if c.err != nil || n <= 0 {
 		return c.Err()
 	}
-	return c.giveBack(n)
+	return c.giveBack(int(min(int64(n), c.ConnHeld())))
+}
+
+// ConnHeld is how many received DATA bytes (padding included) have not been handed back to the connection
+// window yet: what the owner still holds of it. A connection at rest whose owner keeps nothing holds 0.
+func (c *Conn) ConnHeld() int64 {
+	return max(int64(c.connWin)-c.connRecv.avail-c.connRecv.unacked, 0)
 }
 
 // ConsumedStream hands n bytes of a stream's DATA back to the stream's window alone (see ConsumedConn).

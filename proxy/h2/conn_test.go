@@ -174,6 +174,84 @@ func TestConnRecvFlowControl(t *testing.T) {
 	d.wantGoAway(ErrCodeFlowControl, NumGuards)
 }
 
+// TestConnConsumedConnOnReceipt: an owner that keeps one stream's bytes (a call waiting for a provider
+// stream) hands the connection window back on receipt and the stream's when the bytes leave. The kept
+// stream then holds only its own window: another stream sends what, with both held, would cross the
+// connection window (a FLOW_CONTROL_ERROR above). Every byte goes back to each window once: the
+// increments add up to what was received, ConnHeld ends at 0, and handing back more (or handing the
+// connection share back again with Consumed) opens no window past what this side announced.
+func TestConnConsumedConnOnReceipt(t *testing.T) {
+	d := serverDriver(t, Config{InitialWindowSize: 40000, ConnWindowSize: 1}) // connection window 65,535
+	incr := func() map[uint32]uint32 {
+		d.out.Write(d.c.Output())
+		d.c.ClearOutput()
+		m := map[uint32]uint32{}
+		for _, f := range d.outFrames() {
+			if f.Type != http2.FrameWindowUpdate {
+				t.Fatalf("unexpected frame %v", f)
+			}
+			m[f.Stream] += f.Increment
+		}
+		return m
+	}
+	held := func(want int64) {
+		t.Helper()
+		if got := d.c.ConnHeld(); got != want {
+			t.Fatalf("ConnHeld %d, want %d", got, want)
+		}
+	}
+
+	// Stream 1 waits: its whole stream window arrives and is kept; the connection's share goes back.
+	d.headers(1, false, request("/s/m")...)
+	for range 4 {
+		d.must(d.fr.WriteData(1, false, make([]byte, 10000)))
+		d.pump()
+		held(10000)
+		d.must(d.c.ConsumedConn(10000))
+		held(0)
+	}
+	if m := incr(); m[0] != 40000 || m[1] != 0 {
+		t.Fatalf("after stream 1's bytes were kept: increments %v, want 40000 on the connection alone", m)
+	}
+
+	// Stream 3 sends its whole window too (80,000 in all, over the 65,535 connection window): no error.
+	d.headers(3, false, request("/s/m")...)
+	for range 4 {
+		d.must(d.fr.WriteData(3, false, make([]byte, 10000)))
+	}
+	d.pump()
+	if d.err != nil {
+		t.Fatalf("stream 3 within its window, with stream 1's kept bytes handed back to the connection: %v", d.err)
+	}
+	held(40000)
+	d.must(d.c.Consumed(3, 40000))
+	held(0)
+	if m := incr(); m[0] != 40000 || m[3] != 40000 {
+		t.Fatalf("after stream 3 was consumed: increments %v, want 40000 on the connection and on stream 3", m)
+	}
+
+	// Stream 1's bytes leave: its stream window alone goes back.
+	d.must(d.c.ConsumedStream(1, 40000))
+	if m := incr(); m[0] != 0 || m[1] != 40000 {
+		t.Fatalf("after stream 1's bytes left: increments %v, want 40000 on stream 1 alone", m)
+	}
+
+	// Nothing is held: handing back more, or the connection's share a second time, opens nothing.
+	d.must(d.c.ConsumedConn(70000))
+	d.must(d.c.Consumed(1, 0))
+	d.must(d.c.Consumed(3, 1)) // stream 3's own window: its caller's to get right; the connection's stays shut
+	if m := incr(); m[0] != 0 {
+		t.Fatalf("handing back what was already back: increments %v, want none on the connection", m)
+	}
+	held(0)
+	st, err := d.c.Export()
+	d.must(err)
+	if got := st.ConnRecv.Avail + st.ConnRecv.Unacked; got != int64(st.ConnWin) {
+		t.Fatalf("connection receive window %d (avail %d + unacked %d), want the announced %d",
+			got, st.ConnRecv.Avail, st.ConnRecv.Unacked, st.ConnWin)
+	}
+}
+
 // TestConnConsumedSplit: ConsumedConn hands back the connection window alone (a WINDOW_UPDATE on stream 0),
 // ConsumedStream the stream's alone; together they are Consumed.
 func TestConnConsumedSplit(t *testing.T) {
