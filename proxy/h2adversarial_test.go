@@ -21,8 +21,10 @@ import (
 	"github.com/stormgate/stormgate/proxy/h2"
 )
 
-// Adversarial tests of the HTTP/2 path (consumers and providers that push the protocol's corners). Each
-// test says whether it FAILS on the code as it is (a bug, root cause named) or passes (coverage).
+// Adversarial tests of the HTTP/2 path (consumers and providers that push the protocol's corners), from an
+// adversarial run on 2026-12-04. Each test says whether it found a bug ("found a bug": it failed on
+// f6ec53e, the root cause as it was is named, and the fix landed with the test) or passed from the start
+// (coverage).
 
 // advProvider is a raw h2c provider a test drives frame by frame: every connection Stormgate opens is
 // handed to the test (conns) once the preface is in; the test decides when its SETTINGS go out.
@@ -301,7 +303,7 @@ func holdCalls(srv *Server) []*h2Call {
 	return out
 }
 
-// TestH2AdvEmptyEndOverHoldBytes FAILS: a call waiting in the hold queue for a provider stream is failed
+// TestH2AdvEmptyEndOverHoldBytes found a bug: a call waiting in the hold queue for a provider stream is failed
 // when its END_STREAM arrives as an empty DATA frame (or as request trailers), which adds no byte, because
 // another consumer's call sent again after the provider's GOAWAY took the queue over hold.max_bytes.
 //
@@ -384,7 +386,7 @@ func advBooksEmpty(t *testing.T, srv *Server) {
 	})
 }
 
-// TestH2AdvBigTrailersKillSharedConn FAILS: with http2.max_header_list_size raised within its documented
+// TestH2AdvBigTrailersKillSharedConn found a bug: with http2.max_header_list_size raised within its documented
 // range (1 KiB-1 MiB; here 1 MiB), one consumer makes the provider answer with a header block that is well
 // within that bound but needs more than 8 CONTINUATION frames at the 16 KiB frame size; Stormgate's
 // provider-side h2.Conn takes that for a CONTINUATION flood (Assembler: MaxContinuations is a fixed 8,
@@ -464,7 +466,7 @@ func TestH2AdvBigTrailersKillSharedConn(t *testing.T) {
 	advBooksEmpty(t, srv)
 }
 
-// TestH2AdvAnswerHeadDuringGoAwayLeaksProviderStream FAILS: a consumer that ends its connection with a
+// TestH2AdvAnswerHeadDuringGoAwayLeaksProviderStream found a bug: a consumer that ends its connection with a
 // connection error (here a connection WINDOW_UPDATE that overflows 2^31-1) while one of its calls is open at
 // the provider leaves that provider stream open for good, when the provider's answer head arrives during
 // the lingering close. answerHeaders (h2session.go) gets ErrStreamNotOpen from the consumer's h2.Conn (its
@@ -687,7 +689,7 @@ func TestH2AdvSequencesHeld(t *testing.T) {
 	advBooksEmpty(t, srv)
 }
 
-// TestH2AdvStreamIDsUsedUp FAILS: a provider connection whose stream ids are used up (the last odd id,
+// TestH2AdvStreamIDsUsedUp found a bug: a provider connection whose stream ids are used up (the last odd id,
 // 2^31-1, was opened: about a billion calls, a day at 12,000 calls/s) can open no stream any more
 // (h2.Conn.CanOpenStream is false for good), yet it stays in the pool as a usable connection: nothing
 // retires it and dials another (as a provider's GOAWAY does). Every later call waits in the hold queue
@@ -745,7 +747,7 @@ func TestH2AdvStreamIDsUsedUp(t *testing.T) {
 	advBooksEmpty(t, srv)
 }
 
-// TestH2AdvProviderDataBeforeHeaders FAILS: a provider that answers a stream with DATA before any
+// TestH2AdvProviderDataBeforeHeaders found a bug: a provider that answers a stream with DATA before any
 // HEADERS sends a malformed response (RFC 9113 §8.1: a response begins with a header section); an
 // intermediary MUST NOT forward it (§8.1.1) and should end the call with an error. Stormgate's
 // client-role h2.Conn.data accepts DATA on an open stream whatever headersIn says, and the pool hands it
@@ -990,7 +992,7 @@ func TestH2AdvMalformedConsumersIsolated(t *testing.T) {
 	advBooksEmpty(t, srv)
 }
 
-// TestH2AdvWaitingCallsHoldTheConsumerWindow FAILS: calls waiting in the hold queue for a provider stream
+// TestH2AdvWaitingCallsHoldTheConsumerWindow found a bug: calls waiting in the hold queue for a provider stream
 // keep their request DATA in Stormgate, and the consumer's *connection* window for those bytes goes back
 // only when they leave (h2Pool.data: n = 0 while the call waits; h2Session.consumed later). A consumer
 // with more waiting calls than its connection window holds (1 MiB: 16 streams' 64 KiB) has no connection
@@ -1038,7 +1040,7 @@ func TestH2AdvWaitingCallsHoldTheConsumerWindow(t *testing.T) {
 	advBooksEmpty(t, srv)
 }
 
-// TestH2AdvResentBodyCutAtTheAnswerHead FAILS: a call sent again (h2replay.go) carries its kept body as
+// TestH2AdvResentBodyCutAtTheAnswerHead found a bug: a call sent again (h2replay.go) carries its kept body as
 // c.in (resending). When the provider's answer head comes before the provider's window let all of that
 // body through, answerHeadLocked calls forgetLocked, which drops c.in ("the kept body itself, not charged
 // twice") while the provider stream is still open and c.inEnd still set: the next WINDOW_UPDATE sends
