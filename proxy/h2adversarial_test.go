@@ -377,6 +377,19 @@ func TestH2AdvEmptyEndOverHoldBytes(t *testing.T) {
 	advBooksEmpty(t, srv)
 }
 
+// advServer starts a raw provider and a Server with one provider connection to it, and returns them once
+// that connection is usable (the provider's SETTINGS sent).
+func advServer(t *testing.T) (*advProvider, *Server, string, *h2Pool, *advConn) {
+	t.Helper()
+	prov := startAdvProvider(t)
+	srv, addr := startH2Server(t, prov.addr(), ProtoTriple, Options{}, func(c *Config) { c.UpstreamConns = 1 })
+	hp := srv.poolList()[0].h2
+	pc := prov.next(t)
+	pc.settings()
+	waitFor(t, 10*time.Second, "the provider connection usable", func() bool { return hp.readyConns() == 1 })
+	return prov, srv, addr, hp, pc
+}
+
 // advBooksEmpty waits until no call is left on a provider stream or in the hold queue and every budget
 // byte is back.
 func advBooksEmpty(t *testing.T, srv *Server) {
@@ -476,12 +489,7 @@ func TestH2AdvBigTrailersKillSharedConn(t *testing.T) {
 // (the call on u.calls, hp.streams) stay until the provider ends the call on its own, which a
 // streaming or long-running call may never do.
 func TestH2AdvAnswerHeadDuringGoAwayLeaksProviderStream(t *testing.T) {
-	prov := startAdvProvider(t)
-	srv, addr := startH2Server(t, prov.addr(), ProtoTriple, Options{}, func(c *Config) { c.UpstreamConns = 1 })
-	hp := srv.poolList()[0].h2
-	pc := prov.next(t)
-	pc.settings()
-	waitFor(t, 10*time.Second, "the provider connection usable", func() bool { return hp.readyConns() == 1 })
+	_, srv, addr, hp, pc := advServer(t)
 
 	a := newAdvConsumer(t, addr)
 	a.headers(t, 1, echoHead(), false)
@@ -528,163 +536,6 @@ func TestH2AdvAnswerHeadDuringGoAwayLeaksProviderStream(t *testing.T) {
 		n := hp.streams
 		hp.unlock()
 		t.Errorf("the provider's stream %d of a consumer that is gone was never reset (%d calls still on provider streams)", up, n)
-	}
-	advBooksEmpty(t, srv)
-}
-
-// headersSplit sends a header block in HEADERS and up to 8 CONTINUATION frames (pieces of about equal
-// size).
-func (c *seqConsumer) headersSplit(id uint32, fields []h2.HeaderField, end bool, pieces int) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	block := h2.AppendFields(nil, fields)
-	if !c.first {
-		c.first, block = true, firstBlock(fields)
-	}
-	pieces = max(1, min(pieces, 9, len(block)))
-	size := (len(block) + pieces - 1) / pieces
-	first := block[:size]
-	rest := block[size:]
-	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndHeaders: len(rest) == 0, EndStream: end}); err != nil {
-		c.t.Errorf("HEADERS on stream %d: %v", id, err)
-	}
-	for len(rest) > 0 {
-		n := min(size, len(rest))
-		if err := c.fr.WriteContinuation(id, n == len(rest), rest[:n]); err != nil {
-			c.t.Errorf("CONTINUATION on stream %d: %v", id, err)
-		}
-		rest = rest[n:]
-	}
-}
-
-func (c *seqConsumer) dataPadded(id uint32, b []byte, end bool, pad int) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if err := c.fr.WriteDataPadded(id, end, b, make([]byte, pad)); err != nil {
-		c.t.Errorf("DATA on stream %d: %v", id, err)
-	}
-}
-
-// TestH2AdvSequencesHeld is TestH2ConsumerSequences with more kinds of streams, against a provider that
-// takes 2 streams at a time on Stormgate's one connection, so that most calls wait in the hold queue while
-// their frames come (passes):
-//
-//	| kind      | the consumer sends                                        | it must get
-//	|-----------|-----------------------------------------------------------|------------------------------
-//	| whole     | HEADERS (split in up to 9 frames), DATA(message, END)     | its message, grpc-status 0
-//	| emptyEnd  | HEADERS, DATA(message), DATA(empty, END_STREAM)           | its message, grpc-status 0
-//	| padded    | HEADERS, DATA(part, padded), DATA(rest, padded, END)      | its message, grpc-status 0
-//	| trailers  | HEADERS, DATA(message), trailers(END)                     | its message, grpc-status 0
-//	| headEnd   | HEADERS(END_STREAM), no body                              | no message, grpc-status 0
-//	| early     | HEADERS asking for NOT_FOUND, DATA, trailers              | grpc-status 5
-//	| cancel    | HEADERS, part of the message, RST_STREAM                  | nothing
-func TestH2AdvSequencesHeld(t *testing.T) {
-	prov := startGRPCProvider(t, grpc.MaxConcurrentStreams(2))
-	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple, func(c *Config) {
-		c.UpstreamConns = 1
-		c.HoldTimeout = 30 * time.Second
-	})
-	hp := srv.poolList()[0].h2
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
-	kinds := []string{"whole", "emptyEnd", "padded", "trailers", "headEnd", "early", "cancel"}
-	heads := 0
-	for round := range 12 {
-		_, fr := h2Handshake(t, addr)
-		c := &seqConsumer{t: t, fr: fr, answers: map[uint32]*rawAnswer{}, ended: map[uint32]bool{}}
-		type stream struct {
-			id     uint32
-			kind   string
-			msg    []byte
-			frames []func()
-		}
-		var streams []*stream
-		for i := range 10 {
-			s := &stream{id: uint32(2*i + 1), kind: kinds[rng.IntN(len(kinds))]}
-			s.msg = fmt.Appendf(nil, "r%d-s%d-%s-", round, s.id, s.kind)
-			s.msg = append(s.msg, bytes.Repeat([]byte{byte('a' + rng.IntN(26))}, 1+rng.IntN(3000))...)
-			body := grpcFrame(s.msg)
-			key := h2.HeaderField{Name: "x-key", Value: fmt.Sprintf("%d-%d-%d", seed, round, s.id)}
-			head := echoHead(key, h2.HeaderField{Name: "x-sleep-ms", Value: fmt.Sprint(rng.IntN(5))})
-			if s.kind == "early" {
-				head = echoHead(key, h2.HeaderField{Name: "x-status", Value: "5"})
-			}
-			trailers := []h2.HeaderField{{Name: "x-request-trailer", Value: s.kind}}
-			cut := 1 + rng.IntN(len(body)-1)
-			pieces := 1 + rng.IntN(9)
-			s.frames = append(s.frames, func() { c.headersSplit(s.id, head, s.kind == "headEnd", pieces) })
-			switch s.kind {
-			case "whole":
-				s.frames = append(s.frames, func() { c.data(s.id, body, true) })
-			case "emptyEnd":
-				s.frames = append(s.frames, func() { c.data(s.id, body, false) }, func() { c.data(s.id, nil, true) })
-			case "padded":
-				s.frames = append(s.frames, func() { c.dataPadded(s.id, body[:cut], false, 1+rng.IntN(200)) },
-					func() { c.dataPadded(s.id, body[cut:], true, rng.IntN(200)) })
-			case "trailers", "early":
-				s.frames = append(s.frames, func() { c.data(s.id, body, false) }, func() { c.headers(s.id, trailers, true) })
-			case "cancel":
-				s.frames = append(s.frames, func() { c.data(s.id, body[:cut], false) }, func() { c.reset(s.id) })
-			}
-			streams = append(streams, s)
-			heads++
-		}
-		go c.read()
-		for next := 0; ; {
-			var ready []int
-			for i := range min(next+1, len(streams)) {
-				if len(streams[i].frames) > 0 {
-					ready = append(ready, i)
-				}
-			}
-			if len(ready) == 0 {
-				break
-			}
-			i := ready[rng.IntN(len(ready))]
-			if i == next {
-				next++
-			}
-			s := streams[i]
-			s.frames[0]()
-			s.frames = s.frames[1:]
-		}
-		var answered []uint32
-		for _, s := range streams {
-			if s.kind != "cancel" {
-				answered = append(answered, s.id)
-			}
-		}
-		c.waitEnded(answered)
-		c.mu.Lock()
-		for _, s := range streams {
-			a := c.answers[s.id]
-			switch s.kind {
-			case "cancel":
-			case "early":
-				if a == nil || a.grpcStatus != "5" {
-					t.Errorf("seed %d round %d stream %d (early): %+v, want grpc-status 5", seed, round, s.id, a)
-				}
-			case "headEnd":
-				if a == nil || a.grpcStatus != "0" || len(a.body) != 0 {
-					t.Errorf("seed %d round %d stream %d (headEnd): %+v, want grpc-status 0 and no message", seed, round, s.id, a)
-				}
-			default:
-				if a == nil || a.grpcStatus != "0" || !bytes.Equal(a.body, grpcFrame(s.msg)) {
-					t.Errorf("seed %d round %d stream %d (%s): %+v, want its own message and grpc-status 0", seed, round, s.id, s.kind, a)
-				}
-			}
-		}
-		c.mu.Unlock()
-		if n := hp.opened.Load(); n > uint64(heads) {
-			t.Fatalf("seed %d round %d: %d provider streams opened for %d request heads", seed, round, n, heads)
-		}
-	}
-	if n := prov.runTwice.Load(); n != 0 {
-		t.Errorf("%d calls ran twice at the provider", n)
-	}
-	if n := prov.accepted.Load(); n != 1 {
-		t.Errorf("the provider accepted %d connections, want 1 (a malformed frame ends grpc-go's connection)", n)
 	}
 	advBooksEmpty(t, srv)
 }
@@ -755,12 +606,7 @@ func TestH2AdvStreamIDsUsedUp(t *testing.T) {
 // calls that a protocol error, grpc-go's drops the bytes. Expected: the consumer gets an error (a
 // grpc-status 14 trailers-only answer, or RST_STREAM), never a DATA frame first.
 func TestH2AdvProviderDataBeforeHeaders(t *testing.T) {
-	prov := startAdvProvider(t)
-	srv, addr := startH2Server(t, prov.addr(), ProtoTriple, Options{}, func(c *Config) { c.UpstreamConns = 1 })
-	hp := srv.poolList()[0].h2
-	pc := prov.next(t)
-	pc.settings()
-	waitFor(t, 10*time.Second, "the provider connection usable", func() bool { return hp.readyConns() == 1 })
+	_, srv, addr, _, pc := advServer(t)
 	a := newAdvConsumer(t, addr)
 	a.headers(t, 1, echoHead(), false)
 	a.data(t, 1, true, grpcFrame([]byte("x")))

@@ -17,31 +17,55 @@ import (
 
 // TestH2ConsumerSequences: on each of its streams a consumer may send what RFC 9113 allows in any
 // interleaving with its other streams, and a provider may answer before a request has ended. Each round is
-// a fresh consumer connection with eight streams of random kinds, their frames interleaved at random:
+// a fresh consumer connection with streams of random kinds, their frames interleaved at random:
 //
-//	| kind     | the consumer sends                                   | it must get
-//	|----------|------------------------------------------------------|-----------------------------------
-//	| whole    | HEADERS, DATA(message, END_STREAM)                   | its own message, grpc-status 0
-//	| pieces   | HEADERS, the message in two DATA frames              | its own message, grpc-status 0
-//	| trailers | HEADERS, DATA(message), trailers(END_STREAM)         | its own message, grpc-status 0
-//	| early    | HEADERS asking for NOT_FOUND, DATA, trailers         | grpc-status 5, whenever its request
-//	|          | (the provider answers without reading)               | parts come relative to the answer
-//	| cancel   | HEADERS, part of the message, RST_STREAM CANCEL      | nothing (it ended the stream)
+//	| kind      | the consumer sends                                         | it must get
+//	|-----------|------------------------------------------------------------|------------------------------
+//	| whole     | HEADERS (split in up to 9 frames), DATA(message, END)      | its message, grpc-status 0
+//	| pieces    | HEADERS, the message in two DATA frames                    | its message, grpc-status 0
+//	| emptyEnd  | HEADERS, DATA(message), DATA(empty, END_STREAM)            | its message, grpc-status 0
+//	| padded    | HEADERS, DATA(part, padded), DATA(rest, padded, END)       | its message, grpc-status 0
+//	| trailers  | HEADERS, DATA(message), trailers(END_STREAM)               | its message, grpc-status 0
+//	| headEnd   | HEADERS(END_STREAM), no body                               | no message, grpc-status 0
+//	| early     | HEADERS asking for NOT_FOUND, DATA, trailers (the provider | grpc-status 5, whenever its
+//	|           | answers without reading)                                   | request parts come
+//	| cancel    | HEADERS, part of the message, RST_STREAM CANCEL            | nothing (it ended the stream)
 //
 // and Stormgate must open at most one provider stream per head (no phantom call: the bug of
 // TestH2TrailersAfterTheAnswerAreNoNewCall), run no call twice, and end with nothing left in its books,
-// the hold queue or the budget. A failure names the seed (logged) and the round; the kinds and the
-// interleaving follow from them.
+// the hold queue, the budget or the consumers' connection windows. Two providers: one that takes every
+// stream at once, and one that takes 2 at a time on Stormgate's one connection, so that most calls wait
+// in the hold queue while their frames come (the adversarial run's version, which found the empty
+// END_STREAM bug: TestH2AdvEmptyEndOverHoldBytes). A failure names the seed (logged) and the round; the
+// kinds and the interleaving follow from them.
 func TestH2ConsumerSequences(t *testing.T) {
-	prov := startGRPCProvider(t)
-	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+	t.Run("free", func(t *testing.T) {
+		prov := startGRPCProvider(t)
+		srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
+		consumerSequences(t, prov, srv, addr, 24, 8)
+	})
+	t.Run("two streams", func(t *testing.T) {
+		prov := startGRPCProvider(t, grpc.MaxConcurrentStreams(2))
+		srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple, func(c *Config) {
+			c.UpstreamConns = 1
+			c.HoldTimeout = 30 * time.Second
+		})
+		consumerSequences(t, prov, srv, addr, 12, 10)
+		if n := prov.accepted.Load(); n != 1 {
+			t.Errorf("the provider accepted %d connections, want 1 (a malformed frame ends grpc-go's connection)", n)
+		}
+	})
+}
+
+// consumerSequences runs TestH2ConsumerSequences's rounds against srv (at addr) and its provider prov.
+func consumerSequences(t *testing.T, prov *grpcProvider, srv *Server, addr string, rounds, perRound int) {
 	hp := srv.poolList()[0].h2
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	kinds := []string{"whole", "pieces", "trailers", "early", "cancel"}
+	kinds := []string{"whole", "pieces", "emptyEnd", "padded", "trailers", "headEnd", "early", "cancel"}
 	heads := 0
-	for round := range 24 {
+	for round := range rounds {
 		_, fr := h2Handshake(t, addr)
 		c := &seqConsumer{t: t, fr: fr, answers: map[uint32]*rawAnswer{}, ended: map[uint32]bool{}}
 		type stream struct {
@@ -51,24 +75,30 @@ func TestH2ConsumerSequences(t *testing.T) {
 			frames []func()
 		}
 		var streams []*stream
-		for i := range 8 {
+		for i := range perRound {
 			s := &stream{id: uint32(2*i + 1), kind: kinds[rng.IntN(len(kinds))]}
 			s.msg = fmt.Appendf(nil, "r%d-s%d-%s-", round, s.id, s.kind)
 			s.msg = append(s.msg, bytes.Repeat([]byte{byte('a' + rng.IntN(26))}, 1+rng.IntN(3000))...)
 			body := grpcFrame(s.msg)
 			key := h2.HeaderField{Name: "x-key", Value: fmt.Sprintf("%d-%d-%d", seed, round, s.id)}
-			head := echoHead(key)
+			head := echoHead(key, h2.HeaderField{Name: "x-sleep-ms", Value: fmt.Sprint(rng.IntN(5))})
 			if s.kind == "early" {
 				head = echoHead(key, h2.HeaderField{Name: "x-status", Value: "5"})
 			}
 			trailers := []h2.HeaderField{{Name: "x-request-trailer", Value: s.kind}}
 			cut := 1 + rng.IntN(len(body)-1)
-			s.frames = append(s.frames, func() { c.headers(s.id, head, false) })
+			pieces := 1 + rng.IntN(9)
+			s.frames = append(s.frames, func() { c.headersSplit(s.id, head, s.kind == "headEnd", pieces) })
 			switch s.kind {
 			case "whole":
 				s.frames = append(s.frames, func() { c.data(s.id, body, true) })
 			case "pieces":
 				s.frames = append(s.frames, func() { c.data(s.id, body[:cut], false) }, func() { c.data(s.id, body[cut:], true) })
+			case "emptyEnd":
+				s.frames = append(s.frames, func() { c.data(s.id, body, false) }, func() { c.data(s.id, nil, true) })
+			case "padded":
+				s.frames = append(s.frames, func() { c.dataPadded(s.id, body[:cut], false, 1+rng.IntN(200)) },
+					func() { c.dataPadded(s.id, body[cut:], true, rng.IntN(200)) })
 			case "trailers", "early":
 				s.frames = append(s.frames, func() { c.data(s.id, body, false) }, func() { c.headers(s.id, trailers, true) })
 			case "cancel":
@@ -114,6 +144,10 @@ func TestH2ConsumerSequences(t *testing.T) {
 				if a == nil || a.grpcStatus != "5" {
 					t.Errorf("seed %d round %d stream %d (early): %+v, want grpc-status 5", seed, round, s.id, a)
 				}
+			case "headEnd":
+				if a == nil || a.grpcStatus != "0" || len(a.body) != 0 {
+					t.Errorf("seed %d round %d stream %d (headEnd): %+v, want grpc-status 0 and no message", seed, round, s.id, a)
+				}
 			default:
 				if a == nil || a.grpcStatus != "0" || !bytes.Equal(a.body, grpcFrame(s.msg)) {
 					t.Errorf("seed %d round %d stream %d (%s): %+v, want its own message and grpc-status 0", seed, round, s.id, s.kind, a)
@@ -131,7 +165,7 @@ func TestH2ConsumerSequences(t *testing.T) {
 	waitFor(t, 10*time.Second, "nothing left: no provider stream, no waiting call, no budget", func() bool {
 		hp.mu.Lock()
 		defer hp.mu.Unlock()
-		return hp.streams == 0 && hp.p.hold.CallsWaiting() == 0 && srv.budget.InUse() == 0
+		return hp.streams == 0 && hp.p.hold.CallsWaiting() == 0 && hp.p.hold.PausedCalls() == 0 && srv.budget.InUse() == 0
 	})
 	waitFor(t, 10*time.Second, "every consumer's connection window handed back", func() bool {
 		return consumerConnHeld(srv) == 0
@@ -358,4 +392,37 @@ func (c *seqConsumer) waitEnded(ids []uint32) {
 		}
 		return true
 	})
+}
+
+// headersSplit sends a header block in HEADERS and up to 8 CONTINUATION frames (pieces of about equal
+// size).
+func (c *seqConsumer) headersSplit(id uint32, fields []h2.HeaderField, end bool, pieces int) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	block := h2.AppendFields(nil, fields)
+	if !c.first {
+		c.first, block = true, firstBlock(fields)
+	}
+	pieces = max(1, min(pieces, 9, len(block)))
+	size := (len(block) + pieces - 1) / pieces
+	first := block[:size]
+	rest := block[size:]
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndHeaders: len(rest) == 0, EndStream: end}); err != nil {
+		c.t.Errorf("HEADERS on stream %d: %v", id, err)
+	}
+	for len(rest) > 0 {
+		n := min(size, len(rest))
+		if err := c.fr.WriteContinuation(id, n == len(rest), rest[:n]); err != nil {
+			c.t.Errorf("CONTINUATION on stream %d: %v", id, err)
+		}
+		rest = rest[n:]
+	}
+}
+
+func (c *seqConsumer) dataPadded(id uint32, b []byte, end bool, pad int) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.fr.WriteDataPadded(id, end, b, make([]byte, pad)); err != nil {
+		c.t.Errorf("DATA on stream %d: %v", id, err)
+	}
 }
