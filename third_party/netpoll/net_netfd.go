@@ -22,7 +22,7 @@ import (
 
 // nonDeadline and noCancel are just zero values for
 // readability with functions taking too many parameters.
-var NoDeadline = time.Time{}
+var noDeadline = time.Time{}
 
 type netFD struct {
 	// file descriptor

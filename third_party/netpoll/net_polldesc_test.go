@@ -23,7 +23,7 @@ import (
 )
 
 func TestZeroTimer(t *testing.T) {
-	MustTrue(t, NoDeadline.IsZero())
+	MustTrue(t, noDeadline.IsZero())
 }
 
 func TestRuntimePoll(t *testing.T) {
