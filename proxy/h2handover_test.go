@@ -324,18 +324,7 @@ func TestH2AdoptedCallStartsAtOnce(t *testing.T) {
 	srv, _ := resendServer(t, prov, Options{})
 	p := srv.poolList()[0]
 	// A consumer connection at rest, as a handover carries it: the handshake done, SETTINGS acked.
-	cfg := srv.cfg.Load()
-	conn := h2.NewConn(h2ConnConfig(cfg, h2.RoleServer))
-	in := append([]byte(h2.ClientPreface), h2.AppendSettings(nil)...)
-	in = h2.AppendSettingsAck(in)
-	for len(in) > 0 {
-		n, _, err := conn.Read(srv.now(), in)
-		if err != nil || n == 0 {
-			t.Fatalf("handshake: %d %v", n, err)
-		}
-		in = in[n:]
-	}
-	conn.ClearOutput()
+	conn := restedServerConn(t, srv)
 	state, err := conn.Export()
 	if err != nil {
 		t.Fatal(err)
@@ -447,22 +436,11 @@ func TestH2AdoptedCallHandsBackOnce(t *testing.T) {
 			prov := startScriptedH2(t, func(pc *scriptedConn, id uint32, n int, body []byte) { pc.answer(id, body) })
 			srv, _ := resendServer(t, prov, Options{})
 			p := srv.poolList()[0]
-			cfg := srv.cfg.Load()
 			msg := grpcFrame([]byte("carried over, its window handed back once"))
 			// The consumer's side as the old image left it: the handshake done, stream 1 open with msg
 			// received (its stream window shut by it), and the connection's share of msg handed back
 			// (this build) or not (an older build).
-			cin := append([]byte(h2.ClientPreface), h2.AppendSettings(nil)...)
-			cin = h2.AppendSettingsAck(cin)
-			conn := h2.NewConn(h2ConnConfig(cfg, h2.RoleServer))
-			for len(cin) > 0 {
-				n, _, err := conn.Read(srv.now(), cin)
-				if err != nil || n == 0 {
-					t.Fatalf("handshake: %d %v", n, err)
-				}
-				cin = cin[n:]
-			}
-			conn.ClearOutput()
+			conn := restedServerConn(t, srv)
 			state, err := conn.Export()
 			if err != nil {
 				t.Fatal(err)
@@ -505,4 +483,22 @@ func TestH2AdoptedCallHandsBackOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// restedServerConn is a consumer connection's h2.Conn at rest, as a handover carries it: the client
+// preface and SETTINGS read, its SETTINGS acknowledged, nothing owed.
+func restedServerConn(t *testing.T, srv *Server) *h2.Conn {
+	t.Helper()
+	conn := h2.NewConn(h2ConnConfig(srv.cfg.Load(), h2.RoleServer))
+	in := append([]byte(h2.ClientPreface), h2.AppendSettings(nil)...)
+	in = h2.AppendSettingsAck(in)
+	for len(in) > 0 {
+		n, _, err := conn.Read(srv.now(), in)
+		if err != nil || n == 0 {
+			t.Fatalf("handshake: %d %v", n, err)
+		}
+		in = in[n:]
+	}
+	conn.ClearOutput()
+	return conn
 }

@@ -477,6 +477,26 @@ func TestConnGoAwayGracefully(t *testing.T) {
 	}
 }
 
+// clientRequests is a client Conn, settled with a server that allows n streams, that has made n
+// requests (streams 1, 3, ...; each head with END_STREAM): out is their frames, not yet on the wire.
+func clientRequests(t *testing.T, n int) (*driver, []byte) {
+	t.Helper()
+	d := newDriver(t, Config{Role: RoleClient})
+	d.outFrames()
+	d.must(d.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(n)}))
+	d.ackSettings()
+	d.pump()
+	d.events = nil
+	var out []byte
+	for range n {
+		id, err := d.c.OpenStream()
+		d.must(err)
+		out, err = d.c.AppendHeaders(out, id, request("/s/m"), true)
+		d.must(err)
+	}
+	return d, out
+}
+
 // TestConnClientManyResets: a client that resets many streams at once (a consumer that stopped reading
 // was closed, and Stormgate cancelled its 100 calls on the provider connection) still gets what the
 // server had already sent on each of them: response heads, DATA, trailers. RFC 9113 §5.1: after sending
@@ -486,19 +506,7 @@ func TestConnGoAwayGracefully(t *testing.T) {
 // the connection window is handed back, and the connection goes on.
 func TestConnClientManyResets(t *testing.T) {
 	const n = 100
-	d := newDriver(t, Config{Role: RoleClient})
-	d.outFrames()
-	d.must(d.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: n + 1}))
-	d.ackSettings()
-	d.pump()
-	d.events = nil
-	var out []byte
-	for range n + 1 {
-		id, err := d.c.OpenStream()
-		d.must(err)
-		out, err = d.c.AppendHeaders(out, id, request("/s/m"), true)
-		d.must(err)
-	}
+	d, out := clientRequests(t, n+1)
 	for id := uint32(1); id < 2*n; id += 2 {
 		d.must(d.c.Reset(id, ErrCodeCancel))
 	}
@@ -545,19 +553,7 @@ func TestConnClientManyResets(t *testing.T) {
 // and the other streams go on.
 func TestConnClientDataBeforeHead(t *testing.T) {
 	const n = 80 // streams of 16 KiB each: more than the 1 MiB connection window
-	d := newDriver(t, Config{Role: RoleClient})
-	d.outFrames()
-	d.must(d.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: n + 1}))
-	d.ackSettings()
-	d.pump()
-	d.events = nil
-	var out []byte
-	for range n + 1 {
-		id, err := d.c.OpenStream()
-		d.must(err)
-		out, err = d.c.AppendHeaders(out, id, request("/s/m"), true)
-		d.must(err)
-	}
+	d, out := clientRequests(t, n+1)
 	d.out.Write(out)
 	d.outFrames()
 	body := bytes.Repeat([]byte("a"), DefaultMaxFrameSize)
