@@ -307,7 +307,7 @@ func (h *HoldQueue) dispatchLaneLocked(lane int) bool {
 		if e.sess.closing.Load() {
 			h.popLocked(lane)
 			srv.m.holdOutcome[HoldConsumerGone].Inc()
-			srv.settle(e.request) // counted as late: the consumer is gone
+			srv.settleGone(e.request) // counted as late: the consumer is gone
 			continue
 		}
 		if pastDeadline(&e.request, srv.now()) {

@@ -72,9 +72,11 @@ func takeExpired(t *pendingTable, cutoff int64, written uint64, dst []pending) (
 func (s *Server) accept(r request) { r.sess.began() }
 
 // answer settles r with the provider's response; its id is restored in place. c
-// counts it (the provider connection's counters).
+// counts it (the provider connection's counters). r leaves the in-flight count only
+// after its answer is in the writer: a drain that sees the last call settled finds
+// its answer written, and its lingering close delivers it.
 func (s *Server) answer(r request, resp []byte, now int64, c *upCounters) {
-	if !s.settle(r) {
+	if s.settleGone(r) {
 		return
 	}
 	s.codec.SetID(resp, r.id)
@@ -82,23 +84,26 @@ func (s *Server) answer(r request, resp []byte, now int64, c *upCounters) {
 	c.duration.observe(time.Duration(now - r.arrived))
 	s.callAnswered(&r, resp, now, &c.calls)
 	r.sess.write(resp)
+	r.sess.settled()
 }
 
-// refuse settles r with Stormgate's own error response.
+// refuse settles r with Stormgate's own error response, written before r leaves the
+// in-flight count (as answer).
 func (s *Server) refuse(r request, why wire.Failure, msg string, reason ReplyReason) {
-	if !s.settle(r) {
+	if s.settleGone(r) {
 		return
 	}
 	r.sess.replyError(wire.Frame{ID: r.id, Serial: r.serial}, r.call, r.arrived, why, msg, reason)
+	r.sess.settled()
 }
 
-// settle does the books of one answer and reports whether the consumer is still
-// there to receive it.
-func (s *Server) settle(r request) bool {
-	r.sess.settled()
-	if r.sess.closing.Load() {
-		s.m.lateResponses.Inc()
+// settleGone settles r, counted as a late response, when its consumer is gone, and
+// reports whether it was.
+func (s *Server) settleGone(r request) bool {
+	if !r.sess.closing.Load() {
 		return false
 	}
+	r.sess.settled()
+	s.m.lateResponses.Inc()
 	return true
 }

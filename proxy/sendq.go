@@ -175,7 +175,7 @@ func (uc *upConn) refill() {
 		uc.mu.Unlock()
 		for _, e := range late {
 			if e.sess.closing.Load() {
-				srv.settle(e.request) // counted as late: the consumer is gone
+				srv.settleGone(e.request) // counted as late: the consumer is gone
 			} else {
 				srv.refuse(e.request, wire.FailDeadline, deadlineMsg, ReplyDeadline)
 			}
