@@ -74,7 +74,7 @@ type Server struct {
 	calls     callMetrics // per-method metrics, access log (methods.go)
 	eventIDs  atomic.Int64
 	upClosed  upClosed      // counts of provider connections that ended
-	drainIdle chan struct{} // signalled when a session's in-flight count reaches 0 while draining
+	drainIdle chan struct{} // signalDrain: while draining, a session's in-flight count reached 0, or a session closed
 	announced atomic.Bool   // READONLY broadcast to every consumer (Announce, or Drain)
 	draining  atomic.Bool
 	closed    atomic.Bool
@@ -416,75 +416,6 @@ func (s *Server) Ready() bool {
 	return s.ctx != nil && !s.announced.Load() && !s.draining.Load() && !s.closed.Load()
 }
 
-// Draining reports whether Drain has started.
-func (s *Server) Draining() bool { return s.draining.Load() }
-
-// Announce starts a drain without stopping service (drain.min_duration): Ready
-// turns false and every consumer gets READONLY, also each one that connects
-// afterwards, while requests are still served. Drain finishes it. Calls after
-// the first do nothing.
-func (s *Server) Announce() {
-	if s.announced.Swap(true) {
-		return
-	}
-	s.log.Info("draining: sending READONLY to every consumer; still serving", zap.Int("consumers", s.sessions.len()))
-	s.broadcast(nil, wire.EventReadonly)
-	s.sessions.each(func(ss *session) {
-		if ss.proto.Load() == protoH2 { // READONLY's HTTP/2 form: GOAWAY (h2session.go)
-			ss.h2.goAway()
-		}
-	})
-}
-
-// Drain shuts down gracefully: every consumer gets READONLY (so it stops sending
-// here and fails over) unless Announce sent it already, requests in flight finish
-// until drain.timeout or ctx ends, then every connection closes. The caller stops
-// the listener first.
-func (s *Server) Drain(ctx context.Context) error {
-	if !s.draining.CompareAndSwap(false, true) {
-		return errors.New("proxy: drain already in progress")
-	}
-	cfg := s.cfg.Load()
-	s.log.Info("draining: waiting for requests in flight", zap.Int("consumers", s.sessions.len()),
-		zap.Duration("timeout", cfg.DrainTimeout))
-	s.Announce()
-	s.sessions.each(func(ss *session) {
-		if ss.proto.Load() == protoH2 { // the graceful GOAWAY's second half, if its PING was not answered yet
-			ss.h2.finalGoAway()
-		}
-	})
-	var err error
-	if s.InFlight() > 0 {
-		var t keepalive.Timer
-		timeout := signalOn(&t)
-		start := s.now()
-		for err == nil && s.InFlight() > 0 {
-			changed := s.settingsChanged()
-			cfg = s.cfg.Load()
-			s.wheel.ScheduleAt(&t, time.Unix(0, start+int64(cfg.DrainTimeout))) // drain.timeout is live
-			select {
-			case <-s.drainIdle: // some consumer's last request was answered: count again
-			case <-changed:
-			case <-timeout:
-				err = fmt.Errorf("drain: %d requests still in flight after drain.timeout (%v)", s.InFlight(), cfg.DrainTimeout)
-			case <-ctx.Done():
-				err = fmt.Errorf("drain: %d requests still in flight: %w", s.InFlight(), ctx.Err())
-			}
-		}
-		s.wheel.Stop(&t)
-	}
-	s.log.Info("drain finished; closing connections", zap.Int64("in_flight_left", s.InFlight()))
-	s.Close()
-	return err
-}
-
-// InFlight is the number of accepted two-way requests (held or forwarded) not yet
-// answered, over the consumers still connected.
-func (s *Server) InFlight() int64 {
-	_, n := s.sessions.totals()
-	return n
-}
-
 // Close closes every connection at once and stops background work; it returns once
 // every goroutine the server started has returned. Requests still held or in flight
 // are answered with an error first, while their consumers are connected.
@@ -492,16 +423,7 @@ func (s *Server) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	// Pools first: closing them answers every held and in-flight request with an error
-	// while its consumer is still connected (exactly one answer per request, also when
-	// a drain times out). Sessions closed first would make those replies no-ops.
-	s.mu.Lock()
-	pools := s.pools
-	s.pools = map[uint16]*pool{}
-	s.mu.Unlock()
-	for _, p := range pools {
-		p.close()
-	}
+	s.closePools()
 	s.sessions.each(func(ss *session) { ss.closeWith(CloseShutdown) })
 	if s.cancel != nil {
 		s.cancel()
@@ -511,6 +433,20 @@ func (s *Server) Close() error {
 	// socket's announcement; nothing registers a connection any more.
 	s.diag.close()
 	return nil
+}
+
+// closePools closes every pool; first in Close and in Drain's end, because closing
+// them answers every held and in-flight request with an error while its consumer is
+// still connected (exactly one answer per request, also when a drain times out).
+// Sessions closed first would make those replies no-ops.
+func (s *Server) closePools() {
+	s.mu.Lock()
+	pools := s.pools
+	s.pools = map[uint16]*pool{}
+	s.mu.Unlock()
+	for _, p := range pools {
+		p.close()
+	}
 }
 
 // group runs goroutines and waits for them. Unlike sync.WaitGroup it allows Go

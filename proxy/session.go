@@ -254,10 +254,7 @@ func (s *session) began() { s.inflight.Add(1) }
 // a waiting Drain when it was the consumer's last.
 func (s *session) settled() {
 	if s.inflight.Add(-1) == 0 && s.srv.draining.Load() {
-		select {
-		case s.srv.drainIdle <- struct{}{}:
-		default:
-		}
+		s.srv.signalDrain()
 	}
 }
 
@@ -300,6 +297,9 @@ func (s *session) onClosed(netpoll.Connection) error {
 		srv.wheel.Stop(&l.timer)
 	}
 	srv.sessions.remove(s)
+	if srv.draining.Load() {
+		srv.signalDrain()
+	}
 	p := s.proto.Load()
 	srv.m.downConns[p].Dec()
 	srv.m.downClosed[reason][p].Inc()

@@ -148,9 +148,10 @@ func Warnings(s *sg.Settings) Problems {
 			fmtDur(d), fmtDur(javaHeartbeat), fmtDur(2*javaHeartbeat))})
 	}
 	d := s.GetDrain()
-	if total := d.GetMinDuration().AsDuration() + d.GetTimeout().AsDuration(); total > kubeGrace {
+	// The drain's lingering close after drain.timeout adds at most proxy.DrainLingerMin.
+	if total := d.GetMinDuration().AsDuration() + d.GetTimeout().AsDuration() + proxy.DrainLingerMin; total > kubeGrace {
 		ps = append(ps, Problem{Field: "drain.min_duration", Message: fmt.Sprintf(
-			"with drain.timeout a drain can take %s, more than Kubernetes' default terminationGracePeriodSeconds (%s): "+
+			"with drain.timeout and the closing second a drain can take %s, more than Kubernetes' default terminationGracePeriodSeconds (%s): "+
 				"raise the pod's terminationGracePeriodSeconds above %s, or the kubelet kills the sidecar mid-drain",
 			fmtDur(total), fmtDur(kubeGrace), fmtDur(total))})
 	}

@@ -163,8 +163,13 @@ func TestWarnings(t *testing.T) {
 	if w := Warnings(s); len(w) != 0 {
 		t.Fatalf("off is not a mistake: %v", w)
 	}
-	// A drain longer than Kubernetes waits before SIGKILL.
-	s.Drain.MinDuration = dur(25 * time.Second)
+	// A drain longer than Kubernetes waits before SIGKILL: 19 s + drain.timeout 10 s + the lingering
+	// close's second fits in 30 s; half a second more does not.
+	s.Drain.MinDuration = dur(19 * time.Second)
+	if w := Warnings(s); len(w) != 0 {
+		t.Fatalf("a drain of exactly 30 s warns: %v", w)
+	}
+	s.Drain.MinDuration = dur(19*time.Second + 500*time.Millisecond)
 	if w := Warnings(s); len(w) != 1 || w[0].Field != "drain.min_duration" {
 		t.Fatalf("warnings %v", w)
 	}
