@@ -148,7 +148,9 @@ func TestQuietAfterBurstHoldsNoLargeNode(t *testing.T) {
 	var perConn int
 	_, _ = fmt.Sscan(string(m[1]), &perConn)
 	t.Logf("heap held per quiet connection after a 512 KiB burst, over one that took a small message: %d bytes", perConn)
-	Assert(t, perConn < 16<<10, perConn)
+	// Half the 56 KiB a grown node held before its release; a loaded machine has measured up to 17 KiB of
+	// unrelated heap per connection (PATCHES.md, 0008).
+	Assert(t, perConn < 32<<10, perConn)
 }
 
 func quietBurstChild(t *testing.T) {
