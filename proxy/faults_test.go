@@ -64,9 +64,7 @@ func TestOversizeResponseAnswersOnlyItsRequest(t *testing.T) {
 	if n := prov.accepted.Load(); n != 1 {
 		t.Errorf("provider accepted %d connections; the oversize answer must not cost a reconnect", n)
 	}
-	if st := f.srv.Stats(); st.InFlight != 0 {
-		t.Errorf("in flight after both answers: %d", st.InFlight)
-	}
+	waitSettled(t, f.srv, "both answers")
 }
 
 // TestEventResponseSettlesItsRequest: a provider that answers a request with an
@@ -88,9 +86,7 @@ func TestEventResponseSettlesItsRequest(t *testing.T) {
 	if resp.Status == dubbo.StatusOK {
 		t.Errorf("status %d; an event frame is not an answer to a request", resp.Status)
 	}
-	if st := f.srv.Stats(); st.InFlight != 0 {
-		t.Errorf("in flight %d after the answer", st.InFlight)
-	}
+	waitSettled(t, f.srv, "the answer")
 }
 
 // TestProviderCallbackGetsError: a request from the provider to a consumer (a Dubbo

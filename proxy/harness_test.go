@@ -218,6 +218,13 @@ func (f *fixture) dial(ctx context.Context) *peer.Client {
 	return c
 }
 
+// waitSettled waits until no call is in flight after what: a call leaves the count just after its answer
+// is written (pending.go), so a consumer can read the answer a moment before.
+func waitSettled(t testing.TB, srv *Server, what string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "no call in flight after "+what, func() bool { return srv.InFlight() == 0 })
+}
+
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)

@@ -67,7 +67,8 @@ func TestUpstreamLostAnswersInFlight(t *testing.T) {
 			t.Fatal("duplicate answers")
 		}
 	}
-	if st := f.srv.Stats(); st.LocalReplies[ReplyUpstreamLost.String()] != n || st.InFlight != 0 {
+	waitSettled(t, f.srv, "the error answers")
+	if st := f.srv.Stats(); st.LocalReplies[ReplyUpstreamLost.String()] != n {
 		t.Fatalf("stats %+v", st)
 	}
 }
