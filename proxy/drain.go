@@ -30,7 +30,7 @@ func (s *Server) Announce() {
 	s.broadcast(nil, wire.EventReadonly)
 	s.sessions.each(func(ss *session) {
 		if ss.proto.Load() == protoH2 { // READONLY's HTTP/2 form: GOAWAY (h2session.go)
-			ss.h2.goAway()
+			ss.down.Announce()
 		}
 	})
 }
@@ -49,7 +49,7 @@ func (s *Server) Drain(ctx context.Context) error {
 	s.Announce()
 	s.sessions.each(func(ss *session) {
 		if ss.proto.Load() == protoH2 { // the graceful GOAWAY's second half, if its PING was not answered yet
-			ss.h2.finalGoAway()
+			ss.down.Drain()
 		}
 	})
 	var err error

@@ -182,6 +182,13 @@ func startGRPCProviderAt(t *testing.T, addr string, opts ...grpc.ServerOption) *
 // release lets every call held by x-hold, and every later one, go on.
 func (gp *grpcProvider) release() { gp.releaseOnce.Do(func() { close(gp.held) }) }
 
+// h2PoolOf, h2SessionOf and h2Of reach HTTP/2's state behind the core's interfaces (protocol.go).
+func h2PoolOf(p *pool) *h2Pool { hp, _ := p.up.(*h2Pool); return hp }
+
+func h2SessionOf(ss *session) *h2Session { h, _ := ss.down.(*h2Session); return h }
+
+func h2Of(srv *Server) *h2Protocol { return srv.plugin.(*h2Protocol) }
+
 // newH2Server starts a Server for a provider at upstream speaking protos, and a listener.
 func newH2Server(t *testing.T, upstream string, protos Protocols, mods ...func(*Config)) (*Server, string) {
 	t.Helper()
@@ -608,7 +615,7 @@ func TestH2ConsumerSide(t *testing.T) {
 			t.Fatalf("unexpected %v", f)
 		}
 	}
-	if n := testutilCounter(srv.h2.m.pings); n != 1 {
+	if n := testutilCounter(h2Of(srv).m.pings); n != 1 {
 		t.Errorf("stormgate_http2_pings_answered_total %v, want 1", n)
 	}
 	// A request whose head comes in HEADERS + CONTINUATION.
@@ -958,10 +965,10 @@ func TestH2IntegrityProviderKilled(t *testing.T) {
 // h2StreamsLeft counts the calls of the first pool's HTTP/2 provider side that are not over: waiting for a
 // stream, on a provider connection, or a stream still open there.
 func h2StreamsLeft(srv *Server) int {
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
-	n := hp.p.hold.CallsWaiting() + hp.p.hold.PausedCalls()
+	n := hp.prov.p.hold.CallsWaiting() + hp.prov.p.hold.PausedCalls()
 	for _, u := range hp.ups {
 		n += u.calls.Len() + u.conn.OpenStreams()
 	}
@@ -1164,7 +1171,7 @@ func TestH2ProviderGoAway(t *testing.T) {
 	waitFor(t, 10*time.Second, "the slow call at the provider", func() bool { return prov.active.Load() == 1 })
 	stopped := make(chan struct{})
 	go func() { prov.srv.GracefulStop(); close(stopped) }()
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	waitFor(t, 10*time.Second, "the GOAWAY seen", func() bool { return hp.readyConns() == 0 })
 	next := make(chan error, 1)
 	go func() {

@@ -295,11 +295,11 @@ func (c *advConsumer) data(t *testing.T, id uint32, end bool, b []byte) {
 
 // holdCalls lists the calls in the first pool's hold queue (waiting or paused).
 func holdCalls(srv *Server) []*h2Call {
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	hp.mu.Lock()
 	defer hp.unlock()
 	var out []*h2Call
-	hp.p.hold.EachCall(func(w Waiting) { out = append(out, w.(*h2Call)) })
+	hp.prov.p.hold.EachCall(func(w Waiting) { out = append(out, w.(*h2Call)) })
 	return out
 }
 
@@ -322,7 +322,7 @@ func TestH2AdvEmptyEndOverHoldBytes(t *testing.T) {
 		c.HoldMaxBytes = 8 << 10
 		c.HoldTimeout = 20 * time.Second
 	})
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	pc1 := prov.next(t)
 	pc1.settings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 1})
 	waitFor(t, 10*time.Second, "the provider connection usable", func() bool { return hp.readyConns() == 1 })
@@ -349,7 +349,7 @@ func TestH2AdvEmptyEndOverHoldBytes(t *testing.T) {
 	_ = upA
 	waitFor(t, 10*time.Second, "A held again beside V", func() bool { return len(holdCalls(srv)) == 2 })
 	hp.mu.Lock()
-	held, bound := hp.p.hold.bytes, srv.cfg.Load().HoldMaxBytes
+	held, bound := hp.prov.p.hold.bytes, srv.cfg.Load().HoldMaxBytes
 	hp.unlock()
 	t.Logf("hold queue: %d bytes, hold.max_bytes %d", held, bound)
 
@@ -359,7 +359,7 @@ func TestH2AdvEmptyEndOverHoldBytes(t *testing.T) {
 		hp.mu.Lock()
 		defer hp.unlock()
 		n, ended := 0, false
-		hp.p.hold.EachCall(func(w Waiting) {
+		hp.prov.p.hold.EachCall(func(w Waiting) {
 			c := w.(*h2Call)
 			n++
 			ended = ended || !c.resending && c.inEnd
@@ -383,7 +383,7 @@ func advServer(t *testing.T) (*advProvider, *Server, string, *h2Pool, *advConn) 
 	t.Helper()
 	prov := startAdvProvider(t)
 	srv, addr := startH2Server(t, prov.addr(), ProtoTriple, Options{}, func(c *Config) { c.UpstreamConns = 1 })
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	pc := prov.next(t)
 	pc.settings()
 	waitFor(t, 10*time.Second, "the provider connection usable", func() bool { return hp.readyConns() == 1 })
@@ -555,7 +555,7 @@ func TestH2AdvStreamIDsUsedUp(t *testing.T) {
 		c.UpstreamConns = 1
 		c.HoldTimeout = 3 * time.Second
 	})
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	pc := prov.next(t)
 	pc.settings()
 	waitFor(t, 10*time.Second, "the provider connection usable and at rest", func() bool {
@@ -668,7 +668,7 @@ func TestH2AdvProviderKilledAtEveryPoint(t *testing.T) {
 		// Stormgate has handled what the provider wrote before the connection dies.
 		wantHead, wantBytes := point != "request read", map[string]uint64{"inside the message": 7000, "before the trailers": uint64(len(body))}[point]
 		waitFor(t, 10*time.Second, "Stormgate handled the provider's frames", func() bool {
-			hp := srv.poolList()[0].h2
+			hp := h2PoolOf(srv.poolList()[0])
 			hp.mu.Lock()
 			var c *h2Call
 			for _, u := range hp.ups {
@@ -899,7 +899,7 @@ func TestH2AdvWaitingCallsHoldTheConsumerWindow(t *testing.T) {
 func TestH2AdvResentBodyCutAtTheAnswerHead(t *testing.T) {
 	prov := startAdvProvider(t)
 	srv, addr := startH2Server(t, prov.addr(), ProtoTriple, Options{}, func(c *Config) { c.UpstreamConns = 1 })
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	pc := prov.next(t)
 	pc.keepWindows.Store(true)
 	pc.settings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1000})
@@ -1111,7 +1111,7 @@ func TestH2AdvRandomProvider(t *testing.T) {
 			}()
 		}
 	}()
-	waitFor(t, 10*time.Second, "the provider connections usable", func() bool { return srv.poolList()[0].h2.readyConns() == 2 })
+	waitFor(t, 10*time.Second, "the provider connections usable", func() bool { return h2PoolOf(srv.poolList()[0]).readyConns() == 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup

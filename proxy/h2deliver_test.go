@@ -68,7 +68,7 @@ func TestH2AnswerFramesLeaveTogether(t *testing.T) {
 	if res.Sent != 100 || res.OK != res.Sent || res.BodyMismatches != 0 {
 		t.Fatalf("sent %d ok %d mismatches %d errors %v", res.Sent, res.OK, res.BodyMismatches, res.ErrorByStatus)
 	}
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	upFD := func() int { // the provider's connection writes through the same writers
 		hp.mu.Lock()
 		defer hp.mu.Unlock() // a failure below must not leave it locked: Close would wait forever

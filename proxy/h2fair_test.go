@@ -34,10 +34,10 @@ func TestH2WaitingServedFairly(t *testing.T) {
 		})
 	}
 	waitFor(t, 20*time.Second, "nine calls waiting in Stormgate", func() bool {
-		hp := srv.poolList()[0].h2
+		hp := h2PoolOf(srv.poolList()[0])
 		hp.mu.Lock()
 		defer hp.mu.Unlock()
-		return hp.p.hold.CallsWaiting() == 9
+		return hp.prov.p.hold.CallsWaiting() == 9
 	})
 	if _, err := echo(ctx, grpcClient(t, addr), []byte("polite")); err != nil {
 		t.Fatal(err)

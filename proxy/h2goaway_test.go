@@ -35,7 +35,7 @@ func TestH2GoAwayReachesABusyConsumer(t *testing.T) {
 			}
 		}
 		waitFor(t, 10*time.Second, "the PING flood stopped", func() bool {
-			return testutilCounter(srv.h2.m.guards[h2.GuardPingFlood]) == float64(n)
+			return testutilCounter(h2Of(srv).m.guards[h2.GuardPingFlood]) == float64(n)
 		})
 		return nc, fr
 	}

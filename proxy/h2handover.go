@@ -109,12 +109,12 @@ func (b h2Busy) String() string {
 	return s
 }
 
-// quiesceH2 stops HTTP/2 calls from taking provider streams and waits, within parent and h2QuiesceBudget,
+// Quiesce stops HTTP/2 calls from taking provider streams and waits, within parent and h2QuiesceBudget,
 // until HTTP/2 is at rest; consumer connections that stay not at rest for h2RestGrace once the calls are
 // done are closed (closeRestless). With endOpen, the calls still open when the budget is up are ended
-// (endOpenH2Calls) and the wait goes on for one more budget. On an error quiescing is off again.
-func (s *Server) quiesceH2(parent context.Context, endOpen bool) error {
-	s.handover.quiescing.Store(true)
+// (endOpenCalls) and the wait goes on for one more budget. On an error quiescing is off again.
+func (x *h2Protocol) Quiesce(parent context.Context, endOpen bool) error {
+	x.quiescing.Store(true)
 	budget := time.NewTimer(h2QuiesceBudget)
 	defer budget.Stop()
 	tick := time.NewTicker(time.Millisecond)
@@ -122,8 +122,8 @@ func (s *Server) quiesceH2(parent context.Context, endOpen bool) error {
 	var callsDone time.Time // when only connections not at rest were left
 	for {
 		// The pools' counts first: the scan of every consumer connection only once they are 0.
-		if !s.h2PoolsBusy() {
-			b := s.h2Busy()
+		if !x.poolsBusy() {
+			b := x.busy()
 			if b.none() {
 				return nil
 			}
@@ -133,7 +133,7 @@ func (s *Server) quiesceH2(parent context.Context, endOpen bool) error {
 			case callsDone.IsZero():
 				callsDone = time.Now()
 			case time.Since(callsDone) >= h2RestGrace:
-				s.closeRestless()
+				x.closeRestless()
 				continue
 			}
 		}
@@ -145,35 +145,34 @@ func (s *Server) quiesceH2(parent context.Context, endOpen bool) error {
 			expired = true
 			if endOpen {
 				endOpen, expired = false, false
-				n := s.endOpenH2Calls()
-				s.log.Warn("upgrade: ended the HTTP/2 calls still open after the quiesce's budget (--end-streams)",
+				n := x.endOpenCalls()
+				x.env.Log().Warn("upgrade: ended the HTTP/2 calls still open after the quiesce's budget (--end-streams)",
 					zap.Int("calls", n), zap.Duration("budget", h2QuiesceBudget))
 				budget.Reset(h2QuiesceBudget)
 			}
 		case <-tick.C:
 		}
 		if expired {
-			b := s.h2Busy()
-			s.unquiesceH2()
+			b := x.busy()
+			x.Resume()
 			return fmt.Errorf("HTTP/2 did not come to rest within %v: %v; nothing was handed over, try again, "+
 				"or end those calls (sidecar upgrade --end-streams) or restart the sidecar", h2QuiesceBudget, b)
 		}
 	}
 }
 
-// h2EndedByUpgrade is the grpc-message of a call endOpenH2Calls ended.
+// h2EndedByUpgrade is the grpc-message of a call endOpenCalls ended.
 const h2EndedByUpgrade = "stormgate: the sidecar is being upgraded and this call was still open after " +
 	"the upgrade's 1 s wait (sidecar upgrade --end-streams); the connection stays, open the call again"
 
-// endOpenH2Calls ends every HTTP/2 call that keeps the quiesce from coming to rest: on a provider stream, or
+// endOpenCalls ends every HTTP/2 call that keeps the quiesce from coming to rest: on a provider stream, or
 // with its answer still going to its consumer. The consumer gets grpc-status 14 UNAVAILABLE (after whatever
 // answer it had), the provider's stream is reset with CANCEL. It returns how many it ended.
-func (s *Server) endOpenH2Calls() int {
+func (x *h2Protocol) endOpenCalls() int {
 	var open []*h2Call
 	var mine []*h2Call
-	s.sessions.each(func(ss *session) {
-		h := ss.h2
-		if h == nil || ss.closing.Load() {
+	x.sessions.each(func(h *h2Session) {
+		if h.consumer.Closing() {
 			return
 		}
 		mine = mine[:0]
@@ -199,34 +198,29 @@ func (s *Server) endOpenH2Calls() int {
 	return len(open)
 }
 
-// unquiesceH2 lets HTTP/2 calls take provider streams again and starts those that waited.
-func (s *Server) unquiesceH2() {
-	if !s.handover.quiescing.CompareAndSwap(true, false) {
+// Resume lets HTTP/2 calls take provider streams again and starts those that waited.
+func (x *h2Protocol) Resume() {
+	if !x.quiescing.CompareAndSwap(true, false) {
 		return
 	}
-	now := s.now()
-	for _, p := range s.poolList() {
-		hp := p.h2
-		if hp == nil {
-			continue
-		}
+	now := x.env.Now()
+	x.pools.each(func(hp *h2Pool) {
 		var notes h2Notes
 		hp.mu.Lock()
 		hp.pumpLocked(now, &notes)
 		hp.unlock()
 		notes.run()
-	}
+	})
 }
 
 // closeRestless closes, with a GOAWAY saying why, the HTTP/2 consumer connections that are not at rest
-// (quiesceH2). A consumer that never acknowledged Stormgate's SETTINGS gets SETTINGS_TIMEOUT (RFC 9113
+// (Quiesce). A consumer that never acknowledged Stormgate's SETTINGS gets SETTINGS_TIMEOUT (RFC 9113
 // §6.5.3); one that began a header block and did not finish it, NO_ERROR: it may connect again. Their calls
 // that waited are answered UNAVAILABLE as the connection closes (none reached a provider). They are
 // counted as any connection closed after a GOAWAY (stormgate_downstream_closed_total{reason="http2_error"}).
-func (s *Server) closeRestless() {
-	s.sessions.each(func(ss *session) {
-		h := ss.h2
-		if h == nil || h.consumer.Closing() {
+func (x *h2Protocol) closeRestless() {
+	x.sessions.each(func(h *h2Session) {
+		if h.consumer.Closing() {
 			return
 		}
 		h.mu.Lock()
@@ -244,36 +238,31 @@ func (s *Server) closeRestless() {
 		}
 		h.mu.Unlock()
 		if err != nil {
-			s.log.Warn("closing an HTTP/2 consumer that did not come to rest for an upgrade (GOAWAY sent)",
-				zap.Stringer("peer", ss.remote), zap.Duration("grace", h2RestGrace), zap.Error(err))
+			x.env.Log().Warn("closing an HTTP/2 consumer that did not come to rest for an upgrade (GOAWAY sent)",
+				zap.Stringer("peer", h.consumer.Remote()), zap.Duration("grace", h2RestGrace), zap.Error(err))
 			h.closeAfterGoAway()
 		}
 	})
 }
 
-// h2PoolsBusy reports whether some call is on a provider stream or pausing before a resend.
-func (s *Server) h2PoolsBusy() bool {
-	for _, p := range s.poolList() {
-		if hp := p.h2; hp != nil {
-			hp.mu.Lock()
-			busy := hp.streams > 0 || hp.prov.Hold().PausedCalls() > 0
-			hp.unlock()
-			if busy {
-				return true
-			}
-		}
-	}
-	return false
+// poolsBusy reports whether some call is on a provider stream or pausing before a resend.
+func (x *h2Protocol) poolsBusy() bool {
+	busy := false
+	x.pools.each(func(hp *h2Pool) {
+		hp.mu.Lock()
+		busy = busy || hp.streams > 0 || hp.prov.Hold().PausedCalls() > 0
+		hp.unlock()
+	})
+	return busy
 }
 
-// h2Busy counts what keeps HTTP/2 from being at rest, consumer connection by consumer connection.
-func (s *Server) h2Busy() h2Busy {
+// busy counts what keeps HTTP/2 from being at rest, consumer connection by consumer connection.
+func (x *h2Protocol) busy() h2Busy {
 	var b h2Busy
 	var calls []*h2Call
 	var answering []bool
-	s.sessions.each(func(ss *session) {
-		h := ss.h2
-		if h == nil || h.consumer.Closing() {
+	x.sessions.each(func(h *h2Session) {
+		if h.consumer.Closing() {
 			return
 		}
 		calls, answering = calls[:0], answering[:0]
@@ -321,7 +310,7 @@ var errH2NotAtRest = errors.New("an HTTP/2 connection is not at rest")
 
 // snapshot copies an HTTP/2 consumer connection at rest (the data plane frozen). in is what it read and
 // did not handle (the stash). ok is false for a connection that does not cross (it ends in a GOAWAY).
-func (h *h2Session) snapshot(st *SessionSnapshot, in []byte, now int64) (ok bool, err error) {
+func (h *h2Session) Snapshot(st *SessionSnapshot, in []byte, now int64) (ok bool, err error) {
 	h.mu.Lock()
 	if h.closed || h.consumer.Closing() {
 		h.mu.Unlock()
@@ -372,37 +361,38 @@ func (h *h2Session) snapshot(st *SessionSnapshot, in []byte, now int64) (ok bool
 	return true, nil
 }
 
-// restoreH2 rebuilds an HTTP/2 consumer connection from a handover: its h2.Conn, and its waiting calls
+// Restore rebuilds an HTTP/2 consumer connection from a handover: its h2.Conn, and its waiting calls
 // back in their pool's waiting list (their hold timers from their arrival).
-func (ss *session) restoreH2(hs *H2SessionSnapshot, now int64) error {
-	srv := ss.srv
-	cfg := srv.cfg.Load()
-	hp := ss.pool.h2
+func (x *h2Protocol) Restore(cons Consumer, up Upstream, st *SessionSnapshot, now int64) (Downstream, error) {
+	hs := st.H2
+	cfg := x.env.Config()
+	hp, _ := up.(*h2Pool)
 	if hp == nil {
-		return errors.New("an HTTP/2 consumer, but upstream.protocol no longer includes triple")
+		return nil, errors.New("an HTTP/2 consumer, but upstream.protocol no longer includes triple")
+	}
+	if hs == nil {
+		return nil, errors.New("an HTTP/2 consumer without its HTTP/2 state")
 	}
 	conn, err := h2.RestoreConn(h2ConnConfig(cfg, h2.RoleServer), hs.Conn)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	h := newH2Session(ss, hp)
+	h := newH2Session(cons, hp)
 	h.conn, h.drain, h.final = conn, hs.Drain, hs.Final
-	ss.h2 = h
-	ss.proto.Store(protoH2)
 	back := waitingConnBack(hs.Calls, conn.ConnHeld())
-	for _, x := range hs.Calls {
-		c := &h2Call{sess: h, down: x.Stream, arrived: now - int64(x.Age), reqBytes: x.ReqBytes,
-			method: identifyH2(h.env, x.Head)}
+	for _, cs := range hs.Calls {
+		c := &h2Call{sess: h, down: cs.Stream, arrived: now - int64(cs.Age), reqBytes: cs.ReqBytes,
+			method: identifyH2(h.env, cs.Head)}
 		h.calls.Add(c.down, c)
 		h.consumer.CallBegan()
 		inBack := 0
-		if !x.Resending {
-			inBack = int(min(int64(len(x.In)), back))
+		if !cs.Resending {
+			inBack = int(min(int64(len(cs.In)), back))
 			back -= int64(inBack)
 		}
-		hp.adoptWaiting(c, x, now, cfg, inBack)
+		hp.adoptWaiting(c, cs, now, cfg, inBack)
 	}
-	return nil
+	return h, nil
 }
 
 // waitingConnBack is how many bytes of the waiting calls' request DATA (In, their consumer's own: not a
@@ -458,18 +448,4 @@ func (hp *h2Pool) adoptWaiting(c *h2Call, x H2CallSnapshot, now int64, cfg *Conf
 	hp.prov.Hold().ReholdCall(c, &c.sess.WaitAccount, h2CallSize(c.head, c.in), false)
 	hp.initTimersLocked(c)
 	env.Wheel().Schedule(&c.hold, max(time.Duration(h2HoldUntil(c, cfg)-now), time.Millisecond))
-}
-
-// handleStashed handles what a consumer sent during a handover (Thaw, restore), as its handler would have.
-func (ss *session) handleStashed(in []byte) {
-	src := &sliceSource{b: in}
-	if ss.proto.Load() != protoDubbo && ss.otherProtocol(src) {
-		return
-	}
-	ss.consume(src, false)
-}
-
-// logRestoreFailure says why a consumer connection from a handover could not be restored.
-func (s *Server) logRestoreFailure(ss *session, err error) {
-	s.log.Warn("a consumer connection could not be restored; closing it", zap.Stringer("peer", ss.remote), zap.Error(err))
 }

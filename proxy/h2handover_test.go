@@ -341,20 +341,20 @@ func TestH2AdoptedCallStartsAtOnce(t *testing.T) {
 	ss.w.held = true
 	msg := grpcFrame([]byte("carried over"))
 	head := echoHead()
-	err = ss.restoreH2(&H2SessionSnapshot{Conn: state, Calls: []H2CallSnapshot{{Stream: 1, Head: head,
-		In: msg, InEnd: true, Kept: &H2KeptSnapshot{Head: head, Body: msg, Complete: true}}}}, srv.now())
+	err = ss.restoreProtocol(&SessionSnapshot{Proto: snapH2, H2: &H2SessionSnapshot{Conn: state, Calls: []H2CallSnapshot{{Stream: 1, Head: head,
+		In: msg, InEnd: true, Kept: &H2KeptSnapshot{Head: head, Body: msg, Complete: true}}}}}, srv.now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := ss.h2.call(1)
-	p.h2.mu.Lock()
+	c := h2SessionOf(ss).call(1)
+	h2PoolOf(p).mu.Lock()
 	started, waiting := c != nil && c.up != nil, c != nil && c.waiting
-	p.h2.mu.Unlock()
+	h2PoolOf(p).mu.Unlock()
 	close(release)
 	if !started || waiting {
 		t.Fatalf("the carried call: on a provider stream %v, waiting %v; want it started at once", started, waiting)
 	}
-	waitFor(t, 10*time.Second, "the provider's answer", func() bool { return ss.h2.call(1) == nil })
+	waitFor(t, 10*time.Second, "the provider's answer", func() bool { return h2SessionOf(ss).call(1) == nil })
 }
 
 // TestH2FreezeClosesRestless: a consumer that never acknowledges Stormgate's SETTINGS cannot be handed
@@ -461,19 +461,19 @@ func TestH2AdoptedCallHandsBackOnce(t *testing.T) {
 			ss := newSession(srv, p, nil, fds[0], netip.AddrPort{})
 			ss.w.held = true
 			head := echoHead()
-			err = ss.restoreH2(&H2SessionSnapshot{Conn: state, Calls: []H2CallSnapshot{{Stream: 1, Head: head,
-				In: msg}}}, srv.now())
+			err = ss.restoreProtocol(&SessionSnapshot{Proto: snapH2, H2: &H2SessionSnapshot{Conn: state, Calls: []H2CallSnapshot{{Stream: 1, Head: head,
+				In: msg}}}}, srv.now())
 			if err != nil {
 				t.Fatal(err)
 			}
 			// The consumer ends its request; the call's bytes went to the provider, which answers.
-			ss.h2.hp.data(ss.h2.call(1), nil, true)
-			waitFor(t, 10*time.Second, "the provider's answer", func() bool { return ss.h2.call(1) == nil })
-			ss.h2.mu.Lock()
-			defer ss.h2.mu.Unlock()
-			h := ss.h2.conn.ConnHeld()
-			ss.h2.conn.ClearOutput()
-			st, err := ss.h2.conn.Export()
+			h2SessionOf(ss).hp.data(h2SessionOf(ss).call(1), nil, true)
+			waitFor(t, 10*time.Second, "the provider's answer", func() bool { return h2SessionOf(ss).call(1) == nil })
+			h2SessionOf(ss).mu.Lock()
+			defer h2SessionOf(ss).mu.Unlock()
+			h := h2SessionOf(ss).conn.ConnHeld()
+			h2SessionOf(ss).conn.ClearOutput()
+			st, err := h2SessionOf(ss).conn.Export()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -34,9 +34,9 @@ import (
 // are not probed (a PING without a stream is a strike under gRPC's policy): one that a hung provider
 // leaves idle is found when a call goes to it.
 
-// checkHung applies the rule to the pool's connections (the sweep, on the wheel goroutine, which alone
+// CheckHung applies the rule to the pool's connections (the sweep, on the wheel goroutine, which alone
 // uses probeAt); it returns the number of calls on provider streams, for which the sweep keeps running.
-func (hp *h2Pool) checkHung(now int64, cfg *Config) int {
+func (hp *h2Pool) CheckHung(now int64, cfg *Config) int {
 	t := int64(cfg.UpstreamHungTimeout)
 	var hung []*h2Upstream
 	healed := false

@@ -81,7 +81,7 @@ func TestH2HungProviderIsVisible(t *testing.T) {
 			t.Fatalf("after the provider answers again: %v", err)
 		}
 	}
-	waitFor(t, 10*time.Second, "not hung any more", func() bool { return srv.Hung() == "" && srv.poolList()[0].h2.readyConns() == 1 })
+	waitFor(t, 10*time.Second, "not hung any more", func() bool { return srv.Hung() == "" && h2PoolOf(srv.poolList()[0]).readyConns() == 1 })
 	if _, err := echo(ctx, cc, []byte("after")); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func echoAsync(ctx context.Context, cc *grpc.ClientConn, msg string, md ...strin
 
 // h2StreamsOpen is the number of calls on provider streams in the first pool.
 func h2StreamsOpen(srv *Server) int {
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	hp.mu.Lock()
 	defer hp.unlock()
 	return hp.streams
@@ -139,7 +139,7 @@ func h2StreamsOpen(srv *Server) int {
 
 // h2PingOutstanding reports whether a PING of Stormgate's waits for its ACK on a provider connection.
 func h2PingOutstanding(srv *Server) bool {
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	hp.mu.Lock()
 	defer hp.unlock()
 	for _, u := range hp.ups {

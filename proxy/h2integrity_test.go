@@ -245,8 +245,8 @@ func TestH2IdleSessionKeepsLittle(t *testing.T) {
 	wg.Wait()
 	var hs []*h2Session
 	srv.sessions.each(func(s *session) {
-		if s.h2 != nil {
-			hs = append(hs, s.h2)
+		if h2SessionOf(s) != nil {
+			hs = append(hs, h2SessionOf(s))
 		}
 	})
 	// h.in is the netpoll handler's: read once the connection is closed and its session gone (netpoll

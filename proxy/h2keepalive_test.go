@@ -76,7 +76,7 @@ func stalledProvider(t *testing.T, mod func(*Config)) (*keepalive.ManualClock, *
 // kernel refused bytes): a write in progress may have queued more behind it before that.
 func waitWriterStalled(t *testing.T, srv *Server) (u *h2Upstream) {
 	t.Helper()
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	waitFor(t, 10*time.Second, "the provider connection's writer stalled", func() bool {
 		hp.mu.Lock()
 		defer hp.unlock()

@@ -158,7 +158,7 @@ func TestH2MethodLabels(t *testing.T) {
 	// No provider: the call waits hold.timeout for a stream, then gets Stormgate's UNAVAILABLE.
 	prov.Close()
 	prov.kill()
-	waitFor(t, 10*time.Second, "the provider connections gone", func() bool { return srv.poolList()[0].h2.readyConns() == 0 })
+	waitFor(t, 10*time.Second, "the provider connections gone", func() bool { return h2PoolOf(srv.poolList()[0]).readyConns() == 0 })
 	if code, st, _ := tripleCall(t, tr, hello, "nobody there"); code != 200 || st != "14" {
 		t.Fatalf("a call without a provider: %d %q, want grpc-status 14", code, st)
 	}
@@ -281,7 +281,7 @@ func TestH2MethodLabelsDoNotAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &h2Session{sess: &session{srv: srv}, hp: &h2Pool{}, env: Env{srv}}
+	h := &h2Session{consumer: Consumer{&session{srv: srv}}, hp: &h2Pool{}, env: Env{srv}}
 	head := []h2.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
 		{Name: ":path", Value: "/" + tripleSvc + "/SayHello"}, {Name: ":authority", Value: "x"},
 		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},

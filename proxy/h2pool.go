@@ -50,7 +50,6 @@ import (
 // h2Pool's (wg, which pool.close waits for); a handover's freeze leaves them running (h2handover.go: the
 // provider's HTTP/2 connections do not cross, and none has a stream by then).
 type h2Pool struct {
-	p     *pool
 	prov  Provider
 	env   Env
 	proto *h2Protocol
@@ -81,9 +80,12 @@ type h2Slot struct {
 	up     *h2Upstream // under hp.mu: the connection being served; nil while dialing or backing off
 }
 
-func newH2Pool(p *pool, proto *h2Protocol) *h2Pool {
-	hp := &h2Pool{p: p, prov: Provider{p}, env: Env{p.srv}, proto: proto}
+// newH2Pool is the Upstream of a provider's pool (h2Protocol.NewUpstream), in its protocol's set until
+// Close.
+func newH2Pool(prov Provider, proto *h2Protocol) *h2Pool {
+	hp := &h2Pool{prov: prov, env: proto.env, proto: proto}
 	hp.retry.Init(hp.onRetry)
+	proto.pools.add(hp)
 	return hp
 }
 
@@ -106,13 +108,13 @@ func (hp *h2Pool) warmAllowLocked() bool {
 	return false
 }
 
-// start runs n slot loops.
-func (hp *h2Pool) start(n int) { hp.resize(n) }
+// Start runs n slot loops.
+func (hp *h2Pool) Start(n int) { hp.Resize(n) }
 
-// resize runs n slot loops (upstream.connections, live). A slot over n retires as a Dubbo slot does
+// Resize runs n slot loops (upstream.connections, live). A slot over n retires as a Dubbo slot does
 // (pool.resize): its connection takes no new stream, as after a provider's GOAWAY, and closes once its
 // last stream has ended; a slot still dialing or backing off stops at once.
-func (hp *h2Pool) resize(n int) {
+func (hp *h2Pool) Resize(n int) {
 	hp.slotMu.Lock()
 	defer hp.slotMu.Unlock()
 	for i := len(hp.slots); i < n; i++ {
@@ -148,8 +150,11 @@ func (hp *h2Pool) resize(n int) {
 	hp.env.Spawn(hp.prov.ConnChanged) // the gauges
 }
 
-// close ends the requests still waiting; the pool's context already ended the connections.
-func (hp *h2Pool) close() {
+// Close waits for the pool's goroutines (the pool's context ended its connections) and ends the calls
+// still waiting.
+func (hp *h2Pool) Close() {
+	hp.wg.Wait()
+	hp.proto.pools.remove(hp)
 	hp.mu.Lock()
 	hp.closed = true
 	waiting := hp.prov.Hold().TakeCalls()
@@ -166,6 +171,28 @@ func (hp *h2Pool) close() {
 		c.sess.fail(c, ReplyNoUpstream, "stormgate: shutting down")
 	}
 	notes.run()
+}
+
+// Opened is how many calls took a provider stream, ever.
+func (hp *h2Pool) Opened() uint64 { return hp.opened.Load() }
+
+// Calls is the pool's per-method counts.
+func (hp *h2Pool) Calls() *MethodShard { return &hp.calls }
+
+// Conns counts the usable connections that are not hung, and the hung ones (the upstream gauges).
+func (hp *h2Pool) Conns() (ready, hung int) { return hp.readyConns(), hp.hungConns() }
+
+// SettingsChanged re-arms, after a live settings change, the connections' beats and stall timers
+// (keepalive.upstream_interval, keepalive.upstream_jitter, upstream.write_timeout) and the waiting calls'
+// ends (hold.*, limits.max_request_age).
+func (hp *h2Pool) SettingsChanged(old, cfg *Config) {
+	if cfg.UpstreamInterval != old.UpstreamInterval || cfg.UpstreamJitter != old.UpstreamJitter || cfg.WriteTimeout != old.WriteTimeout {
+		hp.rearmBeats(old, cfg)
+	}
+	if cfg.HoldTimeout != old.HoldTimeout || cfg.HoldMaxTimeout != old.HoldMaxTimeout ||
+		cfg.DeadlineMargin != old.DeadlineMargin || cfg.MaxRequestAge != old.MaxRequestAge {
+		hp.rearm(cfg)
+	}
 }
 
 // readyConns is the number of usable connections that are not hung (the upstream gauges).
@@ -668,7 +695,7 @@ func (hp *h2Pool) awayLocked() bool {
 // pickLocked is the usable connection with the fewest streams that can open one more; nil when none, and
 // while a handover quiesces HTTP/2 (no call takes a provider stream then: h2handover.go).
 func (hp *h2Pool) pickLocked() *h2Upstream {
-	if hp.p.srv.handover.quiescing.Load() {
+	if hp.proto.quiescing.Load() {
 		return nil
 	}
 	var best *h2Upstream

@@ -1,16 +1,83 @@
 package proxy
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
+	"sync/atomic"
 
-// h2Protocol is HTTP/2's server-wide state (Triple, gRPC), shared by its consumer sessions and its pools:
-// today its metrics. It is the start of the Protocol a protocol package will hand the core (design §14.6,
-// step 5b): its status names, its not-executed answers and its collectors.
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stormgate/stormgate/proxy/h2"
+)
+
+// h2Protocol is HTTP/2 (Triple, gRPC) as the core's Protocol (protocol.go): its metrics, and the sets of
+// its consumer connections and pools that its server-wide work (an upgrade's quiesce, h2handover.go)
+// walks, so that the core never walks HTTP/2's state.
 type h2Protocol struct {
+	env        Env
 	m          h2Metrics
 	collectors []prometheus.Collector
+	quiescing  atomic.Bool // an upgrade's quiesce: calls take no provider stream (h2handover.go)
+	sessions   liveSet[*h2Session]
+	pools      liveSet[*h2Pool]
 }
 
-func newH2Protocol() *h2Protocol {
+func newH2Protocol(env Env) *h2Protocol {
 	m, cs := newH2Metrics()
-	return &h2Protocol{m: m, collectors: cs}
+	x := &h2Protocol{env: env, m: m, collectors: cs}
+	x.sessions.init()
+	x.pools.init()
+	return x
+}
+
+// Collectors are HTTP/2's own series (stormgate_http2_*).
+func (x *h2Protocol) Collectors() []prometheus.Collector { return x.collectors }
+
+// StatusNames are gRPC's status codes (h2.StatusNames).
+func (x *h2Protocol) StatusNames() []string { return h2.StatusNames() }
+
+// NotRunReasons are the provider answers that prove a call did not run (h2.NotRunReasons).
+func (x *h2Protocol) NotRunReasons() []string { return h2.NotRunReasons() }
+
+// Claims: the HTTP/2 client preface begins with 'P' ("PRI * HTTP/2.0"); the session sniffs the rest.
+func (x *h2Protocol) Claims(b byte) bool { return b == 'P' }
+
+// NewUpstream is a provider's HTTP/2 pool; Start dials its connections.
+func (x *h2Protocol) NewUpstream(p Provider) Upstream { return newH2Pool(p, x) }
+
+// NewDownstream is an HTTP/2 consumer session served by up (an *h2Pool).
+func (x *h2Protocol) NewDownstream(c Consumer, up Upstream) Downstream {
+	return newH2Session(c, up.(*h2Pool))
+}
+
+// liveSet is a set of live objects of a protocol (its sessions, its pools) that server-wide work walks.
+type liveSet[T comparable] struct {
+	mu sync.Mutex
+	m  map[T]struct{}
+}
+
+func (l *liveSet[T]) init() { l.m = map[T]struct{}{} }
+
+func (l *liveSet[T]) add(v T) {
+	l.mu.Lock()
+	l.m[v] = struct{}{}
+	l.mu.Unlock()
+}
+
+func (l *liveSet[T]) remove(v T) {
+	l.mu.Lock()
+	delete(l.m, v)
+	l.mu.Unlock()
+}
+
+// each calls f for every member, without the lock held (f may add or remove).
+func (l *liveSet[T]) each(f func(T)) {
+	l.mu.Lock()
+	vs := make([]T, 0, len(l.m))
+	for v := range l.m {
+		vs = append(vs, v)
+	}
+	l.mu.Unlock()
+	for _, v := range vs {
+		f(v)
+	}
 }

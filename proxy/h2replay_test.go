@@ -517,7 +517,7 @@ func backUpCalls(t *testing.T, srv *Server, addr string) *http2.Framer {
 		}
 		writing <- nil
 	}()
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	backedUp := func() bool { // the big call's bytes wait in Stormgate's writer: the kernel's buffers are full
 		hp.mu.Lock()
 		defer hp.mu.Unlock()
@@ -578,11 +578,11 @@ func TestH2DeadlineWhileWaiting(t *testing.T) {
 			timeout := h2.HeaderField{Name: "grpc-timeout", Value: "1000m"}
 			writeCall(t, fr, 3, false, []byte("short timeout"), timeout)
 			writeCall(t, fr, 5, false, []byte("long timeout"), h2.HeaderField{Name: "grpc-timeout", Value: "30S"})
-			hp := srv.poolList()[0].h2
+			hp := h2PoolOf(srv.poolList()[0])
 			waitFor(t, 10*time.Second, "two calls waiting", func() bool {
 				hp.mu.Lock()
 				defer hp.mu.Unlock()
-				return hp.p.hold.CallsWaiting() == 2
+				return hp.prov.p.hold.CallsWaiting() == 2
 			})
 			clk.Add(950 * time.Millisecond) // past the short call's sendBy (900 ms)
 			srv.wheel.Advance(clk.Now())
@@ -670,7 +670,7 @@ func testH2ResendUnread(t *testing.T) {
 	srv.wheel.Advance(clk.Now())
 	_, fr := h2Handshake(t, addr)
 	writeCall(t, fr, 1, true, []byte("never read"))
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	waitFor(t, 10*time.Second, "the call written to the provider's socket", func() bool {
 		hp.mu.Lock()
 		defer hp.mu.Unlock()

@@ -59,7 +59,7 @@ func TestH2ConsumerSequences(t *testing.T) {
 
 // consumerSequences runs TestH2ConsumerSequences's rounds against srv (at addr) and its provider prov.
 func consumerSequences(t *testing.T, prov *grpcProvider, srv *Server, addr string, rounds, perRound int) {
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
@@ -165,7 +165,7 @@ func consumerSequences(t *testing.T, prov *grpcProvider, srv *Server, addr strin
 	waitFor(t, 10*time.Second, "nothing left: no provider stream, no waiting call, no budget", func() bool {
 		hp.mu.Lock()
 		defer hp.mu.Unlock()
-		return hp.streams == 0 && hp.p.hold.CallsWaiting() == 0 && hp.p.hold.PausedCalls() == 0 && srv.budget.InUse() == 0
+		return hp.streams == 0 && hp.prov.p.hold.CallsWaiting() == 0 && hp.prov.p.hold.PausedCalls() == 0 && srv.budget.InUse() == 0
 	})
 	waitFor(t, 10*time.Second, "every consumer's connection window handed back", func() bool {
 		return consumerConnHeld(srv) == 0
@@ -177,7 +177,7 @@ func consumerSequences(t *testing.T, prov *grpcProvider, srv *Server, addr strin
 func consumerConnHeld(srv *Server) int64 {
 	var held int64
 	srv.sessions.each(func(ss *session) {
-		if h := ss.h2; h != nil {
+		if h := h2SessionOf(ss); h != nil {
 			h.mu.Lock()
 			if !h.closed && h.conn != nil {
 				held += h.conn.ConnHeld()
@@ -198,7 +198,7 @@ func TestH2WaitingCallsHandBackEachWindowOnce(t *testing.T) {
 		c.UpstreamConns = 1
 		c.HoldTimeout = 30 * time.Second
 	})
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	_, fr := h2Handshake(t, addr)
 	c := &seqConsumer{t: t, fr: fr, answers: map[uint32]*rawAnswer{}, ended: map[uint32]bool{}}
 	go c.read()
@@ -235,7 +235,7 @@ func TestH2WaitingCallsHandBackEachWindowOnce(t *testing.T) {
 	c.mu.Unlock()
 	waitFor(t, 10*time.Second, "nothing left, every byte's connection window handed back", func() bool {
 		hp.mu.Lock()
-		done := hp.streams == 0 && hp.p.hold.CallsWaiting() == 0 && srv.budget.InUse() == 0
+		done := hp.streams == 0 && hp.prov.p.hold.CallsWaiting() == 0 && srv.budget.InUse() == 0
 		hp.mu.Unlock()
 		return done && consumerConnHeld(srv) == 0
 	})
@@ -247,7 +247,7 @@ func TestH2WaitingCallsHandBackEachWindowOnce(t *testing.T) {
 	// Beyond its first 65,535 bytes the connection window Stormgate announced came as one WINDOW_UPDATE.
 	var initial uint64
 	srv.sessions.each(func(ss *session) {
-		if h := ss.h2; h != nil {
+		if h := h2SessionOf(ss); h != nil {
 			h.mu.Lock()
 			if st, err := h.conn.Export(); err == nil {
 				initial = uint64(st.ConnWin) - 65535

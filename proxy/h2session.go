@@ -40,7 +40,6 @@ import (
 // Locks: mu guards conn, calls, closed and a call's consumer-side fields. Nothing holds mu and the
 // pool's lock at once: each side collects what it owes the other and calls it after unlocking.
 type h2Session struct {
-	sess     *session
 	consumer Consumer
 	hp       *h2Pool
 	env      Env
@@ -117,17 +116,23 @@ type h2Call struct {
 	timers      bool            // hold and retry are initialised
 }
 
-func newH2Session(s *session, hp *h2Pool) *h2Session {
-	h := &h2Session{sess: s, consumer: Consumer{s}, hp: hp, env: Env{s.srv}}
+// newH2Session is the Downstream of a consumer connection HTTP/2 claimed (h2Protocol.NewDownstream), in
+// its protocol's set until it closes.
+func newH2Session(c Consumer, hp *h2Pool) *h2Session {
+	h := &h2Session{consumer: c, hp: hp, env: hp.env}
 	h.calls.Init(0)
 	h.stall.Init(h.onStall)
+	hp.proto.sessions.add(h)
 	return h
 }
+
+// TimeoutsChanged re-arms the zero-window stall check: it works the rest out from the values in force.
+func (h *h2Session) TimeoutsChanged() { h.env.Wheel().Schedule(&h.stall, 0) }
 
 // start answers the client preface: Stormgate's SETTINGS (SETTINGS_HEADER_TABLE_SIZE 0, and http2.* as
 // in force now: the connection keeps them) go out, and the frames after the preface are read.
 func (h *h2Session) start(now int64) {
-	h.sess.decided(protoH2)
+	h.consumer.Decided()
 	cfg := h.env.Config()
 	h.mu.Lock()
 	h.conn = h2.NewConn(h2ConnConfig(cfg, h2.RoleServer))
@@ -144,8 +149,23 @@ func (h *h2Session) start(now int64) {
 	h.process(h.in, now)
 }
 
-// onInput takes what netpoll read (handler only).
-func (h *h2Session) onInput(r ByteSource, now int64) {
+// sniff takes the first bytes of a connection that began with 'P': once they are the HTTP/2 client
+// preface the session speaks HTTP/2; until then they are kept (at most the preface's 24 bytes); bytes
+// that stop matching get the Dubbo path's answer to foreign bytes, as before Triple.
+func (h *h2Session) sniff(b []byte, now int64) {
+	h.in = append(h.in, b...)
+	if _, err := h2.CheckPreface(h.in); err != nil {
+		h.consumer.Foreign(h.in)
+		h.in = nil
+		return
+	}
+	if len(h.in) >= len(h2.ClientPreface) {
+		h.start(now)
+	}
+}
+
+// Input takes what netpoll read (handler only); the first bytes are sniffed (sniff).
+func (h *h2Session) Input(r ByteSource, now int64) {
 	h.consumer.Touch(now)
 	b, _ := r.Next(r.Len())
 	switch {
@@ -270,7 +290,7 @@ func (h *h2Session) event(ev h2.Event, now int64) {
 		h.flushWaiting(ev.Stream)
 	case h2.EventPingAck:
 		if ev.Ping == h2DrainPing {
-			h.finalGoAway()
+			h.Drain()
 		}
 	}
 }
@@ -560,14 +580,14 @@ func (h *h2Session) finishLocked(c *h2Call) {
 	h.consumer.CallEnded()
 }
 
-// goAway tells the consumer that Stormgate is draining (Server.Announce), the graceful way (RFC 9113 §6.8):
+// Announce tells the consumer that Stormgate is draining (Server.Announce), the graceful way (RFC 9113 §6.8):
 // GOAWAY NO_ERROR naming the largest stream id, so the streams it is opening right now are still served,
 // and a PING; once the PING's answer proves the consumer has seen it, or when the drain proper begins
-// (Server.Drain, after drain.min_duration), finalGoAway names the last stream Stormgate will serve. The
+// (Server.Drain, after drain.min_duration), Drain names the last stream Stormgate will serve. The
 // consumer opens its next calls elsewhere; the calls in flight are still answered, and Drain waits for them
 // as for Dubbo requests. (One GOAWAY naming the last stream at once refused the streams already on their
 // way: a client retries those, but only if it knows they were not processed.)
-func (h *h2Session) goAway() {
+func (h *h2Session) Announce() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.drain || h.closed {
@@ -580,8 +600,8 @@ func (h *h2Session) goAway() {
 	}
 }
 
-// finalGoAway sends the drain's second GOAWAY, once, after the first.
-func (h *h2Session) finalGoAway() {
+// Drain sends the drain's second GOAWAY, once, after the first.
+func (h *h2Session) Drain() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.drain || h.final || h.closed || h.conn == nil {
@@ -598,14 +618,15 @@ const h2DrainDebug = "stormgate is draining"
 // h2DrainPing is the payload of the PING sent with the drain's first GOAWAY.
 var h2DrainPing = [8]byte{'s', 'g', '-', 'd', 'r', 'a', 'i', 'n'}
 
-// onClosed runs from the session's close callback: every open call is cancelled at the provider.
-func (h *h2Session) onClosed() {
+// Closed runs from the session's close callback: every open call is cancelled at the provider.
+func (h *h2Session) Closed() {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return
 	}
 	h.closed = true
+	h.hp.proto.sessions.remove(h)
 	h.in = nil // the close path never runs beside the handler (session.onClosed)
 	h.chargeIn()
 	h.env.Wheel().Stop(&h.stall)

@@ -23,7 +23,7 @@ func TestH2ConnectionsResizeLive(t *testing.T) {
 	front := &openCounter{Listener: mustListen(t)}
 	go relayAccepts(front, prov.Addr().String())
 	srv, addr := newH2Server(t, front.Addr().String(), ProtoTriple)
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	set := func(n int) {
 		t.Helper()
 		cfg := *srv.cfg.Load()

@@ -24,7 +24,7 @@ func TestH2ZeroWindowStall(t *testing.T) {
 	}
 	st.advance(2 * time.Second)
 	st.wantStallReset("31 s stalled")
-	if n := testutilCounter(st.srv.h2.m.guards[h2.GuardZeroWindow]); n != 1 {
+	if n := testutilCounter(h2Of(st.srv).m.guards[h2.GuardZeroWindow]); n != 1 {
 		t.Errorf("zero_window_stall counted %v times, want 1", n)
 	}
 	waitFor(t, 10*time.Second, "the stalled stream's bytes released", func() bool { return st.srv.budget.InUse() == 0 })

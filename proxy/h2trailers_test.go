@@ -20,7 +20,7 @@ import (
 func TestH2TrailersAfterTheAnswerAreNoNewCall(t *testing.T) {
 	prov := startGRPCProvider(t)
 	srv, addr := newH2Server(t, prov.Addr().String(), ProtoTriple)
-	hp := srv.poolList()[0].h2
+	hp := h2PoolOf(srv.poolList()[0])
 	_, fr := h2Handshake(t, addr)
 	early := echoHead(h2.HeaderField{Name: "x-status", Value: "5"}) // the provider answers NOT_FOUND at once, reading nothing
 	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: firstBlock(early), EndHeaders: true}); err != nil {

@@ -44,7 +44,7 @@ import (
 
 // handoverGate is what the handlers consult (holding, park).
 type handoverGate struct {
-	quiescing atomic.Bool // HTTP/2 calls take no provider stream (h2handover.go)
+	quiescing atomic.Bool // quiesce: the protocol beside Dubbo is brought to rest (Protocol.Quiesce)
 	stashing  atomic.Bool
 	parking   atomic.Bool
 	parked    atomic.Int32
@@ -278,7 +278,7 @@ func (s *Server) FreezeWith(ctx context.Context, opts FreezeOptions) (*Snapshot,
 	triple := s.cfg.Load().Protocols.Triple()
 	for attempt := 1; ; attempt++ {
 		if triple {
-			if err := s.quiesceH2(ctx, opts.EndOpenCalls); err != nil {
+			if err := s.quiesce(ctx, opts.EndOpenCalls); err != nil {
 				return nil, fmt.Errorf("proxy: freeze: %w", err)
 			}
 		}
@@ -401,8 +401,26 @@ func (s *Server) Thaw() {
 	for _, p := range s.poolList() {
 		p.startLoops()
 	}
-	s.unquiesceH2()
+	s.resume()
 	s.log.Info("data plane thawed: serving again in this process")
+}
+
+// quiesce brings the protocol beside Dubbo to rest before a freeze (Protocol.Quiesce: HTTP/2 calls end or
+// wait, h2handover.go); Thaw resumes it. On an error it is resumed already.
+func (s *Server) quiesce(ctx context.Context, endOpen bool) error {
+	s.handover.quiescing.Store(true)
+	if err := s.plugin.Quiesce(ctx, endOpen); err != nil {
+		s.handover.quiescing.Store(false)
+		return err
+	}
+	return nil
+}
+
+// resume undoes quiesce.
+func (s *Server) resume() {
+	if s.handover.quiescing.CompareAndSwap(true, false) {
+		s.plugin.Resume()
+	}
 }
 
 // eachWriter calls f for the writer of every live connection.
@@ -431,8 +449,8 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 			Idle: time.Duration(now - ss.idle.Last())}
 		stash := s.handover.stashed(ss)
 		switch {
-		case ss.h2 != nil: // set before proto
-			ok, herr := ss.h2.snapshot(&st, stash, now)
+		case ss.down != nil: // set before proto
+			ok, herr := ss.down.Snapshot(&st, stash, now)
 			if herr != nil || !ok {
 				err = herr // !ok: it ends in a GOAWAY; its fd keeps CLOEXEC and closes at exec
 				return
@@ -540,8 +558,8 @@ func (s *Server) restore(sn *Snapshot) error {
 		if cfg.Protocols.Triple() {
 			// Its provider connections did not cross: dialled at once, so that they are up when the
 			// consumers are served again (the calls that waited through the handover go first).
-			p.h2 = newH2Pool(p, s.h2)
-			p.h2.start(cfg.UpstreamConns)
+			p.up = s.plugin.NewUpstream(Provider{p})
+			p.up.Start(cfg.UpstreamConns)
 		}
 		return p
 	}
@@ -587,7 +605,7 @@ func (s *Server) restore(sn *Snapshot) error {
 			ss.rd.skip = st.Skip
 		case snapUnknown: // its first bytes decide, as they would have
 		case snapH2:
-			err = ss.restoreH2(st.H2, now)
+			err = ss.restoreProtocol(st, now)
 		default:
 			err = fmt.Errorf("a consumer of protocol %q, which this build does not know", st.Proto)
 		}
@@ -780,4 +798,30 @@ func (fr *frameReader) exportPartial() ([]byte, int) {
 		return append([]byte(nil), fr.hdr[:fr.hlen]...), fr.skip
 	}
 	return nil, fr.skip
+}
+
+// restoreProtocol rebuilds the protocol state of a consumer of the protocol beside Dubbo's
+// (Protocol.Restore).
+func (ss *session) restoreProtocol(st *SessionSnapshot, now int64) error {
+	d, err := ss.srv.plugin.Restore(Consumer{ss}, ss.pool.up, st, now)
+	if err != nil {
+		return err
+	}
+	ss.down = d
+	ss.proto.Store(protoH2) // after down: whoever reads proto reads down
+	return nil
+}
+
+// handleStashed handles what a consumer sent during a handover (Thaw, restore), as its handler would have.
+func (ss *session) handleStashed(in []byte) {
+	src := &sliceSource{b: in}
+	if ss.proto.Load() != protoDubbo && ss.otherProtocol(src) {
+		return
+	}
+	ss.consume(src, false)
+}
+
+// logRestoreFailure says why a consumer connection from a handover could not be restored.
+func (s *Server) logRestoreFailure(ss *session, err error) {
+	s.log.Warn("a consumer connection could not be restored; closing it", zap.Stringer("peer", ss.remote), zap.Error(err))
 }

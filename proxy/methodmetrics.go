@@ -14,8 +14,8 @@ func (s *Server) callTotals(n int) []callTotal {
 				totals = addShard(totals, &uc.counts.calls)
 			}
 		}
-		if p.h2 != nil {
-			totals = addShard(totals, &p.h2.calls)
+		if p.up != nil {
+			totals = addShard(totals, p.up.Calls())
 		}
 	}
 	s.upClosed.mu.Unlock()

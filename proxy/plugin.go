@@ -8,14 +8,16 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/stormgate/stormgate/keepalive"
+	"github.com/stormgate/stormgate/proxy/wire"
 )
 
 // The protocol plug-in API (design §14.6, step 5b). A protocol other than the Dubbo 2 codec (HTTP/2 for
 // Triple and gRPC today) is handed these types and reaches the core through them alone: the core keeps
 // the consumer connections' lifecycle, the pools and their slots, the hold queue, the writers, the
 // buffer budget, drain and handover, and the protocol turns bytes into calls and answers into bytes.
-// The HTTP/2 files (h2*.go) still live in this package while the API is completed; what they still
-// reach past it is counted in §14.6.
+// This is the protocol→core half; protocol.go is the core→protocol half (Protocol, Downstream, Upstream).
+// The HTTP/2 files (h2*.go) still live in this package; what they still reach past the API is counted
+// in §14.6 (go run ./internal/seamcount -v ./proxy).
 
 // Env is the server-wide part of the API: the clock and its timing wheel, the settings in force, the
 // log, the buffer budget and the task group Close waits for. One per Server, passed by value; every
@@ -85,6 +87,20 @@ func (c Consumer) CallBegan() {
 
 // CallEnded counts a call of the consumer ended, whatever ended it.
 func (c Consumer) CallEnded() { c.s.settled() }
+
+// Decided says the connection speaks the protocol (its whole greeting came; HTTP/2: the client preface):
+// it moves from the unknown series of stormgate_downstream_connections to the protocol's. Once, from Input.
+func (c Consumer) Decided() { c.s.decided(protoH2) }
+
+// Foreign answers bytes a connection the protocol claimed began with and that are not its greeting after
+// all, as the Dubbo path answers foreign bytes (a log line, an HTTP/1 request's 400, the close). From Input.
+func (c Consumer) Foreign(b []byte) {
+	err := c.s.srv.notThisCodec(b)
+	if err == nil { // bytes both protocols could begin with: not a codec this proxy has (Dubbo's)
+		err = wire.ErrBadMagic
+	}
+	c.s.badInput(wire.Frame{}, err)
+}
 
 // InitWriter makes w the writer of socket fd (writer.go: its ownership contract), telling owner what the
 // caller of Send cannot see. mustTake is for an owner that cannot take a frame back once made (HTTP/2: its

@@ -42,7 +42,7 @@ type pool struct {
 	pause        notRunPause   // after not-executed answers (notrun.go)
 	pdrain       providerDrain // the provider's graceful shutdown (providerdrain.go)
 	hang         hungState
-	h2           *h2Pool // upstream.protocol triple or both: the HTTP/2 connections (h2pool.go)
+	up           Upstream // upstream.protocol triple or both: the HTTP/2 side (Protocol.NewUpstream; nil for Dubbo only)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -61,13 +61,13 @@ func newPool(srv *Server, addr string, port uint16) *pool {
 	p := newPoolStopped(srv, addr, port)
 	cfg := srv.cfg.Load()
 	if cfg.Protocols.Triple() {
-		p.h2 = newH2Pool(p, srv.h2) // before any slot loop reads it (connStates)
+		p.up = srv.plugin.NewUpstream(Provider{p}) // before any slot loop reads it (connStates)
 	}
 	if cfg.Protocols.Dubbo() {
 		p.resize(cfg.UpstreamConns)
 	}
-	if p.h2 != nil {
-		p.h2.start(cfg.UpstreamConns)
+	if p.up != nil {
+		p.up.Start(cfg.UpstreamConns)
 	}
 	return p
 }
@@ -263,8 +263,8 @@ func (p *pool) foldCounts(uc *upConn) {
 // HTTP/2 calls given a provider stream (warm-up's rate meter).
 func (p *pool) sentTotal() uint64 {
 	n := p.sentRetired.Load()
-	if p.h2 != nil {
-		n += p.h2.opened.Load()
+	if p.up != nil {
+		n += p.up.Opened()
 	}
 	for _, sl := range p.slotList() {
 		if uc := sl.uc.Load(); uc != nil {
@@ -415,8 +415,8 @@ func (p *pool) connStatesByProtocol() (ready, readonly, hung, h2Ready, h2Hung in
 			readonly++
 		}
 	}
-	if p.h2 != nil {
-		h2Ready, h2Hung = p.h2.readyConns(), p.h2.hungConns()
+	if p.up != nil {
+		h2Ready, h2Hung = p.up.Conns()
 	}
 	return
 }
@@ -509,8 +509,8 @@ func (p *pool) onSweep() {
 		}
 		left += int(uc.npending.Load()) + uc.queuedRequests()
 	}
-	if p.h2 != nil {
-		left += p.h2.checkHung(now, cfg)
+	if p.up != nil {
+		left += p.up.CheckHung(now, cfg)
 	}
 	for _, e := range expired {
 		srv.refuse(e.request, wire.FailTimeout, "stormgate: the provider did not answer within limits.max_request_age", ReplyMaxAge)
@@ -524,9 +524,8 @@ func (p *pool) onSweep() {
 func (p *pool) close() {
 	p.cancel()
 	p.wg.Wait()
-	if p.h2 != nil {
-		p.h2.wg.Wait()
-		p.h2.close()
+	if p.up != nil {
+		p.up.Close()
 	}
 	p.hold.failAll("stormgate: shutting down")
 	p.srv.wheel.Stop(&p.sweep)

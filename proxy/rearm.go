@@ -58,20 +58,13 @@ func (s *Server) rearm(old, cfg *Config, pools []*pool) {
 			}
 		}
 	}
-	if cfg.UpstreamInterval != old.UpstreamInterval || cfg.UpstreamJitter != old.UpstreamJitter || cfg.WriteTimeout != old.WriteTimeout {
-		for _, p := range pools {
-			if p.h2 != nil {
-				p.h2.rearmBeats(old, cfg)
-			}
-		}
-	}
 	if cfg.DownstreamIdleTimeout != old.DownstreamIdleTimeout || cfg.FrameReadTimeout != old.FrameReadTimeout {
 		// onTimer computes what is due from the new values and re-arms itself; so does an HTTP/2
 		// consumer's stall check (h2stall.go), which does nothing when no stream waits.
 		s.sessions.each(func(ss *session) {
 			s.wheel.Schedule(&ss.timer, 0)
-			if ss.proto.Load() == protoH2 { // ss.h2 is set before proto
-				s.wheel.Schedule(&ss.h2.stall, 0)
+			if ss.proto.Load() == protoH2 { // ss.down is set before proto
+				ss.down.TimeoutsChanged()
 			}
 		})
 	}
@@ -79,9 +72,11 @@ func (s *Server) rearm(old, cfg *Config, pools []*pool) {
 		cfg.DeadlineMargin != old.DeadlineMargin || cfg.MaxRequestAge != old.MaxRequestAge {
 		for _, p := range pools {
 			p.hold.rearm(old, cfg)
-			if p.h2 != nil {
-				p.h2.rearm(cfg)
-			}
+		}
+	}
+	for _, p := range pools {
+		if p.up != nil { // the protocol re-arms what the change moves for it (h2Pool.SettingsChanged)
+			p.up.SettingsChanged(old, cfg)
 		}
 	}
 	if cfg.DrainTimeout != old.DrainTimeout {

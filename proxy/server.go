@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/keepalive"
-	"github.com/stormgate/stormgate/proxy/h2"
 	"github.com/stormgate/stormgate/proxy/wire"
 )
 
@@ -45,11 +44,11 @@ var ErrServerClosed = errors.New("proxy: server closed")
 // its settings with Update (or Check, then Update), and end it with Drain
 // (graceful) or Close. Every goroutine it starts has returned when Close returns.
 type Server struct {
-	opts  Options
-	log   *zap.Logger
-	m     *metrics
-	h2    *h2Protocol // HTTP/2's server-wide state (h2protocol.go)
-	codec wire.Codec
+	opts   Options
+	log    *zap.Logger
+	m      *metrics
+	plugin Protocol // the protocol beside Dubbo's: HTTP/2 (h2protocol.go)
+	codec  wire.Codec
 	// statuses is the status label's vocabulary: the codec's names, then gRPC's (callstatus.go).
 	statuses statusVocab
 	cfg      atomic.Pointer[Config]
@@ -102,10 +101,6 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if opts.Codec == nil {
 		return nil, errors.New("proxy: Options.Codec is nil: pass the Dubbo 2 codec, dubbo.Codec{} (package proxy/dubbo)")
 	}
-	statuses, err := newStatusVocab(opts.Codec.StatusNames(), h2.StatusNames())
-	if err != nil {
-		return nil, err
-	}
 	clock := opts.Clock
 	if clock == nil {
 		clock = systemClock{}
@@ -115,15 +110,19 @@ func New(cfg Config, opts Options) (*Server, error) {
 		log:       opts.Logger,
 		m:         newMetrics(),
 		codec:     opts.Codec,
-		statuses:  statuses,
 		clock:     clock,
 		pools:     make(map[uint16]*pool),
 		wheel:     keepalive.NewWheel(10*time.Millisecond, 4096, opts.Clock), // nil: the system clock, and an idle wheel sleeps
 		drainIdle: make(chan struct{}, 1),
 	}
-	s.m.life = newLifeMetrics(append(s.codec.NotExecutedReasons(), h2.NotRunReasons()...))
-	s.h2 = newH2Protocol()
-	s.m.collectors = append(s.m.collectors, s.h2.collectors...)
+	s.plugin = newH2Protocol(Env{s})
+	statuses, err := newStatusVocab(opts.Codec.StatusNames(), s.plugin.StatusNames())
+	if err != nil {
+		return nil, err
+	}
+	s.statuses = statuses
+	s.m.life = newLifeMetrics(append(s.codec.NotExecutedReasons(), s.plugin.NotRunReasons()...))
+	s.m.collectors = append(s.m.collectors, s.plugin.Collectors()...)
 	s.budget.limit.Store(cfg.MaxBufferedBytes)
 	s.wenv = writerEnv{now: s.now, spawn: s.spawn, budget: &s.budget}
 	s.sessions.init()
@@ -234,8 +233,8 @@ func (s *Server) Update(cfg Config) error {
 			if cfg.Protocols.Dubbo() {
 				p.resize(cfg.UpstreamConns)
 			}
-			if p.h2 != nil {
-				p.h2.resize(cfg.UpstreamConns)
+			if p.up != nil {
+				p.up.Resize(cfg.UpstreamConns)
 			}
 		}
 	}

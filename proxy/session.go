@@ -53,7 +53,7 @@ type session struct {
 
 	wait    consumerWait  // its requests waiting for the provider; backpressure (backpressure.go)
 	proto   atomic.Uint32 // protoUnknown until decided, once: by ServeFD (a Dubbo-only provider) or the first bytes (sniff.go)
-	h2      *h2Session    // an HTTP/2 consumer's protocol state, set by the handler before proto; nil for Dubbo
+	down    Downstream    // the protocol state of a consumer Server.plugin claimed, set by the handler before proto; nil for Dubbo
 	closing atomic.Bool
 	closed  atomic.Bool
 	reason  atomic.Uint32             // CloseReason+1; 0 until closeWith
@@ -288,8 +288,8 @@ func (s *session) onClosed(netpoll.Connection) error {
 		srv.log.Warn("consumer closed in the middle of a frame", zap.Stringer("peer", s.remote))
 	}
 	s.rd.reset(&srv.budget)
-	if s.h2 != nil {
-		s.h2.onClosed()
+	if s.down != nil {
+		s.down.Closed()
 	}
 	s.forgetPause()
 	srv.wheel.Stop(&s.timer)

@@ -5,7 +5,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/stormgate/stormgate/proxy/h2"
 	"github.com/stormgate/stormgate/proxy/wire"
 )
 
@@ -13,7 +12,7 @@ import (
 const (
 	protoUnknown uint32 = iota // the first bytes have not decided yet
 	protoDubbo                 // Dubbo 2: session.consume
-	protoH2                    // HTTP/2 (Triple, gRPC): session.h2
+	protoH2                    // HTTP/2 (Triple, gRPC): session.down (Server.plugin)
 	nProtos
 )
 
@@ -39,8 +38,8 @@ func protoIndex(p Protocols) uint32 {
 //	|                                    |                      | same log line and reply (an HTTP/1 request,
 //	|                                    |                      | h2c Upgrade included, gets a 400)
 func (s *session) otherProtocol(r ByteSource) bool {
-	if s.h2 != nil {
-		s.h2.onInput(r, s.srv.now())
+	if s.down != nil {
+		s.down.Input(r, s.srv.now())
 		return true
 	}
 	n := r.Len()
@@ -48,10 +47,10 @@ func (s *session) otherProtocol(r ByteSource) bool {
 		return true
 	}
 	first, _ := r.Peek(1)
-	if first[0] == 'P' && s.pool.h2 != nil {
-		b, _ := r.Next(n)
-		s.h2 = newH2Session(s, s.pool.h2) // routes the input here; protoH2 once the preface is whole (start)
-		s.h2.sniff(b, s.srv.now())
+	if s.pool.up != nil && s.srv.plugin.Claims(first[0]) {
+		// Routes the input there from now on; protoH2 once its greeting is whole (Consumer.Decided).
+		s.down = s.srv.plugin.NewDownstream(Consumer{s}, s.pool.up)
+		s.down.Input(r, s.srv.now())
 		return true
 	}
 	s.decided(protoDubbo)
@@ -76,25 +75,6 @@ func (s *session) decided(p uint32) {
 	s.proto.Store(p)
 	s.srv.m.downConns[protoUnknown].Dec()
 	s.srv.m.downConns[p].Inc()
-}
-
-// sniff takes the first bytes of a connection that began with 'P': once they are the HTTP/2 client
-// preface the session speaks HTTP/2; until then they are kept (at most the preface's 24 bytes); bytes
-// that stop matching get the Dubbo path's answer to foreign bytes, as before Triple.
-func (h *h2Session) sniff(b []byte, now int64) {
-	h.in = append(h.in, b...)
-	if _, err := h2.CheckPreface(h.in); err != nil {
-		err := h.sess.srv.notThisCodec(h.in)
-		if err == nil { // bytes both protocols could begin with: not a codec this proxy has (Dubbo's)
-			err = wire.ErrBadMagic
-		}
-		h.sess.badInput(wire.Frame{}, err)
-		h.in = nil
-		return
-	}
-	if len(h.in) >= len(h2.ClientPreface) {
-		h.start(now)
-	}
 }
 
 // notThisCodec is the codec's error for the bytes b when they cannot start one of its frames (an

@@ -85,7 +85,7 @@ func TestH2WarmupPacesCalls(t *testing.T) {
 			done.Add(1)
 		})
 	}
-	hp := p.h2
+	hp := h2PoolOf(p)
 	waiting := func() int {
 		hp.mu.Lock()
 		defer hp.mu.Unlock()
