@@ -100,13 +100,13 @@ type grpcProvider struct {
 	cancelled         atomic.Int64 // handlers that ended with their stream reset or cancelled
 }
 
-func startGRPCProvider(t *testing.T, opts ...grpc.ServerOption) *grpcProvider {
+func startGRPCProvider(t testing.TB, opts ...grpc.ServerOption) *grpcProvider {
 	t.Helper()
 	return startGRPCProviderAt(t, "127.0.0.1:0", opts...)
 }
 
 // startGRPCProviderAt is startGRPCProvider on a given address (a provider restarted on its port).
-func startGRPCProviderAt(t *testing.T, addr string, opts ...grpc.ServerOption) *grpcProvider {
+func startGRPCProviderAt(t testing.TB, addr string, opts ...grpc.ServerOption) *grpcProvider {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -190,13 +190,14 @@ func h2SessionOf(ss *session) *h2Session { h, _ := ss.down.(*h2Session); return 
 func h2Of(srv *Server) *h2Protocol { return srv.plugin.(*h2Protocol) }
 
 // newH2Server starts a Server for a provider at upstream speaking protos, and a listener.
-func newH2Server(t *testing.T, upstream string, protos Protocols, mods ...func(*Config)) (*Server, string) {
+func newH2Server(t testing.TB, upstream string, protos Protocols, mods ...func(*Config)) (*Server, string) {
 	t.Helper()
 	return newH2ServerWith(t, upstream, protos, Options{}, mods...)
 }
 
-// newH2ServerWith is newH2Server with the Server's Options (a clock, a registry); the logger is its own.
-func newH2ServerWith(t *testing.T, upstream string, protos Protocols, opts Options, mods ...func(*Config)) (*Server, string) {
+// newH2ServerWith is newH2Server with the Server's Options (a clock, a registry, a logger: the test's
+// when nil).
+func newH2ServerWith(t testing.TB, upstream string, protos Protocols, opts Options, mods ...func(*Config)) (*Server, string) {
 	t.Helper()
 	srv, addr := startH2Server(t, upstream, protos, opts, mods...)
 	cfg := srv.cfg.Load()
@@ -213,7 +214,7 @@ func newH2ServerWith(t *testing.T, upstream string, protos Protocols, opts Optio
 
 // startH2Server is newH2ServerWith without waiting for the provider: one that is away (nothing listens
 // at upstream yet) leaves every request held.
-func startH2Server(t *testing.T, upstream string, protos Protocols, opts Options, mods ...func(*Config)) (*Server, string) {
+func startH2Server(t testing.TB, upstream string, protos Protocols, opts Options, mods ...func(*Config)) (*Server, string) {
 	t.Helper()
 	cfg := testConfig(upstream)
 	cfg.Protocols = protos
@@ -221,7 +222,10 @@ func startH2Server(t *testing.T, upstream string, protos Protocols, opts Options
 	for _, m := range mods {
 		m(&cfg)
 	}
-	opts.Codec, opts.Logger = dubbo.Codec{}, zaptest.NewLogger(t).Named("proxy")
+	opts.Codec = dubbo.Codec{}
+	if opts.Logger == nil {
+		opts.Logger = zaptest.NewLogger(t).Named("proxy")
+	}
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
