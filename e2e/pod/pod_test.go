@@ -110,13 +110,25 @@ func TestInjectedPodInPodman(t *testing.T) {
 	t.Logf("sidecar image %s: %s bytes (one static binary)", sidecarImage, strings.TrimSpace(size))
 
 	// --- Network: the test's own, in 198.18.0.0/15 and 2001:db8::/32 -----------------------------
-	octet := 64 + rand.IntN(128)
-	subnet4 := fmt.Sprintf("198.18.%d.0/24", octet)
-	subnet6 := fmt.Sprintf("2001:db8:%x::/64", octet)
-	gateway4 := fmt.Sprintf("198.18.%d.1", octet)
+	// A random /24: another test's network (or one a killed run left) may hold one, so a taken subnet is
+	// passed over, up to 8 times.
+	var octet int
+	var subnet4, subnet6 string
 	network := "sgpod-" + id
 	rulesBefore := hostRules(t)
-	pm.run("network", "create", "--disable-dns", "--subnet", subnet4, "--subnet", subnet6, network)
+	for try := 1; ; try++ {
+		octet = 64 + rand.IntN(128)
+		subnet4, subnet6 = fmt.Sprintf("198.18.%d.0/24", octet), fmt.Sprintf("2001:db8:%x::/64", octet)
+		_, err := pm.try("network", "create", "--disable-dns", "--subnet", subnet4, "--subnet", subnet6, network)
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "already used") || try == 8 {
+			t.Fatalf("podman network create: %v", err)
+		}
+		t.Logf("subnet %s is taken (%v); trying another", subnet4, err)
+	}
+	gateway4 := fmt.Sprintf("198.18.%d.1", octet)
 	networkRemoved := false
 	t.Cleanup(func() {
 		if !networkRemoved {
