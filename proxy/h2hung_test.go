@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +151,37 @@ func h2PingOutstanding(srv *Server) bool {
 		}
 	}
 	return false
+}
+
+// TestH2CloseDoesNotWaitForTheReadProof: a provider connection that ended while the provider's socket
+// stays open waits for the kernel's announcement of that socket's end (the proof of what the provider
+// read, up to diagWait on the server's clock); Close stops that wait, since nothing is sent again once
+// the pool closes. Found in fresh-clone run 90: TestH2HungProviderIsVisible's cleanup waited 14 minutes
+// in ReadProof.ProviderRead on the test's manual clock, after grpc-go had ended a connection through the
+// test's relay, which keeps its sockets open until the test ends.
+func TestH2CloseDoesNotWaitForTheReadProof(t *testing.T) {
+	prov := startAdvProvider(t) // keeps its sockets open until the test ends
+	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
+	srv, _ := startH2Server(t, prov.addr(), ProtoTriple, Options{Clock: clk}, func(c *Config) { c.UpstreamConns = 1 })
+	hp := h2PoolOf(srv.poolList()[0])
+	pc := prov.next(t)
+	pc.settings()
+	waitFor(t, 10*time.Second, "the provider connection usable", func() bool { return hp.readyConns() == 1 })
+	if err := pc.nc.(*net.TCPConn).CloseWrite(); err != nil { // the provider's FIN; its socket stays
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the connection's end waiting for the proof", func() bool {
+		buf := make([]byte, 1<<20)
+		return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("(*ReadProof).ProviderRead"))
+	})
+	closed := make(chan struct{})
+	go func() {
+		srv.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waiting after 10 s: for the announcement of a provider socket that stays open, on a clock that does not move")
+	}
 }

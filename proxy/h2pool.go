@@ -607,7 +607,7 @@ func (u *h2Upstream) die(msg string, shutdown bool) {
 	hp := u.hp
 	var notes h2Notes
 	written := u.w.Close() // closed already: the final count of bytes the kernel took
-	read, readOK := u.proof.ProviderRead(written)
+	read, readOK := u.proof.ProviderRead(written, hp.prov.Context().Done())
 	now := hp.env.Now()
 	hp.mu.Lock()
 	u.dead = true

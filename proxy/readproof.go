@@ -67,9 +67,10 @@ func (p *ReadProof) End(nc net.Conn) {
 }
 
 // ProviderRead is how much of the stream the provider's application had read when its socket was
-// destroyed (written: what Stormgate's writer wrote), waiting up to diagWait for the announcement; false
+// destroyed (written: what Stormgate's writer wrote), waiting up to diagWait for the announcement, or
+// until stop closes (the pool closing: nothing is sent again then, so nothing needs the proof); false
 // when nothing is proven. It releases the registration.
-func (p *ReadProof) ProviderRead(written uint64) (uint64, bool) {
+func (p *ReadProof) ProviderRead(written uint64, stop <-chan struct{}) (uint64, bool) {
 	s := p.diag
 	if s == nil {
 		return 0, false
@@ -81,6 +82,8 @@ func (p *ReadProof) ProviderRead(written uint64) (uint64, bool) {
 	select {
 	case <-s.done:
 	case <-p.env.After(diagWait):
+		return 0, false
+	case <-stop:
 		return 0, false
 	}
 	if s.early || s.received < p.acked || s.received > written {
