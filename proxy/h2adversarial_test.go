@@ -928,6 +928,18 @@ func TestH2AdvResentBodyCutAtTheAnswerHead(t *testing.T) {
 		return id
 	}
 	first := firstBytes()
+	// Stormgate sends a refused call again only if it holds the whole request by then (canResendLocked):
+	// the consumer sent it all at once, but its last DATA may still be on its way (failed 4 of 30 runs).
+	waitFor(t, 10*time.Second, "the whole request kept", func() bool {
+		hp.mu.Lock()
+		defer hp.mu.Unlock()
+		for _, u := range hp.ups {
+			for c := range u.calls.Values() {
+				return c.req.complete
+			}
+		}
+		return false
+	})
 	pc.do(func() error { return pc.fr.WriteRSTStream(first, http2.ErrCodeRefusedStream) })
 	second := firstBytes()
 	if second == first {
