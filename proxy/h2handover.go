@@ -49,38 +49,6 @@ const h2QuiesceBudget = time.Second
 // is closed with a GOAWAY rather than holding everyone's calls, or the upgrade, any longer.
 const h2RestGrace = 100 * time.Millisecond
 
-// H2SessionSnapshot is an HTTP/2 consumer connection at rest.
-type H2SessionSnapshot struct {
-	Conn  h2.ConnState     `json:"conn"`
-	Drain bool             `json:"drain,omitempty"` // Stormgate's drain: the first GOAWAY went out
-	Final bool             `json:"final,omitempty"` // and the final one
-	Calls []H2CallSnapshot `json:"calls,omitempty"` // calls waiting for a provider stream, oldest first
-}
-
-// H2CallSnapshot is one call waiting for a provider stream.
-type H2CallSnapshot struct {
-	Stream      uint32           `json:"stream"`
-	Age         time.Duration    `json:"age"` // since it arrived (hold.timeout and grpc-timeout count from then)
-	Head        []h2.HeaderField `json:"head"`
-	HeadEnd     bool             `json:"head_end,omitempty"`
-	In          []byte           `json:"in,omitempty"` // request DATA still to send (its connection window went back: waitingConnBack)
-	InEnd       bool             `json:"in_end,omitempty"`
-	InTrail     []h2.HeaderField `json:"in_trail,omitempty"` // from older builds only (trailers were forwarded): read as InEnd
-	Kept        *H2KeptSnapshot  `json:"kept,omitempty"`     // nil: not kept (too large): never sent again
-	Resending   bool             `json:"resending,omitempty"`
-	Resends     int              `json:"resends,omitempty"`
-	NotRunTries int              `json:"not_run_tries,omitempty"`
-	ReqBytes    uint64           `json:"req_bytes,omitempty"`
-}
-
-// H2KeptSnapshot is a call's request kept for sending it again (h2replay.go).
-type H2KeptSnapshot struct {
-	Head     []h2.HeaderField `json:"head"`
-	Body     []byte           `json:"body,omitempty"`
-	Trailers []h2.HeaderField `json:"trailers,omitempty"` // from older builds only: read as Complete
-	Complete bool             `json:"complete,omitempty"`
-}
-
 // The protocols of SessionSnapshot.Proto. Snapshots from before HTTP/2 have none: Dubbo.
 const (
 	snapDubbo   = ""

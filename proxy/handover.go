@@ -17,6 +17,8 @@ import (
 	"github.com/cloudwego/netpoll"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/stormgate/stormgate/proxy/h2snap"
 )
 
 // A handover moves the whole data plane to another process (Stormgate's own
@@ -144,6 +146,14 @@ type SessionSnapshot struct {
 	Sent    int                `json:"sent,omitempty"`
 	Partial time.Duration      `json:"partial,omitempty"` // age of the partial frame, for frame_read_timeout
 }
+
+// The HTTP/2 part of a consumer's snapshot (package h2snap: the protocol writes and reads it, the core
+// carries it).
+type (
+	H2SessionSnapshot = h2snap.Session
+	H2CallSnapshot    = h2snap.Call
+	H2KeptSnapshot    = h2snap.Kept
+)
 
 // PoolSnapshot is one provider address: its connections and its hold queue.
 type PoolSnapshot struct {
