@@ -8,7 +8,7 @@ import (
 )
 
 // TestH2HungProviderNotReady is TestHungProviderNotReady for Triple (docs/design.md §3,
-// proxy/h2hung.go): a `stormbench echo-provider --protocol triple` process under 200 calls/s from 50 h2c
+// proxy/triple/hung.go): a `stormbench echo-provider --protocol triple` process under 200 calls/s from 50 h2c
 // consumers (1 s timeouts, PINGs after 1 s idle, which Stormgate answers itself) is stopped with SIGSTOP
 // for 12 s. /readyz answers 503 within 10 s of the stop, with stormgate_upstream_hung 1 and the hung
 // connections counted under protocol="triple"; after SIGCONT it answers 200 within 10 s, and the load's

@@ -19,7 +19,7 @@ import (
 //
 // answered_by is "stormgate" when Stormgate answered the call itself, and then reason
 // says why (the reason label of stormgate_local_replies_total); "consumer" for an HTTP/2
-// call its consumer ended before the answer did (status CANCELLED: h2calls.go). An
+// call its consumer ended before the answer did (status CANCELLED: proxy/triple/calls.go). An
 // HTTP/2 call's bytes are its DATA payloads each way (gRPC's 5-byte message prefixes
 // included, headers not: they are re-encoded on the way). A call is selected when
 // it failed (access_log.failed), was slow (slow_threshold) or was sampled (sample_rate);

@@ -10,7 +10,7 @@ import (
 // builds it from each protocol's names in turn: the codec's first (wire.CallReader.StatusNames: for
 // Dubbo 2, a name per status byte and UNKNOWN for a byte Dubbo does not define), so that the codec's
 // indexes are the vocabulary's, then HTTP/2's (h2.StatusNames: gRPC's 17 canonical codes, and OTHER
-// for any other number but dubbo-go's business error, which is OK with an exception: h2calls.go). The
+// for any other number but dubbo-go's business error, which is OK with an exception: proxy/triple/calls.go). The
 // protocols share the names they share: OK, and UNKNOWN (Dubbo's for a status byte it does not
 // define, gRPC's code 2; both say "failed, kind unknown"). So a service called over both protocols
 // has one OK series, and its failures are told apart by name; there is no protocol label on the

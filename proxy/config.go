@@ -96,7 +96,7 @@ type Config struct {
 	MaxRequestAge             time.Duration // a request pending this long is answered with an error; > 0
 	// FrameReadTimeout closes a consumer that has sent part of a frame and not the rest
 	// for this long, and resets an HTTP/2 consumer's stream whose window it keeps shut
-	// this long while the answer waits (h2stall.go); 0: never (the idle timeout and
+	// this long while the answer waits (proxy/triple/stall.go); 0: never (the idle timeout and
 	// MaxQueuedBytesPerConn still apply).
 	FrameReadTimeout time.Duration
 	// MaxBufferedBytes bounds, across the process, the bytes kept because a peer is
@@ -120,7 +120,7 @@ type Config struct {
 	HTTP2 HTTP2Config
 }
 
-// HTTP2Config is what Stormgate announces to HTTP/2 peers (h2session.go, h2pool.go).
+// HTTP2Config is what Stormgate announces to HTTP/2 peers (proxy/triple/session.go, proxy/triple/pool.go).
 type HTTP2Config struct {
 	// MaxConcurrentStreams is the streams one consumer may have open at once; the smaller
 	// of it and MaxInflightPerConn is announced. >= 1.

@@ -22,17 +22,14 @@
 //	  providerdrain.go READONLY / closing=true: the provider's drain, no new requests
 //	handover.go   Freeze / Restore: the whole data plane moves to a new process (an upgrade)
 //
-// HTTP/2 (Triple, gRPC; upstream.protocol triple or both, docs/design.md §14):
+// HTTP/2 (Triple, gRPC; upstream.protocol triple or both, docs/design.md §14) is a protocol of its
+// own package, proxy/triple, which the caller passes in (Options.Protocol) as it passes the Dubbo
+// codec (Options.Codec); the core holds it as protocol.go's interfaces and hands it plugin.go's API:
 //
 //	sniff.go      the first bytes of a consumer connection decide its protocol
-//	h2session.go  an HTTP/2 consumer: proxy/h2's Conn in the server role inside the session;
-//	              its streams (h2Call) end exactly once toward it
-//	h2pool.go     the provider's h2c connections: streams mapped onto them, waiting for a
-//	              stream when none can open one, grpc-status 14 when a connection dies
-//	h2calls.go    each call's service, method and gRPC status in the per-method series
-//	              and the access log (methods.go's, one table for both protocols)
-//	h2keepalive.go Stormgate's own PINGs while a call waits on a silent provider connection
-//	h2stall.go    a consumer stream whose window stays shut past limits.frame_read_timeout is reset
+//	protocol.go   what the core calls in a protocol: Protocol, Downstream, Upstream
+//	plugin.go     what a protocol calls in the core: Env, Consumer, Provider, and the
+//	              hold queue's call lane (holdcalls.go), Books, Writer, RunSlot
 //
 // # What runs where
 //
@@ -74,8 +71,8 @@
 //     own q, the goroutine with the writer role owns the batch; see writer.go.
 //   - Every two-way request has exactly one owner at a time: the hold queue (under
 //     HoldQueue.mu) or one pending table (under its upConn.mu); see pending.go.
-//   - HTTP/2: h2Session.mu -> writer.mu; h2Pool.mu -> writer.mu (h2Upstream.w); nothing holds an
-//     h2Session.mu and its h2Pool.mu at once (each side calls the other after unlocking).
+//   - A protocol's locks come before the core's it calls under them: for HTTP/2, h2Pool.mu ->
+//     HoldQueue.mu -> writer.mu, and h2Session.mu -> writer.mu (package proxy/triple's rules).
 //   - Lock order: HoldQueue.mu -> upConn.mu -> writer.mu -> writer.fdMu. Nothing that
 //     holds one of these calls upConn.fail (which re-holds); it is spawned instead.
 //   - A close callback runs before netpoll closes the fd, and closes the writer first,

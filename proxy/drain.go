@@ -29,7 +29,7 @@ func (s *Server) Announce() {
 	s.log.Info("draining: sending READONLY to every consumer; still serving", zap.Int("consumers", s.sessions.len()))
 	s.broadcast(nil, wire.EventReadonly)
 	s.sessions.each(func(ss *session) {
-		if ss.proto.Load() == protoH2 { // READONLY's HTTP/2 form: GOAWAY (h2session.go)
+		if ss.proto.Load() == protoH2 { // READONLY's HTTP/2 form: GOAWAY (proxy/triple/session.go)
 			ss.down.Announce()
 		}
 	})

@@ -108,7 +108,7 @@ func TestDrainFlushesQueuedAnswers(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the answer queued in Stormgate", func() bool {
 		queued := 0
-		f.srv.sessions.each(func(s *session) { queued += s.w.queued() })
+		f.srv.sessions.each(func(s *session) { queued += s.w.Queued() })
 		return f.srv.InFlight() == 0 && queued > 0
 	})
 	drained := make(chan error, 1)

@@ -67,3 +67,14 @@ func LiveDurationProbe(field string) (probe func(*testing.T), noWait string, ok 
 	e, ok := liveDurations[field]
 	return e.probe, e.noWait, ok
 }
+
+// SetTestProtocol passes HTTP/2 (triple.New) in for the tests of this package that serve it
+// (testProtocol): TestMain's, in package proxy_test.
+func SetTestProtocol(f func(Env) Protocol) { testProtocol = f }
+
+// HandoverChild is handoverChild, for TestMain: in TestHandoverAcrossExec's child process it serves and
+// never returns.
+func HandoverChild() { handoverChild() }
+
+// ShippedConfig is testConfig, for TestProxytestConfigIsTestConfig.
+func ShippedConfig(upstream string) Config { return testConfig(upstream) }

@@ -147,6 +147,13 @@ type SessionSnapshot struct {
 	Partial time.Duration      `json:"partial,omitempty"` // age of the partial frame, for frame_read_timeout
 }
 
+// The protocols of SessionSnapshot.Proto. Snapshots from before HTTP/2 have none: Dubbo.
+const (
+	SnapDubbo   = ""
+	SnapUnknown = "unknown" // not decided yet: its first bytes (In) decide, as they would have
+	SnapH2      = "h2"      // HTTP/2: H2
+)
+
 // The HTTP/2 part of a consumer's snapshot (package h2snap: the protocol writes and reads it, the core
 // carries it).
 type (
@@ -260,7 +267,7 @@ var ErrFrozen = errors.New("proxy: already frozen for a handover")
 // the new process with the snapshot, or calls Thaw if it cannot. Freeze the listener
 // (admission) first: a connection handed to ServeFD during a freeze is lost. ctx
 // bounds the wait for the pollers to park. With Triple on, HTTP/2 is quiesced first
-// (h2handover.go): a call on a provider stream that does not end within
+// (proxy/triple/handover.go): a call on a provider stream that does not end within
 // h2QuiesceBudget makes Freeze fail, with everything serving as before.
 func (s *Server) Freeze(ctx context.Context) (*Snapshot, error) {
 	return s.FreezeWith(ctx, FreezeOptions{})
@@ -295,7 +302,7 @@ func (s *Server) FreezeWith(ctx context.Context, opts FreezeOptions) (*Snapshot,
 		sn, err := s.freeze(ctx)
 		// A consumer's frame read between the quiesce and the parking can leave its connection
 		// not at rest (a header block half read): thawed, quiesce again.
-		if errors.Is(err, errH2NotAtRest) && attempt < 3 {
+		if errors.Is(err, ErrNotAtRest) && attempt < 3 {
 			s.log.Info("an HTTP/2 connection moved during the freeze; quiescing again", zap.Error(err))
 			continue
 		}
@@ -416,7 +423,7 @@ func (s *Server) Thaw() {
 }
 
 // quiesce brings the protocol beside Dubbo to rest before a freeze (Protocol.Quiesce: HTTP/2 calls end or
-// wait, h2handover.go); Thaw resumes it. On an error it is resumed already.
+// wait, proxy/triple/handover.go); Thaw resumes it. On an error it is resumed already.
 func (s *Server) quiesce(ctx context.Context, endOpen bool) error {
 	s.handover.quiescing.Store(true)
 	if err := s.plugin.Quiesce(ctx, endOpen); err != nil {
@@ -466,7 +473,7 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 				return
 			}
 		case ss.proto.Load() == protoUnknown:
-			st.Proto, st.In = snapUnknown, append([]byte(nil), stash...)
+			st.Proto, st.In = SnapUnknown, append([]byte(nil), stash...)
 		default:
 			in, skip := ss.rd.exportPartial()
 			st.In, st.Skip = append(in, stash...), skip
@@ -610,11 +617,11 @@ func (s *Server) restore(sn *Snapshot) error {
 		sessions[i] = ss
 		var err error
 		switch st.Proto {
-		case snapDubbo:
+		case SnapDubbo:
 			ss.proto.Store(protoDubbo)
 			ss.rd.skip = st.Skip
-		case snapUnknown: // its first bytes decide, as they would have
-		case snapH2:
+		case SnapUnknown: // its first bytes decide, as they would have
+		case SnapH2:
 			err = ss.restoreProtocol(st, now)
 		default:
 			err = fmt.Errorf("a consumer of protocol %q, which this build does not know", st.Proto)
@@ -808,6 +815,17 @@ func (fr *frameReader) exportPartial() ([]byte, int) {
 		return append([]byte(nil), fr.hdr[:fr.hlen]...), fr.skip
 	}
 	return nil, fr.skip
+}
+
+// RestoreConsumer makes fd (a connected, non-blocking socket) a consumer connection of the Server's
+// one provider pool, restored from st by its protocol (Protocol.Restore) as Start's restore does each
+// consumer of a snapshot, but alone, on a running Server, and with its writer held (what it would write
+// stays queued). It is for tests of a protocol's restore (package proxy/triple); an upgrade uses Restore.
+func (s *Server) RestoreConsumer(fd int, st *SessionSnapshot) error {
+	p := s.poolList()[0]
+	ss := newSession(s, p, nil, fd, netip.AddrPort{})
+	ss.w.held = true
+	return ss.restoreProtocol(st, s.now())
 }
 
 // restoreProtocol rebuilds the protocol state of a consumer of the protocol beside Dubbo's

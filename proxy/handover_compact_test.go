@@ -23,9 +23,9 @@ func compactSample(n int) *Snapshot {
 		case 0: // Dubbo, mid-frame
 			st.In, st.Skip, st.Partial = []byte{0xda, 0xbb}, 3, time.Second
 		case 1: // undecided
-			st.Proto, st.In = snapUnknown, []byte("PRI")
+			st.Proto, st.In = SnapUnknown, []byte("PRI")
 		case 2: // HTTP/2 with a waiting call that is being sent again, and one that is not kept
-			st.Proto = snapH2
+			st.Proto = SnapH2
 			st.H2 = &H2SessionSnapshot{Conn: conn, Drain: true, Final: true, Calls: []H2CallSnapshot{
 				{Stream: 5, Age: time.Millisecond, Head: head, HeadEnd: false, In: []byte("body"), InEnd: true,
 					InTrail: []h2.HeaderField{{Name: "t", Value: "1"}}, Resending: true, Resends: 2, NotRunTries: 1, ReqBytes: 4,

@@ -92,6 +92,13 @@ func (h *HoldQueue) Len() int {
 	return int(h.n[laneSmall].Load() + h.n[laneLarge].Load() + h.n[laneStream].Load())
 }
 
+// Bytes is what every lane holds, as hold.max_bytes counts it.
+func (h *HoldQueue) Bytes() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.bytes
+}
+
 // dubboLen is the number of held Dubbo requests (the lanes the expiry timer looks at).
 func (h *HoldQueue) dubboLen() int { return int(h.n[laneSmall].Load() + h.n[laneLarge].Load()) }
 

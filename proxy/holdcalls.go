@@ -8,7 +8,7 @@ import (
 // callLane is the hold queue's lane for calls that wait for a provider stream (hold.go): HTTP/2's today
 // (Triple, gRPC), the calls no provider connection can open a stream for now (every one is at the
 // provider's SETTINGS_MAX_CONCURRENT_STREAMS, after its GOAWAY, or not up yet), and the calls pausing
-// before they are sent again (h2replay.go). One hold queue per provider serves both protocols: a waiting
+// before they are sent again (proxy/triple/replay.go). One hold queue per provider serves both protocols: a waiting
 // call counts once in hold.max_requests and by its bytes in hold.max_bytes beside Dubbo's held requests,
 // in stormgate_held_requests and in stormgate_hold_outcomes_total; while no connection of the protocol
 // takes new streams (none is up, or every one is hung), its consumer's waiting bytes are bounded by
@@ -120,7 +120,7 @@ func (h *HoldQueue) GrowCall(c Waiting, n int, cfg *Config, away bool) (ReplyRea
 }
 
 // ReholdCall puts back a call of acct that was accepted already, whatever the bounds (as rehold does
-// for Dubbo): a call sent again (h2replay.go), paused first when pause, or one a handover restored.
+// for Dubbo): a call sent again (proxy/triple/replay.go), paused first when pause, or one a handover restored.
 func (h *HoldQueue) ReholdCall(c Waiting, acct *WaitAccount, size int, pause bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

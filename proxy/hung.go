@@ -72,7 +72,7 @@ const (
 	HangHung              // the probe unanswered for half the timeout, silent for all of it
 )
 
-// HangRule is the table above over a connection's clock, for either protocol (h2hung.go): lastRead is when
+// HangRule is the table above over a connection's clock, for either protocol (proxy/triple/hung.go): lastRead is when
 // the provider last sent anything on it, *probeAt when the outstanding probe went out (0: none; cleared
 // here once the provider was heard since), t keepalive.upstream_hung_timeout.
 func HangRule(now, lastRead int64, probeAt *int64, t int64) HangVerdict {

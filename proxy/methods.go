@@ -17,7 +17,7 @@ import (
 //	|--------------------------------------|-------------------------------|---------------------------
 //	| the provider (upConn.route, answer)  | the provider connection's own | its netpoll handler
 //	| Stormgate (refuse, replyError)       | the server's local shard      | any goroutine (error paths)
-//	| anyone, an HTTP/2 call (h2calls.go)  | its h2 pool's (h2Pool.calls)  | the pool's goroutines
+//	| anyone, an HTTP/2 call (proxy/triple/calls.go)  | its h2 pool's (h2Pool.calls)  | the pool's goroutines
 //
 // so a forwarded Dubbo request's counts touch no cache line that another core writes, as
 // counters.go explains for the unlabelled counts. (An HTTP/2 call's frames already take

@@ -100,6 +100,9 @@ const (
 	nHoldOutcomes
 )
 
+// String is o's outcome label (stormgate_hold_outcomes_total{outcome}).
+func (o HoldOutcome) String() string { return holdOutcomeNames[o] }
+
 var holdOutcomeNames = [nHoldOutcomes]string{
 	HoldSent:          "sent",
 	HoldExpired:       "expired",

@@ -127,6 +127,9 @@ const (
 	nNotRunOutcomes
 )
 
+// String is o's outcome label (stormgate_not_executed_total{outcome}).
+func (o NotRunOutcome) String() string { return notRunOutcomeNames[o] }
+
 var notRunOutcomeNames = [nNotRunOutcomes]string{
 	NotRunReheld:        "reheld",
 	NotRunPassedOn:      "passed_on",

@@ -76,6 +76,13 @@ func (c Consumer) CloseWith(reason CloseReason) { c.s.closeWith(reason) }
 // close(2) with unread input in the receive queue sends RST, which discards what the kernel had not sent.
 func (c Consumer) Linger(reason CloseReason, d time.Duration) { c.s.lingerClose(reason, d) }
 
+// Lingering reports whether Linger was called and its bound is armed (the close waits for the consumer,
+// or the bound).
+func (c Consumer) Lingering() bool {
+	l := c.s.linger.Load()
+	return l != nil && l.timer.Scheduled()
+}
+
 // Touch tells the idle timer that the consumer was heard from at now.
 func (c Consumer) Touch(now int64) { c.s.idle.Touch(now) }
 

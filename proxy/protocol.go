@@ -2,12 +2,13 @@ package proxy
 
 import (
 	"context"
+	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The core→protocol half of the plug-in API (design §14.6, step 5b): what the core calls in a protocol
-// beside Dubbo's. plugin.go is the other half, what a protocol calls in the core. HTTP/2 (h2protocol.go)
+// beside Dubbo's. plugin.go is the other half, what a protocol calls in the core. HTTP/2 (proxy/triple/protocol.go)
 // is the one implementation; the core holds it as these interfaces and nothing else:
 //
 //	| the core's                    | holds                 | calls it at
@@ -92,3 +93,26 @@ type Upstream interface {
 	// Close ends every connection and call, and returns once its goroutines have.
 	Close()
 }
+
+// ErrNotAtRest is what Downstream.Snapshot's error wraps when its connection moved after the quiesce
+// found everything at rest (a frame read just before the pollers parked): Freeze thaws and quiesces
+// again.
+var ErrNotAtRest = errors.New("an HTTP/2 connection is not at rest")
+
+// noProtocol is the Server's Protocol when Options.Protocol is nil: it claims no consumer, and New has
+// refused a Config that would make it an Upstream (upstream.protocol: triple or both).
+type noProtocol struct{}
+
+func (noProtocol) Collectors() []prometheus.Collector { return nil }
+func (noProtocol) StatusNames() []string              { return nil }
+func (noProtocol) NotRunReasons() []string            { return nil }
+func (noProtocol) Claims(byte) bool                   { return false }
+func (noProtocol) NewUpstream(Provider) Upstream      { panic("proxy: no protocol beside Dubbo's") }
+func (noProtocol) NewDownstream(Consumer, Upstream) Downstream {
+	panic("proxy: no protocol beside Dubbo's")
+}
+func (noProtocol) Restore(Consumer, Upstream, *SessionSnapshot, int64) (Downstream, error) {
+	return nil, errors.New("proxy: the snapshot has an HTTP/2 consumer and this Server no protocol for it (Options.Protocol)")
+}
+func (noProtocol) Quiesce(context.Context, bool) error { return nil }
+func (noProtocol) Resume()                             {}

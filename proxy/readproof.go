@@ -12,7 +12,7 @@ import (
 // end of the connection when the socket is destroyed, with how much of Stormgate's stream its application
 // had read (R). Every call none of whose bytes lie before R (its head was queued at or after R:
 // h2Call.upOff) never reached the provider's application, so it was never processed, whatever its
-// stream's state: it is sent again (h2replay.go, outcome reheld_unseen). A call with a single byte before R
+// stream's state: it is sent again (proxy/triple/replay.go, outcome reheld_unseen). A call with a single byte before R
 // is not: the provider may have started it.
 //
 //	| at the connection's end                          | calls sent again

@@ -60,7 +60,7 @@ func (s *Server) rearm(old, cfg *Config, pools []*pool) {
 	}
 	if cfg.DownstreamIdleTimeout != old.DownstreamIdleTimeout || cfg.FrameReadTimeout != old.FrameReadTimeout {
 		// onTimer computes what is due from the new values and re-arms itself; so does an HTTP/2
-		// consumer's stall check (h2stall.go), which does nothing when no stream waits.
+		// consumer's stall check (proxy/triple/stall.go), which does nothing when no stream waits.
 		s.sessions.each(func(ss *session) {
 			s.wheel.Schedule(&ss.timer, 0)
 			if ss.proto.Load() == protoH2 { // ss.down is set before proto

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -25,15 +24,9 @@ var liveDurations = map[string]struct {
 }{
 	"DownstreamIdleTimeout": {probe: probeIdleTimeout},
 	"FrameReadTimeout":      {probe: probeFrameReadTimeout},
-	"UpstreamInterval": {probe: func(t *testing.T) {
-		t.Run("dubbo", probeUpstreamInterval)
-		t.Run("triple", probeH2UpstreamInterval)
-	}},
-	"WriteTimeout": {probe: func(t *testing.T) {
-		t.Run("dubbo", probeWriteTimeout)
-		t.Run("triple", probeH2WriteTimeout)
-	}},
-	"BackoffBase": {probe: func(t *testing.T) { probeBackoff(t, func(c *Config) { c.BackoffBase = 50 * time.Millisecond }) }},
+	"UpstreamInterval":      {probe: probeUpstreamInterval},
+	"WriteTimeout":          {probe: probeWriteTimeout},
+	"BackoffBase":           {probe: func(t *testing.T) { probeBackoff(t, func(c *Config) { c.BackoffBase = 50 * time.Millisecond }) }},
 	"BackoffMax": {probe: func(t *testing.T) {
 		lower := func(c *Config) { c.BackoffBase, c.BackoffMax = 50*time.Millisecond, 50*time.Millisecond }
 		t.Run("reconnect", func(t *testing.T) { probeBackoff(t, lower) })
@@ -176,34 +169,10 @@ func probePause(t *testing.T, lower func(*Config)) {
 	f.stepUntil(time.Second, 50*time.Millisecond, "the pause over", func() bool { _, paused := p.paused(); return !paused })
 }
 
-// probeHolds probes a held Dubbo request and a held HTTP/2 call: both wait in the hold queue.
+// probeHolds probes a held Dubbo request (package proxy/triple probes a held HTTP/2 call:
+// TestLiveDurationsRearmTriple).
 func probeHolds(t *testing.T, timeout time.Duration, lower func(*Config)) {
-	t.Run("dubbo", func(t *testing.T) { probeHold(t, timeout, lower) })
-	t.Run("triple", func(t *testing.T) { probeH2Hold(t, timeout, lower) })
-}
-
-// probeH2Hold is probeHold for an HTTP/2 call carrying grpc-timeout of timeout (0: none), waiting
-// for a provider stream while the provider is away.
-func probeH2Hold(t *testing.T, timeout time.Duration, lower func(*Config)) {
-	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
-	srv, addr := startH2Server(t, awayAddr(t), ProtoTriple, Options{Clock: clk}, func(c *Config) {
-		c.HoldTimeout, c.HoldMaxTimeout, c.MaxRequestAge = time.Hour, time.Hour, 2*time.Hour
-		c.BackoffBase, c.BackoffMax = time.Hour, time.Hour
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var hdr []string
-	if timeout > 0 {
-		hdr = []string{"grpc-timeout", fmt.Sprintf("%dm", timeout.Milliseconds())}
-	}
-	res := make(chan h2Outcome, 1)
-	go func() { res <- unaryH2(ctx, h2cTransport(addr), []byte("held"), hdr...) }()
-	waitFor(t, 10*time.Second, "the call held", func() bool { return value(srv.m.held) == 1 })
-	updateLive(t, srv, lower)
-	stepClockUntil(t, clk, srv, 3*time.Second, 100*time.Millisecond, "the held call answered", func() bool { return value(srv.m.held) == 0 })
-	if o := <-res; o.ok || o.cancelled {
-		t.Fatalf("held call: %+v; want Stormgate's error answer", o)
-	}
+	probeHold(t, timeout, lower)
 }
 
 // probeHold holds a request carrying a consumer timeout of timeout (0: none) while

@@ -84,7 +84,7 @@ func (uc *upConn) enqueueLocked(r request, frame []byte, oneWay bool) bool {
 	cfg := srv.cfg.Load()
 	// upstream.max_queued_bytes bounds all that waits in Stormgate for this connection:
 	// here and in the writer (an empty connection always takes one frame).
-	if waiting := uc.sendq.weight() + uc.w.queued(); waiting > 0 && waiting+len(frame) > cfg.MaxQueuedBytesPerUpstream ||
+	if waiting := uc.sendq.weight() + uc.w.Queued(); waiting > 0 && waiting+len(frame) > cfg.MaxQueuedBytesPerUpstream ||
 		!srv.budget.TryReserve(len(frame)) {
 		uc.mu.Unlock()
 		return false
@@ -276,7 +276,7 @@ func (uc *upConn) queuedBytes() int {
 	uc.mu.Lock()
 	n := uc.sendq.weight()
 	uc.mu.Unlock()
-	return n + uc.w.queued()
+	return n + uc.w.Queued()
 }
 
 // queuedRequests is the number of requests waiting in the send queue.

@@ -34,6 +34,10 @@ type Options struct {
 	// AccessLogger writes the access log (accesslog.go) at info level whatever the
 	// main log level; nil: Logger.Named("access").
 	AccessLogger *zap.Logger
+	// Protocol makes the protocol beside Dubbo's from the Server's Env, once, in New:
+	// for HTTP/2 (Triple, gRPC), triple.New (package proxy/triple). nil: Dubbo only,
+	// and New refuses a Config whose upstream.protocol names Triple.
+	Protocol func(Env) Protocol
 }
 
 // ErrServerClosed is returned by Start after Close.
@@ -47,7 +51,7 @@ type Server struct {
 	opts   Options
 	log    *zap.Logger
 	m      *metrics
-	plugin Protocol // the protocol beside Dubbo's: HTTP/2 (h2protocol.go)
+	plugin Protocol // the protocol beside Dubbo's (Options.Protocol); noProtocol without one
 	codec  wire.Codec
 	// statuses is the status label's vocabulary: the codec's names, then gRPC's (callstatus.go).
 	statuses statusVocab
@@ -101,6 +105,10 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if opts.Codec == nil {
 		return nil, errors.New("proxy: Options.Codec is nil: pass the Dubbo 2 codec, dubbo.Codec{} (package proxy/dubbo)")
 	}
+	if opts.Protocol == nil && cfg.Protocols.Triple() {
+		return nil, errors.New("proxy: upstream.protocol names Triple and Options.Protocol is nil: " +
+			"pass the HTTP/2 protocol, triple.New (package proxy/triple)")
+	}
 	clock := opts.Clock
 	if clock == nil {
 		clock = systemClock{}
@@ -115,7 +123,10 @@ func New(cfg Config, opts Options) (*Server, error) {
 		wheel:     keepalive.NewWheel(10*time.Millisecond, 4096, opts.Clock), // nil: the system clock, and an idle wheel sleeps
 		drainIdle: make(chan struct{}, 1),
 	}
-	s.plugin = newH2Protocol(Env{s})
+	s.plugin = noProtocol{}
+	if opts.Protocol != nil {
+		s.plugin = opts.Protocol(Env{s})
+	}
 	statuses, err := newStatusVocab(opts.Codec.StatusNames(), s.plugin.StatusNames())
 	if err != nil {
 		return nil, err

@@ -24,7 +24,7 @@ import (
 //	|             |                                | consumer that left before its handlers were set
 //	| onRequest   | netpoll, one at a time         | cuts frames without waiting for bytes that have not arrived;
 //	|             |                                | answers heartbeats; forwards requests to the pool (an HTTP/2
-//	|             |                                | consumer's bytes go to sniff.go and h2session.go instead)
+//	|             |                                | consumer's bytes go to sniff.go and proxy/triple/session.go instead)
 //	| write       | any goroutine                  | through the session's writer: never blocks the caller
 //	| onTimer     | keepalive wheel goroutine      | idle timeout; a frame left unfinished for frame_read_timeout
 //	| closeWith   | anyone, the first caller wins  | records the reason, shuts the socket down (writer.close)
@@ -199,7 +199,7 @@ func (s *session) write(b []byte) {
 	case err == nil, errors.Is(err, errWriterClosed):
 	case errors.Is(err, errQueueFull), errors.Is(err, errOverBudget):
 		s.srv.log.Warn("closing consumer that does not read its responses",
-			zap.Stringer("peer", s.remote), zap.Int("queued_bytes", s.w.queued()), zap.Error(err))
+			zap.Stringer("peer", s.remote), zap.Int("queued_bytes", s.w.Queued()), zap.Error(err))
 		s.closeWith(CloseSlowReader)
 	default:
 		s.closeWith(ClosePeer)

@@ -31,7 +31,7 @@ func protoIndex(p Protocols) uint32 {
 //
 //	| first bytes                        | provider speaks      | the connection
 //	|------------------------------------|----------------------|------------------------------------------
-//	| the HTTP/2 client preface          | Triple               | an HTTP/2 session (h2session.go)
+//	| the HTTP/2 client preface          | Triple               | an HTTP/2 session (proxy/triple/session.go)
 //	| a prefix of it ("P", "PRI * ...")  | Triple               | waits for more (copied aside, ≤ 24 bytes)
 //	| the Dubbo magic 0xda               | not Dubbo            | closed: protocol_not_served, logged
 //	| anything else                      | —                    | the Dubbo path, as before: bad magic, the

@@ -60,9 +60,9 @@ func TestWarmupRampsLinearly(t *testing.T) {
 // ManualClock, so the ramp's allowance is exact: its burst (one call) at once, then about 5 % of the
 // target rate (100 calls/s) growing to all of it over the second.
 func TestH2WarmupPacesCalls(t *testing.T) {
-	prov := startGRPCProvider(t)
+	prov := startGRPCEcho(t, "127.0.0.1:0")
 	clk := keepalive.NewManualClock(time.Unix(1_700_000_000, 0))
-	srv, addr := newH2ServerWith(t, prov.Addr().String(), ProtoTriple, Options{Clock: clk}, func(c *Config) {
+	srv, addr := newH2ServerWith(t, prov.addr, ProtoTriple, Options{Clock: clk}, func(c *Config) {
 		c.Warmup = time.Second
 		c.HoldTimeout = time.Minute // the clock moves 1 s at most: no call expires
 	})
@@ -85,19 +85,13 @@ func TestH2WarmupPacesCalls(t *testing.T) {
 			done.Add(1)
 		})
 	}
-	hp := h2PoolOf(p)
-	waiting := func() int {
-		hp.mu.Lock()
-		defer hp.mu.Unlock()
-		return p.hold.CallsWaiting()
-	}
 	waitFor(t, 20*time.Second, "one call sent (the ramp's burst) and nine waiting", func() bool {
-		return hp.opened.Load() == 1 && waiting() == calls-1
+		return p.up.Opened() == 1 && p.hold.CallsWaiting() == calls-1
 	})
 	for range 20 { // 100 ms on the clock: at 5-10 % of 100 calls/s, about one more call
 		clk.Add(5 * time.Millisecond)
 	}
-	if n := hp.opened.Load(); n > 3 {
+	if n := p.up.Opened(); n > 3 {
 		t.Errorf("%d calls sent within 100 ms of the ramp's start; want at most 3 (the burst and about 5-10 %% of 100 calls/s)", n)
 	}
 	stepClockUntil(t, clk, srv, 2*time.Second, 5*time.Millisecond, "every call answered", func() bool { return done.Load() == calls })
@@ -114,8 +108,8 @@ func TestH2WarmupPacesCalls(t *testing.T) {
 // had none, whatever the protocol: here a Triple-only provider restarted. Before, only a Dubbo
 // connection started it.
 func TestWarmupAfterTripleOutage(t *testing.T) {
-	prov := startGRPCProvider(t)
-	addr := prov.Addr().String()
+	prov := startGRPCEcho(t, "127.0.0.1:0")
+	addr := prov.addr
 	srv, _ := newH2Server(t, addr, ProtoTriple, func(c *Config) { c.Warmup = time.Hour })
 	p := srv.poolList()[0]
 	if p.warming() {
@@ -123,6 +117,6 @@ func TestWarmupAfterTripleOutage(t *testing.T) {
 	}
 	prov.srv.Stop()
 	waitFor(t, 10*time.Second, "no usable provider connection", func() bool { ready, _, _ := p.connStates(); return ready == 0 })
-	startGRPCProviderAt(t, addr)
+	startGRPCEcho(t, addr)
 	waitFor(t, 20*time.Second, "the warm-up ramp started by the new Triple connection", p.warming)
 }

@@ -590,11 +590,21 @@ func (w *Writer) StreamOffset() uint64 {
 	return w.appended
 }
 
-// queued is the number of bytes sent but not yet handed to the kernel.
-func (w *Writer) queued() int {
+// Queued is the number of bytes sent but not yet handed to the kernel.
+func (w *Writer) Queued() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return int(w.appended - w.written.Load())
+}
+
+// Written is the stream offset the kernel has taken: every byte before it was handed to write(2).
+func (w *Writer) Written() uint64 { return w.written.Load() }
+
+// Closed reports whether the writer was closed (its connection is being torn down).
+func (w *Writer) Closed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
 }
 
 // StalledFor is how long the writer has been stalled without the kernel taking a

@@ -93,7 +93,7 @@ func (wp *writerPair) waitDrained(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("writer never drained: %d bytes queued", wp.w.queued())
+			t.Fatalf("writer never drained: %d bytes queued", wp.w.Queued())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -190,7 +190,7 @@ func shortWriteCase(t *testing.T, frames [][]byte, want []byte, batched bool, cu
 		t.Fatalf("peer got a different stream:\n got % x\nwant % x", got, want)
 	}
 	wp.waitDrained(t)
-	if q := wp.w.queued(); q != 0 {
+	if q := wp.w.Queued(); q != 0 {
 		t.Fatalf("queued %d after drain", q)
 	}
 	if u := wp.w.env.budget.InUse(); u != 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/dubbo"
+	"github.com/stormgate/stormgate/proxy/triple"
 	"github.com/stormgate/stormgate/settings"
 )
 
@@ -134,7 +135,7 @@ func runDemo(ctx context.Context, out io.Writer, f demoFlags) error {
 		hbAnswered = func(proxy.Stats) uint64 { return uint64(gatheredCounter(reg, "stormgate_http2_pings_answered_total")) }
 	}
 	srv, err := proxy.New(pcfg,
-		proxy.Options{Codec: dubbo.Codec{}, Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: adm.ConnClosed})
+		proxy.Options{Codec: dubbo.Codec{}, Protocol: triple.New, Logger: log.Named("proxy"), Registerer: reg, OnConnClosed: adm.ConnClosed})
 	if err != nil {
 		return err
 	}

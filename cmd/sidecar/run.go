@@ -23,6 +23,7 @@ import (
 	"github.com/stormgate/stormgate/inject/appprobe"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/dubbo"
+	"github.com/stormgate/stormgate/proxy/triple"
 	"github.com/stormgate/stormgate/settings"
 	sg "github.com/stormgate/stormgate/settings/stormgatev1"
 	"github.com/stormgate/stormgate/xds"
@@ -188,7 +189,7 @@ func (s *sidecar) build(active *sg.Settings) error {
 		return err
 	}
 	p.admNow.Store(p.adm)
-	opts := proxy.Options{Codec: dubbo.Codec{}, Logger: log.Named("proxy"), AccessLogger: accessLog.Named("access"), Registerer: reg,
+	opts := proxy.Options{Codec: dubbo.Codec{}, Protocol: triple.New, Logger: log.Named("proxy"), AccessLogger: accessLog.Named("access"), Registerer: reg,
 		OnConnClosed: func() { p.admNow.Load().ConnClosed() }}
 	if p.srv, err = o.proxy(settings.ProxyConfig(active), opts); err != nil {
 		return err
