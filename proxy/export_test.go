@@ -2,21 +2,7 @@ package proxy
 
 import (
 	"testing"
-	"time"
 )
-
-// Test helpers of this package, for the tests in package proxy_test (integrity_test.go),
-// so that both packages accept connections and wait the same way.
-
-// ServeLoopback listens on 127.0.0.1 and hands every accepted connection to srv as a
-// non-blocking fd, as admission does; it returns the address (listenRaw).
-func ServeLoopback(t testing.TB, srv *Server) string { return listenRaw(t, srv).addr }
-
-// WaitFor polls cond until it holds, failing t after d (waitFor).
-func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	waitFor(t, d, what, cond)
-}
 
 // upstreamPending is the number of answers owed on every provider connection
 // (requests and Stormgate's own heartbeats).

@@ -64,7 +64,7 @@ func TestHeldForAFullQueueLeaveWhenItDrains(t *testing.T) {
 			}()
 		}
 	}
-	WaitFor(t, 30*time.Second, "requests held for a full queue", func() bool { return f.srv.Stats().Held > 0 })
+	waitFor(t, 30*time.Second, "requests held for a full queue", func() bool { return f.srv.Stats().Held > 0 })
 	close(gate) // the provider reads again; no request arrives from now on
 	wg.Wait()
 	close(errs)

@@ -32,6 +32,7 @@ import (
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/dubbo"
+	"github.com/stormgate/stormgate/proxy/proxytest"
 	"github.com/stormgate/stormgate/settings"
 )
 
@@ -124,8 +125,8 @@ func runIntegrity(t *testing.T, m int, seed uint64, ld integrityLoad) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	addr := proxy.ServeLoopback(t, srv)
-	proxy.WaitFor(t, 10*time.Second, "the upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(m) })
+	addr := proxytest.ServeLoopback(t, srv)
+	proxytest.WaitFor(t, 10*time.Second, "the upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(m) })
 
 	start := time.Now()
 	stopAt := start.Add(ld.load)

@@ -15,6 +15,7 @@ import (
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/dubbo"
+	"github.com/stormgate/stormgate/proxy/proxytest"
 	"github.com/stormgate/stormgate/settings"
 )
 
@@ -210,7 +211,7 @@ func startIsolationProxy(t *testing.T, cfg proxy.Config, reg prometheus.Register
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	addr := proxy.ServeLoopback(t, srv)
-	proxy.WaitFor(t, 10*time.Second, "upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(cfg.UpstreamConns) })
+	addr := proxytest.ServeLoopback(t, srv)
+	proxytest.WaitFor(t, 10*time.Second, "upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(cfg.UpstreamConns) })
 	return srv, addr
 }
