@@ -6,7 +6,7 @@ import (
 )
 
 // Per-method metrics and the access log for HTTP/2 calls (Triple, gRPC): the same series, the same
-// table and the same access log as Dubbo 2's (methods.go), read from the call's headers.
+// table and the same access log as Dubbo 2's (proxy/methods.go), read from the call's headers.
 //
 //	| what                | read from                                 | when
 //	|---------------------|-------------------------------------------|-------------------------------------

@@ -18,7 +18,7 @@ import (
 
 // TestH2PartialFramesCharged: the bytes of a frame a consumer has begun and not finished wait in its
 // session (h2Session.in), up to one frame each; they count against limits.max_buffered_bytes as a Dubbo
-// frame being reassembled does (framereader.go), and are given back when the frame completes or the
+// frame being reassembled does (proxy/framereader.go), and are given back when the frame completes or the
 // connection ends. Before, 16 consumers each trickling most of a 16,000-byte frame held 128 KiB that
 // the budget did not see.
 func TestH2PartialFramesCharged(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"github.com/stormgate/stormgate/proxy/h2"
 )
 
-// At most once for HTTP/2 calls (deadline.go's rule, with gRPC's header): a Triple or gRPC consumer says
+// At most once for HTTP/2 calls (proxy/deadline.go's rule, with gRPC's header): a Triple or gRPC consumer says
 // how long it waits in grpc-timeout (dubbo-go, Java Triple and grpc-go send it with every call that has a
 // deadline), so a call that has to wait for a provider stream, or waits again after a refusal
 // (replay.go), is never handed to the provider after
@@ -43,7 +43,7 @@ func h2HoldUntil(c *h2Call, cfg *proxy.Config) int64 {
 }
 
 // rearm works out the end of every call in the hold queue again from its arrival under cfg (a live
-// change of hold.timeout, hold.max_timeout or hold.deadline_margin, rearm.go) and re-arms its timer.
+// change of hold.timeout, hold.max_timeout or hold.deadline_margin, proxy/rearm.go) and re-arms its timer.
 func (hp *h2Pool) rearm(cfg *proxy.Config) {
 	env := hp.env
 	now := env.Now()

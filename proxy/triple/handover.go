@@ -14,7 +14,7 @@ import (
 )
 
 // Handing HTTP/2 over in an upgrade (issue 27 item 5; docs/design.md §14.12): quiesce, then hand over
-// connections at rest. A Dubbo connection crosses with everything in flight (handover.go); an HTTP/2
+// connections at rest. A Dubbo connection crosses with everything in flight (proxy/handover.go); an HTTP/2
 // connection in the middle of streams would need its whole state machine to cross, and a mistake there
 // corrupts a stream. So before the freeze Stormgate stops starting calls on provider streams and waits,
 // within h2QuiesceBudget, until no call is on one: then every HTTP/2 consumer connection is at rest, and

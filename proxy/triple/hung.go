@@ -7,7 +7,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// A hung HTTP/2 provider is not hidden either (hung.go has the rule and its reasons). Stormgate answers
+// A hung HTTP/2 provider is not hidden either (proxy/hung.go has the rule and its reasons). Stormgate answers
 // its consumers' PINGs itself, so a Triple or gRPC provider that stops without dying would look alive to
 // everyone. Per HTTP/2 provider connection, on the pool's sweep (every second while a call is on a
 // provider stream), with keepalive.upstream_hung_timeout as for Dubbo:

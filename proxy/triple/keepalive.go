@@ -102,7 +102,7 @@ func (u *h2Upstream) onStallTimer() {
 
 // rearmBeats applies a live change of keepalive.upstream_interval (each connection's next beat) or
 // upstream.write_timeout (a stalled writer's timer, which works out the rest) to the pool's connections
-// (rearm.go).
+// (proxy/rearm.go).
 func (hp *h2Pool) rearmBeats(old, cfg *proxy.Config) {
 	env := hp.env
 	hp.mu.Lock()

@@ -25,7 +25,7 @@ import (
 // dynamic table, and its DATA goes within the provider's windows; the answer comes back the same way.
 // A request no connection can take now (none is up yet, or every one is at the provider's
 // SETTINGS_MAX_CONCURRENT_STREAMS or after its GOAWAY) waits in the pool's hold queue, the one Dubbo's
-// held requests wait in (its HTTP/2 lane, holdcalls.go: hold.max_requests and hold.max_bytes count both
+// held requests wait in (its HTTP/2 lane, proxy/holdcalls.go: hold.max_requests and hold.max_bytes count both
 // protocols), up to hold.timeout, then gets UNAVAILABLE; freed streams go to the waiting consumers in
 // turn, each one's calls oldest first.
 //
@@ -43,8 +43,8 @@ import (
 //	| connection error, shutdown)            |                          | grpc-status 14 and a message
 //
 // Locks: mu guards every h2Upstream's h2.Conn and calls, and the provider-side fields of every h2Call of
-// the pool; the hold queue's mu is taken inside it (holdcalls.go). Nothing holds mu and a session's lock at
-// once (see session.go). Each connection writes through a writer (writer.go), as a Dubbo provider connection
+// the pool; the hold queue's mu is taken inside it (proxy/holdcalls.go). Nothing holds mu and a session's lock at
+// once (see session.go). Each connection writes through a writer (proxy/writer.go), as a Dubbo provider connection
 // does: frames are taken under mu in the order the Conn produced them (takeCopy), so its output stays in
 // order, and the goroutine that claimed the writer role writes them after mu is released (unlock), so no
 // write(2) happens under the pool's lock and no goroutine is woken to write. The goroutines are the
@@ -100,7 +100,7 @@ func (hp *h2Pool) onRetry() {
 }
 
 // warmAllowLocked reports whether one more call may take a provider stream now: always, but during a
-// warm-up ramp (warmup.go), which holds the rest back and tries again in WarmRetry.
+// warm-up ramp (proxy/warmup.go), which holds the rest back and tries again in WarmRetry.
 func (hp *h2Pool) warmAllowLocked() bool {
 	if hp.prov.WarmAllow() {
 		return true
@@ -216,7 +216,7 @@ func (hp *h2Pool) readyConns() int {
 // h2CallSize is what a call waiting with head and in counts in hold.max_bytes.
 func h2CallSize(head []h2.HeaderField, in []byte) int { return h2.ListSize(head) + len(in) }
 
-// h2SlotKind is an HTTP/2 slot for RunSlot (slot.go).
+// h2SlotKind is an HTTP/2 slot for RunSlot (proxy/slot.go).
 type h2SlotKind struct {
 	hp  *h2Pool
 	sl  *h2Slot
@@ -312,7 +312,7 @@ type h2Upstream struct {
 
 	// Under hp.mu.
 	conn  *h2.Conn
-	calls proxy.Books[uint32, *h2Call] // by upstream stream id: the connection's pending books (books.go)
+	calls proxy.Books[uint32, *h2Call] // by upstream stream id: the connection's pending books (proxy/books.go)
 	ready bool                         // the provider's first SETTINGS arrived
 	away  bool                         // the provider's GOAWAY: no new streams, closed when the last one ends
 	// goneAway is closed at the provider's first GOAWAY (awaySeen): the slot dials a new connection meanwhile.
@@ -322,7 +322,7 @@ type h2Upstream struct {
 	endErr   error
 	dead     bool
 	readyAt  int64           // when the provider's first SETTINGS came (the not-executed window starts)
-	proof    proxy.ReadProof // what the provider read, at the end (readproof.go)
+	proof    proxy.ReadProof // what the provider read, at the end (proxy/readproof.go)
 	scratch  []byte
 	// Liveness (keepalive.go), under hp.mu but lastRead.
 	beat       keepalive.Timer
@@ -392,7 +392,7 @@ func (u *h2Upstream) shut() {
 	_ = u.nc.Close()
 }
 
-// The writer's owner (writer.go). A failed write is not acted on: the reader sees the broken connection
+// The writer's owner (proxy/writer.go). A failed write is not acted on: the reader sees the broken connection
 // too, after reading what the provider sent before it broke (closing the socket at the write's failure lost
 // a provider's last answers, TestH2ResendAboveGoAway).
 func (u *h2Upstream) WriteFailed(err error) { u.WriterIdle() }
@@ -606,7 +606,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 }
 
 // die ends every call still on a connection that is gone: sent again if none of its bytes reached the
-// kernel, or the provider's application provably read none of them (replay.go, readproof.go), else
+// kernel, or the provider's application provably read none of them (replay.go, proxy/readproof.go), else
 // ended with msg. The writer has stopped.
 func (u *h2Upstream) die(msg string, shutdown bool) {
 	hp := u.hp

@@ -10,7 +10,7 @@ import (
 	"github.com/stormgate/stormgate/proxy/h2"
 )
 
-// h2Protocol is HTTP/2 (Triple, gRPC) as the core's Protocol (protocol.go): its metrics, and the sets of
+// h2Protocol is HTTP/2 (Triple, gRPC) as the core's Protocol (proxy/protocol.go): its metrics, and the sets of
 // its consumer connections and pools that its server-wide work (an upgrade's quiesce, handover.go)
 // walks, so that the core never walks HTTP/2's state.
 type h2Protocol struct {

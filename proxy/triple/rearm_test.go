@@ -10,7 +10,7 @@ import (
 	"github.com/stormgate/stormgate/proxy"
 )
 
-// tripleLiveDurations is proxy's live rule (rearm.go; its table, liveDurations in rearm_test.go) for the
+// tripleLiveDurations is proxy's live rule (proxy/rearm.go; its table, liveDurations in its rearm_test.go) for the
 // waits HTTP/2 adds: for each duration of Config that bounds one, a probe that starts the wait with an
 // hour, lowers the duration with Update and checks that the wait ends by the new value on the manual
 // clock. proxy's table probes Dubbo's waits on the same settings, and requires an entry for every live

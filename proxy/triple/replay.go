@@ -12,7 +12,7 @@ import (
 
 // Sending an HTTP/2 call again (issue 27): a unary call whose provider stream ended in a way that
 // proves the provider never processed it goes back to the waiting list and is sent again on a fresh
-// stream, as Dubbo's re-holds do (hold.go, notrun.go). Only these prove it:
+// stream, as Dubbo's re-holds do (proxy/hold.go, proxy/notrun.go). Only these prove it:
 //
 //	| what happened to the provider stream             | rule                        | outcome label      | pause
 //	|--------------------------------------------------|-----------------------------|--------------------|-------------------

@@ -616,7 +616,7 @@ func TestH2DeadlineWhileWaiting(t *testing.T) {
 }
 
 // TestH2ResendUnread: a call Stormgate wrote to the provider's socket that the provider's application never
-// read (its kernel says so when the socket is destroyed: peerdiag.go) is sent again on the next connection;
+// read (its kernel says so when the socket is destroyed: proxy/peerdiag.go) is sent again on the next connection;
 // one the application had read is not, and gets grpc-status 14 (it may have run), also when the provider
 // then aborts with SO_LINGER 0: that socket is announced with zeroed counters ("read 0 bytes") and peer
 // port, which prove nothing (they match no registration here; providerRead also refuses counters below what

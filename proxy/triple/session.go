@@ -13,7 +13,7 @@ import (
 )
 
 // h2Session is the HTTP/2 side of a consumer connection (Triple, gRPC): Stormgate is the HTTP/2 server
-// its consumer talks to. The session (session.go) keeps what every consumer connection has (the
+// its consumer talks to. The session (proxy/session.go) keeps what every consumer connection has (the
 // writer, the idle timer, the close path, the in-flight count Drain waits for); this keeps the HTTP/2
 // state: an h2.Conn in the server role, and the consumer's streams (h2Call) while they are open here.
 //
@@ -47,7 +47,7 @@ type h2Session struct {
 
 	mu     sync.Mutex
 	conn   *h2.Conn                     // nil until the client preface arrived
-	calls  proxy.Books[uint32, *h2Call] // by the consumer's stream id (books.go)
+	calls  proxy.Books[uint32, *h2Call] // by the consumer's stream id (proxy/books.go)
 	closed bool
 	out    []byte          // frames being built under mu; the writer copies what it cannot write at once
 	meter  h2Meter         // what conn counted that the metrics have (metrics.go)
@@ -64,7 +64,7 @@ type h2Session struct {
 	in        []byte // the handler's: input not yet a whole frame (at most one frame), or the preface so far
 	inCharged int    // the handler's: cap(in) charged to the budget while in holds part of a frame (chargeIn)
 
-	proxy.WaitAccount // its calls' turn and bytes in the hold queue (holdcalls.go)
+	proxy.WaitAccount // its calls' turn and bytes in the hold queue (proxy/holdcalls.go)
 }
 
 // h2Call is one consumer stream and the provider stream that carries it: the HTTP/2 form of a
@@ -103,7 +103,7 @@ type h2Call struct {
 	arrived      int64
 	sendBy       int64           // past it the call is never sent (deadline.go); NoDeadline without grpc-timeout
 	hold         keepalive.Timer // the hold timeout while waiting
-	proxy.Waiter                 // its place in the hold queue (holdcalls.go)
+	proxy.Waiter                 // its place in the hold queue (proxy/holdcalls.go)
 	upOff        uint64          // where its head went in the connection's byte stream (h2Upstream.w's offsets)
 
 	// Sending it again (replay.go), under the pool's mu.
@@ -181,7 +181,7 @@ func (h *h2Session) Input(r proxy.ByteSource, now int64) {
 
 // chargeIn charges the budget for the frame a consumer has begun and not finished (h.in, at most one frame:
 // 16 KiB and its header with the frame size Stormgate announces), as a Dubbo frame being reassembled is
-// charged (framereader.go), and gives the charge back once the frame is whole. It is forced, not reserved:
+// charged (proxy/framereader.go), and gives the charge back once the frame is whole. It is forced, not reserved:
 // the bytes are already here, and what one connection can hold this way is bounded by the frame size; the
 // charge makes the rest of Stormgate (the hold queue, kept answers and requests) refuse what no longer fits.
 // Handler only; the atomic is touched only when a partial frame begins, grows or ends.
