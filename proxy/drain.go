@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/stormgate/stormgate/keepalive"
-	"github.com/stormgate/stormgate/proxy/wire"
 )
 
 // Draining reports whether Drain has started.
@@ -27,9 +26,10 @@ func (s *Server) Announce() {
 		return
 	}
 	s.log.Info("draining: sending READONLY to every consumer; still serving", zap.Int("consumers", s.sessions.len()))
-	s.broadcast(nil, wire.EventReadonly)
+	// Each protocol's form of READONLY: Dubbo's event, HTTP/2's GOAWAY (proxy/triple/session.go). A
+	// consumer still undecided gets it once its first bytes decide (sniff.go, Env.Announced).
 	s.sessions.each(func(ss *session) {
-		if ss.proto.Load() == protoH2 { // READONLY's HTTP/2 form: GOAWAY (proxy/triple/session.go)
+		if ss.proto.Load() != protoUnknown { // ss.down is set before proto
 			ss.down.Announce()
 		}
 	})
@@ -48,7 +48,7 @@ func (s *Server) Drain(ctx context.Context) error {
 		zap.Duration("timeout", cfg.DrainTimeout))
 	s.Announce()
 	s.sessions.each(func(ss *session) {
-		if ss.proto.Load() == protoH2 { // the graceful GOAWAY's second half, if its PING was not answered yet
+		if ss.proto.Load() != protoUnknown { // HTTP/2: the graceful GOAWAY's second half, if its PING was not answered yet
 			ss.down.Drain()
 		}
 	})

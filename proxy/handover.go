@@ -465,21 +465,11 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 		st := SessionSnapshot{FD: ss.w.fd, Remote: ss.remote.String(), Port: ss.pool.port,
 			Idle: time.Duration(now - ss.idle.Last())}
 		stash := s.handover.stashed(ss)
-		switch {
-		case ss.down != nil: // set before proto
-			ok, herr := ss.down.Snapshot(&st, stash, now)
-			if herr != nil || !ok {
-				err = herr // !ok: it ends in a GOAWAY; its fd keeps CLOEXEC and closes at exec
-				return
-			}
-		case ss.proto.Load() == protoUnknown:
+		if ss.down == nil { // its first bytes decide, as they would have
 			st.Proto, st.In = SnapUnknown, append([]byte(nil), stash...)
-		default:
-			in, skip := ss.rd.exportPartial()
-			st.In, st.Skip = append(in, stash...), skip
-			if since := ss.rd.partialSince(); since != 0 {
-				st.Partial = time.Duration(now - since)
-			}
+		} else if ok, herr := ss.down.Snapshot(&st, stash, now); herr != nil || !ok {
+			err = herr // !ok: it ends in a GOAWAY; its fd keeps CLOEXEC and closes at exec
+			return
 		}
 		st.Out, st.Sent, _ = ss.w.export()
 		index[ss] = len(sn.Sessions)
@@ -618,8 +608,9 @@ func (s *Server) restore(sn *Snapshot) error {
 		var err error
 		switch st.Proto {
 		case SnapDubbo:
+			ss.dubbo.restore(st)
+			ss.speakDubbo()
 			ss.proto.Store(protoDubbo)
-			ss.rd.skip = st.Skip
 		case SnapUnknown: // its first bytes decide, as they would have
 		case SnapH2:
 			err = ss.restoreProtocol(st, now)
@@ -677,9 +668,9 @@ func (s *Server) restore(sn *Snapshot) error {
 		uc.consume(&sliceSource{b: restoredIn(sn, i)})
 	}
 	for i, ss := range sessions {
-		st := sn.Sessions[i]
-		if st.Partial > 0 {
-			defer ss.rd.since.Store(now - int64(st.Partial))
+		st := &sn.Sessions[i]
+		if st.Proto == SnapDubbo {
+			defer ss.dubbo.partialAgain(st, now)
 		}
 		if !ss.closing.Load() {
 			ss.handleStashed(st.In)
@@ -842,11 +833,7 @@ func (ss *session) restoreProtocol(st *SessionSnapshot, now int64) error {
 
 // handleStashed handles what a consumer sent during a handover (Thaw, restore), as its handler would have.
 func (ss *session) handleStashed(in []byte) {
-	src := &sliceSource{b: in}
-	if ss.proto.Load() != protoDubbo && ss.otherProtocol(src) {
-		return
-	}
-	ss.consume(src, false)
+	ss.input(&sliceSource{b: in})
 }
 
 // logRestoreFailure says why a consumer connection from a handover could not be restored.

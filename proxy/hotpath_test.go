@@ -48,11 +48,11 @@ func newHotPath(tb testing.TB) *hotPath {
 }
 
 func (h *hotPath) heartbeat(frame []byte, f wire.Frame, cfg *Config) {
-	h.sess.handle(f, frame, cfg, h.srv.now())
+	h.sess.dubbo.handle(f, frame, cfg, h.srv.now())
 }
 
 func (h *hotPath) forwardAndRoute(req []byte, f wire.Frame, resp []byte, cfg *Config) {
-	h.sess.handle(f, req, cfg, h.srv.now()) // forward: new id, pending entry, written
+	h.sess.dubbo.handle(f, req, cfg, h.srv.now()) // forward: new id, pending entry, written
 	id := h.uc.nextID
 	h.srv.codec.SetID(resp, id)
 	rf, _ := h.srv.codec.ParseHeader(resp, cfg.MaxFrameBytes)
@@ -146,7 +146,7 @@ func BenchmarkRequestForward(b *testing.B) {
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
-		h.sess.handle(rqf, req, cfg, h.srv.now())
+		h.sess.dubbo.handle(rqf, req, cfg, h.srv.now())
 		if n++; n == 256 { // clear the pending table now and then
 			h.uc.mu.Lock()
 			clear(h.uc.pending.m)

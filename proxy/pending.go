@@ -93,7 +93,7 @@ func (s *Server) refuse(r request, why wire.Failure, msg string, reason ReplyRea
 	if s.settleGone(r) {
 		return
 	}
-	r.sess.replyError(wire.Frame{ID: r.id, Serial: r.serial}, r.call, r.arrived, why, msg, reason)
+	r.sess.dubbo.replyError(wire.Frame{ID: r.id, Serial: r.serial}, r.call, r.arrived, why, msg, reason)
 	r.sess.settled()
 }
 

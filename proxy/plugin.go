@@ -106,7 +106,7 @@ func (c Consumer) Foreign(b []byte) {
 	if err == nil { // bytes both protocols could begin with: not a codec this proxy has (Dubbo's)
 		err = wire.ErrBadMagic
 	}
-	c.s.badInput(wire.Frame{}, err)
+	c.s.dubbo.badInput(wire.Frame{}, err)
 }
 
 // InitWriter makes w the writer of socket fd (writer.go: its ownership contract), telling owner what the

@@ -7,9 +7,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The core→protocol half of the plug-in API (design §14.6, step 5b): what the core calls in a protocol
-// beside Dubbo's. plugin.go is the other half, what a protocol calls in the core. HTTP/2 (proxy/triple/protocol.go)
-// is the one implementation; the core holds it as these interfaces and nothing else:
+// The core→protocol half of the plug-in API (design §14.6, step 5b): what the core calls in a protocol.
+// plugin.go is the other half, what a protocol calls in the core. HTTP/2 (proxy/triple/protocol.go)
+// implements all three; Dubbo's consumer side is a Downstream too (dubboconsumer.go, in this package
+// until Dubbo's pool is an Upstream). The core holds them as these interfaces and nothing else:
 //
 //	| the core's                    | holds                 | calls it at
 //	|-------------------------------|-----------------------|------------------------------------------------
@@ -17,8 +18,8 @@ import (
 //	|                               |                       | (Claims, NewDownstream), a pool's start
 //	|                               |                       | (NewUpstream), an upgrade (Quiesce, Resume,
 //	|                               |                       | Restore)
-//	| session (a consumer)          | Downstream, once      | its input, its close, the drain's two steps,
-//	|                               | claimed               | a change of the consumer timeouts, a freeze
+//	| session (a consumer)          | Downstream, once its  | its input, its close, the drain's two steps,
+//	|                               | first bytes decide    | a change of the consumer timeouts, a freeze
 //	| pool (a provider address)     | Upstream, when        | start, resize, readiness and hang counts, the
 //	|                               | upstream.protocol     | sweep, settings changes, per-method totals,
 //	|                               | names the protocol    | close
@@ -60,8 +61,10 @@ type Protocol interface {
 type Downstream interface {
 	// Input takes what the consumer sent.
 	Input(r ByteSource, now int64)
-	// Closed says the connection closed (onClosed): every call still open on it ends.
-	Closed()
+	// Closed says the connection closed (onClosed): every call still open on it ends. cutShort: the
+	// consumer closed in the middle of one of the protocol's units (a frame), which counts as
+	// truncated when nothing else gave a reason.
+	Closed() (cutShort bool)
 	// Announce tells the consumer that Stormgate is draining (Server.Announce): it should open its next
 	// calls elsewhere, while those under way are served.
 	Announce()

@@ -59,11 +59,12 @@ func (s *Server) rearm(old, cfg *Config, pools []*pool) {
 		}
 	}
 	if cfg.DownstreamIdleTimeout != old.DownstreamIdleTimeout || cfg.FrameReadTimeout != old.FrameReadTimeout {
-		// onTimer computes what is due from the new values and re-arms itself; so does an HTTP/2
-		// consumer's stall check (proxy/triple/stall.go), which does nothing when no stream waits.
+		// onTimer computes what is due from the new values and re-arms itself; so do the protocol's
+		// own timers: Dubbo's frame_read_timeout (dubboconsumer.go), an HTTP/2 consumer's stall check
+		// (proxy/triple/stall.go); each does nothing when nothing waits.
 		s.sessions.each(func(ss *session) {
 			s.wheel.Schedule(&ss.timer, 0)
-			if ss.proto.Load() == protoH2 { // ss.down is set before proto
+			if ss.proto.Load() != protoUnknown { // ss.down is set before proto
 				ss.down.TimeoutsChanged()
 			}
 		})

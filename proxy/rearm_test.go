@@ -110,7 +110,7 @@ func probeFrameReadTimeout(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the partial frame read", func() bool {
 		partial := false
-		f.srv.sessions.each(func(s *session) { partial = s.rd.partialSince() != 0 })
+		f.srv.sessions.each(func(s *session) { partial = s.dubbo.rd.partialSince() != 0 })
 		return partial
 	})
 	f.update(func(c *Config) { c.FrameReadTimeout = 2 * time.Second })

@@ -308,6 +308,9 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 		(*h)(fd)
 	}
 	sess := newSession(s, p, conn, fd, remote)
+	if proto == protoDubbo {
+		sess.speakDubbo()
+	}
 	sess.proto.Store(proto)
 	s.sessions.add(sess)
 	s.m.downConns[proto].Inc()
@@ -319,7 +322,7 @@ func (s *Server) ServeFD(fd int, remote, origDst netip.AddrPort) {
 	_ = conn.AddCloseCallback(sess.onClosed)
 	_ = conn.SetOnRequest(sess.onRequest)
 	if sess.proto.Load() == protoDubbo && (p.readonlySent.Load() || s.announced.Load()) {
-		sess.sendEvent(wire.EventReadonly) // else sniff.go sends it once the first bytes say Dubbo
+		sess.dubbo.sendEvent(wire.EventReadonly) // else sniff.go sends it once the first bytes say Dubbo
 	}
 	if !conn.IsActive() {
 		// The consumer left before its handlers were set: netpoll saw the hangup with no
@@ -363,7 +366,7 @@ func (s *Server) broadcast(p *pool, ev wire.Event) {
 	n := 0
 	s.sessions.each(func(ss *session) {
 		if (p == nil || ss.pool == p) && ss.proto.Load() == protoDubbo {
-			ss.sendEvent(ev)
+			ss.dubbo.sendEvent(ev)
 			n++
 		}
 	})

@@ -3,9 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
-	"math"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/stormgate/stormgate/keepalive"
-	"github.com/stormgate/stormgate/proxy/wire"
 )
 
 // session is one consumer connection. Its lifecycle:
@@ -22,11 +19,11 @@ import (
 //	|-------------|--------------------------------|-------------------------------------------------------------
 //	| ServeFD     | admission goroutine            | wraps the fd, sets the handlers, arms the timer; closes a
 //	|             |                                | consumer that left before its handlers were set
-//	| onRequest   | netpoll, one at a time         | cuts frames without waiting for bytes that have not arrived;
-//	|             |                                | answers heartbeats; forwards requests to the pool (an HTTP/2
-//	|             |                                | consumer's bytes go to sniff.go and proxy/triple/session.go instead)
+//	| onRequest   | netpoll, one at a time         | gives the bytes to the connection's protocol, its Downstream
+//	|             |                                | (Dubbo's: dubboconsumer.go; HTTP/2's: proxy/triple), once the
+//	|             |                                | first bytes have decided which (sniff.go)
 //	| write       | any goroutine                  | through the session's writer: never blocks the caller
-//	| onTimer     | keepalive wheel goroutine      | idle timeout; a frame left unfinished for frame_read_timeout
+//	| onTimer     | keepalive wheel goroutine      | the idle timeout (a protocol keeps its own timers)
 //	| closeWith   | anyone, the first caller wins  | records the reason, shuts the socket down (writer.close)
 //	| onClosed    | netpoll close callback, once   | on the poller that saw the hangup: closes the writer (no byte
 //	|             |                                | reaches a reused fd), unregisters, counts; before netpoll closes
@@ -44,7 +41,6 @@ type session struct {
 	conn   netpoll.Connection
 	remote netip.AddrPort
 
-	rd       frameReader
 	w        Writer
 	idle     keepalive.Idle
 	timer    keepalive.Timer
@@ -53,7 +49,8 @@ type session struct {
 
 	wait    consumerWait  // its requests waiting for the provider; backpressure (backpressure.go)
 	proto   atomic.Uint32 // protoUnknown until decided, once: by ServeFD (a Dubbo-only provider) or the first bytes (sniff.go)
-	down    Downstream    // the protocol state of a consumer Server.plugin claimed, set by the handler before proto; nil for Dubbo
+	down    Downstream    // its protocol's side, set once before proto (sniff.go); nil until the first bytes decide
+	dubbo   dubboConsumer // Dubbo's Downstream, in place: down points at it when the consumer speaks Dubbo
 	closing atomic.Bool
 	closed  atomic.Bool
 	reason  atomic.Uint32             // CloseReason+1; 0 until closeWith
@@ -71,6 +68,7 @@ type lingering struct {
 func newSession(srv *Server, p *pool, conn netpoll.Connection, fd int, remote netip.AddrPort) *session {
 	s := &session{srv: srv, pool: p, conn: conn, remote: remote}
 	s.w = Writer{fd: fd, env: &srv.wenv, owner: s}
+	s.dubbo.init(s)
 	s.idle.Touch(srv.now())
 	s.timer.Init(s.onTimer)
 	return s
@@ -83,111 +81,17 @@ func (s *session) onRequest(_ context.Context, conn netpoll.Connection) error {
 		s.srv.handover.park()
 		return nil
 	}
-	if s.proto.Load() != protoDubbo && s.otherProtocol(r) {
-		_ = r.Release()
-		return nil
-	}
-	s.consume(r, true)
+	s.input(r)
 	_ = r.Release()
 	return nil
 }
 
-// consume handles every whole frame available in r and keeps a partial one; with
-// canPause (r is netpoll's, which keeps what is left) it stops after a frame that put
-// the consumer over its backpressure bound, once reading is paused.
-func (s *session) consume(r ByteSource, canPause bool) {
-	srv := s.srv
-	cfg := srv.cfg.Load()
-	now := srv.now()
-	s.idle.Touch(now)
-	wasPartial := s.rd.partialSince() != 0
-	for !s.closing.Load() {
-		f, frame, res, err := s.rd.next(r, srv.codec, cfg.MaxFrameBytes, false, &srv.budget, now)
-		if res == readMore {
-			break
-		}
-		switch res {
-		case readFrame:
-			s.handle(f, frame, cfg, now)
-			if canPause && s.shouldPause(cfg) && s.pauseRead() {
-				return // the rest stays in netpoll's buffer until ResumeRead
-			}
-		case readSkipped: // no budget to reassemble it: its bytes are discarded as they come
-			srv.log.Warn("refusing a request: out of buffer memory (limits.max_buffered_bytes)",
-				zap.Stringer("peer", s.remote), zap.Int("frame_bytes", f.Len))
-			if f.Kind == wire.FrameRequest {
-				s.replyError(f, callRef{}, now, wire.FailOverloaded, "stormgate: out of buffer memory (limits.max_buffered_bytes)", ReplyOverloaded)
-			}
-		case readBad:
-			s.badInput(f, err)
-		}
+// input gives r to the connection's protocol, once its first bytes have decided it (sniff.go).
+func (s *session) input(r ByteSource) {
+	if s.down == nil && !s.sniff(r) {
+		return
 	}
-	if s.closing.Load() {
-		_ = r.Skip(r.Len()) // the connection is going away: nothing more is read
-	}
-	if !wasPartial && s.rd.partialSince() != 0 && cfg.FrameReadTimeout > 0 &&
-		(cfg.DownstreamIdleTimeout == 0 || cfg.FrameReadTimeout < cfg.DownstreamIdleTimeout) {
-		srv.wheel.Schedule(&s.timer, cfg.FrameReadTimeout) // onTimer re-arms for whatever comes first
-	}
-}
-
-func (s *session) handle(f wire.Frame, frame []byte, cfg *Config, now int64) {
-	m := s.srv.m
-	switch f.Kind {
-	case wire.FrameEventTwoWay:
-		buf := replyBufs.Get().(*[32]byte)
-		s.counts.heartbeats.Add(1) // counted before the consumer can see the reply
-		s.write(s.srv.codec.AppendHeartbeatReply(buf[:0], f))
-		replyBufs.Put(buf) // the writer copied what it did not write
-	case wire.FrameRequest:
-		s.counts.requests.Add(1)
-		call := s.srv.identify(frame, cfg) // per-method metrics, access log (methods.go)
-		if int(s.inflight.Load()) >= cfg.MaxInflightPerConn {
-			s.replyError(f, call, now, wire.FailOverloaded, "stormgate: too many in-flight requests on this connection (limits.max_inflight_per_connection)", ReplyInflight)
-			return
-		}
-		s.pool.forward(request{sess: s, id: f.ID, serial: f.Serial, call: call, arrived: now}, frame)
-	case wire.FrameOneWay:
-		s.counts.requests.Add(1)
-		s.pool.forwardOneWay(s, frame)
-	case wire.FrameEventOneWay:
-		m.dropped[dropEventOneWay].Inc()
-	default: // responses from a consumer answer nothing Stormgate forwarded
-		m.dropped[dropConsumerResponse].Inc()
-	}
-}
-
-// badInput answers BAD_REQUEST when the header carried a usable id (everything but
-// bad magic), then closes this consumer only. Nothing of the frame reaches an
-// upstream connection.
-func (s *session) badInput(f wire.Frame, err error) {
-	reason := CloseBadLength
-	switch {
-	case errors.Is(err, wire.ErrBadMagic):
-		reason = CloseBadMagic
-	case errors.Is(err, wire.ErrFrameTooLarge):
-		reason = CloseOversize
-	}
-	var fe *wire.ForeignError
-	switch {
-	case reason != CloseBadMagic:
-		s.replyError(f, callRef{}, s.srv.now(), wire.FailBadRequest, "stormgate: malformed frame: "+reason.String(), ReplyBadRequest)
-	case errors.As(err, &fe) && fe.Reply != nil && s.counts.requests.Load() == 0 && s.counts.heartbeats.Load() == 0:
-		s.write(fe.Reply) // the first bytes it sent: a person at a terminal, an HTTP client
-	}
-	s.srv.log.Warn("closing consumer after malformed input",
-		zap.Stringer("peer", s.remote), zap.Stringer("reason", reason), zap.Error(err))
-	s.closeWith(reason)
-}
-
-// replyError sends Stormgate's own error response for request f (call, which arrived
-// then, for per-method metrics and the access log).
-func (s *session) replyError(f wire.Frame, call callRef, arrived int64, why wire.Failure, msg string, reason ReplyReason) {
-	var buf [256]byte
-	s.srv.m.localReplies[reason].Inc() // counted before the consumer can see the reply
-	b := s.srv.codec.AppendErrorReply(buf[:0], f, why, msg)
-	s.srv.callReplied(s, call, arrived, why, reason, b)
-	s.write(b)
+	s.down.Input(r, s.srv.now())
 }
 
 // write sends b to the consumer without ever blocking the caller. A consumer whose
@@ -205,11 +109,6 @@ func (s *session) write(b []byte) {
 		s.closeWith(ClosePeer)
 	}
 }
-
-// replyBufs holds the buffers heartbeat replies are built in (17 bytes in Dubbo): a
-// stack buffer escapes (through the Codec call and the writer) and costs an
-// allocation per heartbeat, and a buffer in the session costs every idle consumer.
-var replyBufs = sync.Pool{New: func() any { return new([32]byte) }}
 
 // WriteStalled implements writerOwner: a consumer that does not read is bounded by
 // limits.max_queued_bytes_per_connection (write), not by a deadline.
@@ -278,18 +177,17 @@ func (s *session) onClosed(netpoll.Connection) error {
 	s.closing.Store(true)
 	s.w.Close()
 	srv := s.srv
-	reason := ClosePeer
+	reason, known := ClosePeer, true
 	if r := s.reason.Load(); r != 0 {
 		reason = CloseReason(r - 1)
 	} else if l := s.linger.Load(); l != nil {
 		reason = l.reason // it closed its side after what the lingering close let it read
-	} else if s.rd.partial() {
+	} else {
+		known = false // the consumer closed
+	}
+	if s.down != nil && s.down.Closed() && !known {
 		reason = CloseTruncated
 		srv.log.Warn("consumer closed in the middle of a frame", zap.Stringer("peer", s.remote))
-	}
-	s.rd.reset(&srv.budget)
-	if s.down != nil {
-		s.down.Closed()
 	}
 	s.forgetPause()
 	srv.wheel.Stop(&s.timer)
@@ -309,46 +207,19 @@ func (s *session) onClosed(netpoll.Connection) error {
 	return nil
 }
 
-// onTimer runs on the wheel goroutine: the idle timeout, and frame_read_timeout for
-// a frame left unfinished. It re-arms itself for whichever comes first.
+// onTimer runs on the wheel goroutine: the idle timeout. It re-arms itself for what is left.
 func (s *session) onTimer() {
-	if s.closing.Load() {
+	t := s.srv.cfg.Load().DownstreamIdleTimeout
+	if s.closing.Load() || t <= 0 {
 		return
 	}
-	cfg := s.srv.cfg.Load()
-	now := s.srv.now()
-	next := time.Duration(math.MaxInt64)
-	if t := cfg.FrameReadTimeout; t > 0 {
-		if since := s.rd.partialSince(); since != 0 {
-			rem := t - time.Duration(now-since)
-			if rem <= 0 {
-				s.srv.log.Warn("closing consumer that left a frame unfinished for limits.frame_read_timeout",
-					zap.Stringer("peer", s.remote), zap.Duration("frame_read_timeout", t))
-				s.closeWith(CloseFrameTimeout)
-				return
-			}
-			next = min(next, rem)
-		}
+	rem := s.idle.Remaining(s.srv.now(), t)
+	if rem <= 0 && s.proto.Load() == protoH2 && s.inflight.Load() > 0 {
+		rem = t // an HTTP/2 consumer waiting for an answer sends nothing meanwhile: not idle
 	}
-	if t := cfg.DownstreamIdleTimeout; t > 0 {
-		rem := s.idle.Remaining(now, t)
-		if rem <= 0 && s.proto.Load() == protoH2 && s.inflight.Load() > 0 {
-			rem = t // an HTTP/2 consumer waiting for an answer sends nothing meanwhile: not idle
-		}
-		if rem <= 0 {
-			s.closeWith(CloseIdle)
-			return
-		}
-		next = min(next, rem)
+	if rem <= 0 {
+		s.closeWith(CloseIdle)
+		return
 	}
-	if next != time.Duration(math.MaxInt64) {
-		s.srv.wheel.Schedule(&s.timer, next)
-	}
-}
-
-// sendEvent writes a READONLY or WRITEABLE event to the consumer.
-func (s *session) sendEvent(ev wire.Event) {
-	var buf [64]byte
-	id := s.srv.eventIDs.Add(1)
-	s.write(s.srv.codec.AppendEvent(buf[:0], id, ev))
+	s.srv.wheel.Schedule(&s.timer, rem)
 }

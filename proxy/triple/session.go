@@ -619,12 +619,13 @@ const h2DrainDebug = "stormgate is draining"
 // h2DrainPing is the payload of the PING sent with the drain's first GOAWAY.
 var h2DrainPing = [8]byte{'s', 'g', '-', 'd', 'r', 'a', 'i', 'n'}
 
-// Closed runs from the session's close callback: every open call is cancelled at the provider.
-func (h *h2Session) Closed() {
+// Closed runs from the session's close callback: every open call is cancelled at the provider. A frame
+// cut short is not told apart (cutShort false): the calls it belonged to end as every other open call.
+func (h *h2Session) Closed() (cutShort bool) {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
-		return
+		return false
 	}
 	h.closed = true
 	h.hp.proto.sessions.remove(h)
@@ -647,6 +648,7 @@ func (h *h2Session) Closed() {
 		h.hp.cancel(c)
 		h.hp.answerConsumed(c, dropped[i])
 	}
+	return false
 }
 
 // h2GoAwayLinger bounds how long a consumer that ended in a connection error keeps its connection while
