@@ -62,5 +62,6 @@ func SetTestProtocol(f func(Env) Protocol) { testProtocol = f }
 // never returns.
 func HandoverChild() { handoverChild() }
 
-// ShippedConfig is testConfig, for TestProxytestConfigIsTestConfig.
-func ShippedConfig(upstream string) Config { return testConfig(upstream) }
+// SetTestConfig passes the test settings (proxytest.Config) in for this package's tests (testConfig):
+// TestMain's, in package proxy_test.
+func SetTestConfig(f func(upstream string) Config) { shippedConfig = f }

@@ -2,76 +2,28 @@ package proxy
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
-	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
-	"golang.org/x/sys/unix"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
 
-// rawListener accepts non-blocking raw fds the way the admission package does,
-// without pacing, so proxy tests do not depend on admission. Its listening socket
-// is blocking and served by one goroutine; shutdown(2) wakes it at cleanup.
+// rawListener hands the connections it accepts to a Server as non-blocking raw fds, the way the
+// admission package does, without pacing (testkit.ServeLoopback), so proxy tests do not depend on
+// admission. The test's cleanup stops it.
 type rawListener struct {
-	fd   int
 	addr string
-	wg   sync.WaitGroup
 }
 
 func listenRaw(t testing.TB, srv *Server) *rawListener {
 	t.Helper()
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Listen(fd, 4096); err != nil {
-		t.Fatal(err)
-	}
-	sa, _ := unix.Getsockname(fd)
-	rl := &rawListener{fd: fd, addr: fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)}
-	rl.wg.Add(1)
-	go func() {
-		defer rl.wg.Done()
-		for {
-			nfd, sa, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-			if err == unix.EINTR || err == unix.ECONNABORTED {
-				continue
-			}
-			if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			if err != nil {
-				return // shut down
-			}
-			_ = unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-			var remote netip.AddrPort
-			if s4, ok := sa.(*unix.SockaddrInet4); ok {
-				remote = netip.AddrPortFrom(netip.AddrFrom4(s4.Addr), uint16(s4.Port))
-			}
-			srv.ServeFD(nfd, remote, netip.AddrPort{})
-		}
-	}()
-	t.Cleanup(func() {
-		_ = unix.Shutdown(fd, unix.SHUT_RDWR)
-		rl.wg.Wait()
-		_ = unix.Close(fd)
-	})
-	return rl
+	return &rawListener{addr: testkit.ServeLoopback(t, srv.ServeFD)}
 }
 
 type fixture struct {
@@ -110,44 +62,13 @@ func (f *fixture) advance(d, step time.Duration, answered bool) {
 	}
 }
 
+// shippedConfig is proxytest.Config, passed in by TestMain (SetTestConfig): this package's tests cannot
+// import proxytest, which imports proxy.
+var shippedConfig func(upstream string) Config
+
 // testConfig is the shipped defaults (settings.Defaults) as a proxy Config, with the
 // provider at upstream. Tests change what they exercise.
-func testConfig(upstream string) Config {
-	return Config{
-		Upstream:                  upstream,
-		UpstreamConns:             4,
-		ConnectTimeout:            time.Second,
-		BackoffBase:               50 * time.Millisecond,
-		BackoffMax:                2 * time.Second,
-		WriteTimeout:              10 * time.Second,
-		MaxQueuedBytesPerUpstream: 8 << 20,
-		LargeRequestBytes:         64 << 10,
-		HoldTimeout:               3 * time.Second,
-		HoldMaxTimeout:            30 * time.Second,
-		DeadlineMargin:            100 * time.Millisecond,
-		HoldMaxRequests:           10000,
-		HoldMaxBytes:              64 << 20,
-		HoldMaxBytesPerConsumer:   16 << 20,
-		NotExecutedRetries:        3,
-		NotExecutedWindow:         10 * time.Second,
-		DownstreamIdleTimeout:     180 * time.Second,
-		UpstreamInterval:          30 * time.Second,
-		UpstreamJitter:            0.2,
-		UpstreamMaxMissed:         3,
-		UpstreamHungTimeout:       5 * time.Second,
-		MaxFrameBytes:             8<<20 + 16,
-		MaxInflightPerConn:        10000,
-		MaxQueuedBytesPerConn:     4 << 20,
-		MaxQueuedBytesPerConsumer: 4 << 20,
-		MaxRequestAge:             60 * time.Second,
-		FrameReadTimeout:          30 * time.Second,
-		MaxBufferedBytes:          256 << 20,
-		DrainTimeout:              10 * time.Second,
-		MaxMethods:                500,
-		AccessLog:                 AccessLogConfig{Failed: true, SlowThreshold: time.Second, MaxPerSecond: 100},
-		HTTP2:                     HTTP2Config{MaxConcurrentStreams: 100, InitialWindowSize: 65535, MaxHeaderListSize: 64 << 10},
-	}
-}
+func testConfig(upstream string) Config { return shippedConfig(upstream) }
 
 // newFixture starts a provider, a Server in front of it (testConfig changed by
 // each mod) and a listener.
@@ -226,26 +147,8 @@ func waitSettled(t testing.TB, srv *Server, what string) {
 	waitFor(t, 10*time.Second, "no call in flight after "+what, func() bool { return srv.InFlight() == 0 })
 }
 
+// waitFor is testkit.WaitFor: it polls cond every 5 ms until it holds, failing t after d.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// awayAddr is a loopback address nothing listens on yet: a provider that is away until the test starts one
-// there.
-func awayAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	testkit.WaitFor(t, d, what, cond)
 }

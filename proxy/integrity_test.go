@@ -29,6 +29,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/dubbo"
@@ -126,7 +127,7 @@ func runIntegrity(t *testing.T, m int, seed uint64, ld integrityLoad) {
 	}
 	defer srv.Close()
 	addr := proxytest.ServeLoopback(t, srv)
-	proxytest.WaitFor(t, 10*time.Second, "the upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(m) })
+	testkit.WaitFor(t, 10*time.Second, "the upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(m) })
 
 	start := time.Now()
 	stopAt := start.Add(ld.load)

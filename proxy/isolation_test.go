@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/stormgate/stormgate/internal/racebuild"
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/loadgen"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
@@ -212,6 +213,6 @@ func startIsolationProxy(t *testing.T, cfg proxy.Config, reg prometheus.Register
 	}
 	t.Cleanup(func() { srv.Close() })
 	addr := proxytest.ServeLoopback(t, srv)
-	proxytest.WaitFor(t, 10*time.Second, "upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(cfg.UpstreamConns) })
+	testkit.WaitFor(t, 10*time.Second, "upstream connections", func() bool { return srv.Stats().UpstreamConns == int64(cfg.UpstreamConns) })
 	return srv, addr
 }

@@ -1,8 +1,10 @@
-// Package proxytest is what tests of a protocol package (proxy/triple) and of proxy's external test
-// package need to run a proxy.Server as proxy's own tests do: the shipped settings as a Config, a
-// loopback listener that hands connections to the Server as admission does, and a poll. It is for
-// tests only; nothing else imports it. proxy's internal tests cannot import it (it imports proxy), and
-// keep their own copies: TestProxytestConfigIsTestConfig (package proxy) holds Config to theirs.
+// Package proxytest is what tests of a protocol package (proxy/triple) and of proxy itself need to run
+// a proxy.Server as the sidecar does: the shipped settings as a Config, and a loopback listener that
+// hands connections to the Server as admission does. What needs no type of proxy's is
+// internal/testkit's, on which this builds. It is for tests only; nothing else imports it.
+//
+// proxy's internal tests cannot import it (it imports proxy): TestMain, in package proxy_test, passes
+// Config in to them (proxy.SetTestConfig, export_test.go), so that there is one set of test settings.
 //
 // Its functions are safe to call from parallel tests; what they start ends at the test's cleanup.
 package proxytest

@@ -1,15 +1,10 @@
 package proxytest
 
 import (
-	"errors"
-	"fmt"
-	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/proxy"
 )
 
@@ -53,62 +48,9 @@ func Config(upstream string) proxy.Config {
 }
 
 // ServeLoopback listens on 127.0.0.1 and hands every accepted connection to srv as a non-blocking fd,
-// as admission does, without pacing; it returns the address. The listening socket is blocking and
-// served by one goroutine; the test's cleanup shuts it down (shutdown(2) wakes it) and waits for it.
+// as admission does, without pacing; it returns the address (testkit.ServeLoopback with srv.ServeFD).
+// The test's cleanup stops it.
 func ServeLoopback(t testing.TB, srv *proxy.Server) string {
 	t.Helper()
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Listen(fd, 4096); err != nil {
-		t.Fatal(err)
-	}
-	sa, _ := unix.Getsockname(fd)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			nfd, sa, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-			if err == unix.EINTR || err == unix.ECONNABORTED {
-				continue
-			}
-			if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			if err != nil {
-				return // shut down
-			}
-			_ = unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-			var remote netip.AddrPort
-			if s4, ok := sa.(*unix.SockaddrInet4); ok {
-				remote = netip.AddrPortFrom(netip.AddrFrom4(s4.Addr), uint16(s4.Port))
-			}
-			srv.ServeFD(nfd, remote, netip.AddrPort{})
-		}
-	}()
-	t.Cleanup(func() {
-		_ = unix.Shutdown(fd, unix.SHUT_RDWR)
-		wg.Wait()
-		_ = unix.Close(fd)
-	})
-	return fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
-}
-
-// WaitFor polls cond every 5 ms until it holds, failing t after d.
-func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return testkit.ServeLoopback(t, srv.ServeFD)
 }

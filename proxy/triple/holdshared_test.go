@@ -4,29 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
 )
-
-// awayAddr is a loopback address nothing listens on yet: a provider that is away until the test starts one
-// there.
-func awayAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // TestHoldQueueSharedByProtocols (issue 26 item 7, step 3b): one hold queue per provider serves both
 // protocols, so hold.max_requests bounds Dubbo's held requests and HTTP/2's calls waiting for a stream
@@ -36,7 +23,7 @@ func awayAddr(t *testing.T) string {
 // Before, each protocol had its own queue bounded by hold.max_requests: all six waited, and the gauge
 // counted the Dubbo three.
 func TestHoldQueueSharedByProtocols(t *testing.T) {
-	addr := awayAddr(t)
+	addr := testkit.AwayAddr(t)
 	srv, sidecar := startH2Server(t, addr, proxy.ProtoDubbo|proxy.ProtoTriple, proxy.Options{}, func(c *proxy.Config) {
 		c.UpstreamConns = 1
 		c.HoldMaxRequests = 4
@@ -94,7 +81,7 @@ func TestHoldQueueSharedByProtocols(t *testing.T) {
 // the bound; the first is answered, its own bytes, when the provider comes. Before, HTTP/2's waiting calls
 // were bounded by count alone.
 func TestH2WaitingBoundedByHoldBytes(t *testing.T) {
-	addr := awayAddr(t)
+	addr := testkit.AwayAddr(t)
 	srv, sidecar := startH2Server(t, addr, proxy.ProtoTriple, proxy.Options{}, func(c *proxy.Config) {
 		c.UpstreamConns = 1
 		c.HoldMaxBytes = 100_000

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/net/http2"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/h2"
@@ -277,7 +278,7 @@ func TestH2MethodOneLabelSpace(t *testing.T) {
 // end allocates nothing (DESIGN §8: per-method labels on the hot paths, 0 allocs/op).
 func TestH2MethodLabelsDoNotAllocate(t *testing.T) {
 	// A consumer connection of a Server whose provider is away: its session, idle, counts the calls.
-	srv, addr := startH2Server(t, awayAddr(t), proxy.ProtoTriple, proxy.Options{})
+	srv, addr := startH2Server(t, testkit.AwayAddr(t), proxy.ProtoTriple, proxy.Options{})
 	nc, _ := h2Handshake(t, addr)
 	defer nc.Close()
 	waitFor(t, 10*time.Second, "the consumer's session", func() bool { return len(sessionsOf(srv)) == 1 })

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/proxy"
 )
@@ -38,7 +39,7 @@ func TestLiveDurationsRearmTriple(t *testing.T) {
 // for a provider stream while the provider is away.
 func probeH2Hold(t *testing.T, timeout time.Duration, lower func(*proxy.Config)) {
 	clk := keepalive.NewManualClock(time.Unix(1_000_000, 0))
-	srv, addr := startH2Server(t, awayAddr(t), proxy.ProtoTriple, proxy.Options{Clock: clk}, func(c *proxy.Config) {
+	srv, addr := startH2Server(t, testkit.AwayAddr(t), proxy.ProtoTriple, proxy.Options{Clock: clk}, func(c *proxy.Config) {
 		c.HoldTimeout, c.HoldMaxTimeout, c.MaxRequestAge = time.Hour, time.Hour, 2*time.Hour
 		c.BackoffBase, c.BackoffMax = time.Hour, time.Hour
 	})

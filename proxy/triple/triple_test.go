@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/dubbo"
@@ -1310,7 +1311,8 @@ func TestH2RequestBytesBudgeted(t *testing.T) {
 	waitFor(t, 10*time.Second, "every byte released", func() bool { return envOf(srv).Budget().InUse() == 0 })
 }
 
+// waitFor is testkit.WaitFor: it polls cond every 5 ms until it holds, failing t after d.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	proxytest.WaitFor(t, d, what, cond)
+	testkit.WaitFor(t, d, what, cond)
 }
