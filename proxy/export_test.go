@@ -58,10 +58,6 @@ func LiveDurationProbe(field string) (probe func(*testing.T), noWait string, ok 
 // (testProtocol): TestMain's, in package proxy_test.
 func SetTestProtocol(f func(Env) Protocol) { testProtocol = f }
 
-// HandoverChild is handoverChild, for TestMain: in TestHandoverAcrossExec's child process it serves and
-// never returns.
-func HandoverChild() { handoverChild() }
-
 // SetTestConfig passes the test settings (proxytest.Config) in for this package's tests (testConfig):
 // TestMain's, in package proxy_test.
 func SetTestConfig(f func(upstream string) Config) { shippedConfig = f }

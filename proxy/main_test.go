@@ -21,6 +21,6 @@ func TestMain(m *testing.M) {
 	}
 	proxy.SetTestProtocol(triple.New)
 	proxy.SetTestConfig(proxytest.Config)
-	proxy.HandoverChild() // TestHandoverAcrossExec's child process: never returns
+	proxytest.HandoverChild(proxytest.HandoverChildOptions{}) // TestHandoverAcrossExec's child process: never returns
 	os.Exit(m.Run())
 }

@@ -5,16 +5,14 @@ import (
 	"encoding/binary"
 	"io"
 	"net/netip"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
 )
@@ -315,35 +313,11 @@ func diagAvailable() bool {
 // diagSockets lists this process's sock_diag netlink sockets ("fd -> socket:[inode]").
 func diagSockets(t *testing.T) []string {
 	t.Helper()
-	out, err := openDiagSockets()
+	out, err := testkit.DiagSockets()
 	if err != nil {
 		t.Skip("cannot list netlink sockets:", err)
 	}
 	return out
-}
-
-func openDiagSockets() ([]string, error) {
-	b, err := os.ReadFile("/proc/self/net/netlink") // sk Eth Pid Groups Rmem Wmem Dump Locks Drops Inode
-	if err != nil {
-		return nil, err
-	}
-	diag := map[string]bool{}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 10 && f[1] == strconv.Itoa(unix.NETLINK_SOCK_DIAG) {
-			diag["socket:["+f[9]+"]"] = true
-		}
-	}
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range ents {
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && diag[l] {
-			out = append(out, e.Name()+" -> "+l)
-		}
-	}
-	return out, nil
 }
 
 // diagRunners counts the goroutines in a sock_diag watcher's read loop.

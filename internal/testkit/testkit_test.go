@@ -1,13 +1,36 @@
 package testkit
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// childRole makes this test binary TestStartChild's child.
+const childRole = "STORMGATE_TESTKIT_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childRole) != "" {
+		fmt.Println("noise")
+		fmt.Println("ready " + os.Getenv(childRole))
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestStartChild: the child is this binary in the role env names; Next passes over the lines before
+// the one asked for.
+func TestStartChild(t *testing.T) {
+	c := StartChild(t, childRole+"=42")
+	if got := c.Next("ready "); got != "42" {
+		t.Errorf("Next(%q) = %q, want 42", "ready ", got)
+	}
+}
 
 // TestServeLoopback: each connection reaches serve as a non-blocking fd, with the client's address.
 func TestServeLoopback(t *testing.T) {

@@ -19,8 +19,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/h2"
+	"github.com/stormgate/stormgate/proxy/proxytest"
 )
 
 // TestHandoverAcrossExecTriple is TestHandoverAcrossExec with Triple consumers (issue 27 item 5): grpc-go
@@ -33,8 +35,8 @@ func TestHandoverAcrossExecTriple(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	child := startHandoverChild(t, "HANDOVER_PROVIDER="+prov.Addr().String())
-	next := child.next
+	child := testkit.StartHandoverChild(t, prov.Addr().String())
+	next := child.Next
 	addr := next("listening ")
 
 	const consumers = 24
@@ -67,7 +69,7 @@ func TestHandoverAcrossExecTriple(t *testing.T) {
 		_, ok := prov.keys.Load("quiesce-holder")
 		return ok
 	})
-	if err := child.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+	if err := child.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
 	frozen := next("frozen ")
@@ -92,18 +94,6 @@ func TestHandoverAcrossExecTriple(t *testing.T) {
 	if h2s != consumers || waiting == 0 {
 		t.Errorf("the snapshot carried %d HTTP/2 consumers and %d waiting calls; want %d and some", h2s, waiting, consumers)
 	}
-}
-
-// snapshotSummary is the child's account of a snapshot, for the tests.
-func snapshotSummary(sn *proxy.Snapshot) string {
-	h2s, waiting := 0, 0
-	for _, st := range sn.Sessions {
-		if st.H2 != nil {
-			h2s++
-			waiting += len(st.H2.Calls)
-		}
-	}
-	return fmt.Sprintf("frozen sessions=%d h2=%d waiting=%d", len(sn.Sessions), h2s, waiting)
 }
 
 // tripleLoad is unary calls in a loop on each client connection, each with a unique key and body, each
@@ -179,7 +169,7 @@ func TestH2FreezeThaw(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		t.Logf("round %d: %s", round, snapshotSummary(sn))
+		t.Logf("round %d: %s", round, proxytest.SnapshotSummary(sn))
 		for _, st := range sn.Sessions {
 			if st.Proto != proxy.SnapH2 || st.H2 == nil {
 				t.Fatalf("round %d: a consumer crossed as %q, not as HTTP/2", round, st.Proto)
