@@ -8,53 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy/dubbo"
 	"github.com/stormgate/stormgate/proxy/wire"
 )
-
-// series reads every sample of the family name from reg, keyed by its labels as
-// "k=v,k=v" in label order; histograms by their sample count.
-func series(t testing.TB, reg prometheus.Gatherer, name string) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var kv []string
-			for _, l := range m.GetLabel() {
-				kv = append(kv, l.GetName()+"="+l.GetValue())
-			}
-			out[strings.Join(kv, ",")] = metricNumber(m)
-		}
-	}
-	return out
-}
-
-func metricNumber(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return 0
-}
 
 // TestMethodLabels (issue 25): each answer is counted under its service, method and
 // Dubbo status name, business exceptions and durations per method, with the test
@@ -95,7 +58,7 @@ func TestMethodLabels(t *testing.T) {
 		t.Fatalf("grouped call: %+v %v", resp, err)
 	}
 
-	req := series(t, f.reg, "stormgate_method_requests_total")
+	req := testkit.Series(t, f.reg, "stormgate_method_requests_total")
 	for k, want := range map[string]float64{
 		"method=echo,service=" + svc + ",status=OK":                          5,
 		"method=fail,service=" + svc + ",status=OK":                          2,
@@ -110,18 +73,18 @@ func TestMethodLabels(t *testing.T) {
 			t.Errorf("requests{%s} = %v (present %v), want %v; all: %v", k, got, ok, want, req)
 		}
 	}
-	exc := series(t, f.reg, "stormgate_method_exceptions_total")
+	exc := testkit.Series(t, f.reg, "stormgate_method_exceptions_total")
 	if exc["method=fail,service="+svc] != 2 || exc["method=echo,service="+svc] != 0 {
 		t.Errorf("exceptions: %v", exc)
 	}
-	dur := series(t, f.reg, "stormgate_method_request_duration_seconds")
+	dur := testkit.Series(t, f.reg, "stormgate_method_request_duration_seconds")
 	if dur["method=echo,service="+svc] != 5 || dur["method=error,service="+svc] != 3 {
 		t.Errorf("duration counts: %v", dur)
 	}
-	if g := series(t, f.reg, "stormgate_method_labels")[""]; g != 5 {
+	if g := testkit.Series(t, f.reg, "stormgate_method_labels")[""]; g != 5 {
 		t.Errorf("stormgate_method_labels = %v, want 5", g)
 	}
-	if g := series(t, f.reg, "stormgate_method_labels_limit")[""]; g != 500 {
+	if g := testkit.Series(t, f.reg, "stormgate_method_labels_limit")[""]; g != 500 {
 		t.Errorf("stormgate_method_labels_limit = %v, want 500", g)
 	}
 }
@@ -157,7 +120,7 @@ func TestMethodGarbageIsUnknown(t *testing.T) {
 	if resp, err := c.Call(ctx, 3, svc, "echo", "still fine"); err != nil || resp.Value != "still fine" {
 		t.Fatalf("the connection after garbage: %+v %v", resp, err)
 	}
-	req := series(t, f.reg, "stormgate_method_requests_total")
+	req := testkit.Series(t, f.reg, "stormgate_method_requests_total")
 	if req["method=unknown,service=unknown,status=BAD_REQUEST"] != 1 || req["method=unknown,service=unknown,status=OK"] != 1 ||
 		req["method=echo,service="+svc+",status=OK"] != 1 {
 		t.Errorf("want unknown BAD_REQUEST 1, unknown OK 1, echo 1: %v", req)
@@ -182,7 +145,7 @@ func TestMethodCardinalityBound(t *testing.T) {
 		call(int64(i+1), fmt.Sprintf("m%d", i))
 	}
 	call(11, "m0")
-	req := series(t, f.reg, "stormgate_method_requests_total")
+	req := testkit.Series(t, f.reg, "stormgate_method_requests_total")
 	methods := map[string]bool{}
 	for k := range req {
 		for _, kv := range strings.Split(k, ",") {
@@ -201,10 +164,10 @@ func TestMethodCardinalityBound(t *testing.T) {
 	if got := req["method=other,service=other,status=SERVICE_NOT_FOUND"]; got != 7 {
 		t.Errorf("other = %v, want 7", got)
 	}
-	if got := series(t, f.reg, "stormgate_method_labels_overflow_total")[""]; got != 7 {
+	if got := testkit.Series(t, f.reg, "stormgate_method_labels_overflow_total")[""]; got != 7 {
 		t.Errorf("overflow = %v, want 7", got)
 	}
-	if got := series(t, f.reg, "stormgate_method_labels")[""]; got != 3 {
+	if got := testkit.Series(t, f.reg, "stormgate_method_labels")[""]; got != 3 {
 		t.Errorf("labels = %v, want 3", got)
 	}
 	cfg := f.srv.Config()
@@ -214,7 +177,7 @@ func TestMethodCardinalityBound(t *testing.T) {
 	}
 	call(12, "m9")
 	call(13, "m8")
-	req = series(t, f.reg, "stormgate_method_requests_total")
+	req = testkit.Series(t, f.reg, "stormgate_method_requests_total")
 	if req["method=m9,service="+svc+",status=SERVICE_NOT_FOUND"] != 1 || req["method=other,service=other,status=SERVICE_NOT_FOUND"] != 8 {
 		t.Errorf("after raising the bound to 4: %v", req)
 	}
@@ -244,15 +207,15 @@ func TestMethodHoldsAndLocalReplies(t *testing.T) {
 	if resp := <-done; resp.Status != 35 {
 		t.Fatalf("held request answered %+v, want CHANNEL_INACTIVE", resp)
 	}
-	held := series(t, f.reg, "stormgate_method_held_requests_total")
+	held := testkit.Series(t, f.reg, "stormgate_method_held_requests_total")
 	if held["kind=held,method=slowpoke,service="+svc] != 1 {
 		t.Errorf("held: %v", held)
 	}
-	local := series(t, f.reg, "stormgate_method_local_replies_total")
+	local := testkit.Series(t, f.reg, "stormgate_method_local_replies_total")
 	if local["method=slowpoke,reason=hold_timeout,service="+svc] != 1 {
 		t.Errorf("local replies: %v", local)
 	}
-	if got := series(t, f.reg, "stormgate_method_requests_total")["method=slowpoke,service="+svc+",status=CHANNEL_INACTIVE"]; got != 1 {
+	if got := testkit.Series(t, f.reg, "stormgate_method_requests_total")["method=slowpoke,service="+svc+",status=CHANNEL_INACTIVE"]; got != 1 {
 		t.Errorf("slowpoke CHANNEL_INACTIVE = %v", got)
 	}
 }
@@ -266,7 +229,7 @@ func TestMethodsOff(t *testing.T) {
 	if _, err := c.Call(ctx, 1, svc, "echo", "x"); err != nil {
 		t.Fatal(err)
 	}
-	if req := series(t, f.reg, "stormgate_method_requests_total"); len(req) != 0 {
+	if req := testkit.Series(t, f.reg, "stormgate_method_requests_total"); len(req) != 0 {
 		t.Fatalf("per-method series with max_methods 0: %v", req)
 	}
 }
@@ -310,7 +273,7 @@ func TestAccessLog(t *testing.T) {
 		}
 	}
 	n := len(logs.TakeAll())
-	dropped := series(t, f.reg, "stormgate_access_log_dropped_total")[""]
+	dropped := testkit.Series(t, f.reg, "stormgate_access_log_dropped_total")[""]
 	if n+int(dropped) != 20 || n > 6 {
 		t.Errorf("burst of 20 failures: %d lines, %v dropped (max_per_second 5)", n, dropped)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy/dubbo"
@@ -67,23 +68,7 @@ func (f *fixture) update(mod func(*Config)) {
 // step waits a little for what runs on other goroutines to catch up with it.
 func (f *fixture) stepUntil(limit, step time.Duration, what string, cond func() bool) {
 	f.t.Helper()
-	stepClockUntil(f.t, f.clk, f.srv, limit, step, what, cond)
-}
-
-// stepUntil for a server of its own on clk.
-func stepClockUntil(t testing.TB, clk *keepalive.ManualClock, srv *Server, limit, step time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for moved := time.Duration(0); !cond(); moved += step {
-		if moved >= limit {
-			// Moved as far as the new value allows, and more: give the goroutines that
-			// act on what fired a real-time grace before judging.
-			waitFor(t, 10*time.Second, what+" within "+limit.String()+" on the clock", cond)
-			return
-		}
-		clk.Add(step)
-		srv.wheel.Advance(clk.Now())
-		time.Sleep(2 * time.Millisecond)
-	}
+	testkit.StepClockUntil(f.t, f.clk, f.srv.wheel, limit, step, what, cond)
 }
 
 func probeIdleTimeout(t *testing.T) {

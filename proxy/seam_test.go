@@ -1,14 +1,12 @@
 package proxy
 
 import (
-	"go/ast"
 	"go/parser"
-	"go/token"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
 
@@ -17,7 +15,7 @@ import (
 // the package's non-test sources and fails on any import of proxy/dubbo. Tests may import it: they
 // wire the codec in as cmd/sidecar does.
 func TestCoreImportsNoDubbo(t *testing.T) {
-	fset, files := parseCore(t, parser.ImportsOnly)
+	fset, files := testkit.ParseOwn(t, parser.ImportsOnly)
 	for _, f := range files {
 		for _, imp := range f.Imports {
 			if p, _ := strconv.Unquote(imp.Path.Value); strings.HasSuffix(p, "/proxy/dubbo") {
@@ -32,7 +30,7 @@ func TestCoreImportsNoDubbo(t *testing.T) {
 // interfaces: no non-test file imports proxy/triple or the codec proxy/h2. (The snapshot's HTTP/2 part,
 // which the core carries, is package proxy/h2snap's.)
 func TestCoreImportsNoProtocol(t *testing.T) {
-	fset, files := parseCore(t, parser.ImportsOnly)
+	fset, files := testkit.ParseOwn(t, parser.ImportsOnly)
 	for _, f := range files {
 		for _, imp := range f.Imports {
 			if p, _ := strconv.Unquote(imp.Path.Value); strings.HasSuffix(p, "/proxy/triple") || strings.HasSuffix(p, "/proxy/h2") {
@@ -40,28 +38,6 @@ func TestCoreImportsNoProtocol(t *testing.T) {
 			}
 		}
 	}
-}
-
-// parseCore parses the package's own sources, not its tests, for the tests that check its shape.
-func parseCore(t *testing.T, mode parser.Mode) (*token.FileSet, []*ast.File) {
-	t.Helper()
-	names, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	var files []*ast.File
-	for _, name := range names {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, mode)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	return fset, files
 }
 
 // TestNewRequiresCodec: a Server without a codec is refused with what to pass, not a nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
@@ -94,7 +95,7 @@ func TestH2WarmupPacesCalls(t *testing.T) {
 	if n := p.up.Opened(); n > 3 {
 		t.Errorf("%d calls sent within 100 ms of the ramp's start; want at most 3 (the burst and about 5-10 %% of 100 calls/s)", n)
 	}
-	stepClockUntil(t, clk, srv, 2*time.Second, 5*time.Millisecond, "every call answered", func() bool { return done.Load() == calls })
+	testkit.StepClockUntil(t, clk, srv.wheel, 2*time.Second, 5*time.Millisecond, "every call answered", func() bool { return done.Load() == calls })
 	wg.Wait()
 	if got := testutil.ToFloat64(srv.m.holdOutcome[HoldSent]); got < calls-2 {
 		t.Errorf("hold outcome sent %v; want at least %d (the calls the ramp held back)", got, calls-2)

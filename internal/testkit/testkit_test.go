@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,6 +30,33 @@ func TestStartChild(t *testing.T) {
 	c := StartChild(t, childRole+"=42")
 	if got := c.Next("ready "); got != "42" {
 		t.Errorf("Next(%q) = %q, want 42", "ready ", got)
+	}
+}
+
+// TestSeries: each series by its labels in label order; counters and gauges by value, histograms by
+// their count; other families left out.
+func TestSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "calls_total"}, []string{"method", "code"})
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "duration_seconds"})
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "open"})
+	reg.MustRegister(c, h, g)
+	c.WithLabelValues("echo", "OK").Add(3)
+	c.WithLabelValues("fail", "OK").Inc()
+	h.Observe(0.1)
+	h.Observe(2)
+	g.Set(7)
+	if got := Series(t, reg, "calls_total"); len(got) != 2 || got["code=OK,method=echo"] != 3 || got["code=OK,method=fail"] != 1 {
+		t.Errorf("calls_total: %v", got)
+	}
+	if got := Series(t, reg, "duration_seconds"); len(got) != 1 || got[""] != 2 {
+		t.Errorf("duration_seconds: %v", got)
+	}
+	if got := Series(t, reg, "open"); len(got) != 1 || got[""] != 7 {
+		t.Errorf("open: %v", got)
+	}
+	if got := Series(t, reg, "absent"); len(got) != 0 {
+		t.Errorf("absent: %v", got)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/proxy"
 )
@@ -21,7 +22,7 @@ func TestH2WriteTimeout(t *testing.T) {
 	clk, srv, fr, u := stalledProvider(t, func(c *proxy.Config) { c.WriteTimeout = 10 * time.Second })
 	clk.Add(10 * time.Second)
 	envOf(srv).Wheel().Advance(clk.Now())
-	stepClockUntil(t, clk, srv, time.Second, 100*time.Millisecond, "the stalled connection closed", u.w.Closed)
+	testkit.StepClockUntil(t, clk, envOf(srv).Wheel(), time.Second, 100*time.Millisecond, "the stalled connection closed", u.w.Closed)
 	got := readAnswersTicking(t, fr, 2, clk, srv)
 	if a := got[1]; a.grpcStatus != "14" || !strings.Contains(a.grpcMessage, "upstream.write_timeout") {
 		t.Errorf("the big call, partly written: %v, want grpc-status 14 naming upstream.write_timeout", a)
@@ -44,7 +45,7 @@ func probeH2UpstreamInterval(t *testing.T) {
 	writeCall(t, fr, 1, true, []byte("unanswered"))
 	waitFor(t, 10*time.Second, "the call on a provider stream", func() bool { return h2StreamsOpen(srv) == 1 })
 	updateLive(t, srv, func(c *proxy.Config) { c.UpstreamInterval = time.Second })
-	stepClockUntil(t, clk, srv, 3*time.Second, 100*time.Millisecond, "a PING to the provider", func() bool { return metric(t, srv, "stormgate_upstream_heartbeats_sent_total") > 0 })
+	testkit.StepClockUntil(t, clk, envOf(srv).Wheel(), 3*time.Second, 100*time.Millisecond, "a PING to the provider", func() bool { return metric(t, srv, "stormgate_upstream_heartbeats_sent_total") > 0 })
 }
 
 // probeH2WriteTimeout: a provider connection whose writer is stalled, write_timeout an hour; lowered to
@@ -54,7 +55,7 @@ func probeH2WriteTimeout(t *testing.T) {
 		c.WriteTimeout, c.UpstreamHungTimeout, c.UpstreamInterval = time.Hour, 0, time.Hour
 	})
 	updateLive(t, srv, func(c *proxy.Config) { c.WriteTimeout = 2 * time.Second })
-	stepClockUntil(t, clk, srv, 3*time.Second, 100*time.Millisecond, "the stalled connection closed", u.w.Closed)
+	testkit.StepClockUntil(t, clk, envOf(srv).Wheel(), 3*time.Second, 100*time.Millisecond, "the stalled connection closed", u.w.Closed)
 }
 
 // stalledProvider is a server on a manual clock (settings changed by mod) in front of a scripted provider

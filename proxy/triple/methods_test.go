@@ -163,7 +163,7 @@ func TestH2MethodLabels(t *testing.T) {
 		t.Fatalf("a call without a provider: %d %q, want grpc-status 14", code, st)
 	}
 
-	req := series(t, reg, "stormgate_method_requests_total")
+	req := testkit.Series(t, reg, "stormgate_method_requests_total")
 	for k, want := range map[string]float64{
 		"method=SayHello,service=blue/" + tripleSvc + ":1.2.0,status=OK": 3,
 		"method=SayBye,service=" + tripleSvc + ",status=NOT_FOUND":       2,
@@ -176,21 +176,21 @@ func TestH2MethodLabels(t *testing.T) {
 			t.Errorf("requests{%s} = %v (present %v), want %v; all: %v", k, got, ok, want, req)
 		}
 	}
-	if dur := series(t, reg, "stormgate_method_request_duration_seconds"); dur["method=SayHello,service=blue/"+tripleSvc+":1.2.0"] != 3 ||
+	if dur := testkit.Series(t, reg, "stormgate_method_request_duration_seconds"); dur["method=SayHello,service=blue/"+tripleSvc+":1.2.0"] != 3 ||
 		dur["method=SayBye,service="+tripleSvc] != 3 {
 		t.Errorf("duration counts: %v", dur)
 	}
-	if exc := series(t, reg, "stormgate_method_exceptions_total"); exc["method=SayBye,service="+tripleSvc] != 1 ||
+	if exc := testkit.Series(t, reg, "stormgate_method_exceptions_total"); exc["method=SayBye,service="+tripleSvc] != 1 ||
 		exc["method=SayHello,service=blue/"+tripleSvc+":1.2.0"] != 0 {
 		t.Errorf("exceptions: %v", exc)
 	}
-	if held := series(t, reg, "stormgate_method_held_requests_total"); held["kind=held,method=SayHello,service="+tripleSvc] != 1 {
+	if held := testkit.Series(t, reg, "stormgate_method_held_requests_total"); held["kind=held,method=SayHello,service="+tripleSvc] != 1 {
 		t.Errorf("held: %v", held)
 	}
-	if local := series(t, reg, "stormgate_method_local_replies_total"); local["method=SayHello,reason=hold_timeout,service="+tripleSvc] != 1 {
+	if local := testkit.Series(t, reg, "stormgate_method_local_replies_total"); local["method=SayHello,reason=hold_timeout,service="+tripleSvc] != 1 {
 		t.Errorf("local replies: %v", local)
 	}
-	if g := series(t, reg, "stormgate_method_labels")[""]; g != 4 {
+	if g := testkit.Series(t, reg, "stormgate_method_labels")[""]; g != 4 {
 		t.Errorf("stormgate_method_labels = %v, want 4 (SayHello twice, SayBye, Missing)", g)
 	}
 
@@ -227,7 +227,7 @@ func TestH2MethodBound(t *testing.T) {
 			t.Fatalf("m%d: %d %q", i, code, st)
 		}
 	}
-	req := series(t, reg, "stormgate_method_requests_total")
+	req := testkit.Series(t, reg, "stormgate_method_requests_total")
 	if req["method=m0,service="+tripleSvc+",status=OK"] != 1 || req["method=m1,service="+tripleSvc+",status=OK"] != 1 ||
 		req["method=other,service=other,status=OK"] != 3 {
 		t.Errorf("want m0 1, m1 1, other 3: %v", req)
@@ -235,7 +235,7 @@ func TestH2MethodBound(t *testing.T) {
 	if _, ok := req["method=m2,service="+tripleSvc+",status=OK"]; ok {
 		t.Errorf("m2 exported past the bound: %v", req)
 	}
-	if got := series(t, reg, "stormgate_method_labels_overflow_total")[""]; got != 3 {
+	if got := testkit.Series(t, reg, "stormgate_method_labels_overflow_total")[""]; got != 3 {
 		t.Errorf("overflow = %v, want 3", got)
 	}
 }
@@ -266,10 +266,10 @@ func TestH2MethodOneLabelSpace(t *testing.T) {
 	if code, st, body := tripleCall(t, tr, "/"+svc+"/echo", "triple"); code != 200 || st != "0" || !bytes.Equal(body, grpcFrame([]byte("triple"))) {
 		t.Fatalf("Triple call: %d %q %q", code, st, body)
 	}
-	if got := series(t, reg, "stormgate_method_requests_total")["method=echo,service="+svc+",status=OK"]; got != 2 {
+	if got := testkit.Series(t, reg, "stormgate_method_requests_total")["method=echo,service="+svc+",status=OK"]; got != 2 {
 		t.Errorf("echo OK = %v, want 2 (one call each way)", got)
 	}
-	if g := series(t, reg, "stormgate_method_labels")[""]; g != 1 {
+	if g := testkit.Series(t, reg, "stormgate_method_labels")[""]; g != 1 {
 		t.Errorf("stormgate_method_labels = %v, want 1", g)
 	}
 }
@@ -299,7 +299,7 @@ func TestH2MethodLabelsDoNotAllocate(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, call); n != 0 {
 		t.Errorf("identifying and counting an HTTP/2 call: %v allocs/op", n)
 	}
-	if n := series(t, exported(srv), "stormgate_method_requests_total")["method=SayHello,service=blue/"+tripleSvc+":1.2.0,status=OK"]; n < 1000 {
+	if n := testkit.Series(t, exported(srv), "stormgate_method_requests_total")["method=SayHello,service=blue/"+tripleSvc+":1.2.0,status=OK"]; n < 1000 {
 		t.Fatalf("the call's series: %v calls, want its labels and at least 1000", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/net/http2"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/peer"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/h2"
@@ -45,7 +46,7 @@ func exported(srv *proxy.Server) prometheus.Gatherer {
 func waitSeries(t *testing.T, srv *proxy.Server, name, labels string, want float64) {
 	t.Helper()
 	waitFor(t, 10*time.Second, name+"{"+labels+"} = "+strconv.FormatFloat(want, 'g', -1, 64), func() bool {
-		return series(t, exported(srv), name)[labels] == want
+		return testkit.Series(t, exported(srv), name)[labels] == want
 	})
 }
 
@@ -59,16 +60,16 @@ func TestConnectionSeriesByProtocol(t *testing.T) {
 	srv, addr := newH2Server(t, startBothProvider(t, ctx), proxy.ProtoDubbo|proxy.ProtoTriple)
 
 	for _, l := range []string{"protocol=triple,reason=peer_closed", "protocol=unknown,reason=idle_timeout", "protocol=dubbo,reason=bad_magic"} {
-		if v, ok := series(t, exported(srv), "stormgate_downstream_closed_total")[l]; !ok || v != 0 {
+		if v, ok := testkit.Series(t, exported(srv), "stormgate_downstream_closed_total")[l]; !ok || v != 0 {
 			t.Errorf("stormgate_downstream_closed_total{%s} = %v (exported: %v), want 0 from the start", l, v, ok)
 		}
 	}
 	for _, l := range []string{"code=CANCEL,direction=received,peer=consumer", "code=OTHER,direction=sent,peer=provider"} {
-		if _, ok := series(t, exported(srv), "stormgate_http2_resets_total")[l]; !ok {
+		if _, ok := testkit.Series(t, exported(srv), "stormgate_http2_resets_total")[l]; !ok {
 			t.Errorf("stormgate_http2_resets_total{%s} not exported from the start", l)
 		}
 	}
-	up := series(t, exported(srv), "stormgate_upstream_connections")
+	up := testkit.Series(t, exported(srv), "stormgate_upstream_connections")
 	if up["protocol=dubbo"] != 2 || up["protocol=triple"] != 2 {
 		t.Errorf("stormgate_upstream_connections %v, want 2 of each protocol", up)
 	}

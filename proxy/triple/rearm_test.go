@@ -53,7 +53,7 @@ func probeH2Hold(t *testing.T, timeout time.Duration, lower func(*proxy.Config))
 	go func() { res <- unaryH2(ctx, h2cTransport(addr), []byte("held"), hdr...) }()
 	waitFor(t, 10*time.Second, "the call held", func() bool { return metric(t, srv, "stormgate_held_requests") == 1 })
 	updateLive(t, srv, lower)
-	stepClockUntil(t, clk, srv, 3*time.Second, 100*time.Millisecond, "the held call answered", func() bool { return metric(t, srv, "stormgate_held_requests") == 0 })
+	testkit.StepClockUntil(t, clk, envOf(srv).Wheel(), 3*time.Second, 100*time.Millisecond, "the held call answered", func() bool { return metric(t, srv, "stormgate_held_requests") == 0 })
 	if o := <-res; o.ok || o.cancelled {
 		t.Fatalf("held call: %+v; want Stormgate's error answer", o)
 	}

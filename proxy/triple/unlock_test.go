@@ -3,6 +3,8 @@ package triple
 import (
 	"go/ast"
 	"testing"
+
+	"github.com/stormgate/stormgate/internal/testkit"
 )
 
 // TestH2PoolMutexReleasedByUnlock: a batch of frames that claims a provider connection's writer
@@ -12,7 +14,7 @@ import (
 // timeout. So every release of an h2Pool's mu goes through unlock; this test reads the package's
 // source and fails on any other Unlock of a field mu reached through a value named hp.
 func TestH2PoolMutexReleasedByUnlock(t *testing.T) {
-	fset, files := parseOwn(t, 0)
+	fset, files := testkit.ParseOwn(t, 0)
 	for _, f := range files {
 		for _, d := range f.Decls {
 			fn, ok := d.(*ast.FuncDecl)
