@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/proxy/dubbo"
 )
 
@@ -71,28 +71,6 @@ func btoi(b bool) int {
 	return 0
 }
 
-// rawCodec sends []byte messages as they are (the provider echoes bytes, whatever they encode).
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
-func (rawCodec) Unmarshal(b []byte, v any) error {
-	*(v.(*[]byte)) = append([]byte(nil), b...)
-	return nil
-}
-func (rawCodec) Name() string { return "raw" }
-
-// grpcClient is a grpc-go client connection to addr with rawCodec.
-func grpcClient(t *testing.T, addr string) *grpc.ClientConn {
-	t.Helper()
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return cc
-}
-
 // echo makes a unary call of msg and returns the answer's message.
 func echo(ctx context.Context, cc *grpc.ClientConn, msg []byte) ([]byte, error) {
 	var resp []byte
@@ -113,7 +91,7 @@ func startGRPCEcho(t testing.TB, addr string) *grpcEcho {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+	s := grpc.NewServer(grpc.ForceServerCodec(testkit.RawCodec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
 		var msg []byte
 		if err := ss.RecvMsg(&msg); err != nil {
 			return err

@@ -72,7 +72,7 @@ func TestH2WarmupPacesCalls(t *testing.T) {
 	p.startWarmup()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	const calls = 10
 	var done atomic.Int32
 	var wg sync.WaitGroup

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/h2"
 )
@@ -421,7 +422,7 @@ func TestH2AdvBigTrailersKillSharedConn(t *testing.T) {
 	defer cancel()
 	victim := make(chan error, 1)
 	go func() {
-		resp, err := echo(ctx, grpcClient(t, addr), []byte("victim"), "x-sleep-ms", "1500")
+		resp, err := echo(ctx, testkit.GRPCClient(t, addr), []byte("victim"), "x-sleep-ms", "1500")
 		if err == nil && string(resp) != "victim" {
 			err = fmt.Errorf("answer %q", resp)
 		}
@@ -716,7 +717,7 @@ func TestH2AdvMalformedConsumersIsolated(t *testing.T) {
 	defer cancel()
 	victim := make(chan error, 1)
 	go func() {
-		resp, err := echo(ctx, grpcClient(t, addr), []byte("victim"), "x-hold", "1", "x-key", "victim")
+		resp, err := echo(ctx, testkit.GRPCClient(t, addr), []byte("victim"), "x-hold", "1", "x-key", "victim")
 		if err == nil && string(resp) != "victim" {
 			err = fmt.Errorf("answer %q", resp)
 		}
@@ -863,7 +864,7 @@ func TestH2AdvWaitingCallsHoldTheConsumerWindow(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var failed []string
@@ -1131,7 +1132,7 @@ func TestH2AdvRandomProvider(t *testing.T) {
 	var ok, failed atomic.Int64
 	for i := range 16 {
 		wg.Go(func() {
-			cc := grpcClient(t, addr)
+			cc := testkit.GRPCClient(t, addr)
 			for j := range 40 {
 				msg := fmt.Appendf(nil, "%d/%d-%s", i, j, bytes.Repeat([]byte{byte('a' + j%26)}, (i*j*131)%5000))
 				resp, err := echo(ctx, cc, msg, "x-key", fmt.Sprintf("%d-%d-%d", seed, i, j))

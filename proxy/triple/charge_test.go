@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/proxy"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
@@ -75,7 +76,7 @@ func TestH2ProviderWriteQueueCharged(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	var wg sync.WaitGroup
 	for i := range 32 {
 		wg.Go(func() {

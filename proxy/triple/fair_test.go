@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/proxy"
 	"google.golang.org/grpc"
 )
@@ -22,7 +23,7 @@ func TestH2WaitingServedFairly(t *testing.T) {
 	srv, addr := newH2Server(t, prov.Addr().String(), proxy.ProtoTriple, func(c *proxy.Config) { c.UpstreamConns = 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	greedy := grpcClient(t, addr)
+	greedy := testkit.GRPCClient(t, addr)
 	var done atomic.Int32
 	var wg sync.WaitGroup
 	for i := range 10 {
@@ -40,7 +41,7 @@ func TestH2WaitingServedFairly(t *testing.T) {
 		defer hp.mu.Unlock()
 		return hp.prov.Hold().CallsWaiting() == 9
 	})
-	if _, err := echo(ctx, grpcClient(t, addr), []byte("polite")); err != nil {
+	if _, err := echo(ctx, testkit.GRPCClient(t, addr), []byte("polite")); err != nil {
 		t.Fatal(err)
 	}
 	ahead := done.Load()

@@ -44,7 +44,7 @@ func TestHandoverAcrossExecTriple(t *testing.T) {
 	ccs := make([]*grpc.ClientConn, consumers)
 	for i := range ccs {
 		cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})),
+			grpc.WithDefaultCallOptions(grpc.ForceCodec(testkit.RawCodec{})),
 			grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
 				dials.Add(1)
 				return (&net.Dialer{}).DialContext(ctx, "tcp", a)
@@ -159,7 +159,7 @@ func TestH2FreezeThaw(t *testing.T) {
 	defer cancel()
 	ccs := make([]*grpc.ClientConn, 16)
 	for i := range ccs {
-		ccs[i] = grpcClient(t, addr)
+		ccs[i] = testkit.GRPCClient(t, addr)
 	}
 	load := startTripleLoad(t, ctx, ccs)
 	for round := range 3 {
@@ -191,7 +191,7 @@ func TestH2FreezeThaw(t *testing.T) {
 func TestH2FreezeRefusedWhileStreaming(t *testing.T) {
 	prov := startGRPCProvider(t)
 	srv, addr := newH2Server(t, prov.Addr().String(), proxy.ProtoTriple)
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st := openEchoStream(t, ctx, cc)
@@ -242,7 +242,7 @@ func TestH2FreezeRefusedWhileStreaming(t *testing.T) {
 func TestH2FreezeEndsOpenCalls(t *testing.T) {
 	prov := startGRPCProvider(t)
 	srv, addr := newH2Server(t, prov.Addr().String(), proxy.ProtoTriple)
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st := openEchoStream(t, ctx, cc)
@@ -354,7 +354,7 @@ func TestH2FreezeClosesRestless(t *testing.T) {
 	srv, addr := newH2Server(t, prov.Addr().String(), proxy.ProtoTriple)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ccs := []*grpc.ClientConn{grpcClient(t, addr), grpcClient(t, addr), grpcClient(t, addr)}
+	ccs := []*grpc.ClientConn{testkit.GRPCClient(t, addr), testkit.GRPCClient(t, addr), testkit.GRPCClient(t, addr)}
 	load := startTripleLoad(t, ctx, ccs)
 	_, fr := dialH2(t, addr) // its SETTINGS, and never an ACK of Stormgate's
 	waitFor(t, 10*time.Second, "Stormgate's SETTINGS", func() bool {

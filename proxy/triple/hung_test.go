@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/proxy"
 )
@@ -35,7 +36,7 @@ func TestH2HungProviderIsVisible(t *testing.T) {
 	step := func(d time.Duration) { clk.Add(d); envOf(srv).Wheel().Advance(clk.Now()) }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	if _, err := echo(ctx, cc, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestH2SlowCallIsNotAHang(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	done := echoAsync(ctx, grpcClient(t, addr), "slow", "x-sleep-ms", "3000")
+	done := echoAsync(ctx, testkit.GRPCClient(t, addr), "slow", "x-sleep-ms", "3000")
 	waitFor(t, 10*time.Second, "the call on a provider stream", func() bool { return h2StreamsOpen(srv) == 1 })
 	for range 30 {
 		clk.Add(time.Second)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/proxy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -57,7 +58,7 @@ func TestH2IntegrityStreamsSlowProvider(t *testing.T) {
 	for i := range consumers {
 		wg.Go(func() {
 			cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-				grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})),
+				grpc.WithDefaultCallOptions(grpc.ForceCodec(testkit.RawCodec{})),
 				grpc.WithInitialWindowSize(win), grpc.WithInitialConnWindowSize(win))
 			if err != nil {
 				errs <- err.Error()
@@ -229,7 +230,7 @@ func grpcOutcome(ctx context.Context, err error, what string) h2Outcome {
 func TestH2IdleSessionKeepsLittle(t *testing.T) {
 	prov := startGRPCProvider(t)
 	srv, addr := newH2Server(t, prov.Addr().String(), proxy.ProtoTriple)
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup

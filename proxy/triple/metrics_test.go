@@ -84,7 +84,7 @@ func TestConnectionSeriesByProtocol(t *testing.T) {
 	if r, err := dc.Call(cctx, 1, svc, "echo", "dubbo"); err != nil || r.Value != "dubbo" {
 		t.Fatalf("Dubbo call: %+v %v", r, err)
 	}
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	if resp, err := echo(cctx, cc, []byte("h2")); err != nil || string(resp) != "h2" {
 		t.Fatalf("gRPC call: %q %v", resp, err)
 	}

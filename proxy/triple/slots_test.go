@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/proxy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -39,7 +40,7 @@ func TestH2ConnectionsResizeLive(t *testing.T) {
 	// Calls in flight on every connection while the pool shrinks to 1.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	var wg sync.WaitGroup
 	var failed atomic.Int64
 	call := func(i int) {
@@ -117,7 +118,7 @@ func TestH2GoAwayOpensANewConnection(t *testing.T) {
 	_, addr := newH2Server(t, prov.Addr().String(), proxy.ProtoTriple, func(c *proxy.Config) { c.UpstreamConns = 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	long := make(chan error, 1)
 	go func() {
 		_, err := echo(ctx, cc, []byte("long"), "x-sleep-ms", "5000")

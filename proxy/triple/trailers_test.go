@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/stormgate/stormgate/internal/testkit"
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/h2"
 )
@@ -67,7 +68,7 @@ func TestH2RequestTrailersEndTheRequestOnly(t *testing.T) {
 	defer cancel()
 	slow := make(chan error, 1)
 	go func() {
-		resp, err := echo(ctx, grpcClient(t, addr), []byte("the other consumer"), "x-sleep-ms", "300")
+		resp, err := echo(ctx, testkit.GRPCClient(t, addr), []byte("the other consumer"), "x-sleep-ms", "300")
 		if err == nil && string(resp) != "the other consumer" {
 			err = fmt.Errorf("answer %q", resp)
 		}

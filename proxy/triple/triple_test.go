@@ -27,7 +27,6 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -41,16 +40,6 @@ import (
 
 // HTTP/2 through Stormgate (issue 26, first slice): real grpc-go and x/net peers on both sides, real
 // sockets.
-
-// rawCodec sends []byte messages as they are (the provider echoes bytes, whatever they encode).
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
-func (rawCodec) Unmarshal(b []byte, v any) error {
-	*(v.(*[]byte)) = append([]byte(nil), b...)
-	return nil
-}
-func (rawCodec) Name() string { return "raw" }
 
 // killableListener counts the provider's connections and can end them all (a provider connection
 // killed mid-run) while the listener keeps accepting.
@@ -117,7 +106,7 @@ func startGRPCProviderAt(t testing.TB, addr string, opts ...grpc.ServerOption) *
 	}
 	gp := &grpcProvider{killableListener: &killableListener{Listener: ln}, held: make(chan struct{})}
 	kl := gp.killableListener
-	opts = append(opts, grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+	opts = append(opts, grpc.ForceServerCodec(testkit.RawCodec{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
 		n := gp.active.Add(1)
 		defer gp.active.Add(-1)
 		defer func() {
@@ -323,17 +312,6 @@ func btoi(b bool) int {
 	return 0
 }
 
-func grpcClient(t *testing.T, addr string) *grpc.ClientConn {
-	t.Helper()
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return cc
-}
-
 func echo(ctx context.Context, cc *grpc.ClientConn, msg []byte, md ...string) ([]byte, error) {
 	var resp []byte
 	if len(md) > 0 {
@@ -352,7 +330,7 @@ func TestH2UnaryThroughStormgate(t *testing.T) {
 	srv, addr := newH2Server(t, prov.Addr().String(), proxy.ProtoTriple)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	for i, size := range []int{0, 1, 100, 16 << 10, 65535, 65536, 200 << 10, 1 << 20} {
 		msg := bytes.Repeat([]byte{byte('a' + i)}, size)
 		for j := range 3 {
@@ -373,7 +351,7 @@ func TestH2UnaryThroughStormgate(t *testing.T) {
 	}
 	for i := range 20 {
 		wg.Go(func() {
-			c := grpcClient(t, addr)
+			c := testkit.GRPCClient(t, addr)
 			msg := fmt.Appendf(nil, "consumer-%d", i)
 			if resp, err := echo(ctx, c, msg); err != nil || !bytes.Equal(resp, msg) {
 				t.Errorf("consumer %d: %q, %v", i, resp, err)
@@ -405,7 +383,7 @@ func TestH2ProviderStreamLimit(t *testing.T) {
 	for i := range 40 {
 		wg.Go(func() {
 			msg := fmt.Appendf(nil, "limited-%d", i)
-			if resp, err := echo(ctx, grpcClient(t, addr), msg, "x-sleep-ms", "20"); err != nil || !bytes.Equal(resp, msg) {
+			if resp, err := echo(ctx, testkit.GRPCClient(t, addr), msg, "x-sleep-ms", "20"); err != nil || !bytes.Equal(resp, msg) {
 				t.Errorf("call %d: %q %v", i, resp, err)
 			}
 		})
@@ -428,7 +406,7 @@ func TestH2StalledConsumerSharesNoWindow(t *testing.T) {
 	nc, _ := stallingConsumer(t, addr, 40)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	for i := range 4 {
 		resp, err := echo(ctx, cc, []byte("beside"), "x-answer-bytes", "262144")
 		if err != nil || len(resp) != 262144 {
@@ -798,7 +776,7 @@ func TestH2FirstBytesDecide(t *testing.T) {
 		if r, err := dc.Call(cctx, 1, svc, "echo", "dubbo beside h2"); err != nil || r.Value != "dubbo beside h2" {
 			t.Fatalf("Dubbo call: %+v %v", r, err)
 		}
-		if resp, err := echo(cctx, grpcClient(t, addr), []byte("h2 beside dubbo")); err != nil || string(resp) != "h2 beside dubbo" {
+		if resp, err := echo(cctx, testkit.GRPCClient(t, addr), []byte("h2 beside dubbo")); err != nil || string(resp) != "h2 beside dubbo" {
 			t.Fatalf("gRPC call: %q %v", resp, err)
 		}
 		if r, err := dc.Call(cctx, 2, svc, "echo", "again"); err != nil || r.Value != "again" {
@@ -1161,7 +1139,7 @@ func TestH2ProviderLiveness(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	if _, err := echo(ctx, cc, []byte("warm")); err != nil {
 		t.Fatal(err)
 	}
@@ -1201,7 +1179,7 @@ func TestH2PingsWithinGRPCPolicy(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if resp, err := echo(ctx, grpcClient(t, addr), []byte("slow"), "x-sleep-ms", "1000"); err != nil || string(resp) != "slow" {
+	if resp, err := echo(ctx, testkit.GRPCClient(t, addr), []byte("slow"), "x-sleep-ms", "1000"); err != nil || string(resp) != "slow" {
 		t.Fatalf("a call silent for 10 intervals: %q %v", resp, err)
 	}
 	if n := metric(t, srv, "stormgate_upstream_heartbeats_sent_total"); n < 1 || n > maxQuietPings {
@@ -1218,7 +1196,7 @@ func TestH2IdleTimeoutSparesOpenStreams(t *testing.T) {
 	srv, addr := newH2Server(t, prov.Addr().String(), proxy.ProtoTriple, func(c *proxy.Config) { c.DownstreamIdleTimeout = time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc := grpcClient(t, addr)
+	cc := testkit.GRPCClient(t, addr)
 	if resp, err := echo(ctx, cc, []byte("slow"), "x-sleep-ms", "3000"); err != nil || string(resp) != "slow" {
 		t.Fatalf("a call three idle timeouts long: %q %v", resp, err)
 	}
@@ -1237,7 +1215,7 @@ func TestH2ProviderGoAway(t *testing.T) {
 	srv, saddr := newH2Server(t, addr, proxy.ProtoTriple, func(c *proxy.Config) { c.UpstreamConns = 1; c.HoldTimeout = 10 * time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc := grpcClient(t, saddr)
+	cc := testkit.GRPCClient(t, saddr)
 	slow := make(chan error, 1)
 	go func() {
 		resp, err := echo(ctx, cc, []byte("finishing"), "x-sleep-ms", "800")
@@ -1289,7 +1267,7 @@ func TestH2RequestBytesBudgeted(t *testing.T) {
 	for i := range 6 {
 		wg.Go(func() {
 			msg := bytes.Repeat([]byte{byte('A' + i)}, 256<<10)
-			resp, err := echo(ctx, grpcClient(t, addr), msg, "x-hold", "1", "x-answer-bytes", "10")
+			resp, err := echo(ctx, testkit.GRPCClient(t, addr), msg, "x-hold", "1", "x-answer-bytes", "10")
 			st := status.Convert(err)
 			switch {
 			case err == nil && bytes.Equal(resp, []byte("aaaaaaaaaa")):
