@@ -295,6 +295,14 @@ func (c *advConsumer) data(t *testing.T, id uint32, end bool, b []byte) {
 	}
 }
 
+// echoCall opens stream id with a call to the test provider's echo and sends msg as its first message
+// (end: its last).
+func (c *advConsumer) echoCall(t *testing.T, id uint32, end bool, msg []byte) {
+	t.Helper()
+	c.headers(t, id, echoHead(), false)
+	c.data(t, id, end, grpcFrame(msg))
+}
+
 // holdCalls lists the calls in the first pool's hold queue (waiting or paused).
 func holdCalls(srv *proxy.Server) []*h2Call {
 	hp := poolOf(srv)
@@ -332,15 +340,13 @@ func TestH2AdvEmptyEndOverHoldBytes(t *testing.T) {
 	// A: a whole 30 KiB call, on the provider's one stream.
 	a := newAdvConsumer(t, addr)
 	aMsg := bytes.Repeat([]byte{'A'}, 30<<10)
-	a.headers(t, 1, echoHead(), false)
-	a.data(t, 1, true, grpcFrame(aMsg))
+	a.echoCall(t, 1, true, aMsg)
 	upA, _, _ := pc1.request(t, nil)
 
 	// V: its head and first message wait for a stream.
 	v := newAdvConsumer(t, addr)
 	vMsg := []byte("victim")
-	v.headers(t, 1, echoHead(), false)
-	v.data(t, 1, false, grpcFrame(vMsg))
+	v.echoCall(t, 1, false, vMsg)
 	waitFor(t, 10*time.Second, "V waiting with its message", func() bool {
 		cs := holdCalls(srv)
 		return len(cs) == 1 && len(cs[0].in) == len(grpcFrame(vMsg))
@@ -494,8 +500,7 @@ func TestH2AdvAnswerHeadDuringGoAwayLeaksProviderStream(t *testing.T) {
 	_, srv, addr, hp, pc := advServer(t)
 
 	a := newAdvConsumer(t, addr)
-	a.headers(t, 1, echoHead(), false)
-	a.data(t, 1, false, grpcFrame([]byte("first message of a stream")))
+	a.echoCall(t, 1, false, []byte("first message of a stream"))
 	var up uint32
 	for {
 		f := pc.frame(t)
@@ -591,8 +596,7 @@ func TestH2AdvStreamIDsUsedUp(t *testing.T) {
 	for i := range 3 {
 		id := uint32(2*i + 1)
 		msg := []byte(fmt.Sprint("call ", i))
-		a.headers(t, id, echoHead(), false)
-		a.data(t, id, true, grpcFrame(msg))
+		a.echoCall(t, id, true, msg)
 		if got := readAnswers(t, a.fr, 1)[id]; !got.echoed(msg) {
 			t.Fatalf("call %d (after %d calls on the connection's last ids): %v", i, i, got)
 		}
@@ -610,8 +614,7 @@ func TestH2AdvStreamIDsUsedUp(t *testing.T) {
 func TestH2AdvProviderDataBeforeHeaders(t *testing.T) {
 	_, srv, addr, _, pc := advServer(t)
 	a := newAdvConsumer(t, addr)
-	a.headers(t, 1, echoHead(), false)
-	a.data(t, 1, true, grpcFrame([]byte("x")))
+	a.echoCall(t, 1, true, []byte("x"))
 	up, _, _ := pc.request(t, nil)
 	pc.data(up, false, grpcFrame([]byte("a message before any head")))
 	pc.headers(up, true, ":status", "200", "content-type", "application/grpc", "grpc-status", "0")
@@ -654,8 +657,7 @@ func TestH2AdvProviderKilledAtEveryPoint(t *testing.T) {
 		pc.settings()
 		a := newAdvConsumer(t, addr)
 		msg := bytes.Repeat([]byte{byte('a' + i)}, 20000)
-		a.headers(t, 1, echoHead(), false)
-		a.data(t, 1, true, grpcFrame(msg))
+		a.echoCall(t, 1, true, msg)
 		up, _, body := pc.request(t, nil)
 		switch point {
 		case "head sent":
@@ -697,8 +699,7 @@ func TestH2AdvProviderKilledAtEveryPoint(t *testing.T) {
 	pc.settings()
 	go pc.echoAll()
 	a := newAdvConsumer(t, addr)
-	a.headers(t, 1, echoHead(), false)
-	a.data(t, 1, true, grpcFrame([]byte("after")))
+	a.echoCall(t, 1, true, []byte("after"))
 	if got := readAnswers(t, a.fr, 1)[1]; !got.echoed([]byte("after")) {
 		t.Errorf("the call after the kills: %v", got)
 	}

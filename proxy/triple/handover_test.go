@@ -189,23 +189,7 @@ func TestH2FreezeThaw(t *testing.T) {
 // Freeze fails within its budget saying so, and everything serves as before: the stream goes on, and a
 // unary call made meanwhile is answered.
 func TestH2FreezeRefusedWhileStreaming(t *testing.T) {
-	prov := startGRPCProvider(t)
-	srv, addr := newH2Server(t, prov.Addr().String(), proxy.ProtoTriple)
-	cc := testkit.GRPCClient(t, addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st := openEchoStream(t, ctx, cc)
-	roundTrip := func(msg string) {
-		t.Helper()
-		b, got := []byte(msg), []byte(nil)
-		if err := st.SendMsg(&b); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.RecvMsg(&got); err != nil || string(got) != msg {
-			t.Fatalf("stream echo %q: %q %v", msg, got, err)
-		}
-	}
-	roundTrip("before")
+	ctx, _, srv, cc, st := echoStreamThrough(t)
 	unary := make(chan h2Outcome, 1)
 	go func() {
 		for !h2Of(srv).quiescing.Load() && ctx.Err() == nil {
@@ -224,7 +208,7 @@ func TestH2FreezeRefusedWhileStreaming(t *testing.T) {
 	if o := <-unary; !o.ok {
 		t.Errorf("the unary call made during the quiesce: %s", o.detail)
 	}
-	roundTrip("after")
+	streamEcho(t, st, "after")
 	if err := st.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
@@ -240,19 +224,7 @@ func TestH2FreezeRefusedWhileStreaming(t *testing.T) {
 // upgrade, their consumer's connection is in the snapshot (handed over, never closed), and after the thaw
 // it makes calls again. Without the option the same freeze fails (TestH2FreezeRefusedWhileStreaming).
 func TestH2FreezeEndsOpenCalls(t *testing.T) {
-	prov := startGRPCProvider(t)
-	srv, addr := newH2Server(t, prov.Addr().String(), proxy.ProtoTriple)
-	cc := testkit.GRPCClient(t, addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st := openEchoStream(t, ctx, cc)
-	b, got := []byte("before"), []byte(nil)
-	if err := st.SendMsg(&b); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.RecvMsg(&got); err != nil || string(got) != "before" {
-		t.Fatalf("stream echo: %q %v", got, err)
-	}
+	ctx, prov, srv, cc, st := echoStreamThrough(t)
 	slow := make(chan error, 1)
 	go func() {
 		_, err := echo(ctx, cc, []byte("slow"), "x-sleep-ms", "10000")
@@ -279,6 +251,7 @@ func TestH2FreezeEndsOpenCalls(t *testing.T) {
 			t.Errorf("%s: %v; want UNAVAILABLE naming the upgrade", what, err)
 		}
 	}
+	var got []byte
 	wantEnded("the stream", st.RecvMsg(&got))
 	wantEnded("the slow unary call", <-slow)
 	if o := h2UnaryCall(ctx, cc, []byte("after the thaw")); !o.ok {
@@ -290,14 +263,34 @@ func TestH2FreezeEndsOpenCalls(t *testing.T) {
 	waitFor(t, 10*time.Second, "the provider's stream reset", func() bool { return prov.cancelled.Load() >= 1 })
 }
 
-// openEchoStream opens a bidirectional stream to the test provider's echo.
-func openEchoStream(t *testing.T, ctx context.Context, cc *grpc.ClientConn) grpc.ClientStream {
+// echoStreamThrough starts the test gRPC provider and a Server in front of it, and a consumer whose
+// bidirectional stream to the provider's echo, through the Server, is open and has echoed "before". The
+// stream's context, which the test may use too, ends after 30 s or with the test.
+func echoStreamThrough(t *testing.T) (context.Context, *grpcProvider, *proxy.Server, *grpc.ClientConn, grpc.ClientStream) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	prov := startGRPCProvider(t)
+	srv, addr := newH2Server(t, prov.Addr().String(), proxy.ProtoTriple)
+	cc := testkit.GRPCClient(t, addr)
 	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/stormgate.Test/Echo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st
+	streamEcho(t, st, "before")
+	return ctx, prov, srv, cc, st
+}
+
+// streamEcho sends msg on st, a stream to the test provider's echo, and wants it back.
+func streamEcho(t *testing.T, st grpc.ClientStream, msg string) {
+	t.Helper()
+	b, got := []byte(msg), []byte(nil)
+	if err := st.SendMsg(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecvMsg(&got); err != nil || string(got) != msg {
+		t.Fatalf("stream echo %q: %q %v", msg, got, err)
+	}
 }
 
 // A call carried over by a handover starts at once when a provider connection can take it. The

@@ -313,10 +313,7 @@ func TestH2ResendRefused(t *testing.T) {
 			if n := p.requests.Load(); n != c.requests {
 				t.Errorf("the provider got the call %d times, want %d", n, c.requests)
 			}
-			if n := holdOutcome(t, srv, proxy.HoldReheldRefused); n != c.resent {
-				t.Errorf("reheld_refused %v, want %v", n, c.resent)
-			}
-			waitFor(t, 10*time.Second, "every kept byte released", func() bool { return envOf(srv).Budget().InUse() == 0 })
+			wantReheld(t, srv, proxy.HoldReheldRefused, c.resent)
 		})
 	}
 }
@@ -364,8 +361,15 @@ func TestH2ResendAboveGoAway(t *testing.T) {
 	if a := got[5]; !a.echoed([]byte("call-2")) {
 		t.Errorf("the stream above the GOAWAY's id: %v, want its own answer from the next connection", a)
 	}
-	if n := holdOutcome(t, srv, proxy.HoldReheldRefused); n != 1 {
-		t.Errorf("reheld_refused %v, want 1", n)
+	wantReheld(t, srv, proxy.HoldReheldRefused, 1)
+}
+
+// wantReheld wants want calls counted in stormgate_hold_outcomes_total{outcome=o} (the calls sent again),
+// and then, once every call is done, every byte kept for a resend released.
+func wantReheld(t *testing.T, srv *proxy.Server, o proxy.HoldOutcome, want float64) {
+	t.Helper()
+	if n := holdOutcome(t, srv, o); n != want {
+		t.Errorf("%s %v, want %v", o, n, want)
 	}
 	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return envOf(srv).Budget().InUse() == 0 })
 }
@@ -491,10 +495,7 @@ func TestH2ResendUnsent(t *testing.T) {
 	if a := got[3]; !a.echoed([]byte("small-call")) {
 		t.Errorf("the small call, never written: %v, want its own answer from the next connection", a)
 	}
-	if n := holdOutcome(t, srv, proxy.HoldReheld); n != 1 {
-		t.Errorf("reheld_unsent %v, want 1", n)
-	}
-	waitFor(t, 10*time.Second, "every kept byte released", func() bool { return envOf(srv).Budget().InUse() == 0 })
+	wantReheld(t, srv, proxy.HoldReheld, 1)
 }
 
 // backUpCalls makes two calls on a provider connection that does not read: stream 1, 16 MiB, fills the

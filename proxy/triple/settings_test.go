@@ -57,19 +57,19 @@ func settingsProvider(t *testing.T) (addr string, got <-chan map[http2.SettingID
 // consumerSettings opens an h2c connection to addr and returns the SETTINGS Stormgate sends first.
 func consumerSettings(t *testing.T, addr string) map[http2.SettingID]uint32 {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := dialWrite(t, addr, 10*time.Second, http2.ClientPreface)
 	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
 	fr := http2.NewFramer(nc, bufio.NewReader(nc))
 	if err := fr.WriteSettings(); err != nil {
 		t.Fatal(err)
 	}
+	return settingsOf(firstSettings(t, fr))
+}
+
+// firstSettings reads the first frame Stormgate sends on a consumer connection, and wants it to be its
+// SETTINGS.
+func firstSettings(t *testing.T, fr *http2.Framer) *http2.SettingsFrame {
+	t.Helper()
 	f, err := fr.ReadFrame()
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func consumerSettings(t *testing.T, addr string) map[http2.SettingID]uint32 {
 	if !ok || sf.IsAck() {
 		t.Fatalf("first frame %v, want Stormgate's SETTINGS", f)
 	}
-	return settingsOf(sf)
+	return sf
 }
 
 func settingsOf(sf *http2.SettingsFrame) map[http2.SettingID]uint32 {

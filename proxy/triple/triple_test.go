@@ -465,20 +465,29 @@ func stall(t *testing.T, addr string, n int) (net.Conn, *http2.Framer) {
 // connection is closed when the test ends, and every read and write on it must be done within 20 s.
 func dialH2(t *testing.T, addr string, settings ...http2.Setting) (net.Conn, *http2.Framer) {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := dialWrite(t, addr, 20*time.Second, http2.ClientPreface)
 	t.Cleanup(func() { nc.Close() })
-	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := io.WriteString(nc, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
 	fr := http2.NewFramer(nc, bufio.NewReader(nc))
 	if err := fr.WriteSettings(settings...); err != nil {
 		t.Fatal(err)
 	}
 	return nc, fr
+}
+
+// dialWrite connects to addr, gives every read and write on the connection d from now, and writes in on
+// it; the caller closes it.
+func dialWrite(t *testing.T, addr string, d time.Duration, in string) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.SetDeadline(time.Now().Add(d))
+	if _, err := io.WriteString(nc, in); err != nil {
+		nc.Close()
+		t.Fatal(err)
+	}
+	return nc
 }
 
 // h2Handshake is dialH2 that returns once Stormgate's SETTINGS were acked and ours were.
@@ -634,14 +643,7 @@ func TestH2ConsumerSide(t *testing.T) {
 	prov := startGRPCProvider(t)
 	srv, addr := newH2Server(t, prov.Addr().String(), proxy.ProtoTriple)
 	_, fr := dialH2(t, addr)
-	f, err := fr.ReadFrame()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sf, ok := f.(*http2.SettingsFrame)
-	if !ok || sf.IsAck() {
-		t.Fatalf("first frame %v, want Stormgate's SETTINGS", f)
-	}
+	sf := firstSettings(t, fr)
 	if v, ok := sf.Value(http2.SettingHeaderTableSize); !ok || v != 0 {
 		t.Errorf("SETTINGS_HEADER_TABLE_SIZE %d (sent %v), want 0", v, ok)
 	}
@@ -816,15 +818,8 @@ func TestH2FirstBytesDecide(t *testing.T) {
 // exchange sends in on a new connection and returns everything read until the peer closes.
 func exchange(t *testing.T, addr, in string) []byte {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := dialWrite(t, addr, 10*time.Second, in)
 	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(nc, in); err != nil {
-		t.Fatal(err)
-	}
 	out, err := io.ReadAll(nc)
 	if err != nil && !isReset(err) {
 		t.Fatalf("reading: %v", err)
