@@ -61,21 +61,10 @@ func TestDrainWaitsForTheLastAnswerWritten(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the answer never reached the access log")
 	}
-	drained := make(chan error, 1)
-	go func() { drained <- f.srv.Drain(ctx) }()
 	// Open the gate once the drain either waits for the call (fixed) or is over (the bug): either way
 	// the drain has decided.
-	waitFor(t, 10*time.Second, "the drain waiting for the call, or over", func() bool {
-		if f.srv.Draining() && f.srv.InFlight() == 1 {
-			return true
-		}
-		select {
-		case err := <-drained:
-			drained <- err
-			return true
-		default:
-			return false
-		}
+	drained := drainUntil(t, ctx, f.srv, "the drain waiting for the call, or over", func() bool {
+		return f.srv.Draining() && f.srv.InFlight() == 1
 	})
 	gate.open()
 	r := <-res
@@ -111,21 +100,10 @@ func TestDrainFlushesQueuedAnswers(t *testing.T) {
 		f.srv.sessions.each(func(s *session) { queued += s.w.Queued() })
 		return f.srv.InFlight() == 0 && queued > 0
 	})
-	drained := make(chan error, 1)
-	go func() { drained <- f.srv.Drain(ctx) }()
-	waitFor(t, 10*time.Second, "the drain closing connections", func() bool {
+	drained := drainUntil(t, ctx, f.srv, "the drain closing connections", func() bool {
 		lingering := false
 		f.srv.sessions.each(func(s *session) { lingering = lingering || s.linger.Load() != nil })
-		if lingering {
-			return true
-		}
-		select {
-		case err := <-drained:
-			drained <- err
-			return true
-		default:
-			return false
-		}
+		return lingering
 	})
 	frame, err := readDubboFrame(nc)
 	if err != nil {
@@ -154,6 +132,27 @@ func TestDrainFlushesQueuedAnswers(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the drain did not end once the consumer closed")
 	}
+}
+
+// drainUntil starts srv's Drain and waits until cond holds or the drain is over, whichever comes first;
+// the channel gives the drain's result.
+func drainUntil(t *testing.T, ctx context.Context, srv *Server, what string, cond func() bool) <-chan error {
+	t.Helper()
+	drained := make(chan error, 1)
+	go func() { drained <- srv.Drain(ctx) }()
+	waitFor(t, 10*time.Second, what, func() bool {
+		if cond() {
+			return true
+		}
+		select {
+		case err := <-drained:
+			drained <- err
+			return true
+		default:
+			return false
+		}
+	})
+	return drained
 }
 
 // readDubboFrame reads one whole Dubbo frame from c.
