@@ -42,7 +42,7 @@ type Config struct {
 	// connection always takes one frame, whatever its size.
 	MaxQueuedBytesPerUpstream int
 	// LargeRequestBytes: frames larger than this go to the pool's last connection, kept
-	// for them when there are at least two, and other frames avoid it (pool.pick); 0:
+	// for them when there are at least two, and other frames avoid it (dubboUpstream.pick); 0:
 	// every frame goes to the least loaded connection.
 	LargeRequestBytes int
 	// Protocols is what the provider speaks (upstream.protocol): the pools open

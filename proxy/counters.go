@@ -137,8 +137,8 @@ func (s *Server) connTotals() (sessionTotals, upTotals, int64) {
 	defer s.upClosed.mu.Unlock()
 	ut := s.upClosed.totals
 	for _, p := range s.poolList() {
-		for _, sl := range p.slotList() {
-			if uc := sl.uc.Load(); uc != nil && !uc.folded {
+		for uc := range p.dubbo.conns() {
+			if !uc.folded {
 				ut.addCounters(&uc.counts)
 			}
 		}

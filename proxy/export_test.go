@@ -9,10 +9,8 @@ import (
 func (s *Server) upstreamPending() int {
 	n := 0
 	for _, p := range s.poolList() {
-		for _, sl := range p.slotList() {
-			if uc := sl.uc.Load(); uc != nil {
-				n += int(uc.npending.Load())
-			}
+		for uc := range p.dubbo.conns() {
+			n += int(uc.npending.Load())
 		}
 	}
 	return n
@@ -22,10 +20,8 @@ func (s *Server) upstreamPending() int {
 func (s *Server) queuedRequests() int {
 	n := 0
 	for _, p := range s.poolList() {
-		for _, sl := range p.slotList() {
-			if uc := sl.uc.Load(); uc != nil {
-				n += uc.queuedRequests()
-			}
+		for uc := range p.dubbo.conns() {
+			n += uc.queuedRequests()
 		}
 	}
 	return n
@@ -35,12 +31,10 @@ func (s *Server) queuedRequests() int {
 func (s *Server) queuedID(id int64) bool {
 	found := false
 	for _, p := range s.poolList() {
-		for _, sl := range p.slotList() {
-			if uc := sl.uc.Load(); uc != nil {
-				uc.mu.Lock()
-				uc.sendq.each(func(e *queued) { found = found || e.id == id })
-				uc.mu.Unlock()
-			}
+		for uc := range p.dubbo.conns() {
+			uc.mu.Lock()
+			uc.sendq.each(func(e *queued) { found = found || e.id == id })
+			uc.mu.Unlock()
 		}
 	}
 	return found

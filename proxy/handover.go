@@ -327,7 +327,7 @@ func (s *Server) freeze(ctx context.Context) (*Snapshot, error) {
 	s.stopWheel()
 	pools := s.poolList()
 	for _, p := range pools {
-		p.freezeLoops()
+		p.dubbo.freeze()
 	}
 	s.eachWriter(func(w *Writer) { w.hold() })
 	s.tasks.Wait()
@@ -390,8 +390,8 @@ func (s *Server) Thaw() {
 	}
 	// The pollers are parked (or never were): nothing else touches the stashes now.
 	for _, p := range s.poolList() {
-		for _, sl := range p.slotList() {
-			if uc := sl.uc.Load(); uc != nil && len(uc.stash) > 0 {
+		for uc := range p.dubbo.conns() {
+			if len(uc.stash) > 0 {
 				in := uc.stash
 				uc.stash = nil
 				uc.consume(&sliceSource{b: in})
@@ -416,7 +416,7 @@ func (s *Server) Thaw() {
 	}
 	s.startWheel()
 	for _, p := range s.poolList() {
-		p.startLoops()
+		p.dubbo.thaw()
 	}
 	s.resume()
 	s.log.Info("data plane thawed: serving again in this process")
@@ -443,10 +443,8 @@ func (s *Server) resume() {
 // eachWriter calls f for the writer of every live connection.
 func (s *Server) eachWriter(f func(*Writer)) {
 	for _, p := range s.poolList() {
-		for _, sl := range p.slotList() {
-			if uc := sl.uc.Load(); uc != nil {
-				f(&uc.w)
-			}
+		for uc := range p.dubbo.conns() {
+			f(&uc.w)
 		}
 	}
 	s.sessions.each(func(ss *session) { f(&ss.w) })
@@ -489,9 +487,8 @@ func (s *Server) snapshot(pools []*pool) (*Snapshot, error) {
 	}
 	for _, p := range pools {
 		ps := PoolSnapshot{Addr: p.addr, Port: p.port, ReadonlySent: p.readonlySent.Load()}
-		for _, sl := range p.slotList() {
-			uc := sl.uc.Load()
-			if uc == nil || uc.state.Load() == stateClosed {
+		for uc := range p.dubbo.conns() {
+			if uc.state.Load() == stateClosed {
 				continue
 			}
 			in, skip := uc.rd.exportPartial()
@@ -562,10 +559,10 @@ func (s *Server) restore(sn *Snapshot) error {
 	pools := map[uint16]*pool{}
 	newPool := func(addr string, port uint16) *pool {
 		p := newPoolStopped(s, addr, port)
-		if cfg.Protocols.Triple() {
-			// Its provider connections did not cross: dialled at once, so that they are up when the
-			// consumers are served again (the calls that waited through the handover go first).
-			p.up = s.plugin.NewUpstream(Provider{p})
+		if p.up != nil {
+			// The plug-in's provider connections did not cross: dialled at once, so that they are up
+			// when the consumers are served again (the calls that waited through the handover go
+			// first). Dubbo's start once adopted (thaw, below).
 			p.up.Start(cfg.UpstreamConns)
 		}
 		return p
@@ -634,7 +631,7 @@ func (s *Server) restore(sn *Snapshot) error {
 	for _, ps := range sn.Pools {
 		p := pools[ps.Port]
 		for _, cs := range ps.Conns {
-			uc, err := p.adopt(cs)
+			uc, err := p.dubbo.adopt(cs)
 			if err != nil {
 				return err
 			}
@@ -701,7 +698,7 @@ func (s *Server) restore(sn *Snapshot) error {
 		uc.w.resume(c.Out, c.Sent)
 	}
 	for _, p := range pools {
-		p.startLoops()
+		p.dubbo.thaw()
 	}
 	took := s.clock.Now().Sub(start)
 	s.log.Info("data plane restored from a handover", zap.Int("consumers", len(sessions)),

@@ -50,8 +50,8 @@ func (f *fixture) advance(d, step time.Duration, answered bool) {
 		if answered {
 			waitFor(f.t, 10*time.Second, "heartbeats answered", func() bool {
 				for _, p := range f.srv.poolList() {
-					for _, sl := range p.slotList() {
-						if uc := sl.uc.Load(); uc != nil && uc.npending.Load() != 0 {
+					for uc := range p.dubbo.conns() {
+						if uc.npending.Load() != 0 {
 							return false
 						}
 					}

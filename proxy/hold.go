@@ -29,7 +29,7 @@ import (
 // wait behind all that one flooding consumer had sent, which is what the send queues'
 // turns (sendq.go) already prevent one step later.
 //
-// Two lanes for Dubbo, as the pool's connections (pool.pick): requests over
+// Two lanes for Dubbo, as the pool's connections (dubboUpstream.pick): requests over
 // upstream.large_request_bytes wait in one, the others in the other, each dispatched
 // on its own, so that large requests waiting for their connection never hold up the
 // small ones behind them. A third for HTTP/2 (holdcalls.go): calls waiting for a
@@ -331,7 +331,7 @@ func (h *HoldQueue) dispatchLaneLocked(lane int) bool {
 			srv.wheel.Schedule(&h.retry, WarmRetry)
 			return false
 		}
-		if !h.pool.send(e.request, e.frame) {
+		if !h.pool.dubbo.send(e.request, e.frame) {
 			if h.pool.usable() > 0 {
 				// Every connection's queue is full while the provider serves. A queue that
 				// drains reports it to no one (its writer only tells a sender that waited on

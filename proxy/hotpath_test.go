@@ -36,13 +36,15 @@ func newHotPath(tb testing.TB) *hotPath {
 	}
 	tb.Cleanup(func() { unix.Close(fd) })
 	p := &pool{srv: srv}
+	p.dubbo = newDubboUpstream(p)
+	p.ups[protoDubbo] = p.dubbo
 	p.hold.init(p)
 	p.sweep.Init(p.onSweep)
 	uc := newUpConn(p, nil, fd, 0)
 	uc.state.Store(stateReady)
 	sl := &poolSlot{}
 	sl.uc.Store(uc)
-	p.slots.Store(&[]*poolSlot{sl})
+	p.dubbo.slots.Store(&[]*poolSlot{sl})
 	sess := newSession(srv, p, nil, fd, netip.AddrPort{})
 	return &hotPath{srv: srv, pool: p, uc: uc, sess: sess}
 }

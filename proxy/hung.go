@@ -106,8 +106,8 @@ func (uc *upConn) markHung(now int64, why string) {
 		return
 	}
 	p := uc.pool
-	for _, sl := range p.slotList() {
-		if o := sl.uc.Load(); o != nil && o != uc && !o.hung.Load() && o.probeAt == 0 && o.state.Load() != stateClosed {
+	for o := range p.dubbo.conns() {
+		if o != uc && !o.hung.Load() && o.probeAt == 0 && o.state.Load() != stateClosed {
 			o.probe(now)
 		}
 	}

@@ -9,13 +9,15 @@ func (s *Server) callTotals(n int) []callTotal {
 	totals := make([]callTotal, max(n, len(s.upClosed.calls)))
 	copy(totals, s.upClosed.calls)
 	for _, p := range s.poolList() {
-		for _, sl := range p.slotList() {
-			if uc := sl.uc.Load(); uc != nil && !uc.folded {
+		for uc := range p.dubbo.conns() { // Dubbo's counts are each connection's (dubboUpstream.Calls)
+			if !uc.folded {
 				totals = addShard(totals, &uc.counts.calls)
 			}
 		}
-		if p.up != nil {
-			totals = addShard(totals, p.up.Calls())
+		for _, u := range p.upstreams() {
+			if sh := u.Calls(); sh != nil {
+				totals = addShard(totals, sh)
+			}
 		}
 	}
 	s.upClosed.mu.Unlock()

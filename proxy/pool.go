@@ -2,423 +2,145 @@ package proxy
 
 import (
 	"context"
-	"errors"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cloudwego/netpoll"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/stormgate/stormgate/keepalive"
 	"github.com/stormgate/stormgate/proxy/wire"
 )
 
-// pool is the set of M connections to one provider address: the upstream id
-// allocator, the choice of a connection per request, the hold queue for requests
-// no connection takes, the reconnect loops, the READONLY policy, warm-up and the
-// max_request_age sweep.
+// pool is one provider address: what the core keeps for it whatever the protocol
+// (the hold queue for requests no connection takes, the outage clock, the READONLY
+// policy, warm-up, the not-executed pause, the provider's drain, hang state and the
+// once-a-second sweep), and each protocol's provider connections as an Upstream
+// (protocol.go): Dubbo's (dubboupstream.go: its slots, the choice of a connection
+// per request) and the plug-in's (HTTP/2, proxy/triple).
 type pool struct {
 	srv  *Server
 	addr string
 	port uint16 // transparent mode: the original destination port; 0 otherwise
 
-	rr    atomic.Uint32
-	slots atomic.Pointer[[]*poolSlot] // copy on write under mu
-	mu    sync.Mutex
+	// ups are the Upstreams of the protocols upstream.protocol names, by protocol index
+	// (protoDubbo, protoH2; nil for one it does not name): started, resized, counted,
+	// swept and closed alike (upstreams). Set before any of them starts, never changed.
+	ups [nProtos]Upstream
+	// dubbo is Dubbo's Upstream: ups[protoDubbo] when upstream.protocol names Dubbo, and
+	// here even when it does not (a Dubbo consumer may still reach the pool: with no
+	// slot, its requests wait in the hold queue and end there). The Dubbo policies that
+	// stay in the core act on its connections (the hold queue's Dubbo lanes, the
+	// provider's drain, hang detection, the not-executed pause, the handover).
+	dubbo *dubboUpstream
+	up    Upstream // ups[protoH2]: the plug-in's (Protocol.NewUpstream), which its consumers are handed; nil for Dubbo only
 	hold  HoldQueue
 
 	readonlySent atomic.Bool  // PROPAGATE: READONLY broadcast is in effect
 	downSince    atomic.Int64 // when the pool last had no usable connection; 0 while it has one
 	wasDown      atomic.Bool  // lost every connection after having one (warm-up trigger)
 	meter        rateMeter
-	sentRetired  atomic.Uint64 // requests sent on connections that ended (warm-up's rate)
 	warm         atomic.Pointer[warmup]
 	sweepArmed   atomic.Bool
-	frozen       atomic.Bool // a handover stopped the slot loops (handover.go)
 	sweep        keepalive.Timer
 	dials        dialLog
 	pause        notRunPause   // after not-executed answers (notrun.go)
 	pdrain       providerDrain // the provider's graceful shutdown (providerdrain.go)
 	hang         hungState
-	up           Upstream // upstream.protocol triple or both: the HTTP/2 side (Protocol.NewUpstream; nil for Dubbo only)
 
 	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-var errClosedAtConnect = errors.New("the provider closed the connection right after accepting it")
-
-type poolSlot struct {
-	uc     atomic.Pointer[upConn]
-	retire atomic.Bool
 	cancel context.CancelFunc
 }
 
 func newPool(srv *Server, addr string, port uint16) *pool {
 	p := newPoolStopped(srv, addr, port)
-	cfg := srv.cfg.Load()
-	if cfg.Protocols.Triple() {
-		p.up = srv.plugin.NewUpstream(Provider{p}) // before any slot loop reads it (connStates)
-	}
-	if cfg.Protocols.Dubbo() {
-		p.resize(cfg.UpstreamConns)
-	}
-	if p.up != nil {
-		p.up.Start(cfg.UpstreamConns)
+	n := srv.cfg.Load().UpstreamConns
+	for _, u := range p.upstreams() {
+		u.Start(n)
 	}
 	return p
 }
 
-// newPoolStopped is a pool with no slots and no loops yet (a handover adopts its
-// connections into slots, then starts the loops).
+// newPoolStopped is a pool whose Upstreams have not started (a handover adopts its
+// Dubbo connections into slots, then starts the loops).
 func newPoolStopped(srv *Server, addr string, port uint16) *pool {
 	p := &pool{srv: srv, addr: addr, port: port}
-	p.slots.Store(&[]*poolSlot{})
 	p.hold.init(p)
 	p.sweep.Init(p.onSweep)
 	p.pdrain.timer.Init(func() { p.endProviderDrain("drain.timeout passed") })
 	p.downSince.Store(srv.now())
 	p.ctx, p.cancel = context.WithCancel(srv.ctx)
+	cfg := srv.cfg.Load()
+	p.dubbo = newDubboUpstream(p)
+	if cfg.Protocols.Dubbo() {
+		p.ups[protoDubbo] = p.dubbo
+	}
+	if cfg.Protocols.Triple() {
+		p.up = srv.plugin.NewUpstream(Provider{p})
+		p.ups[protoH2] = p.up
+	}
 	return p
 }
 
-// freezeLoops stops every slot loop for a handover, leaving the connections as they
-// are, and waits for them.
-func (p *pool) freezeLoops() {
-	p.frozen.Store(true)
-	p.mu.Lock()
-	for _, sl := range p.slotList() {
-		sl.cancel()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-// startLoops starts a loop for every slot (after a handover, adopting its
-// connection), and slots up to upstream.connections.
-func (p *pool) startLoops() {
-	p.frozen.Store(false)
-	p.mu.Lock()
-	for i, sl := range p.slotList() {
-		ctx, cancel := context.WithCancel(p.ctx)
-		sl.cancel = cancel
-		p.wg.Add(1)
-		go func() { defer p.wg.Done(); RunSlot(ctx, Provider{p}, i, dubboSlot{p, sl}) }()
-	}
-	p.mu.Unlock()
-	if cfg := p.srv.cfg.Load(); cfg.Protocols.Dubbo() {
-		p.resize(max(cfg.UpstreamConns, len(p.slotList())))
-	}
-	p.connChanged()
-}
-
-// adopt puts a provider connection from a handover into its slot: registered with
-// netpoll, its writer held, no handler yet (upConn.serve).
-func (p *pool) adopt(cs UpConnSnapshot) (*upConn, error) {
-	conn, err := netpoll.NewFDConnection(cs.FD)
-	if err != nil {
-		return nil, err
-	}
-	uc := newUpConn(p, conn, cs.FD, cs.Slot)
-	uc.w.held = true
-	uc.state.Store(cs.State)
-	uc.nextID = cs.NextID
-	uc.rd.skip = cs.Skip
-	p.mu.Lock()
-	next := append([]*poolSlot(nil), p.slotList()...)
-	for len(next) <= cs.Slot {
-		next = append(next, &poolSlot{cancel: func() {}})
-	}
-	next[cs.Slot].uc.Store(uc)
-	p.slots.Store(&next)
-	p.mu.Unlock()
-	return uc, nil
-}
-
-func (p *pool) slotList() []*poolSlot { return *p.slots.Load() }
-
-// resize grows or shrinks the number of slots. A shrunk slot retires: its
-// connection takes no new requests and closes once its in-flight requests end.
-func (p *pool) resize(n int) {
-	p.mu.Lock()
-	old := p.slotList()
-	next := append([]*poolSlot(nil), old...)
-	for i := len(old); i < n; i++ {
-		ctx, cancel := context.WithCancel(p.ctx)
-		sl := &poolSlot{cancel: cancel}
-		next = append(next, sl)
-		p.wg.Add(1)
-		go func() { defer p.wg.Done(); RunSlot(ctx, Provider{p}, i, dubboSlot{p, sl}) }()
-	}
-	for i := n; i < len(old); i++ {
-		old[i].retire.Store(true)
-		old[i].cancel()
-	}
-	if n < len(next) {
-		next = next[:n]
-	}
-	p.slots.Store(&next)
-	p.mu.Unlock()
-	if n < len(old) {
-		p.connChanged()
-	}
-}
-
-func (p *pool) retiring(slot int) bool { return slot >= len(p.slotList()) }
-
-// dubboSlot is a Dubbo slot for RunSlot (slot.go).
-type dubboSlot struct {
-	p  *pool
-	sl *poolSlot
-}
-
-func (k dubboSlot) Protocol() Protocols { return ProtoDubbo }
-func (k dubboSlot) Retired() bool       { return k.sl.retire.Load() }
-func (k dubboSlot) DialFailed()         { k.p.dialFailed() }
-
-// current is the connection a handover left in the slot.
-func (k dubboSlot) Current() (*upConn, bool) {
-	uc := k.sl.uc.Load()
-	return uc, uc != nil
-}
-
-func (k dubboSlot) Dial(_ context.Context, idx int) (*upConn, error) { return k.p.connect(idx) }
-
-func (k dubboSlot) Install(uc *upConn) bool {
-	if k.p.frozen.Load() { // a handover froze the pool while this one was dialed
-		uc.close("handover")
-		return false
-	}
-	k.sl.uc.Store(uc)
-	k.p.followProviderDrain(uc)
-	return true
-}
-
-func (k dubboSlot) Serve(_ context.Context, uc *upConn) (ended, away <-chan struct{}) {
-	p := k.p
-	cfg := p.srv.cfg.Load()
-	p.srv.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
-	p.connChanged()
-	p.hold.dispatch()
-	return uc.done, nil
-}
-
-func (k dubboSlot) Stop(uc *upConn) {
-	p := k.p
-	if p.frozen.Load() {
-		return // a handover: the connection stays, with its state, for whoever serves next
-	}
-	if k.sl.retire.Load() && p.ctx.Err() == nil {
-		// Retiring: in-flight requests finish; the last answer (readonlyDrained) or
-		// max_request_age (onSweep) closes the connection.
-		uc.state.CompareAndSwap(stateReady, stateReadonly)
-		p.connChanged()
-		if uc.npending.Load() == 0 {
-			uc.close("slot retired")
-		}
-		select {
-		case <-uc.done:
-		case <-p.ctx.Done():
+// upstreams is the pool's Upstreams with their protocol indexes, Dubbo's first.
+func (p *pool) upstreams() iter.Seq2[int, Upstream] {
+	return func(yield func(int, Upstream) bool) {
+		for i, u := range p.ups {
+			if u != nil && !yield(i, u) {
+				return
+			}
 		}
 	}
-	uc.close("shutting down")
-	k.Forget(uc)
-}
-
-func (k dubboSlot) Forget(uc *upConn) {
-	k.p.foldCounts(uc)
-	k.sl.uc.CompareAndSwap(uc, nil)
-	k.p.connChanged()
-}
-
-// connect dials the provider and registers the connection with netpoll.
-func (p *pool) connect(slot int) (*upConn, error) {
-	srv := p.srv
-	fd, err := dialTCP(p.addr, srv.cfg.Load().ConnectTimeout)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := netpoll.NewFDConnection(fd)
-	if err != nil {
-		_ = unix.Close(fd)
-		return nil, err
-	}
-	uc := newUpConn(p, conn, fd, slot)
-	if err := uc.serve(); err != nil {
-		return nil, err
-	}
-	return uc, nil
-}
-
-// foldCounts moves the counts of a connection that ended to the closed totals.
-func (p *pool) foldCounts(uc *upConn) {
-	p.sentRetired.Add(uc.sent.Load())
-	p.srv.upClosed.fold(uc)
 }
 
 // sentTotal is the two-way requests sent on this pool's connections, ever: Dubbo's, and the
 // HTTP/2 calls given a provider stream (warm-up's rate meter).
 func (p *pool) sentTotal() uint64 {
-	n := p.sentRetired.Load()
-	if p.up != nil {
-		n += p.up.Opened()
-	}
-	for _, sl := range p.slotList() {
-		if uc := sl.uc.Load(); uc != nil {
-			n += uc.sent.Load()
-		}
+	var n uint64
+	for _, u := range p.upstreams() {
+		n += u.Opened()
 	}
 	return n
 }
 
-// pick returns the connection that takes new requests with the fewest requests in
-// flight or queued, for a frame of size bytes. Large frames (over
-// upstream.large_request_bytes) go to the pool's last connection when it has at
-// least two, and other frames avoid it while another connection takes them: a bulk
-// transfer then waits behind other bulk transfers, there and in that connection's
-// kernel buffers (which no queue of Stormgate's can reorder), never in front of the
-// small requests on the other connections (isolation, DESIGN §2).
-func (p *pool) pick(slots []*poolSlot, size int) *upConn {
-	n := len(slots)
-	if n == 0 {
-		return nil
-	}
-	if limit := p.srv.cfg.Load().LargeRequestBytes; n >= 2 && limit > 0 {
-		bulk := slots[n-1].uc.Load()
-		if size > limit {
-			if bulk != nil && bulk.takes() {
-				return bulk
-			}
-		} else if uc := p.leastLoaded(slots[:n-1]); uc != nil {
-			return uc
-		}
-	}
-	return p.leastLoaded(slots)
-}
-
-// bulkLane returns the connection kept for large frames when a frame of size bytes is
-// one and the pool has such a connection; nil otherwise.
-func (p *pool) bulkLane(slots []*poolSlot, size int) *upConn {
-	if limit := p.srv.cfg.Load().LargeRequestBytes; len(slots) >= 2 && limit > 0 && size > limit {
-		return slots[len(slots)-1].uc.Load()
-	}
-	return nil
-}
-
-// leastLoaded returns the connection of slots that takes new requests with the fewest
-// requests in flight or queued, trying them from a rotating start.
-func (p *pool) leastLoaded(slots []*poolSlot) *upConn {
-	n := len(slots)
-	start := int(p.rr.Add(1))
-	var best *upConn
-	var bestLoad int32
-	for i := range n {
-		uc := slots[(start+i)%n].uc.Load()
-		if uc == nil || !uc.takes() {
-			continue
-		}
-		if l := uc.npending.Load() + uc.nqueued.Load(); best == nil || l < bestLoad {
-			best, bestLoad = uc, l
-		}
-	}
-	return best
-}
-
-// forward accepts a two-way request: sent on a connection, or held while none
+// forward accepts a two-way Dubbo request: sent on a connection, or held while none
 // takes it (held ones go first, so that order is kept).
 func (p *pool) forward(r request, frame []byte) {
 	p.srv.accept(r)
-	if p.hold.laneLen(len(frame)) == 0 && p.pause.until.Load() == 0 && (!p.warming() || p.warmAllow()) && p.send(r, frame) {
+	if p.hold.laneLen(len(frame)) == 0 && p.pause.until.Load() == 0 && (!p.warming() || p.warmAllow()) && p.dubbo.send(r, frame) {
 		return
 	}
 	p.hold.push(r, frame)
 }
 
-// send puts r on the least loaded connection that takes it; false when none does.
-func (p *pool) send(r request, frame []byte) bool {
-	slots := p.slotList()
-	best := p.pick(slots, len(frame))
-	if best == nil {
-		return false
-	}
-	if best.send(r, frame) {
-		return true
-	}
-	if p.bulkLane(slots, len(frame)) == best {
-		return false // a large request waits for its own connection (the hold queue), not in front of small ones
-	}
-	for _, sl := range slots { // its queue was full: any other that takes it
-		if uc := sl.uc.Load(); uc != nil && uc != best && uc.send(r, frame) {
-			return true
-		}
-	}
-	return false
-}
+// forwardOneWay sends a one-way Dubbo request (dubboUpstream.forwardOneWay).
+func (p *pool) forwardOneWay(s *session, frame []byte) { p.dubbo.forwardOneWay(s, frame) }
 
-// forwardOneWay sends a one-way request under a fresh id; when no connection takes
-// it, it is dropped and counted (nobody waits for an answer).
-func (p *pool) forwardOneWay(s *session, frame []byte) {
-	m := p.srv.m
-	slots := p.slotList()
-	if best := p.pick(slots, len(frame)); best != nil {
-		if best.sendOneWay(s, frame) {
-			return
-		}
-		for _, sl := range slots {
-			if uc := sl.uc.Load(); uc != nil && uc != best && uc.sendOneWay(s, frame) {
-				return
-			}
-		}
-		m.dropped[dropOneWayOverloaded].Inc()
-		return
-	}
-	m.dropped[dropOneWayNoUpstream].Inc()
-}
-
-// usable counts connections that take new requests.
-func (p *pool) usable() int {
-	n := 0
-	for _, sl := range p.slotList() {
-		if uc := sl.uc.Load(); uc != nil && uc.takes() {
-			n++
-		}
-	}
-	return n
-}
-
-// takes reports whether the connection takes new requests.
-func (uc *upConn) takes() bool { return uc.state.Load() == stateReady && !uc.hung.Load() }
+// usable counts the Dubbo connections that take new requests (the hold queue's and a
+// consumer's backpressure look at it).
+func (p *pool) usable() int { return p.dubbo.usable() }
 
 // connStates counts connections by state: ready (taking requests), readonly, and
 // hung (hung.go; counted there whatever their state, not as ready). Usable HTTP/2
 // connections count as ready.
 func (p *pool) connStates() (ready, readonly, hung int) {
-	ready, readonly, hung, h2Ready, h2Hung := p.connStatesByProtocol()
-	return ready + h2Ready, readonly, hung + h2Hung
+	r, h, readonly := p.connStatesByProtocol()
+	for i := range r {
+		ready += r[i]
+		hung += h[i]
+	}
+	return ready, readonly, hung
 }
 
-// connStatesByProtocol is connStates with the Dubbo connections by state and the
-// usable HTTP/2 ones apart, ready or hung (the gauges' protocol label).
-func (p *pool) connStatesByProtocol() (ready, readonly, hung, h2Ready, h2Hung int) {
-	for _, sl := range p.slotList() {
-		uc := sl.uc.Load()
-		switch {
-		case uc == nil || uc.state.Load() == stateClosed:
-		case uc.hung.Load():
-			hung++
-		case uc.state.Load() == stateReady:
-			ready++
-		case uc.state.Load() == stateReadonly:
-			readonly++
-		}
+// connStatesByProtocol is connStates by protocol index (the gauges' protocol label):
+// each Upstream's ready and hung connections, and the READONLY ones, which only
+// Dubbo has.
+func (p *pool) connStatesByProtocol() (ready, hung [nProtos]int, readonly int) {
+	for i, u := range p.upstreams() {
+		ready[i], hung[i] = u.Conns()
 	}
-	if p.up != nil {
-		h2Ready, h2Hung = p.up.Conns()
-	}
-	return
+	return ready, hung, p.dubbo.readonlyConns()
 }
 
 // connChanged runs after any connection changes state: gauges, the outage clock,
@@ -445,19 +167,6 @@ func (p *pool) connChanged() {
 	p.onReadonlyChange(ready, readonly, hung)
 }
 
-// readonlyDrained closes a READONLY connection whose in-flight work is done when
-// its slot is retiring, or when the provider sent READONLY on it: a Java provider
-// waits for its consumers to disconnect (up to its shutdown timeout) before it
-// closes, so this lets it finish and come back sooner.
-func (p *pool) readonlyDrained(uc *upConn) {
-	switch {
-	case p.retiring(uc.slot):
-		p.srv.spawn(func() { uc.close("slot retired") })
-	case uc.pdrain.gotReadonly.Load():
-		p.srv.spawn(func() { uc.close("the provider sent READONLY and nothing is in flight on this connection") })
-	}
-}
-
 // onReadonlyChange tells the pool's consumers to prefer other providers while this
 // one cannot serve them: READONLY when no connection is usable because the provider
 // is hung (hung.go), or because it said READONLY under readonly_policy PROPAGATE;
@@ -480,40 +189,17 @@ func (p *pool) armSweep() {
 
 const sweepEvery = time.Second
 
-// onSweep runs on the wheel every second while requests are pending: it answers
-// requests older than max_request_age. A request that old whose bytes are still
-// queued in Stormgate means the connection has not written for that long: the
-// connection is failed, which re-holds its unsent requests (then answered by the
-// hold queue's own deadline) instead of answering a request that may still be sent.
+// onSweep runs on the wheel every second while requests are pending: it samples the
+// warm-up's rate, and each Upstream looks for hung connections and, for Dubbo, answers
+// requests older than limits.max_request_age (dubboUpstream.CheckHung).
 func (p *pool) onSweep() {
 	srv := p.srv
 	now := srv.now()
 	p.meter.sample(p.sentTotal(), sweepEvery)
 	cfg := srv.cfg.Load()
-	cutoff := now - int64(cfg.MaxRequestAge)
-	var expired []pending
 	left := 0
-	for _, sl := range p.slotList() {
-		uc := sl.uc.Load()
-		if uc == nil {
-			continue
-		}
-		uc.checkHung(now, cfg)
-		var stalled bool
-		expired, stalled = uc.sweep(cutoff, expired)
-		switch {
-		case stalled:
-			srv.spawn(func() { uc.fail("a request waited limits.max_request_age in Stormgate's send queue") })
-		case uc.state.Load() == stateReadonly && p.retiring(uc.slot) && uc.npending.Load() == 0:
-			srv.spawn(func() { uc.close("slot retired") })
-		}
-		left += int(uc.npending.Load()) + uc.queuedRequests()
-	}
-	if p.up != nil {
-		left += p.up.CheckHung(now, cfg)
-	}
-	for _, e := range expired {
-		srv.refuse(e.request, wire.FailTimeout, "stormgate: the provider did not answer within limits.max_request_age", ReplyMaxAge)
+	for _, u := range p.upstreams() {
+		left += u.CheckHung(now, cfg)
 	}
 	p.sweepArmed.Store(false)
 	if left > 0 {
@@ -523,24 +209,12 @@ func (p *pool) onSweep() {
 
 func (p *pool) close() {
 	p.cancel()
-	p.wg.Wait()
-	if p.up != nil {
-		p.up.Close()
+	for _, u := range p.upstreams() {
+		u.Close()
 	}
 	p.hold.failAll("stormgate: shutting down")
 	p.srv.wheel.Stop(&p.sweep)
 	p.srv.wheel.Stop(&p.pdrain.timer)
-}
-
-// queuedBytes is the bytes waiting to be written to the provider.
-func (p *pool) queuedBytes() int {
-	n := 0
-	for _, sl := range p.slotList() {
-		if uc := sl.uc.Load(); uc != nil {
-			n += uc.queuedBytes()
-		}
-	}
-	return n
 }
 
 // dialLog tells the truth about an outage at once and then without flooding: the

@@ -9,8 +9,9 @@ import (
 
 // The core→protocol half of the plug-in API (design §14.6, step 5b): what the core calls in a protocol.
 // plugin.go is the other half, what a protocol calls in the core. HTTP/2 (proxy/triple/protocol.go)
-// implements all three; Dubbo's consumer side is a Downstream too (dubboconsumer.go, in this package
-// until Dubbo's pool is an Upstream). The core holds them as these interfaces and nothing else:
+// implements all three; Dubbo's consumer side is a Downstream too (dubboconsumer.go), and its provider
+// connections an Upstream (dubboupstream.go), both in this package. The core holds them as these
+// interfaces and nothing else:
 //
 //	| the core's                    | holds                 | calls it at
 //	|-------------------------------|-----------------------|------------------------------------------------
@@ -20,9 +21,12 @@ import (
 //	|                               |                       | Restore)
 //	| session (a consumer)          | Downstream, once its  | its input, its close, the drain's two steps,
 //	|                               | first bytes decide    | a change of the consumer timeouts, a freeze
-//	| pool (a provider address)     | Upstream, when        | start, resize, readiness and hang counts, the
-//	|                               | upstream.protocol     | sweep, settings changes, per-method totals,
-//	|                               | names the protocol    | close
+//	| pool (a provider address)     | an Upstream for each  | start, resize, readiness and hang counts, the
+//	|                               | protocol upstream.    | sweep, settings changes, per-method totals,
+//	|                               | protocol names (pool. | close
+//	|                               | ups): Dubbo's own     |
+//	|                               | (dubboUpstream), the  |
+//	|                               | plug-in's             |
 //
 // Each protocol keeps its own sets of downstreams and upstreams for its server-wide work (the quiesce);
 // the core never walks a protocol's state.
@@ -78,7 +82,8 @@ type Downstream interface {
 	Snapshot(st *SessionSnapshot, in []byte, now int64) (ok bool, err error)
 }
 
-// Upstream is a protocol's side of one provider's pool. Safe from any goroutine.
+// Upstream is a protocol's side of one provider's pool: Dubbo's (dubboUpstream) or a plug-in's
+// (Protocol.NewUpstream). Safe from any goroutine.
 type Upstream interface {
 	// Start runs n connections (upstream.connections); Resize changes n live.
 	Start(n int)

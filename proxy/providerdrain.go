@@ -64,12 +64,10 @@ func (p *pool) startProviderDrain(trigger providerDrainTrigger) {
 	srv.log.Info("provider is shutting down gracefully: new requests wait in the hold queue until it is back",
 		zap.String("provider", p.addr), zap.String("signal", drainTriggerNames[trigger]),
 		zap.Duration("at_most", cfg.DrainTimeout), zap.String("requests", holdPolicyText(cfg)))
-	for _, sl := range p.slotList() {
-		if uc := sl.uc.Load(); uc != nil {
-			uc.pdrain.draining.Store(true)
-			uc.state.CompareAndSwap(stateReady, stateReadonly)
-			uc.notRunFrom.Store(now)
-		}
+	for uc := range p.dubbo.conns() {
+		uc.pdrain.draining.Store(true)
+		uc.state.CompareAndSwap(stateReady, stateReadonly)
+		uc.notRunFrom.Store(now)
 	}
 	srv.wheel.Schedule(&p.pdrain.timer, cfg.DrainTimeout)
 	p.connChanged()
@@ -86,8 +84,8 @@ func (p *pool) endProviderDrain(why string) {
 	now := srv.now()
 	srv.log.Info("provider drain over: connections take requests again", zap.String("provider", p.addr),
 		zap.String("why", why), zap.Duration("after", time.Duration(now-since)))
-	for _, sl := range p.slotList() {
-		if uc := sl.uc.Load(); uc != nil && !p.retiring(uc.slot) {
+	for uc := range p.dubbo.conns() {
+		if !p.dubbo.retiring(uc.slot) {
 			uc.pdrain.draining.Store(false)
 			uc.pdrain.late.Store(false)
 			uc.pdrain.probe.Store(false)
@@ -143,9 +141,8 @@ func (p *pool) advanceProviderDrain() {
 		return
 	}
 	var late []*upConn
-	for _, sl := range p.slotList() {
-		uc := sl.uc.Load()
-		if uc == nil || !uc.pdrain.draining.Load() || uc.state.Load() == stateClosed {
+	for uc := range p.dubbo.conns() {
+		if !uc.pdrain.draining.Load() || uc.state.Load() == stateClosed {
 			continue
 		}
 		if !uc.pdrain.late.Load() {
@@ -178,8 +175,8 @@ func (p *pool) sendToDrainingProvider(r request, frame []byte) bool {
 	if !p.providerDraining() || r.sess.closing.Load() {
 		return false
 	}
-	for _, sl := range p.slotList() {
-		if uc := sl.uc.Load(); uc != nil && !p.retiring(uc.slot) && uc.sendIn(r, frame, true) {
+	for uc := range p.dubbo.conns() {
+		if !p.dubbo.retiring(uc.slot) && uc.sendIn(r, frame, true) {
 			return true
 		}
 	}

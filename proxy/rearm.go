@@ -40,24 +40,6 @@ import (
 
 // rearm applies the live rule for the durations that changed from old to cfg.
 func (s *Server) rearm(old, cfg *Config, pools []*pool) {
-	if cfg.UpstreamInterval != old.UpstreamInterval || cfg.UpstreamJitter != old.UpstreamJitter {
-		for _, p := range pools {
-			for _, sl := range p.slotList() {
-				if uc := sl.uc.Load(); uc != nil {
-					s.wheel.Schedule(&uc.beat, keepalive.Jitter(cfg.UpstreamInterval, cfg.UpstreamJitter, nil))
-				}
-			}
-		}
-	}
-	if cfg.WriteTimeout != old.WriteTimeout {
-		for _, p := range pools {
-			for _, sl := range p.slotList() {
-				if uc := sl.uc.Load(); uc != nil && uc.w.StalledFor(s.now()) > 0 {
-					s.wheel.Schedule(&uc.stall, 0) // onStallTimer works out the rest from the new value
-				}
-			}
-		}
-	}
 	if cfg.DownstreamIdleTimeout != old.DownstreamIdleTimeout || cfg.FrameReadTimeout != old.FrameReadTimeout {
 		// onTimer computes what is due from the new values and re-arms itself; so do the protocol's
 		// own timers: Dubbo's frame_read_timeout (dubboconsumer.go), an HTTP/2 consumer's stall check
@@ -76,8 +58,10 @@ func (s *Server) rearm(old, cfg *Config, pools []*pool) {
 		}
 	}
 	for _, p := range pools {
-		if p.up != nil { // the protocol re-arms what the change moves for it (h2Pool.SettingsChanged)
-			p.up.SettingsChanged(old, cfg)
+		// Each protocol re-arms what the change moves for it: its connections' heartbeat checks and
+		// stalled writers (dubboUpstream.SettingsChanged, h2Pool.SettingsChanged), HTTP/2's waiting calls.
+		for _, u := range p.upstreams() {
+			u.SettingsChanged(old, cfg)
 		}
 	}
 	if cfg.DrainTimeout != old.DrainTimeout {

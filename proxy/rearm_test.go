@@ -117,7 +117,7 @@ func probeWriteTimeout(t *testing.T) {
 		c.WriteTimeout, c.UpstreamInterval, c.UpstreamHungTimeout, c.MaxRequestAge = time.Hour, time.Hour, 0, time.Hour
 		c.MaxQueuedBytesPerConsumer = 0
 	})
-	uc := f.srv.poolList()[0].slotList()[0].uc.Load()
+	uc := f.srv.poolList()[0].dubbo.slotList()[0].uc.Load()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cl := f.dial(ctx)

@@ -241,11 +241,8 @@ func (s *Server) Update(cfg Config) error {
 	pools := s.poolList()
 	if cfg.UpstreamConns != old.UpstreamConns {
 		for _, p := range pools {
-			if cfg.Protocols.Dubbo() {
-				p.resize(cfg.UpstreamConns)
-			}
-			if p.up != nil {
-				p.up.Resize(cfg.UpstreamConns)
+			for _, u := range p.upstreams() {
+				u.Resize(cfg.UpstreamConns)
 			}
 		}
 	}
@@ -375,26 +372,29 @@ func (s *Server) broadcast(p *pool, ev wire.Event) {
 }
 
 func (s *Server) updateUpstreamGauges() {
-	ready, readonly, hung, h2Ready, h2Hung, pools, connected := 0, 0, 0, 0, 0, 0, 0
+	var ready, hung [nProtos]int
+	readonly, pools, connected := 0, 0, 0
 	for _, p := range s.poolList() {
-		r, o, h, r2, h2 := p.connStatesByProtocol()
-		ready += r
+		r, h, o := p.connStatesByProtocol()
 		readonly += o
-		hung += h
-		h2Ready += r2
-		h2Hung += h2
+		readyHere := 0
+		for i := range r {
+			ready[i] += r[i]
+			hung[i] += h[i]
+			readyHere += r[i]
+		}
 		pools++
-		if r+r2 > 0 {
+		if readyHere > 0 {
 			connected++
 		}
 	}
-	s.m.upConns[protoDubbo].Set(float64(ready))
-	s.m.upConns[protoH2].Set(float64(h2Ready))
-	s.m.upState.WithLabelValues("ready", protoNames[protoDubbo]).Set(float64(ready))
+	s.m.upConns[protoDubbo].Set(float64(ready[protoDubbo]))
+	s.m.upConns[protoH2].Set(float64(ready[protoH2]))
+	s.m.upState.WithLabelValues("ready", protoNames[protoDubbo]).Set(float64(ready[protoDubbo]))
 	s.m.upState.WithLabelValues("readonly", protoNames[protoDubbo]).Set(float64(readonly))
-	s.m.upState.WithLabelValues("hung", protoNames[protoDubbo]).Set(float64(hung))
-	s.m.upState.WithLabelValues("ready", protoNames[protoH2]).Set(float64(h2Ready))
-	s.m.upState.WithLabelValues("hung", protoNames[protoH2]).Set(float64(h2Hung))
+	s.m.upState.WithLabelValues("hung", protoNames[protoDubbo]).Set(float64(hung[protoDubbo]))
+	s.m.upState.WithLabelValues("ready", protoNames[protoH2]).Set(float64(ready[protoH2]))
+	s.m.upState.WithLabelValues("hung", protoNames[protoH2]).Set(float64(hung[protoH2]))
 	if pools > 0 && connected == pools {
 		s.m.upConnected.Set(1)
 	} else {
@@ -418,7 +418,7 @@ func (s *Server) unreachableFor() time.Duration {
 func (s *Server) upstreamQueued() int {
 	n := 0
 	for _, p := range s.poolList() {
-		n += p.queuedBytes()
+		n += p.dubbo.queuedBytes()
 	}
 	return n
 }

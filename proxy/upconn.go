@@ -15,6 +15,8 @@ import (
 	"github.com/stormgate/stormgate/proxy/wire"
 )
 
+var errClosedAtConnect = errors.New("the provider closed the connection right after accepting it")
+
 // Upstream connection states.
 const (
 	stateReady    int32 = iota // takes new requests
@@ -338,7 +340,7 @@ func (uc *upConn) route(f wire.Frame, frame []byte, now int64) {
 		}
 	}
 	if uc.state.Load() == stateReadonly && uc.npending.Load() == 0 {
-		uc.pool.readonlyDrained(uc)
+		uc.pool.dubbo.readonlyDrained(uc)
 	}
 }
 
@@ -380,7 +382,7 @@ func (uc *upConn) onReadonly() {
 	}
 	p.startProviderDrain(drainReadonly)
 	if uc.npending.Load() == 0 {
-		p.readonlyDrained(uc)
+		p.dubbo.readonlyDrained(uc)
 	}
 }
 
@@ -388,7 +390,7 @@ func (uc *upConn) onWriteable() {
 	p := uc.pool
 	p.srv.m.readonlyIn[1].Inc()
 	uc.pdrain.gotReadonly.Store(false)
-	if !p.retiring(uc.slot) && uc.state.CompareAndSwap(stateReadonly, stateReady) {
+	if !p.dubbo.retiring(uc.slot) && uc.state.CompareAndSwap(stateReadonly, stateReady) {
 		p.srv.log.Info("provider sent WRITEABLE; connection takes requests again", zap.String("provider", p.addr),
 			zap.Int("slot", uc.slot))
 		uc.notRunFrom.Store(p.srv.now())

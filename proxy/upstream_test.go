@@ -213,7 +213,7 @@ func TestShutdownLogsNoWarning(t *testing.T) {
 func TestUpstreamGaugesAfterConcurrentChanges(t *testing.T) {
 	f := newFixture(t, peer.ProviderConfig{}, func(c *Config) { c.UpstreamConns = 2; c.ReadonlyPolicy = ReadonlyPropagate })
 	p := f.srv.poolList()[0]
-	slots := p.slotList()
+	slots := p.dubbo.slotList()
 	uc0, uc1 := slots[0].uc.Load(), slots[1].uc.Load()
 	parked, release := make(chan struct{}), make(chan struct{})
 	var first atomic.Bool

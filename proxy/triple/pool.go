@@ -113,7 +113,7 @@ func (hp *h2Pool) warmAllowLocked() bool {
 func (hp *h2Pool) Start(n int) { hp.Resize(n) }
 
 // Resize runs n slot loops (upstream.connections, live). A slot over n retires as a Dubbo slot does
-// (pool.resize): its connection takes no new stream, as after a provider's GOAWAY, and closes once its
+// (dubboUpstream.Resize): its connection takes no new stream, as after a provider's GOAWAY, and closes once its
 // last stream has ended; a slot still dialing or backing off stops at once.
 func (hp *h2Pool) Resize(n int) {
 	hp.slotMu.Lock()
