@@ -45,10 +45,10 @@ type poolSlot struct {
 	cancel context.CancelFunc
 }
 
-func newDubboUpstream(p *pool) *dubboUpstream {
-	d := &dubboUpstream{p: p, srv: p.srv}
+// init makes d p's, with no slot yet.
+func (d *dubboUpstream) init(p *pool) {
+	d.p, d.srv = p, p.srv
 	d.slots.Store(&[]*poolSlot{})
-	return d
 }
 
 func (d *dubboUpstream) slotList() []*poolSlot { return *d.slots.Load() }

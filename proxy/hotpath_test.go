@@ -36,8 +36,8 @@ func newHotPath(tb testing.TB) *hotPath {
 	}
 	tb.Cleanup(func() { unix.Close(fd) })
 	p := &pool{srv: srv}
-	p.dubbo = newDubboUpstream(p)
-	p.ups[protoDubbo] = p.dubbo
+	p.dubbo.init(p)
+	p.ups[protoDubbo] = &p.dubbo
 	p.hold.init(p)
 	p.sweep.Init(p.onSweep)
 	uc := newUpConn(p, nil, fd, 0)

@@ -33,8 +33,8 @@ type pool struct {
 	// slot, its requests wait in the hold queue and end there). The Dubbo policies that
 	// stay in the core act on its connections (the hold queue's Dubbo lanes, the
 	// provider's drain, hang detection, the not-executed pause, the handover).
-	dubbo *dubboUpstream
-	up    Upstream // ups[protoH2]: the plug-in's (Protocol.NewUpstream), which its consumers are handed; nil for Dubbo only
+	dubbo dubboUpstream // in the pool itself: the forward path reaches its slots with no pointer to follow
+	up    Upstream      // ups[protoH2]: the plug-in's (Protocol.NewUpstream), which its consumers are handed; nil for Dubbo only
 	hold  HoldQueue
 
 	readonlySent atomic.Bool  // PROPAGATE: READONLY broadcast is in effect
@@ -72,9 +72,9 @@ func newPoolStopped(srv *Server, addr string, port uint16) *pool {
 	p.downSince.Store(srv.now())
 	p.ctx, p.cancel = context.WithCancel(srv.ctx)
 	cfg := srv.cfg.Load()
-	p.dubbo = newDubboUpstream(p)
+	p.dubbo.init(p)
 	if cfg.Protocols.Dubbo() {
-		p.ups[protoDubbo] = p.dubbo
+		p.ups[protoDubbo] = &p.dubbo
 	}
 	if cfg.Protocols.Triple() {
 		p.up = srv.plugin.NewUpstream(Provider{p})
