@@ -212,6 +212,12 @@ func (p *pool) close() {
 	for _, u := range p.upstreams() {
 		u.Close()
 	}
+	if p.ups[protoDubbo] == nil {
+		// Not named, and yet it may have slot loops: a handover's snapshot had Dubbo connections
+		// and this binary's upstream.protocol does not name Dubbo (restore adopts them all). Close
+		// returns once every goroutine has.
+		p.dubbo.Close()
+	}
 	p.hold.failAll("stormgate: shutting down")
 	p.srv.wheel.Stop(&p.sweep)
 	p.srv.wheel.Stop(&p.pdrain.timer)
