@@ -5,10 +5,12 @@
 // # Data flow, one file per step
 //
 //	server.go     ServeFD: an admitted consumer fd becomes a netpoll connection (session)
-//	session.go    onRequest: frames cut by framereader.go; heartbeats answered here;
+//	session.go    onRequest: the bytes go to the connection's protocol, its Downstream
+//	dubboconsumer.go  Dubbo's: frames cut by framereader.go; heartbeats answered here;
 //	              requests handed to the pool; bad input closes this consumer only
 //	pool.go       forward: the request enters the books (pending.go), goes to the least
-//	              loaded connection that takes it, or waits in the hold queue (hold.go)
+//	dubboupstream.go  loaded Dubbo connection that takes it (send), or waits in the hold
+//	              queue (hold.go)
 //	turns.go      every wait is per-consumer FIFOs in deficit round robin: the hold queue,
 //	              a connection's send queue (sendq.go), HTTP/2's waiting calls (holdcalls.go)
 //	upconn.go     send: a fresh upstream id, the frame into the connection's writer
@@ -24,7 +26,8 @@
 //
 // HTTP/2 (Triple, gRPC; upstream.protocol triple or both, docs/design.md §14) is a protocol of its
 // own package, proxy/triple, which the caller passes in (Options.Protocol) as it passes the Dubbo
-// codec (Options.Codec); the core holds it as protocol.go's interfaces and hands it plugin.go's API:
+// codec (Options.Codec); the core holds it, and Dubbo (dubboprotocol.go, over the codec), as
+// protocol.go's interfaces, and hands it plugin.go's API:
 //
 //	sniff.go      the first bytes of a consumer connection decide its protocol
 //	protocol.go   what the core calls in a protocol: Protocol, Downstream, Upstream

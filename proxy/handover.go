@@ -426,7 +426,7 @@ func (s *Server) Thaw() {
 // wait, proxy/triple/handover.go); Thaw resumes it. On an error it is resumed already.
 func (s *Server) quiesce(ctx context.Context, endOpen bool) error {
 	s.handover.quiescing.Store(true)
-	if err := s.plugin.Quiesce(ctx, endOpen); err != nil {
+	if err := s.protocols[protoH2].Quiesce(ctx, endOpen); err != nil {
 		s.handover.quiescing.Store(false)
 		return err
 	}
@@ -436,7 +436,7 @@ func (s *Server) quiesce(ctx context.Context, endOpen bool) error {
 // resume undoes quiesce.
 func (s *Server) resume() {
 	if s.handover.quiescing.CompareAndSwap(true, false) {
-		s.plugin.Resume()
+		s.protocols[protoH2].Resume()
 	}
 }
 
@@ -559,11 +559,11 @@ func (s *Server) restore(sn *Snapshot) error {
 	pools := map[uint16]*pool{}
 	newPool := func(addr string, port uint16) *pool {
 		p := newPoolStopped(s, addr, port)
-		if p.up != nil {
+		if up := p.ups[protoH2]; up != nil {
 			// The plug-in's provider connections did not cross: dialled at once, so that they are up
 			// when the consumers are served again (the calls that waited through the handover go
 			// first). Dubbo's start once adopted (thaw, below).
-			p.up.Start(cfg.UpstreamConns)
+			up.Start(cfg.UpstreamConns)
 		}
 		return p
 	}
@@ -603,16 +603,8 @@ func (s *Server) restore(sn *Snapshot) error {
 		ss.idle.Touch(now - int64(st.Idle))
 		sessions[i] = ss
 		var err error
-		switch st.Proto {
-		case SnapDubbo:
-			ss.dubbo.restore(st)
-			ss.speakDubbo()
-			ss.proto.Store(protoDubbo)
-		case SnapUnknown: // its first bytes decide, as they would have
-		case SnapH2:
+		if st.Proto != SnapUnknown { // else its first bytes decide, as they would have
 			err = ss.restoreProtocol(st, now)
-		default:
-			err = fmt.Errorf("a consumer of protocol %q, which this build does not know", st.Proto)
 		}
 		if err != nil {
 			s.logRestoreFailure(ss, err)
@@ -816,15 +808,23 @@ func (s *Server) RestoreConsumer(fd int, st *SessionSnapshot) error {
 	return ss.restoreProtocol(st, s.now())
 }
 
-// restoreProtocol rebuilds the protocol state of a consumer of the protocol beside Dubbo's
-// (Protocol.Restore).
+// restoreProtocol rebuilds the protocol state of a consumer from its snapshot (Protocol.Restore).
 func (ss *session) restoreProtocol(st *SessionSnapshot, now int64) error {
-	d, err := ss.srv.plugin.Restore(Consumer{ss}, ss.pool.up, st, now)
+	var i uint32
+	switch st.Proto {
+	case SnapDubbo:
+		i = protoDubbo
+	case SnapH2:
+		i = protoH2
+	default:
+		return fmt.Errorf("a consumer of protocol %q, which this build does not know", st.Proto)
+	}
+	d, err := ss.srv.protocols[i].Restore(Consumer{ss}, ss.pool.ups[i], st, now)
 	if err != nil {
 		return err
 	}
 	ss.down = d
-	ss.proto.Store(protoH2) // after down: whoever reads proto reads down
+	ss.proto.Store(i) // after down: whoever reads proto reads down
 	return nil
 }
 

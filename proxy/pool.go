@@ -34,7 +34,6 @@ type pool struct {
 	// stay in the core act on its connections (the hold queue's Dubbo lanes, the
 	// provider's drain, hang detection, the not-executed pause, the handover).
 	dubbo dubboUpstream // in the pool itself: the forward path reaches its slots with no pointer to follow
-	up    Upstream      // ups[protoH2]: the plug-in's (Protocol.NewUpstream), which its consumers are handed; nil for Dubbo only
 	hold  HoldQueue
 
 	readonlySent atomic.Bool  // PROPAGATE: READONLY broadcast is in effect
@@ -73,12 +72,10 @@ func newPoolStopped(srv *Server, addr string, port uint16) *pool {
 	p.ctx, p.cancel = context.WithCancel(srv.ctx)
 	cfg := srv.cfg.Load()
 	p.dubbo.init(p)
-	if cfg.Protocols.Dubbo() {
-		p.ups[protoDubbo] = &p.dubbo
-	}
-	if cfg.Protocols.Triple() {
-		p.up = srv.plugin.NewUpstream(Provider{p})
-		p.ups[protoH2] = p.up
+	for i, pr := range srv.eachProtocol() {
+		if cfg.Protocols.names(i) {
+			p.ups[i] = pr.NewUpstream(Provider{p})
+		}
 	}
 	return p
 }

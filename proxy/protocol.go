@@ -9,9 +9,10 @@ import (
 
 // The core→protocol half of the plug-in API (design §14.6, step 5b): what the core calls in a protocol.
 // plugin.go is the other half, what a protocol calls in the core. HTTP/2 (proxy/triple/protocol.go)
-// implements all three; Dubbo's consumer side is a Downstream too (dubboconsumer.go), and its provider
-// connections an Upstream (dubboupstream.go), both in this package. The core holds them as these
-// interfaces and nothing else:
+// implements all three, and so does Dubbo, in this package over the codec: dubboprotocol.go,
+// dubboconsumer.go (its consumer side) and dubboupstream.go (its provider connections). The Server holds
+// both protocols by index (Server.protocols; sniff.go), and the core calls them through these interfaces
+// for what each does in its own way:
 //
 //	| the core's                    | holds                 | calls it at
 //	|-------------------------------|-----------------------|------------------------------------------------
@@ -31,7 +32,7 @@ import (
 // Each protocol keeps its own sets of downstreams and upstreams for its server-wide work (the quiesce);
 // the core never walks a protocol's state.
 
-// Protocol is a protocol beside Dubbo's, server-wide.
+// Protocol is one protocol, server-wide.
 type Protocol interface {
 	// Collectors are the protocol's own metrics; the core registers them with its own.
 	Collectors() []prometheus.Collector

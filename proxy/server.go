@@ -48,11 +48,13 @@ var ErrServerClosed = errors.New("proxy: server closed")
 // its settings with Update (or Check, then Update), and end it with Drain
 // (graceful) or Close. Every goroutine it starts has returned when Close returns.
 type Server struct {
-	opts   Options
-	log    *zap.Logger
-	m      *metrics
-	plugin Protocol // the protocol beside Dubbo's (Options.Protocol); noProtocol without one
-	codec  wire.Codec
+	opts Options
+	log  *zap.Logger
+	m    *metrics
+	// protocols are Dubbo's (dubboProtocol) and the one beside it (Options.Protocol; noProtocol
+	// without one), by protocol index (sniff.go); [protoUnknown] is nil.
+	protocols [nProtos]Protocol
+	codec     wire.Codec
 	// statuses is the status label's vocabulary: the codec's names, then gRPC's (callstatus.go).
 	statuses statusVocab
 	cfg      atomic.Pointer[Config]
@@ -123,17 +125,23 @@ func New(cfg Config, opts Options) (*Server, error) {
 		wheel:     keepalive.NewWheel(10*time.Millisecond, 4096, opts.Clock), // nil: the system clock, and an idle wheel sleeps
 		drainIdle: make(chan struct{}, 1),
 	}
-	s.plugin = noProtocol{}
+	s.protocols[protoDubbo], s.protocols[protoH2] = dubboProtocol{s}, noProtocol{}
 	if opts.Protocol != nil {
-		s.plugin = opts.Protocol(Env{s})
+		s.protocols[protoH2] = opts.Protocol(Env{s})
 	}
-	statuses, err := newStatusVocab(opts.Codec.StatusNames(), s.plugin.StatusNames())
+	var statuses [][]string // in the order statusList indexes them: Dubbo's, then the other's
+	var notRun []string
+	for _, pr := range s.eachProtocol() {
+		statuses = append(statuses, pr.StatusNames())
+		notRun = append(notRun, pr.NotRunReasons()...)
+		s.m.collectors = append(s.m.collectors, pr.Collectors()...)
+	}
+	vocab, err := newStatusVocab(statuses...)
 	if err != nil {
 		return nil, err
 	}
-	s.statuses = statuses
-	s.m.life = newLifeMetrics(append(s.codec.NotExecutedReasons(), s.plugin.NotRunReasons()...))
-	s.m.collectors = append(s.m.collectors, s.plugin.Collectors()...)
+	s.statuses = vocab
+	s.m.life = newLifeMetrics(notRun)
 	s.budget.limit.Store(cfg.MaxBufferedBytes)
 	s.wenv = writerEnv{now: s.now, spawn: s.spawn, budget: &s.budget}
 	s.sessions.init()

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"iter"
 
 	"go.uber.org/zap"
 
@@ -12,7 +13,7 @@ import (
 const (
 	protoUnknown uint32 = iota // the first bytes have not decided yet
 	protoDubbo                 // Dubbo 2: session.dubbo
-	protoH2                    // HTTP/2 (Triple, gRPC): Server.plugin's Downstream
+	protoH2                    // HTTP/2 (Triple, gRPC): the Downstream of Options.Protocol's
 	nProtos
 )
 
@@ -44,14 +45,15 @@ func (s *session) sniff(r ByteSource) bool {
 		return false
 	}
 	first, _ := r.Peek(1)
-	if s.pool.up != nil && s.srv.plugin.Claims(first[0]) {
+	srv := s.srv
+	if up := s.pool.ups[protoH2]; up != nil && srv.protocols[protoH2].Claims(first[0]) {
 		// Routes the input there from now on; protoH2 once its greeting is whole (Consumer.Decided).
-		s.down = s.srv.plugin.NewDownstream(Consumer{s}, s.pool.up)
+		s.down = srv.protocols[protoH2].NewDownstream(Consumer{s}, up)
 		return true
 	}
-	if !s.srv.cfg.Load().Protocols.Dubbo() && s.srv.notThisCodec(first) == nil {
+	if s.pool.ups[protoDubbo] == nil && srv.protocols[protoDubbo].Claims(first[0]) {
 		s.decided(protoDubbo)
-		s.srv.log.Warn("closing a Dubbo consumer: this sidecar's provider speaks Triple only (upstream.protocol: triple)",
+		srv.log.Warn("closing a Dubbo consumer: this sidecar's provider speaks Triple only (upstream.protocol: triple)",
 			zap.Stringer("peer", s.remote))
 		_ = r.Skip(n)
 		s.closeWith(CloseNotServed)
@@ -59,15 +61,34 @@ func (s *session) sniff(r ByteSource) bool {
 	}
 	s.speakDubbo()
 	s.decided(protoDubbo)
-	if s.pool.readonlySent.Load() || s.srv.announced.Load() {
+	if s.pool.readonlySent.Load() || srv.announced.Load() {
 		s.dubbo.sendEvent(wire.EventReadonly) // what ServeFD sends a Dubbo consumer that connects during a drain
 	}
 	return true
 }
 
-// speakDubbo makes Dubbo the connection's protocol; before proto says so, and from the
-// handler or before the handler is set.
-func (s *session) speakDubbo() { s.down = &s.dubbo }
+// speakDubbo makes Dubbo the connection's protocol (also for bytes nobody claims: Dubbo's
+// malformed-input answer is the one they get); before proto says so, and from the handler
+// or before the handler is set.
+func (s *session) speakDubbo() {
+	s.down = s.srv.protocols[protoDubbo].NewDownstream(Consumer{s}, &s.pool.dubbo)
+}
+
+// eachProtocol is the Server's protocols with their indexes, Dubbo's first.
+func (s *Server) eachProtocol() iter.Seq2[uint32, Protocol] {
+	return func(yield func(uint32, Protocol) bool) {
+		for i, pr := range s.protocols {
+			if pr != nil && !yield(uint32(i), pr) {
+				return
+			}
+		}
+	}
+}
+
+// names reports whether the set (upstream.protocol) names the protocol of index i.
+func (p Protocols) names(i uint32) bool {
+	return i == protoDubbo && p.Dubbo() || i == protoH2 && p.Triple()
+}
 
 // decided records the protocol a consumer's first bytes decided (HTTP/2: once its whole preface came,
 // so that foreign bytes beginning with 'P' are never counted as Triple), and moves the connection from

@@ -87,12 +87,12 @@ func TestH2WarmupPacesCalls(t *testing.T) {
 		})
 	}
 	waitFor(t, 20*time.Second, "one call sent (the ramp's burst) and nine waiting", func() bool {
-		return p.up.Opened() == 1 && p.hold.CallsWaiting() == calls-1
+		return p.ups[protoH2].Opened() == 1 && p.hold.CallsWaiting() == calls-1
 	})
 	for range 20 { // 100 ms on the clock: at 5-10 % of 100 calls/s, about one more call
 		clk.Add(5 * time.Millisecond)
 	}
-	if n := p.up.Opened(); n > 3 {
+	if n := p.ups[protoH2].Opened(); n > 3 {
 		t.Errorf("%d calls sent within 100 ms of the ramp's start; want at most 3 (the burst and about 5-10 %% of 100 calls/s)", n)
 	}
 	testkit.StepClockUntil(t, clk, srv.wheel, 2*time.Second, 5*time.Millisecond, "every call answered", func() bool { return done.Load() == calls })
