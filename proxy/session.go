@@ -208,14 +208,17 @@ func (s *session) onClosed(netpoll.Connection) error {
 }
 
 // onTimer runs on the wheel goroutine: the idle timeout. It re-arms itself for what is left.
+// A consumer waiting for an answer is not idle, whatever its protocol: it sends nothing
+// meanwhile (an HTTP/2 consumer has no heartbeat of its own, a Dubbo one may have turned
+// its heartbeats off), and closing it would lose the answer.
 func (s *session) onTimer() {
 	t := s.srv.cfg.Load().DownstreamIdleTimeout
 	if s.closing.Load() || t <= 0 {
 		return
 	}
 	rem := s.idle.Remaining(s.srv.now(), t)
-	if rem <= 0 && s.proto.Load() == protoH2 && s.inflight.Load() > 0 {
-		rem = t // an HTTP/2 consumer waiting for an answer sends nothing meanwhile: not idle
+	if rem <= 0 && s.inflight.Load() > 0 {
+		rem = t
 	}
 	if rem <= 0 {
 		s.closeWith(CloseIdle)

@@ -656,7 +656,7 @@ func (x *Hold) GetMaxBytesPerConsumer() int32 {
 // Keepalive drives idle-close of consumers and upstream heartbeats.
 type Keepalive struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// A consumer that sent nothing for this long is closed; 0 turns it off.
+	// A consumer that sent nothing for this long and waits for no answer is closed; 0 turns it off.
 	DownstreamIdleTimeout *durationpb.Duration `protobuf:"bytes,1,opt,name=downstream_idle_timeout,json=downstreamIdleTimeout,proto3" json:"downstream_idle_timeout,omitempty"`
 	// Heartbeat an idle upstream connection this often.
 	UpstreamInterval *durationpb.Duration `protobuf:"bytes,2,opt,name=upstream_interval,json=upstreamInterval,proto3" json:"upstream_interval,omitempty"`
