@@ -101,7 +101,7 @@ func (s *Suite) startFloor(ctx context.Context, px *proxy, up *provider, o proxy
 			"--upstream-conns", strconv.Itoa(floorUpstreamConns)}
 	}
 	px.counts = make(chan uint64, 16)
-	p, err := s.start(ctx, procSpec{name: px.kind, netns: o.ns, argv: argv, readyRe: floorReadyRe,
+	p, err := s.start(ctx, procSpec{name: px.kind, netns: o.ns, argv: argv, readyRe: floorReadyRe, bound: o.bound,
 		onLine: func(line string) {
 			if m := floorCountRe.FindStringSubmatch(line); m != nil {
 				n, _ := strconv.ParseUint(m[1], 10, 64)

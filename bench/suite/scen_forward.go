@@ -166,8 +166,9 @@ func (s *Suite) forward(ctx context.Context, su fwdSetup) (*ForwardResult, error
 		}
 		delete(pairs, tg)
 	}
+	bound := fwdBound(o, res, len(tgs), len(su.profiled))
 	for _, tg := range tgs {
-		prov, px, stop, err := s.startPair(ctx, su.provider, tg)
+		prov, px, stop, err := s.startPair(ctx, su.provider, tg, bound)
 		if err != nil {
 			fail(tg, err)
 			continue
@@ -369,4 +370,24 @@ func (s *Suite) profileAtMax(ctx context.Context, prov *provider, px *proxy, con
 	_, err := s.windowedLoad(ctx, fmt.Sprintf("tp-%s-%d-%s-profiled", px.kind, conns, fmtNum(rate)), prov, px, spec,
 		o.TPWarmup, 0, 0, win, profileThroughput)
 	return err
+}
+
+// fwdBound is how long a forward scenario's providers and proxies may live (procSpec.bound): twice what
+// its plan takes, for every load: each target's rounds, the labels pair, the profiled runs, each run its
+// load tool's connect phase (at o.ConnectRate), lead, windows and exit. The suite's 10-minute default
+// was shorter than the plan once a base build joined the targets (BENCH_BASE_REF: 10m29s), and the
+// profiled runs at 10,000 connections found every target killed by then.
+func fwdBound(o Options, res *ForwardResult, targets, profiled int) time.Duration {
+	var d time.Duration
+	for _, l := range res.Loads {
+		connect := 2 * time.Second
+		if o.ConnectRate > 0 {
+			connect += time.Duration(float64(l.Conns) / o.ConnectRate * float64(time.Second))
+		}
+		run := func(windows int, prof time.Duration) time.Duration {
+			return connect + res.Lead + time.Duration(windows)*res.Window + prof + 1500*time.Millisecond
+		}
+		d += time.Duration(targets*res.Windows)*run(1, 0) + run(res.PairWindows, 0) + time.Duration(profiled)*run(0, res.ProfWindow)
+	}
+	return 2 * d
 }

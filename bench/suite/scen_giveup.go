@@ -83,7 +83,7 @@ func (s *Suite) giveUpTarget(ctx context.Context, tg string, timeout time.Durati
 	for _, f := range []string{killedLog, restartedLog} {
 		_ = os.Remove(f)
 	}
-	prov, err := s.startProvider(ctx, dubboGoProvider, 0, "", "--log-requests", killedLog)
+	prov, err := s.startProvider(ctx, dubboGoProvider, 0, "", 0, "--log-requests", killedLog)
 	if err != nil {
 		return row, err
 	}
@@ -118,7 +118,7 @@ func (s *Suite) giveUpTarget(ctx context.Context, tg string, timeout time.Durati
 	if err := sleepCtx(ctx, o.GiveUpDown); err != nil {
 		return row, err
 	}
-	prov, err = s.startProvider(ctx, dubboGoProvider, prov.port, "", "--log-requests", restartedLog)
+	prov, err = s.startProvider(ctx, dubboGoProvider, prov.port, "", 0, "--log-requests", restartedLog)
 	if err != nil {
 		return row, fmt.Errorf("restarting the provider: %w", err)
 	}

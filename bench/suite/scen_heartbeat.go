@@ -80,7 +80,7 @@ func (s *Suite) runHeartbeat(ctx context.Context) (*HeartbeatResult, error) {
 }
 
 func (s *Suite) heartbeat(ctx context.Context, res *HeartbeatResult) error {
-	prov, err := s.startProvider(ctx, dubboGoProvider, 0, "")
+	prov, err := s.startProvider(ctx, dubboGoProvider, 0, "", 0)
 	if err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ func rowPerTarget[P, R any](ctx context.Context, s *Suite, name string, params [
 
 func (s *Suite) idleTarget(ctx context.Context, tg string, su idleSetup) ([]IdleRow, error) {
 	o := s.opt
-	prov, px, stop, err := s.startPair(ctx, su.provider, tg)
+	prov, px, stop, err := s.startPair(ctx, su.provider, tg, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ func (s *Suite) runLatency(ctx context.Context) (*LatencyResult, error) {
 
 func (s *Suite) latencyTarget(ctx context.Context, tg string) ([]LatencyRow, error) {
 	o := s.opt
-	prov, px, stop, err := s.startPair(ctx, fastProvider, tg)
+	prov, px, stop, err := s.startPair(ctx, fastProvider, tg, 0)
 	if err != nil {
 		return nil, err
 	}

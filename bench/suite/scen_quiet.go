@@ -56,7 +56,7 @@ func (s *Suite) runQuiet(ctx context.Context) (*QuietResult, error) {
 }
 
 func (s *Suite) quiet(ctx context.Context, res *QuietResult) error {
-	prov, err := s.startProvider(ctx, dubboGoProvider, 0, "")
+	prov, err := s.startProvider(ctx, dubboGoProvider, 0, "", 0)
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func (s *Suite) restartTarget(ctx context.Context, scen, provKind, tg string, gr
 	default:
 		provArgs = []string{"--inside-file", inside}
 	}
-	prov, err := s.startProvider(ctx, provKind, 0, "", provArgs...)
+	prov, err := s.startProvider(ctx, provKind, 0, "", 0, provArgs...)
 	if err != nil {
 		return row, err
 	}
@@ -128,7 +128,7 @@ func (s *Suite) restartTarget(ctx context.Context, scen, provKind, tg string, gr
 		h.proc.Kill()
 		return row, err
 	}
-	prov, err = s.startProvider(ctx, provKind, prov.port, "", provArgs...)
+	prov, err = s.startProvider(ctx, provKind, prov.port, "", 0, provArgs...)
 	if err != nil {
 		h.proc.Kill()
 		return row, fmt.Errorf("restarting the provider: %w", err)

@@ -91,7 +91,7 @@ func (s *Suite) stormTarget(ctx context.Context, ns *stormNetns, tg, provKind st
 		}
 		pids = []int{p.PID}
 	default:
-		prov, err := s.startProvider(ctx, provKind, stormProviderPort, ns.Name)
+		prov, err := s.startProvider(ctx, provKind, stormProviderPort, ns.Name, 0)
 		if err != nil {
 			return row, err
 		}

@@ -99,7 +99,7 @@ func (s *Suite) tpSeries(ctx context.Context, conns int) ([]TPSeries, error) {
 		l := &ladder{se: TPSeries{Target: tg, Conns: conns}, rate: o.TPStart}
 		lads[tg] = l
 		var err error
-		if l.prov, err = s.startProvider(ctx, fastProvider, 0, ""); err == nil {
+		if l.prov, err = s.startProvider(ctx, fastProvider, 0, "", 0); err == nil {
 			l.px, err = s.startProxy(ctx, tg, l.prov, proxyOpts{})
 		}
 		if err != nil {

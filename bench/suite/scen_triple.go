@@ -39,7 +39,7 @@ func (s *Suite) runTriplePing(ctx context.Context) (*HeartbeatResult, error) {
 func (s *Suite) triplePing(ctx context.Context, res *HeartbeatResult) error {
 	var arms []hbArm
 	for _, a := range []struct{ name, provider string }{{armDubbo, dubboGoProvider}, {armTriple, dubboGoTriple}} {
-		_, px, stop, err := s.startPair(ctx, a.provider, stormgate)
+		_, px, stop, err := s.startPair(ctx, a.provider, stormgate, 0)
 		if err != nil {
 			return err
 		}

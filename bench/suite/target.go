@@ -69,8 +69,9 @@ type provider struct {
 // the next run connects.
 const dubbogoSessions = 40000
 
-// startProvider starts a provider on 127.0.0.1:port (port 0: a free one) in ns ("" = host).
-func (s *Suite) startProvider(ctx context.Context, kind string, port int, ns string, extra ...string) (*provider, error) {
+// startProvider starts a provider on 127.0.0.1:port (port 0: a free one) in ns ("" = host), to live at
+// most bound (procSpec.bound; 0: the suite's default).
+func (s *Suite) startProvider(ctx context.Context, kind string, port int, ns string, bound time.Duration, extra ...string) (*provider, error) {
 	var sp procSpec
 	switch kind {
 	case fastProvider:
@@ -96,6 +97,7 @@ func (s *Suite) startProvider(ctx context.Context, kind string, port int, ns str
 	default:
 		return nil, fmt.Errorf("unknown provider %q", kind)
 	}
+	sp.bound = bound
 	p, err := s.start(ctx, sp)
 	if err != nil {
 		return nil, err
@@ -141,7 +143,7 @@ type proxyOpts struct {
 	port int
 	// Stormgate's log level; "" means warn.
 	logLevel string
-	// bound is the longest the proxy may live; 0 means the suite's default (10 minutes).
+	// bound is the longest the proxy may live, whatever its kind; 0 means the suite's default (10 minutes).
 	bound time.Duration
 }
 
@@ -172,11 +174,11 @@ func (p *proxy) stop() {
 
 // startPair starts a provider of providerKind on a free port and a proxy of kind tg in
 // front of it, with default options; stop ends both (the proxy first).
-func (s *Suite) startPair(ctx context.Context, providerKind, tg string) (prov *provider, px *proxy, stop func(), err error) {
-	if prov, err = s.startProvider(ctx, providerKind, 0, ""); err != nil {
+func (s *Suite) startPair(ctx context.Context, providerKind, tg string, bound time.Duration) (prov *provider, px *proxy, stop func(), err error) {
+	if prov, err = s.startProvider(ctx, providerKind, 0, "", bound); err != nil {
 		return nil, nil, nil, err
 	}
-	if px, err = s.startProxy(ctx, tg, prov, proxyOpts{}); err != nil {
+	if px, err = s.startProxy(ctx, tg, prov, proxyOpts{bound: bound}); err != nil {
 		prov.proc.Kill()
 		return nil, nil, nil, err
 	}
@@ -204,7 +206,7 @@ func (s *Suite) startProxy(ctx context.Context, kind string, up *provider, o pro
 		}
 		for i := range haproxyProcs {
 			p, err := s.start(ctx, procSpec{name: fmt.Sprintf("haproxy%d", i), netns: o.ns,
-				argv: []string{s.bins.haproxy, "-db", "-f", cfg}})
+				argv: []string{s.bins.haproxy, "-db", "-f", cfg}, bound: o.bound})
 			if err != nil {
 				px.stop()
 				return nil, err
