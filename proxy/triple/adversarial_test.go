@@ -370,7 +370,7 @@ func TestH2AdvEmptyEndOverHoldBytes(t *testing.T) {
 		hp.prov.Hold().EachCall(func(w proxy.Waiting) {
 			c := w.(*h2Call)
 			n++
-			ended = ended || !c.resending && c.inEnd
+			ended = ended || c.inFree == 0 && c.inEnd
 		})
 		return ended || n == 1
 	})

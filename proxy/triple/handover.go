@@ -310,8 +310,14 @@ func (h *h2Session) Snapshot(st *proxy.SessionSnapshot, in []byte, now int64) (o
 		if !c.waiting || c.paused || c.up != nil {
 			return false, fmt.Errorf("%w: a call is on a provider stream", errH2NotAtRest)
 		}
+		// The snapshot tells a call's In apart only whole: its consumer's bytes (Resending false), or a
+		// request sent again (true: every window went back). Both at once, a call refused mid-body with
+		// more of it come since, waits until it leaves the waiting list.
+		if c.inFree > 0 && c.inFree < len(c.in) {
+			return false, fmt.Errorf("%w: a call sent again is taking the rest of its body", errH2NotAtRest)
+		}
 		x := proxy.H2CallSnapshot{Stream: c.down, Age: time.Duration(now - c.arrived), Head: c.head, HeadEnd: c.headEnd,
-			In: c.in, InEnd: c.inEnd, Resending: c.resending, Resends: c.resends,
+			In: c.in, InEnd: c.inEnd, Resending: c.inFree > 0, Resends: c.resends,
 			NotRunTries: c.notRunTries, ReqBytes: reqBytes[i]}
 		if k := &c.req; !k.lost {
 			x.Kept = &proxy.H2KeptSnapshot{Head: k.head, Body: k.body, Complete: k.complete}
@@ -392,18 +398,19 @@ func (hp *h2Pool) adoptWaiting(c *h2Call, x proxy.H2CallSnapshot, now int64, cfg
 	// InTrail and Kept.Trailers come only from a build before request trailers stopped being forwarded:
 	// they ended the request, and end it here.
 	c.head, c.headEnd, c.inEnd = x.Head, x.HeadEnd, x.InEnd || x.InTrail != nil
-	c.resending, c.resends, c.notRunTries = x.Resending, x.Resends, x.NotRunTries
+	c.resends, c.notRunTries = x.Resends, x.NotRunTries
 	c.req = h2Kept{lost: true}
 	if k := x.Kept; k != nil {
 		c.req = h2Kept{head: k.Head, body: k.Body, complete: k.Complete || k.Trailers != nil}
 		env.Budget().Force(len(k.Body))
 	}
-	if c.resending {
-		c.in = c.req.body // the kept body itself (forgetLocked releases it once)
-	} else {
-		c.in, c.inBack = x.In, inBack
-		env.Budget().Force(len(c.in))
+	// A request sent again: all of In went back to the consumer's windows when it first left (a build
+	// before this one wrote In as the kept body itself, the same bytes).
+	c.in, c.inBack = x.In, inBack
+	if x.Resending {
+		c.inFree, c.inBack = len(x.In), 0
 	}
+	env.Budget().Force(len(c.in))
 	c.waiting = true
 	c.waited.Store(true)
 	hp.prov.Hold().ReholdCall(c, &c.sess.WaitAccount, h2CallSize(c.head, c.in), false)

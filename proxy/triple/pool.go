@@ -818,7 +818,6 @@ func (u *h2Upstream) pushLocked(c *h2Call, now int64, notes *h2Notes) {
 	c.in = c.in[n:]
 	if len(c.in) == 0 {
 		c.in, c.inEnd = nil, false
-		u.hp.sentKeptLocked(c)
 	}
 	u.send(b)
 }
@@ -842,7 +841,6 @@ func (u *h2Upstream) detachLocked(c *h2Call, notes *h2Notes) {
 	u.hp.streams--
 	u.hp.leftLocked(c, len(c.in), notes)
 	c.in, c.inEnd = nil, false
-	u.hp.sentKeptLocked(c)
 	if !u.dead {
 		if st := u.conn.StreamState(c.upID); st != h2.StateClosed && st != h2.StateIdle {
 			_ = u.conn.Reset(c.upID, h2.ErrCodeCancel) // the answer ended before the request: stop it
@@ -892,7 +890,7 @@ func (hp *h2Pool) data(c *h2Call, data []byte, end bool) {
 			n = 0
 			if c.waiting {
 				back = len(data)
-				c.inBack += back // c.in has nothing behind them: the call has no stream yet
+				c.inBack += back // c.in has nothing owed behind them: the call has no stream yet
 			}
 		}
 	default: // nothing waits before data (the case above)

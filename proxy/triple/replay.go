@@ -25,17 +25,23 @@ import (
 //	| within hold.not_executed_window of the           | within the window only      |                    | doubling per try
 //	| connection's SETTINGS                            | (hold.not_executed_retries) |                    |
 //
-// and only while all of this holds: the consumer's request is complete (END_STREAM seen: streaming
-// calls are never sent again), it was kept whole (at most ReplaySize bytes of DATA, charged to
-// limits.max_buffered_bytes while kept requests use less than half of it), no answer head came from the provider, the call has time left of
-// hold.timeout counted from its arrival, the waiting list has room (hold.max_requests), and the pool is
-// not closing. Anything else ends as before: the provider's reset, or grpc-status 14 with a message.
+// and only while all of this holds: all of the request that came so far was kept (at most ReplaySize
+// bytes of DATA, charged to limits.max_buffered_bytes while kept requests use less than half of it), no
+// answer head came from the provider, the call has time left of hold.timeout counted from its arrival,
+// the waiting list has room (hold.max_requests), and the pool is not closing. Anything else ends as
+// before: the provider's reset, or grpc-status 14 with a message.
+//
+// The request need not be whole: a call refused while the rest of its body is still on its way goes
+// out again with what came, and the rest follows as the consumer sends it (on the new stream, or behind
+// the copy while the call waits), its windows handed back as a first send's are. A refusal proves the
+// provider never processed any of the stream, so this holds for streaming calls too; what bounds them is
+// the kept size, which a long stream passes soon after it starts.
 //
 // The kept request is the consumer's head and DATA as they arrived (request trailers only end it: they are
-// not forwarded, session.go), kept from the head's
-// arrival until the provider's answer head (or the call's end). Sending it again does not touch the
-// consumer's flow-control windows: its bytes were handed back when they first went out
-// (h2Call.resending).
+// not forwarded, session.go), kept from the head's arrival until the provider's answer head (or the
+// call's end). A call sent again carries a copy of it in c.in (resendLocked), whose leading c.inFree bytes
+// do not touch the consumer's flow-control windows when they leave: they were handed back when the bytes
+// first went out. Only what the consumer sends after that is its to get back.
 
 // h2Kept is a call's request as its consumer sent it. Under the pool's mu.
 type h2Kept struct {
@@ -79,34 +85,13 @@ func (hp *h2Pool) keepable(n int) bool {
 	return b.TryReserve(n)
 }
 
-// forgetLocked drops what a call kept: the provider answered it, or it ended. A call sent again that the
-// provider answers before all of its kept body went out (a provider may answer before the request ends)
-// still owes the provider the rest: that rest is the kept body itself (in), so the body stays, charged,
-// until it is written or dropped (sentKeptLocked), and only the right to send the call again goes now.
-// Dropping it here ended the request early: the provider got the first bytes and END_STREAM.
+// forgetLocked drops what a call kept: the provider answered it, or it ended. A call sent again carries
+// its own copy of the kept body (c.in, resendLocked), so what the provider is still owed of it goes on
+// being sent: dropping the kept body with it ended a request early, the provider getting the first bytes
+// and END_STREAM (TestH2AdvResentBodyCutAtTheAnswerHead).
 func (hp *h2Pool) forgetLocked(c *h2Call) {
-	if c.resending && len(c.in) > 0 {
-		c.req.lost = true
-		return
-	}
-	hp.dropKeptLocked(c)
-}
-
-// sentKeptLocked drops a kept body whose call was answered while it went out (forgetLocked), once the
-// last of it was written or dropped.
-func (hp *h2Pool) sentKeptLocked(c *h2Call) {
-	if c.resending && c.req.lost && len(c.in) == 0 {
-		hp.dropKeptLocked(c)
-	}
-}
-
-func (hp *h2Pool) dropKeptLocked(c *h2Call) {
-	if c.resending {
-		c.in = nil // the kept body itself, not charged twice
-	}
 	hp.env.Budget().Release(len(c.req.body))
 	c.req = h2Kept{lost: true}
-	c.resending = false
 }
 
 // answerHeadLocked notes the provider's answer head for c; true when it proved the call unprocessed
@@ -157,7 +142,7 @@ func resendPause(cfg *proxy.Config, n int) time.Duration {
 func (hp *h2Pool) canResendLocked(c *h2Call, now int64, pause time.Duration) bool {
 	cfg := hp.env.Config()
 	k := &c.req
-	return !hp.closed && k.complete && !k.lost && !c.answered && c.resends < h2MaxResends &&
+	return !hp.closed && !k.lost && !c.answered && c.resends < h2MaxResends &&
 		now+int64(pause) < h2HoldUntil(c, cfg) &&
 		hp.prov.Hold().Len() < cfg.HoldMaxRequests
 }
@@ -171,9 +156,13 @@ func (hp *h2Pool) resendLocked(c *h2Call, now int64, pause time.Duration, why pr
 	until := h2HoldUntil(c, cfg)
 	c.resends++
 	c.up, c.upID, c.upDone = nil, 0, false
-	c.head, c.headEnd = k.head, len(k.body) == 0
-	c.in, c.inEnd = k.body, len(k.body) > 0
-	c.resending = true
+	c.head, c.headEnd = k.head, k.complete && len(k.body) == 0
+	// Its own copy: the kept body stays for a further resend, and grows with what the consumer still sends,
+	// which waits behind the copy in c.in as a first send's bytes do. Forced: the bytes are in Stormgate
+	// already, at most ReplaySize a call, and kept requests use at most half of the budget (keepable).
+	c.in, c.inEnd = slices.Clone(k.body), k.complete && len(k.body) > 0
+	c.inFree, c.inBack = len(k.body), 0
+	env.Budget().Force(len(k.body))
 	c.waiting = true
 	env.CallHeld(c.method, true)
 	env.CountHoldOutcome(why)
@@ -228,16 +217,16 @@ func (hp *h2Pool) unpauseLocked(c *h2Call) {
 	}
 }
 
-// leftLocked notes that n bytes at the front of c.in left Stormgate's hands (sent, or dropped): handed
-// back to the consumer's windows and to the budget, unless they are a kept request sent again, whose
-// bytes went back when they first left. Of those kept while the call waited (c.inBack) only the stream's
-// window is left to hand back.
+// leftLocked notes that n bytes at the front of c.in left Stormgate's hands (sent, or dropped): released
+// from the budget, and handed back to the consumer's windows, but for the bytes of a request sent again
+// (c.inFree), whose windows went back when they first left. Of the bytes kept while the call waited
+// (c.inBack, next) only the stream's window is left to hand back.
 func (hp *h2Pool) leftLocked(c *h2Call, n int, notes *h2Notes) {
-	if c.resending {
-		return
-	}
-	back := min(n, c.inBack)
+	free := min(n, c.inFree)
+	c.inFree -= free
+	owed := n - free
+	back := min(owed, c.inBack)
 	c.inBack -= back
-	notes.add(c, n-back, back)
+	notes.add(c, owed-back, back)
 	hp.env.Budget().Release(n)
 }

@@ -29,6 +29,9 @@ type scriptedH2 struct {
 	conns    atomic.Int64
 	stalled  chan *scriptedConn // when set, the first connection goes here after SETTINGS and is never read
 	streams  uint32             // when set, its SETTINGS_MAX_CONCURRENT_STREAMS
+	// partial, when set, sees each request DATA that does not end its stream, with the body so far; true
+	// forgets the stream (the hook reset it): what comes on it later is ignored.
+	partial func(pc *scriptedConn, id uint32, body []byte) (forget bool)
 }
 
 // scriptedConn is one connection to a scriptedH2; its methods answer a stream.
@@ -47,7 +50,14 @@ func startScriptedH2(t *testing.T, handle func(pc *scriptedConn, id uint32, n in
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &scriptedH2{ln: ln, handle: handle}
+	p := &scriptedH2{handle: handle}
+	p.accept(t, ln)
+	return p
+}
+
+// accept serves the connections ln accepts until it is closed.
+func (p *scriptedH2) accept(t *testing.T, ln net.Listener) {
+	p.ln = ln
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -60,7 +70,6 @@ func startScriptedH2(t *testing.T, handle func(pc *scriptedConn, id uint32, n in
 			go p.serve(pc)
 		}
 	}()
-	return p
 }
 
 func (p *scriptedH2) addr() string { return p.ln.Addr().String() }
@@ -93,6 +102,7 @@ func (p *scriptedH2) serve(pc *scriptedConn) {
 		return pc.fr.WriteSettings()
 	})
 	bodies := map[uint32][]byte{}
+	forgot := map[uint32]bool{}
 	defer pc.nc.Close()
 	for {
 		f, err := pc.fr.ReadFrame()
@@ -116,13 +126,20 @@ func (p *scriptedH2) serve(pc *scriptedConn) {
 		case *http2.DataFrame:
 			if n := len(f.Data()); n > 0 {
 				pc.do(func() error {
-					if err := pc.fr.WriteWindowUpdate(0, uint32(n)); err != nil {
-						return err
+					if err := pc.fr.WriteWindowUpdate(0, uint32(n)); err != nil || forgot[f.StreamID] {
+						return err // nothing more on a stream it reset
 					}
 					return pc.fr.WriteWindowUpdate(f.StreamID, uint32(n))
 				})
 			}
+			if forgot[f.StreamID] {
+				break
+			}
 			bodies[f.StreamID] = append(bodies[f.StreamID], f.Data()...)
+			if !f.StreamEnded() && p.partial != nil && p.partial(pc, f.StreamID, bodies[f.StreamID]) {
+				forgot[f.StreamID] = true
+				delete(bodies, f.StreamID)
+			}
 			if f.StreamEnded() {
 				p.handle(pc, f.StreamID, int(p.requests.Add(1)-1), bodies[f.StreamID])
 				delete(bodies, f.StreamID)
@@ -186,47 +203,57 @@ type rawAnswer struct {
 // readAnswers reads frames from a consumer connection until n streams ended.
 func readAnswers(t *testing.T, fr *http2.Framer, n int) map[uint32]*rawAnswer {
 	t.Helper()
-	out := map[uint32]*rawAnswer{}
+	return readMoreAnswers(t, fr, n, map[uint32]*rawAnswer{})
+}
+
+// readMoreAnswers is readAnswers adding to what out has read of the answers so far.
+func readMoreAnswers(t *testing.T, fr *http2.Framer, n int, out map[uint32]*rawAnswer) map[uint32]*rawAnswer {
+	t.Helper()
+	for ended := 0; ended < n; {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %d of %d answers: %v", ended, n, err)
+		}
+		if noteAnswer(t, out, f) {
+			ended++
+		}
+	}
+	return out
+}
+
+// noteAnswer adds what frame f says of its stream's answer to out; true when it ended the stream.
+func noteAnswer(t *testing.T, out map[uint32]*rawAnswer, f http2.Frame) (ended bool) {
+	t.Helper()
 	get := func(id uint32) *rawAnswer {
 		if out[id] == nil {
 			out[id] = &rawAnswer{}
 		}
 		return out[id]
 	}
-	for ended := 0; ended < n; {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			t.Fatalf("after %d of %d answers: %v", ended, n, err)
+	switch f := f.(type) {
+	case *http2.HeadersFrame:
+		a := get(f.StreamID)
+		for _, hf := range decodeBlock(t, f.HeaderBlockFragment()) {
+			switch hf.Name {
+			case ":status":
+				a.status = hf.Value
+			case "grpc-status":
+				a.grpcStatus = hf.Value
+			case "grpc-message":
+				a.grpcMessage = hf.Value
+			}
 		}
-		switch f := f.(type) {
-		case *http2.HeadersFrame:
-			a := get(f.StreamID)
-			for _, hf := range decodeBlock(t, f.HeaderBlockFragment()) {
-				switch hf.Name {
-				case ":status":
-					a.status = hf.Value
-				case "grpc-status":
-					a.grpcStatus = hf.Value
-				case "grpc-message":
-					a.grpcMessage = hf.Value
-				}
-			}
-			if f.StreamEnded() {
-				ended++
-			}
-		case *http2.DataFrame:
-			a := get(f.StreamID)
-			a.body = append(a.body, f.Data()...)
-			if f.StreamEnded() {
-				ended++
-			}
-		case *http2.RSTStreamFrame:
-			a := get(f.StreamID)
-			a.wasReset, a.reset = true, f.ErrCode
-			ended++
-		}
+		return f.StreamEnded()
+	case *http2.DataFrame:
+		a := get(f.StreamID)
+		a.body = append(a.body, f.Data()...)
+		return f.StreamEnded()
+	case *http2.RSTStreamFrame:
+		a := get(f.StreamID)
+		a.wasReset, a.reset = true, f.ErrCode
+		return true
 	}
-	return out
+	return false
 }
 
 // readAnswersTicking is readAnswers for a server on a manual clock whose pauses and backoffs must pass:

@@ -98,7 +98,8 @@ type h2Call struct {
 	head         []h2.HeaderField // the request head while waiting
 	headEnd      bool
 	in           []byte // request DATA waiting for the provider's window or a stream
-	inBack       int    // of in, the leading bytes kept while waiting: their connection window went back on receipt
+	inFree       int    // of in, the leading bytes of a request sent again: their windows went back when they first left
+	inBack       int    // of in after inFree, the leading bytes kept while waiting: their connection window went back on receipt
 	inEnd        bool   // END_STREAM after in
 	arrived      int64
 	sendBy       int64           // past it the call is never sent (deadline.go); NoDeadline without grpc-timeout
@@ -109,7 +110,6 @@ type h2Call struct {
 	// Sending it again (replay.go), under the pool's mu.
 	req         h2Kept          // the request as the consumer sent it, until the provider's answer head
 	answered    bool            // the provider's answer head came: the provider has it
-	resending   bool            // in is the kept body, sent again: its bytes are not the consumer's to hand back
 	resends     int             // times sent again
 	notRunTries int             // of those, after not-executed answers
 	paused      bool            // waiting for retry before it may take a stream
