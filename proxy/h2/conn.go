@@ -22,7 +22,14 @@ const (
 	DefaultMaxHeaderListSize    = 64 << 10 // Envoy's default is 60 KiB; gRPC Java's 8 KiB
 	maxRecentClosed             = 32       // closed stream ids remembered to tell "closed" from "never opened"
 	creditPerFrameSent          = 4        // PINGs/WINDOW_UPDATEs a sent DATA or HEADERS frame makes free: an honest receiver answers data with a stream and a connection WINDOW_UPDATE and a BDP PING at most
-	maxCredit                   = 64
+	// maxCredit bounds the free answers banked: those of 1,024 frames. The answers come after a burst
+	// that can be that long (a hundred calls' answers written in one pass); 64 (16 frames) made a peer
+	// that answers every frame with its windows a flood (TestGuardHonestAnswersToBursts). What a peer can
+	// bank is bounded by what this side sent it, and 4,096 control frames cost milliseconds.
+	maxCredit = 4096
+	// exportCreditMax bounds the credit an exported ConnState carries: builds before maxCredit was raised
+	// refuse a state with more (RestoreConn), and a downgrade must still restore; the rest is forgone.
+	exportCreditMax = 64
 )
 
 // Config is one connection's parameters. The zero value is a valid server (consumer-side) connection with

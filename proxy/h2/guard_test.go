@@ -111,6 +111,37 @@ func TestGuardPingFlood(t *testing.T) {
 	}
 }
 
+// TestGuardHonestAnswersToBursts: a peer that hands the flow-control window back for every DATA frame it
+// reads (a stream and a connection WINDOW_UPDATE each, as RFC 9113 allows and simple clients do) is not
+// a flood, however many frames this side wrote in one pass: Stormgate writes the answers of a hundred
+// calls at once on a busy connection, and a provider connection carries a hundred consumers' request
+// bodies. Failed before: the free answers earned were capped at 64, 16 frames' worth, so the second
+// burst of 100 frames ran the control budget out (GOAWAY ENHANCE_YOUR_CALM, every call on it lost).
+func TestGuardHonestAnswersToBursts(t *testing.T) {
+	const streams, bursts = 100, 20
+	d := serverDriver(t, Config{MaxConcurrentStreams: streams})
+	for id := uint32(1); id < 2*streams; id += 2 {
+		d.requestWithHead(id, true)
+	}
+	for b := range bursts {
+		var out []byte
+		for id := uint32(1); id < 2*streams; id += 2 {
+			var err error
+			if out, _, err = d.c.AppendData(d.now, out, id, []byte("x"), false); err != nil {
+				t.Fatalf("burst %d: %v (%v)", b, err, d.err)
+			}
+		}
+		for id := uint32(1); id < 2*streams; id += 2 { // the peer reads them and answers each
+			d.must(d.fr.WriteWindowUpdate(id, 1))
+			d.must(d.fr.WriteWindowUpdate(0, 1))
+		}
+		d.pump()
+		if d.err != nil {
+			t.Fatalf("burst %d of %d frames, each answered with its window: %v", b, streams, d.err)
+		}
+	}
+}
+
 func TestGuardSettingsFlood(t *testing.T) {
 	d := serverDriver(t, Config{})
 	for i := 0; d.err == nil && i < 10000; i++ {

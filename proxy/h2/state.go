@@ -142,7 +142,7 @@ func (c *Conn) Export() (ConnState, error) {
 		PeerGoAwayLast: c.peerGoAwayLast,
 		RecentNext:     c.recentIdx,
 		OwedHeaders:    c.owedHeaders,
-		Credit:         c.credit,
+		Credit:         min(c.credit, exportCreditMax),
 		EmptyRun:       c.emptyRun,
 	}
 	n := len(c.recent)

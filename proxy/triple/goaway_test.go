@@ -30,7 +30,7 @@ func TestH2GoAwayReachesABusyConsumer(t *testing.T) {
 		}
 		rawRequests(t, fr, 16, []byte("busy"), h2.HeaderField{Name: "x-answer-bytes", Value: "2097152"})
 		waitFor(t, 20*time.Second, "answers waiting in a stalled writer", func() bool { return envOf(srv).Budget().InUse() >= 8<<20 })
-		for range 2000 { // answers sent meanwhile earn free PINGs: far more than the budget
+		for range 10000 { // answers sent meanwhile earn free PINGs (up to 4,096): far more than that and the budget
 			if err := fr.WritePing(false, [8]byte{'f', 'l', 'o', 'o', 'd'}); err != nil {
 				t.Fatal(err)
 			}
