@@ -29,8 +29,10 @@ type scriptedH2 struct {
 	conns    atomic.Int64
 	stalled  chan *scriptedConn // when set, the first connection goes here after SETTINGS and is never read
 	streams  uint32             // when set, its SETTINGS_MAX_CONCURRENT_STREAMS
-	// partial, when set, sees each request DATA that does not end its stream, with the body so far; true
-	// forgets the stream (the hook reset it): what comes on it later is ignored.
+	// head and partial, when set, see each request head, and each request DATA that does not end its
+	// stream with the body so far; true forgets the stream (the hook reset it): what comes on it later is
+	// ignored.
+	head    func(pc *scriptedConn, id uint32, fields []h2.HeaderField) (forget bool)
 	partial func(pc *scriptedConn, id uint32, body []byte) (forget bool)
 }
 
@@ -119,6 +121,10 @@ func (p *scriptedH2) serve(pc *scriptedConn) {
 				pc.do(func() error { return pc.fr.WritePing(true, f.Data) })
 			}
 		case *http2.MetaHeadersFrame:
+			if p.head != nil && p.head(pc, f.StreamID, headFields(f.Fields)) {
+				forgot[f.StreamID] = true
+				break
+			}
 			bodies[f.StreamID] = []byte{}
 			if f.StreamEnded() {
 				p.handle(pc, f.StreamID, int(p.requests.Add(1)-1), nil)
@@ -146,6 +152,15 @@ func (p *scriptedH2) serve(pc *scriptedConn) {
 			}
 		}
 	}
+}
+
+// headFields is a decoded header list as h2's fields.
+func headFields(fs []hpack.HeaderField) []h2.HeaderField {
+	out := make([]h2.HeaderField, len(fs))
+	for i, f := range fs {
+		out[i] = h2.HeaderField{Name: f.Name, Value: f.Value}
+	}
+	return out
 }
 
 func (pc *scriptedConn) do(f func() error) {
