@@ -805,6 +805,7 @@ func (c *Conn) settings(now int64, h FrameHeader, payload []byte) (Event, error)
 		if d := int64(c.local.InitialWindowSize) - DefaultInitialWindowSize; d != 0 {
 			for _, s := range c.streams {
 				s.recv.avail += d
+				s.recv.late = max(-d, 0) // a smaller window: what the peer took before it read it may follow
 			}
 		}
 		return Event{}, nil

@@ -174,6 +174,47 @@ func TestConnRecvFlowControl(t *testing.T) {
 	d.wantGoAway(ErrCodeFlowControl, NumGuards)
 }
 
+// TestConnSmallerWindowAfterTheAck: a stream window smaller than the protocol's 65,535 applies to a peer
+// once it has read this side's SETTINGS, but a sender takes window before it writes a frame (Go's x/net
+// client does), so DATA it took under 65,535 before the SETTINGS came may arrive after its ACK. RFC 9113
+// §6.9.2 has both sides subtract the difference, which this side does at the ACK: those frames are within
+// what the peer could send before, and are taken (they left a stream's window negative, and were a
+// FLOW_CONTROL_ERROR: 1 in 40 runs of TestH2ResendRandomRefusals with http2.initial_window_size 16 KiB).
+// Beyond the old window, and on a stream opened after the ACK beyond the new one, it is one still.
+func TestConnSmallerWindowAfterTheAck(t *testing.T) {
+	const window = 16384
+	d := newDriver(t, Config{InitialWindowSize: window})
+	d.in.WriteString(ClientPreface)
+	d.must(d.fr.WriteSettings())
+	d.headers(1, false, request("/s/m")...)
+	d.must(d.fr.WriteData(1, false, make([]byte, 3796))) // before the peer read the SETTINGS
+	d.ackSettings()
+	// What it took of 65,535 before the SETTINGS came, written after its ACK: 61,739 bytes.
+	for _, n := range []int{16384, 16384, 16384, 12587} {
+		d.must(d.fr.WriteData(1, false, make([]byte, n)))
+	}
+	d.pump()
+	if d.err != nil {
+		t.Fatalf("DATA taken under the window before the SETTINGS: %v", d.err)
+	}
+	if r := rstOf(d.outFrames(), 1); r != nil {
+		t.Fatalf("DATA taken under the window before the SETTINGS: RST_STREAM %v", r.Code)
+	}
+	d.must(d.fr.WriteData(1, false, []byte{1})) // beyond what 65,535 allowed
+	d.pump()
+	d.wantRST(1, ErrCodeFlowControl, NumGuards)
+
+	d.headers(3, false, request("/s/m")...) // opened after the ACK: the new window
+	d.must(d.fr.WriteData(3, false, make([]byte, window)))
+	d.pump()
+	if r := rstOf(d.outFrames(), 3); r != nil || d.err != nil {
+		t.Fatalf("a whole window on a stream opened after the ACK: %v %v", r, d.err)
+	}
+	d.must(d.fr.WriteData(3, false, []byte{1}))
+	d.pump()
+	d.wantRST(3, ErrCodeFlowControl, NumGuards)
+}
+
 // TestConnConsumedConnOnReceipt: an owner that keeps one stream's bytes (a call waiting for a provider
 // stream) hands the connection window back on receipt and the stream's when the bytes leave. The kept
 // stream then holds only its own window: another stream sends what, with both held, would cross the

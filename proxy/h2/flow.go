@@ -26,13 +26,23 @@ func (w *sendWindow) grow(incr uint32) bool {
 type recvWindow struct {
 	avail   int64 // bytes the peer may still send
 	unacked int64 // consumed by the application, not yet returned to the peer
+	// late is what the peer may still send beyond avail after acknowledging a smaller
+	// SETTINGS_INITIAL_WINDOW_SIZE: DATA it took window for under the old size before it read the
+	// SETTINGS, written after its ACK (RFC 9113 §6.9.2 has both sides subtract the difference, and a
+	// sender takes window before it writes). At most the difference, once; not carried by Export.
+	late int64
 }
 
 // take accounts for n received bytes; ok = false when the peer exceeded the window by more than slack
-// (slack covers a SETTINGS_INITIAL_WINDOW_SIZE increase the peer may already apply before acknowledging).
+// (slack covers a SETTINGS_INITIAL_WINDOW_SIZE increase the peer may already apply before acknowledging)
+// and what late leaves.
 func (w *recvWindow) take(n uint32, slack int64) bool {
-	if int64(n) > w.avail+slack {
+	within := max(w.avail+slack, 0)
+	if int64(n) > within+w.late {
 		return false
+	}
+	if over := int64(n) - within; over > 0 {
+		w.late -= over
 	}
 	w.avail -= int64(n)
 	return true
