@@ -3,7 +3,6 @@ package triple
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -25,12 +24,20 @@ import (
 // sees, at a random point of the request (its head, or after some of its body), each call at most twice,
 // and answers the rest with the digest of the whole request. Every call must get the digest of its own
 // body, the provider must get each call whole exactly once, and nothing may be left: no stream, no
-// waiting call, no budget, no consumer connection window (design §14.11: a request still arriving). A
-// failure names the seed.
+// waiting call, no budget, no consumer connection window (design §14.11: a request still arriving). In
+// the second run the provider also shuts each connection down gracefully now and then (GOAWAY naming the
+// last stream it saw, streams above it ignored, the connection closed once the rest are answered), and a
+// tenth of the consumers give up on their call at a random moment: those may end either way, but never
+// reach the provider twice. A failure names the seed.
 func TestH2ResendRandomRefusals(t *testing.T) {
+	t.Run("refusals", func(t *testing.T) { randomRefusals(t, false) })
+	t.Run("refusals, GOAWAYs and consumers giving up", func(t *testing.T) { randomRefusals(t, true) })
+}
+
+func randomRefusals(t *testing.T, rough bool) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	prov := newRandomRefuser(seed)
+	prov := newRandomRefuser(seed, rough)
 	p := startScriptedH2(t, prov.answer)
 	p.head, p.partial = prov.head, prov.partial
 	srv, addr := resendServer(t, p, proxy.Options{}, func(c *proxy.Config) { c.HTTP2.InitialWindowSize = 16 << 10 })
@@ -38,12 +45,14 @@ func TestH2ResendRandomRefusals(t *testing.T) {
 	const clients, calls = 4, 24
 	rng := rand.New(rand.NewPCG(seed, 1))
 	type call struct {
-		tag      string
-		body     []byte // the gRPC message, prefix included
-		pieces   []int  // the body's pieces, in order
-		pauses   []time.Duration
-		client   int
-		got, err string
+		tag    string
+		body   []byte // the gRPC message, prefix included
+		pieces []int  // the body's pieces, in order
+		pauses []time.Duration
+		client int
+		giveUp time.Duration // > 0: the consumer cancels the call this long after it began
+		ok     bool
+		err    string
 	}
 	all := make([]*call, clients*calls)
 	for i := range all {
@@ -56,21 +65,35 @@ func TestH2ResendRandomRefusals(t *testing.T) {
 			c.pauses = append(c.pauses, time.Duration(rng.IntN(3))*time.Millisecond)
 			left -= k
 		}
+		if rough && rng.IntN(10) == 0 {
+			c.giveUp = time.Duration(1+rng.IntN(20)) * time.Millisecond
+		}
 		all[i] = c
 	}
-	transports := make([]*http2.Transport, clients)
-	for i := range transports {
-		transports[i] = &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, a string, _ *tls.Config) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, a)
-		}}
-		defer transports[i].CloseIdleConnections()
+	// Each consumer one connection, dialled before the calls: a Transport would dial under the first
+	// call's context, and a call given up on during the dial would fail every call waiting for it.
+	conns := make([]*http2.ClientConn, clients)
+	for i := range conns {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if conns[i], err = (&http2.Transport{AllowHTTP: true}).NewClientConn(nc); err != nil {
+			t.Fatal(err)
+		}
+		defer conns[i].Close()
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, c := range all {
 		wg.Go(func() {
+			ctx := ctx
+			if c.giveUp > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.giveUp)
+				defer cancel()
+			}
 			pr, pw := io.Pipe()
 			go func() {
 				rest := c.body
@@ -91,7 +114,7 @@ func TestH2ResendRandomRefusals(t *testing.T) {
 			req.Header.Set("content-type", "application/grpc")
 			req.Header.Set("te", "trailers")
 			req.Header.Set(randomRefuserTag, c.tag)
-			resp, err := transports[c.client].RoundTrip(req)
+			resp, err := conns[c.client].RoundTrip(req)
 			if err != nil {
 				c.err = err.Error()
 				return
@@ -109,23 +132,33 @@ func TestH2ResendRandomRefusals(t *testing.T) {
 				c.err = fmt.Sprintf(":status %d grpc-status %q (%q)", resp.StatusCode, h.Get("grpc-status"), h.Get("grpc-message"))
 			case !bytes.Equal(b, grpcFrame(digest(c.body))):
 				c.err = fmt.Sprintf("an answer of %d bytes that is not its own", len(b))
+			default:
+				c.ok = true
 			}
 		})
 	}
 	wg.Wait()
-	refused := prov.result(t)
+	refused, above, gaveUp := prov.result(t), prov.aboveGoAway(), 0
 	for _, c := range all {
-		if c.err != "" {
+		n := prov.wholes(c.tag)
+		switch {
+		case c.giveUp > 0:
+			gaveUp++
+			if n > 1 || c.ok && n != 1 {
+				t.Errorf("seed %d: %s, given up on (ok %v: %s), reached the provider whole %d times", seed, c.tag, c.ok, c.err, n)
+			}
+		case !c.ok:
 			t.Errorf("seed %d: %s (%d bytes in %d pieces, refused %d times): %s", seed, c.tag, len(c.body), len(c.pieces),
 				prov.refusals(c.tag), c.err)
-		}
-		if n := prov.wholes(c.tag); n != 1 {
+		case n != 1:
 			t.Errorf("seed %d: %s reached the provider whole %d times, want 1", seed, c.tag, n)
 		}
 	}
-	t.Logf("%d calls, %d refusals (%d before any body came)", len(all), refused, prov.atHead)
-	if n := holdOutcome(t, srv, proxy.HoldReheldRefused); n != float64(refused) {
-		t.Errorf("seed %d: %v calls sent again, want %d (one per refusal)", seed, n, refused)
+	t.Logf("%d calls (%d given up on), %d refusals (%d before any body came), %d streams above a GOAWAY, %d connections",
+		len(all), gaveUp, refused, prov.atHead, above, p.conns.Load())
+	// Each refusal and each stream above a GOAWAY sends its call again, unless its consumer gave up first.
+	if n := holdOutcome(t, srv, proxy.HoldReheldRefused); n > float64(refused+above) || gaveUp == 0 && n != float64(refused+above) {
+		t.Errorf("seed %d: %v calls sent again, want %d (one per refusal and stream above a GOAWAY)", seed, n, refused+above)
 	}
 	waitNothingLeft(t, srv)
 }
@@ -134,15 +167,27 @@ func TestH2ResendRandomRefusals(t *testing.T) {
 const randomRefuserTag = "x-call"
 
 // randomRefuser is the provider of TestH2ResendRandomRefusals: it refuses a third of the streams, each
-// call at most twice, at a random point of its request, and counts what reaches it whole.
+// call at most twice, at a random point of its request, and counts what reaches it whole. Rough, it also
+// shuts a connection down gracefully after 10 to 40 heads: GOAWAY naming the last stream it saw, later
+// streams ignored (RFC 9113 §6.8: not processed), the connection closed once the rest are answered.
 type randomRefuser struct {
-	mu      sync.Mutex
-	rng     *rand.Rand
-	streams map[*scriptedConn]map[uint32]*refuserStream
-	tries   map[string]int // refusals per call
-	whole   map[string]int // whole requests per call
-	atHead  int
-	total   int
+	mu     sync.Mutex
+	rng    *rand.Rand
+	rough  bool
+	conns  map[*scriptedConn]*refuserConn
+	tries  map[string]int // refusals per call
+	whole  map[string]int // whole requests per call
+	atHead int
+	total  int
+	above  int // heads ignored above a GOAWAY
+}
+
+type refuserConn struct {
+	streams map[uint32]*refuserStream
+	heads   int
+	goAway  int    // heads after which it goes away (0: never)
+	last    uint32 // its GOAWAY's last stream id, once sent
+	away    bool
 }
 
 type refuserStream struct {
@@ -150,24 +195,37 @@ type refuserStream struct {
 	after int // refuse once this many body bytes came (0: not refused)
 }
 
-func newRandomRefuser(seed uint64) *randomRefuser {
-	return &randomRefuser{rng: rand.New(rand.NewPCG(seed, 2)), streams: map[*scriptedConn]map[uint32]*refuserStream{},
+func newRandomRefuser(seed uint64, rough bool) *randomRefuser {
+	return &randomRefuser{rng: rand.New(rand.NewPCG(seed, 2)), rough: rough, conns: map[*scriptedConn]*refuserConn{},
 		tries: map[string]int{}, whole: map[string]int{}}
 }
 
 func (r *randomRefuser) head(pc *scriptedConn, id uint32, fields []h2.HeaderField) (forget bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	rc := r.conns[pc]
+	if rc == nil {
+		rc = &refuserConn{streams: map[uint32]*refuserStream{}}
+		if r.rough {
+			rc.goAway = 10 + r.rng.IntN(31)
+		}
+		r.conns[pc] = rc
+	}
+	if rc.away {
+		r.above++ // never processed: Stormgate sends it again on another connection
+		return true
+	}
 	s := &refuserStream{}
 	for _, f := range fields {
 		if f.Name == randomRefuserTag {
 			s.tag = f.Value
 		}
 	}
-	if r.streams[pc] == nil {
-		r.streams[pc] = map[uint32]*refuserStream{}
+	rc.streams[id] = s
+	if rc.heads++; rc.heads == rc.goAway {
+		rc.away, rc.last = true, id
+		pc.goAway(id)
 	}
-	r.streams[pc][id] = s
 	if r.tries[s.tag] >= 2 || r.rng.IntN(3) != 0 {
 		return false
 	}
@@ -183,7 +241,7 @@ func (r *randomRefuser) head(pc *scriptedConn, id uint32, fields []h2.HeaderFiel
 func (r *randomRefuser) partial(pc *scriptedConn, id uint32, body []byte) (forget bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.streams[pc][id]
+	s := r.conns[pc].streams[id]
 	if s == nil || s.after == 0 || len(body) < s.after {
 		return false
 	}
@@ -194,19 +252,37 @@ func (r *randomRefuser) partial(pc *scriptedConn, id uint32, body []byte) (forge
 func (r *randomRefuser) refuseLocked(pc *scriptedConn, id uint32, s *refuserStream) {
 	r.tries[s.tag]++
 	r.total++
-	delete(r.streams[pc], id)
 	pc.reset(id, http2.ErrCodeRefusedStream)
+	r.doneLocked(pc, id)
+}
+
+// doneLocked forgets stream id; a connection gone away shuts its side once its last stream is done, and
+// reads on until Stormgate closes (a close with unread bytes would reset the connection, and the kernel
+// could drop the answers in flight with it).
+func (r *randomRefuser) doneLocked(pc *scriptedConn, id uint32) {
+	rc := r.conns[pc]
+	delete(rc.streams, id)
+	if rc.away && len(rc.streams) == 0 {
+		_ = pc.nc.(*net.TCPConn).CloseWrite()
+	}
 }
 
 func (r *randomRefuser) answer(pc *scriptedConn, id uint32, _ int, body []byte) {
 	r.mu.Lock()
-	s := r.streams[pc][id]
-	delete(r.streams[pc], id)
-	if s != nil {
-		r.whole[s.tag]++
+	defer r.mu.Unlock()
+	s := r.conns[pc].streams[id]
+	if s == nil {
+		return // a stream it refused or ignored, ended by Stormgate's END_STREAM in flight
 	}
-	r.mu.Unlock()
+	r.whole[s.tag]++
 	pc.answer(id, grpcFrame(digest(body)))
+	r.doneLocked(pc, id)
+}
+
+func (r *randomRefuser) aboveGoAway() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.above
 }
 
 func (r *randomRefuser) refusals(tag string) int {
