@@ -1,13 +1,9 @@
 package triple
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -44,112 +40,28 @@ func randomRefusals(t *testing.T, rough bool) {
 
 	const clients, calls = 4, 24
 	rng := rand.New(rand.NewPCG(seed, 1))
-	type call struct {
-		tag    string
-		body   []byte // the gRPC message, prefix included
-		pieces []int  // the body's pieces, in order
-		pauses []time.Duration
-		client int
-		giveUp time.Duration // > 0: the consumer cancels the call this long after it began
-		ok     bool
-		err    string
+	giveUp := 0
+	if rough {
+		giveUp = 10
 	}
-	all := make([]*call, clients*calls)
+	all := make([]*netCall, clients*calls)
 	for i := range all {
-		n := 1 + rng.IntN(60<<10)
-		c := &call{tag: fmt.Sprintf("call-%d", i), client: i % clients}
-		c.body = grpcFrame(midBodyMsg(c.tag, n))
-		for left := len(c.body); left > 0; {
-			k := min(left, 1+rng.IntN(max(1, len(c.body)/2)))
-			c.pieces = append(c.pieces, k)
-			c.pauses = append(c.pauses, time.Duration(rng.IntN(3))*time.Millisecond)
-			left -= k
-		}
-		if rough && rng.IntN(10) == 0 {
-			c.giveUp = time.Duration(1+rng.IntN(20)) * time.Millisecond
-		}
-		all[i] = c
+		all[i] = newNetCall(rng, fmt.Sprintf("call-%d", i), 1+rng.IntN(60<<10), i%clients, giveUp)
+		all[i].header.Set(randomRefuserTag, all[i].tag)
 	}
-	// Each consumer one connection, dialled before the calls: a Transport would dial under the first
-	// call's context, and a call given up on during the dial would fail every call waiting for it.
-	conns := make([]*http2.ClientConn, clients)
-	for i := range conns {
-		nc, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if conns[i], err = (&http2.Transport{AllowHTTP: true}).NewClientConn(nc); err != nil {
-			t.Fatal(err)
-		}
-		defer conns[i].Close()
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, c := range all {
-		wg.Go(func() {
-			ctx := ctx
-			if c.giveUp > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, c.giveUp)
-				defer cancel()
-			}
-			pr, pw := io.Pipe()
-			go func() {
-				rest := c.body
-				for i, k := range c.pieces {
-					time.Sleep(c.pauses[i]) // interleaving, not waiting for anything
-					if _, err := pw.Write(rest[:k]); err != nil {
-						return
-					}
-					rest = rest[k:]
-				}
-				pw.Close()
-			}()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/stormgate.Test/Echo", pr)
-			if err != nil {
-				c.err = err.Error()
-				return
-			}
-			req.Header.Set("content-type", "application/grpc")
-			req.Header.Set("te", "trailers")
-			req.Header.Set(randomRefuserTag, c.tag)
-			resp, err := conns[c.client].RoundTrip(req)
-			if err != nil {
-				c.err = err.Error()
-				return
-			}
-			b, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			switch {
-			case err != nil:
-				c.err = err.Error()
-			case resp.Trailer.Get("grpc-status") != "0":
-				h := resp.Header // a trailers-only answer: Stormgate's own
-				if h.Get("grpc-status") == "" {
-					h = resp.Trailer
-				}
-				c.err = fmt.Sprintf(":status %d grpc-status %q (%q)", resp.StatusCode, h.Get("grpc-status"), h.Get("grpc-message"))
-			case !bytes.Equal(b, grpcFrame(digest(c.body))):
-				c.err = fmt.Sprintf("an answer of %d bytes that is not its own", len(b))
-			default:
-				c.ok = true
-			}
-		})
-	}
-	wg.Wait()
+	runNetCalls(t, addr, dialNetConsumers(t, addr, clients), all)
 	refused, above, gaveUp := prov.result(t), prov.aboveGoAway(), 0
 	for _, c := range all {
-		n := prov.wholes(c.tag)
+		n, ok := prov.wholes(c.tag), c.answered(grpcFrame(digest(c.body)))
 		switch {
 		case c.giveUp > 0:
 			gaveUp++
-			if n > 1 || c.ok && n != 1 {
-				t.Errorf("seed %d: %s, given up on (ok %v: %s), reached the provider whole %d times", seed, c.tag, c.ok, c.err, n)
+			if n > 1 || ok && n != 1 {
+				t.Errorf("seed %d: %s, given up on (%s), reached the provider whole %d times", seed, c.tag, c.status, n)
 			}
-		case !c.ok:
-			t.Errorf("seed %d: %s (%d bytes in %d pieces, refused %d times): %s", seed, c.tag, len(c.body), len(c.pieces),
-				prov.refusals(c.tag), c.err)
+		case !ok:
+			t.Errorf("seed %d: %s (%d bytes in %d pieces, refused %d times): %s with %d answer bytes, want its digest",
+				seed, c.tag, len(c.body), len(c.pieces), prov.refusals(c.tag), c.status, len(c.answer))
 		case n != 1:
 			t.Errorf("seed %d: %s reached the provider whole %d times, want 1", seed, c.tag, n)
 		}
