@@ -894,7 +894,8 @@ func TestH2AdvWaitingCallsHoldTheConsumerWindow(t *testing.T) {
 // body through, answerHeadLocked calls forgetLocked, which drops c.in ("the kept body itself, not charged
 // twice") while the provider stream is still open and c.inEnd still set: the next WINDOW_UPDATE sends
 // END_STREAM right after the part already sent. The provider gets a truncated request that ends
-// normally. (A first send keeps its c.in: only a resent call loses the rest of its body.)
+// normally. (A first send keeps its c.in: only a resent call lost the rest of its body.) Since a resend
+// carries its own copy of the kept body (resendLocked), forgetLocked has nothing of c.in to drop.
 //
 // The provider announces SETTINGS_INITIAL_WINDOW_SIZE 1000 and refuses the first stream
 // (REFUSED_STREAM): the call is sent again, 1000 bytes of its 20 KiB body go, the provider answers with
@@ -931,8 +932,9 @@ func TestH2AdvResentBodyCutAtTheAnswerHead(t *testing.T) {
 		return id
 	}
 	first := firstBytes()
-	// Stormgate sends a refused call again only if it holds the whole request by then (canResendLocked):
-	// the consumer sent it all at once, but its last DATA may still be on its way (failed 4 of 30 runs).
+	// The whole request at Stormgate before the refusal, so that the resend carries all of it in one
+	// copy (the case of the bug); its last DATA may still be on its way (failed 4 of 30 runs when a
+	// resend needed the whole request).
 	waitFor(t, 10*time.Second, "the whole request kept", func() bool {
 		hp.mu.Lock()
 		defer hp.mu.Unlock()
