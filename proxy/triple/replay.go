@@ -10,7 +10,7 @@ import (
 	"github.com/stormgate/stormgate/proxy/h2"
 )
 
-// Sending an HTTP/2 call again (issue 27): a unary call whose provider stream ended in a way that
+// Sending an HTTP/2 call again (issue 27): a call whose provider stream ended in a way that
 // proves the provider never processed it goes back to the waiting list and is sent again on a fresh
 // stream, as Dubbo's re-holds do (proxy/hold.go, proxy/notrun.go). Only these prove it:
 //
@@ -21,6 +21,8 @@ import (
 //	| above the last stream id of the provider's GOAWAY| RFC 9113 §6.8: not processed| reheld_refused     | none
 //	| its connection died before any of its bytes      | never left Stormgate        | reheld_unsent      | none
 //	| reached the kernel                               |                             |                    |
+//	| its connection died, and the provider's kernel   | proxy.ReadProof: none of it | reheld_unseen      | none
+//	| says its application read none of the call       | reached the application     |                    |
 //	| answered with a not-executed head (h2.NotRun)    | the provider's own words,   | reheld_not_executed| backoff_base,
 //	| within hold.not_executed_window of the           | within the window only      |                    | doubling per try
 //	| connection's SETTINGS                            | (hold.not_executed_retries) |                    |
