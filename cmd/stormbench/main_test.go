@@ -179,6 +179,30 @@ func TestWorkersCheckedBodies(t *testing.T) {
 	}
 }
 
+// TestWorkersTriple: worker processes carry --protocol triple (they are exec'd with the parent's
+// settings): both speak h2c to the Triple echo provider, which checks every call and sees each key once.
+func TestWorkersTriple(t *testing.T) {
+	p, err := peer.StartTripleEcho(peer.TripleConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	t.Setenv(runAsMainEnv, "1")
+	stdout, _ := runCLI(t, "load", "--target", p.Addr(), "--protocol", "triple", "--conns", "10", "--rate", "400",
+		"--duration", "1s", "--workers", "2", "--body-max", "200000", "--json", "-", "--quiet")
+	r, err := loadgen.ParseResult([]byte(stdout))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if r.Workers != 2 || r.Sent == 0 || r.OK != r.Sent || r.BodyMismatches != 0 {
+		t.Fatalf("workers %d sent %d ok %d mismatches %d", r.Workers, r.Sent, r.OK, r.BodyMismatches)
+	}
+	st := p.Stats()
+	if st.Violations != 0 || st.Requests != r.Sent || st.ConnsAccepted != 10 || st.UniqueKeys == 0 {
+		t.Fatalf("provider %+v, violations %v", st, p.Violations())
+	}
+}
+
 func TestParseAddrList(t *testing.T) {
 	got, err := parseAddrList("127.0.0.2-127.0.0.4, 127.0.1.1")
 	if err != nil || len(got) != 4 || got[2].String() != "127.0.0.4" || got[3].String() != "127.0.1.1" {
