@@ -321,9 +321,13 @@ type h2Upstream struct {
 	ended    chan struct{} // closed when serve returned, with endErr (h2SlotKind)
 	endErr   error
 	dead     bool
-	readyAt  int64           // when the provider's first SETTINGS came (the not-executed window starts)
-	proof    proxy.ReadProof // what the provider read, at the end (proxy/readproof.go)
-	scratch  []byte
+	readyAt  int64 // when the provider's first SETTINGS came (the not-executed window starts)
+	// The not-executed window (replay.go) opens at readyAt, and again when the provider answers
+	// not-exported for a path it served on this connection (served: at most maxServedPaths of them).
+	notRunFrom int64
+	served     map[string]struct{}
+	proof      proxy.ReadProof // what the provider read, at the end (proxy/readproof.go)
+	scratch    []byte
 	// Liveness (keepalive.go), under hp.mu but lastRead.
 	beat       keepalive.Timer
 	stall      keepalive.Timer // upstream.write_timeout, armed when the writer stalls
@@ -580,7 +584,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		return nil, kept
 	case h2.EventSettings:
 		if !u.ready && !u.away {
-			u.ready, u.readyAt = true, now
+			u.ready, u.readyAt, u.notRunFrom = true, now, now
 			hp.ups = append(hp.ups, u)
 			u.startBeat()
 			hp.env.Spawn(hp.prov.ConnChanged) // the gauges; never under mu
@@ -653,6 +657,7 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	var notes h2Notes
 	reason, msg := proxy.ReplyReason(0), ""
 	c.sendBy = h2SendBy(fields, c.arrived, cfg)
+	c.path = fieldValue(fields, h2.HeaderPath)
 	hp.mu.Lock()
 	hp.keepHeadLocked(c, fields, end)
 	switch u := hp.pickLocked(); {

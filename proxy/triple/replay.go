@@ -25,7 +25,8 @@ import (
 //	| says its application read none of the call       | reached the application     |                    |
 //	| answered with a not-executed head (h2.NotRun)    | the provider's own words,   | reheld_not_executed| backoff_base,
 //	| within hold.not_executed_window of the           | within the window only      |                    | doubling per try
-//	| connection's SETTINGS                            | (hold.not_executed_retries) |                    |
+//	| connection's SETTINGS, or of such an answer for  | (hold.not_executed_retries) |                    |
+//	| a path it served on the connection (unexporting) |                             |                    |
 //
 // and only while all of this holds: all of the request that came so far was kept (at most ReplaySize
 // bytes of DATA, charged to limits.max_buffered_bytes while kept requests use less than half of it), no
@@ -104,13 +105,22 @@ func (u *h2Upstream) answerHeadLocked(c *h2Call, fields []h2.HeaderField, now in
 	why := h2.NotRun(fields)
 	if why == "" {
 		c.answered = true
+		if fieldValue(fields, h2.HeaderStatus) == "200" {
+			u.servedLocked(c.path)
+		}
 		hp.forgetLocked(c)
 		return false
+	}
+	if _, ok := u.served[c.path]; ok {
+		// It served the path on this connection and now says it does not: it is unexporting it (a
+		// dubbo-go provider's last instant, a Java 3.3 provider from its unexport to its GOAWAY). The
+		// window opens from here, as at Dubbo's READONLY.
+		u.notRunFrom = now
 	}
 	cfg := env.Config()
 	outcome := proxy.NotRunPassedOn
 	switch d := resendPause(cfg, c.notRunTries); {
-	case cfg.NotExecutedWindow <= 0 || now-u.readyAt >= int64(cfg.NotExecutedWindow):
+	case cfg.NotExecutedWindow <= 0 || now-u.notRunFrom >= int64(cfg.NotExecutedWindow):
 		outcome = proxy.NotRunOutsideWindow
 	case c.notRunTries < cfg.NotExecutedRetries && hp.canResendLocked(c, now, d):
 		u.detachLocked(c, notes)
@@ -127,6 +137,32 @@ func (u *h2Upstream) answerHeadLocked(c *h2Call, fields []h2.HeaderField, now in
 	c.answered = true
 	hp.forgetLocked(c)
 	return false
+}
+
+// maxServedPaths bounds the paths a provider connection remembers having served (answerHeadLocked): a
+// provider's services and methods, not its consumers' mistakes.
+const maxServedPaths = 256
+
+// servedLocked notes that the provider answered path on this connection (:status 200, not a
+// not-executed form).
+func (u *h2Upstream) servedLocked(path string) {
+	if _, ok := u.served[path]; ok || path == "" || len(u.served) >= maxServedPaths {
+		return
+	}
+	if u.served == nil {
+		u.served = make(map[string]struct{})
+	}
+	u.served[path] = struct{}{}
+}
+
+// fieldValue is the value of the first field named name, "" when there is none.
+func fieldValue(fields []h2.HeaderField, name string) string {
+	for _, f := range fields {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
 }
 
 // resendPause is the pause before the n+1st try after a refusal: backoff_base, doubling, capped at

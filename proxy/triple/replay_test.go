@@ -406,6 +406,58 @@ func TestH2ResendAboveGoAway(t *testing.T) {
 	wantReheld(t, srv, proxy.HoldReheldRefused, 1)
 }
 
+// TestH2ResendUnexported: a provider that stops serving a path it served on the same connection is
+// unexporting it (a dubbo-go provider's last instant, a Java 3.3 provider between its unexport and its
+// GOAWAY): its not-exported answer proves the call never ran whenever it comes, and opens the
+// not-executed window from then, as Dubbo's READONLY does. The call waits and is sent again; a path the
+// connection never served is still passed on outside the window (TestH2ResendNotFound). Failed before:
+// the consumer got the 404.
+func TestH2ResendUnexported(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		notRun func(pc *scriptedConn, id uint32)
+		reason string
+	}{
+		{"dubbo-go", (*scriptedConn).notFound, h2.NotRunDubboGoNotFound},
+		{"java 3.3", func(pc *scriptedConn, id uint32) {
+			pc.headers(id, true, ":status", "404", "content-type", "application/grpc", "grpc-status", "12",
+				"grpc-message", "Invoker for gRPC not found")
+		}, h2.NotRunJavaNotFound},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := keepalive.NewManualClock(time.Unix(1_700_000_000, 0))
+			p := startScriptedH2(t, func(pc *scriptedConn, id uint32, n int, body []byte) {
+				if n == 1 { // the second call: the path is being unexported
+					c.notRun(pc, id)
+					return
+				}
+				pc.answer(id, body)
+			})
+			srv, addr := resendServer(t, p, proxy.Options{Clock: clk}, func(cfg *proxy.Config) {
+				cfg.NotExecutedWindow, cfg.NotExecutedRetries = time.Second, 3
+			})
+			clk.Add(2 * time.Second) // long after the connection's start: outside the window
+			envOf(srv).Wheel().Advance(clk.Now())
+			_, fr := h2Handshake(t, addr)
+			writeCall(t, fr, 1, true, []byte("served"))
+			if a := readAnswersTicking(t, fr, 1, clk, srv)[1]; !a.echoed([]byte("served")) {
+				t.Fatalf("the first call: %v", a)
+			}
+			writeCall(t, fr, 3, false, []byte("unexported"))
+			if a := readAnswersTicking(t, fr, 1, clk, srv)[3]; !a.echoed([]byte("unexported")) {
+				t.Errorf("the call the provider answered not-exported for a path it served: %v, want its own answer", a)
+			}
+			if n := p.requests.Load(); n != 3 {
+				t.Errorf("the provider got %d calls, want 3 (one sent again)", n)
+			}
+			if n := metric(t, srv, "stormgate_not_executed_answers_total", "reason="+c.reason, "outcome="+proxy.NotRunReheld.String()); n != 1 {
+				t.Errorf("not-executed answers %s/reheld: %v, want 1", c.reason, n)
+			}
+			wantReheld(t, srv, proxy.HoldReheldNotRun, 1)
+		})
+	}
+}
+
 // wantReheld wants want calls counted in stormgate_hold_outcomes_total{outcome=o} (the calls sent again),
 // and then, once every call is done, every byte kept for a resend released.
 func wantReheld(t *testing.T, srv *proxy.Server, o proxy.HoldOutcome, want float64) {

@@ -102,6 +102,7 @@ type h2Call struct {
 	inBack       int    // of in after inFree, the leading bytes kept while waiting: their connection window went back on receipt
 	inEnd        bool   // END_STREAM after in
 	arrived      int64
+	path         string          // the request's :path (replay.go: a path the connection served)
 	sendBy       int64           // past it the call is never sent (deadline.go); NoDeadline without grpc-timeout
 	hold         keepalive.Timer // the hold timeout while waiting
 	proxy.Waiter                 // its place in the hold queue (proxy/holdcalls.go)
