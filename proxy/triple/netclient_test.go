@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,8 +24,9 @@ type netCall struct {
 	pieces []int  // the body's pieces, in order
 	pauses []time.Duration
 	giveUp time.Duration
-	client int         // which of the consumer connections
-	header http.Header // request headers beyond gRPC's
+	start  time.Duration // when the call begins, after the others were started
+	client int           // which of the consumer connections
+	header http.Header   // request headers beyond gRPC's
 
 	status string // after do: grpc-status (the trailers', or a trailers-only head's), or "error: ..."
 	answer []byte
@@ -53,6 +55,7 @@ func (c *netCall) answered(want []byte) bool {
 
 // do makes the call on cc to Stormgate at addr.
 func (c *netCall) do(ctx context.Context, cc *http2.ClientConn, addr string) {
+	time.Sleep(c.start) // the calls spread over time, not a wait for anything
 	if c.giveUp > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.giveUp)
@@ -130,4 +133,59 @@ func runNetCalls(t *testing.T, addr string, conns []*http2.ClientConn, calls []*
 		wg.Go(func() { c.do(ctx, conns[c.client], addr) })
 	}
 	wg.Wait()
+}
+
+// netProvider is Go's own HTTP/2 server (x/net's, prior-knowledge h2c, as dubbo-go's Triple provider
+// serves) on a loopback listener.
+type netProvider struct {
+	ln       net.Listener
+	accepted atomic.Int64
+	mu       sync.Mutex
+	conns    map[*net.TCPConn]bool // the connections open now
+}
+
+func startNetProvider(t *testing.T, h http.Handler) *netProvider {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	p := &netProvider{ln: ln, conns: map[*net.TCPConn]bool{}}
+	h2s := &http2.Server{}
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.accepted.Add(1)
+			tc := nc.(*net.TCPConn)
+			p.mu.Lock()
+			p.conns[tc] = true
+			p.mu.Unlock()
+			go func() {
+				h2s.ServeConn(nc, &http2.ServeConnOpts{Handler: h})
+				p.mu.Lock()
+				delete(p.conns, tc)
+				p.mu.Unlock()
+			}()
+		}
+	}()
+	return p
+}
+
+func (p *netProvider) addr() string { return p.ln.Addr().String() }
+
+// closeAll ends every open connection: with a reset (abort: SO_LINGER 0), or as a dying process's kernel
+// closes it.
+func (p *netProvider) closeAll(abort bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for nc := range p.conns {
+		if abort {
+			_ = nc.SetLinger(0)
+		}
+		nc.Close()
+	}
 }

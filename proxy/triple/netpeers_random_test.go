@@ -4,15 +4,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/net/http2"
 
 	"github.com/stormgate/stormgate/proxy"
 	"github.com/stormgate/stormgate/proxy/h2"
@@ -47,13 +44,7 @@ const netPeerKindHeader = "x-kind"
 func randomCallsNetPeers(t *testing.T, window int) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	var accepted, runs atomic.Int64
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	h2s := &http2.Server{}
+	var runs atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		kind, _ := strconv.Atoi(r.Header.Get(netPeerKindHeader))
 		pause, _ := time.ParseDuration(r.Header.Get("x-pause"))
@@ -78,17 +69,8 @@ func randomCallsNetPeers(t *testing.T, window int) {
 		_, _ = w.Write(grpcFrame(digest(body)))
 		w.Header().Set("grpc-status", "0")
 	})
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			go h2s.ServeConn(nc, &http2.ServeConnOpts{Handler: handler})
-		}
-	}()
-	srv, addr := newH2ServerWith(t, ln.Addr().String(), proxy.ProtoTriple, proxy.Options{}, func(c *proxy.Config) {
+	prov := startNetProvider(t, handler)
+	srv, addr := newH2ServerWith(t, prov.addr(), proxy.ProtoTriple, proxy.Options{}, func(c *proxy.Config) {
 		c.UpstreamConns = 1
 		c.HTTP2.InitialWindowSize = window
 	})
@@ -141,7 +123,7 @@ func randomCallsNetPeers(t *testing.T, window int) {
 		}
 	}
 	t.Logf("%d calls (%d given up on), %d run by the provider, window %d", len(all), gaveUp, runs.Load(), window)
-	if n := accepted.Load(); n != 1 {
+	if n := prov.accepted.Load(); n != 1 {
 		t.Errorf("seed %d: the provider accepted %d connections, want 1: Stormgate ended its connection", seed, n)
 	}
 	for i, cc := range conns {
