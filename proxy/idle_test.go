@@ -46,7 +46,14 @@ func TestIdleTimeoutSparesACallInFlight(t *testing.T) {
 	if r := <-res; r.err != nil || r.resp.Value != "slow answer" {
 		t.Fatalf("the call in flight across the idle timeout: %+v, %v; want its answer", r.resp, r.err)
 	}
-
+	// The call settles after its answer is written, so the consumer can have it first; a step before the
+	// settle finds the call in flight and re-arms the timer a whole timeout on (failed once in a make test
+	// run beside a CPU hog).
+	waitFor(t, 10*time.Second, "the answered call settled", func() bool {
+		var n int32
+		f.srv.sessions.each(func(s *session) { n += s.inflight.Load() })
+		return n == 0
+	})
 	f.step(1500 * time.Millisecond)
 	waitFor(t, 10*time.Second, "the consumer closed as idle once answered", func() bool { return closedIdle() == 2 })
 }
