@@ -242,17 +242,30 @@ func killRestarts(t *testing.T, rounds int, duration time.Duration, loopArgs ...
 		"loop", "--duration", duration.String(), "--hold"}, loopArgs...)...)
 	started := time.Now()
 	watch := watchConns(sc.listenPort)
+	var longest time.Duration // the longest time from a kill to the restarted provider serving
 	for round := 1; round <= rounds; round++ {
 		time.Sleep(time.Second + time.Duration(rand.IntN(500))*time.Millisecond)
 		prov.Kill()
+		killed := time.Now()
 		time.Sleep(time.Second)
 		prov = lifecycleProvider(t, prov.port, reqLog)
+		longest = max(longest, time.Since(killed))
 	}
 	if time.Since(started) > duration-time.Second {
 		t.Fatal("the restarts outlasted the consumer's calls (a slow machine?)")
 	}
 	s, m := endRestartRun(t, c, sc, before, watch, duration)
 	ran := ranTwice(t, reqLog)
+	// A restart that takes most of the consumer's timeout (3 s; a loaded machine, run 108 beside a CPU hog)
+	// leaves calls made right after the kill that nobody could answer in time: Stormgate answers them "not
+	// sent" at their deadline, or passes on the restarted provider's not-exported answer when no time is
+	// left to wait for its export. Neither ran; with a restart that fast they are failures.
+	slowRestart := longest >= 2500*time.Millisecond
+	notServed := func(i int) bool {
+		e := s.FailedErrs[i]
+		return slowRestart && ran[s.FailedArgs[i]] == 0 &&
+			(strings.Contains(e, "stormgate: not sent: the request's own timeout") || strings.Contains(e, "don't have this exporter"))
+	}
 	r := killResult{vetoed: int(m.sum("stormgate_unread_proof_vetoed_total"))}
 	for i, arg := range s.FailedArgs {
 		switch {
@@ -264,14 +277,22 @@ func killRestarts(t *testing.T, rounds int, duration time.Duration, loopArgs ...
 			r.failedUnseen = append(r.failedUnseen, arg)
 		}
 	}
-	if s.Timeouts != 0 || s.Mismatches != 0 || s.OK+len(s.FailedArgs) != s.Sent {
+	unserved := 0
+	for i := range s.FailedArgs {
+		switch {
+		case i < len(s.FailedErrs) && notServed(i):
+			unserved++
+		case i >= len(s.FailedErrs) || !strings.Contains(s.FailedErrs[i], "provider connection lost while the request was in flight"):
+			t.Errorf("call %s failed with something else than Stormgate's lost-in-flight answer: %v", s.FailedArgs[i], s.Failures)
+		}
+	}
+	if s.Timeouts > unserved || s.Mismatches != 0 || s.OK+len(s.FailedArgs) != s.Sent {
 		t.Errorf("consumer: timeouts=%d mismatches=%d, ok %d + failed %d of %d sent: %+v",
 			s.Timeouts, s.Mismatches, s.OK, len(s.FailedArgs), s.Sent, s.Failures)
 	}
-	for _, f := range s.Failures {
-		if !strings.Contains(f.Err, "provider connection lost while the request was in flight") {
-			t.Errorf("a call failed with something else than Stormgate's lost-in-flight answer: %s", f.Err)
-		}
+	if unserved > 0 {
+		t.Logf("a restart took %v of the consumer's 3 s timeout: %d calls made meanwhile were answered, never run, "+
+			"at their deadline or with the provider's not-exported answer", longest.Round(time.Millisecond), unserved)
 	}
 	t.Logf("%d calls run by the providers, %d failed: %d the provider had run, %d it had read (acknowledged before "+
 		"its FIN) and not run, %d neither", len(ran), len(s.FailedArgs), len(r.failedRan), len(r.failedReceived), len(r.failedUnseen))
