@@ -321,9 +321,8 @@ type h2Upstream struct {
 	ended    chan struct{} // closed when serve returned, with endErr (h2SlotKind)
 	endErr   error
 	dead     bool
-	readyAt  int64 // when the provider's first SETTINGS came (the not-executed window starts)
-	// The not-executed window (replay.go) opens at readyAt, and again when the provider answers
-	// not-exported for a path it served on this connection (served: at most maxServedPaths of them).
+	// The not-executed window (replay.go) opens when the provider's first SETTINGS come, and again when
+	// it answers not-exported for a path it served on this connection (served: at most maxServedPaths).
 	notRunFrom int64
 	served     map[string]struct{}
 	proof      proxy.ReadProof // what the provider read, at the end (proxy/readproof.go)
@@ -584,7 +583,7 @@ func (u *h2Upstream) eventLocked(ev h2.Event, now int64, notes *h2Notes) (*h2Cal
 		return nil, kept
 	case h2.EventSettings:
 		if !u.ready && !u.away {
-			u.ready, u.readyAt, u.notRunFrom = true, now, now
+			u.ready, u.notRunFrom = true, now
 			hp.ups = append(hp.ups, u)
 			u.startBeat()
 			hp.env.Spawn(hp.prov.ConnChanged) // the gauges; never under mu
@@ -657,7 +656,7 @@ func (hp *h2Pool) open(c *h2Call, fields []h2.HeaderField, end bool, now int64) 
 	var notes h2Notes
 	reason, msg := proxy.ReplyReason(0), ""
 	c.sendBy = h2SendBy(fields, c.arrived, cfg)
-	c.path = fieldValue(fields, h2.HeaderPath)
+	c.path, _ = h2.Field(fields, h2.HeaderPath)
 	hp.mu.Lock()
 	hp.keepHeadLocked(c, fields, end)
 	switch u := hp.pickLocked(); {

@@ -105,7 +105,7 @@ func (u *h2Upstream) answerHeadLocked(c *h2Call, fields []h2.HeaderField, now in
 	why := h2.NotRun(fields)
 	if why == "" {
 		c.answered = true
-		if fieldValue(fields, h2.HeaderStatus) == "200" {
+		if st, _ := h2.HTTPStatus(fields); st == 200 {
 			u.servedLocked(c.path)
 		}
 		hp.forgetLocked(c)
@@ -153,16 +153,6 @@ func (u *h2Upstream) servedLocked(path string) {
 		u.served = make(map[string]struct{})
 	}
 	u.served[path] = struct{}{}
-}
-
-// fieldValue is the value of the first field named name, "" when there is none.
-func fieldValue(fields []h2.HeaderField, name string) string {
-	for _, f := range fields {
-		if f.Name == name {
-			return f.Value
-		}
-	}
-	return ""
 }
 
 // resendPause is the pause before the n+1st try after a refusal: backoff_base, doubling, capped at
